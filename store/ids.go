@@ -1,0 +1,150 @@
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxIDLength is the longest operation_id, revision or reference (poppy-core
+// choice 6, spec 8.2).
+const MaxIDLength = 255
+
+// MaxRefLength is the longest ref (§4, W59).
+const MaxRefLength = 2048
+
+// ValidID reports whether s is 1 to 255 characters of A–Z a–z 0–9 - _
+// (spec 8.2; W22, W23).
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidRef reports whether s is 1 to 2048 characters of A–Z a–z 0–9 - _ .
+// (§4, W59).
+func ValidRef(s string) bool {
+	if len(s) == 0 || len(s) > MaxRefLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) && s[i] != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func idByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+}
+
+const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// random returns n characters from alphabet, uniformly (rejection sampling).
+func random(n int) string {
+	out := make([]byte, 0, n)
+	var buf [32]byte
+	for len(out) < n {
+		rand.Read(buf[:]) // never fails (crypto/rand)
+		for _, b := range buf {
+			if b < 248 && len(out) < n { // 248 = 4*62: no modulo bias
+				out = append(out, alphabet[b%62])
+			}
+		}
+	}
+	return string(out)
+}
+
+// NewOperationID returns a fresh operation_id: "op_" and 20 random
+// characters (119 bits), so no two actions share one (W21).
+func NewOperationID() string { return "op_" + random(20) }
+
+// NewRevision returns a fresh revision for a revision expiring at expiresAt,
+// in the spec's own shape: its Unix time, "-", 16 random characters. Every
+// new revision is random, so two different terms never share one (W36).
+func NewRevision(expiresAt time.Time) string {
+	return strconv.FormatInt(expiresAt.Unix(), 10) + "-" + random(16)
+}
+
+// NewToken returns a random token for a claim.
+func NewToken() string { return random(22) }
+
+// MakeRef returns the ref of an operation's revision: "<operation_id>.<revision>".
+func MakeRef(operationID, revision string) string { return operationID + "." + revision }
+
+// ParseRef returns the operation_id a ref names. ok is false for a ref that
+// is malformed or not of this kit's form, which is then simply not found.
+func ParseRef(ref string) (operationID string, ok bool) {
+	if !ValidRef(ref) {
+		return "", false
+	}
+	id, rev, found := strings.Cut(ref, ".")
+	if !found || !ValidID(id) || !ValidID(rev) {
+		return "", false
+	}
+	return id, true
+}
+
+// Slot returns the digest of an owner's agent and User that every record of
+// theirs is filed under: on Redis, the hash tag that keeps all their keys in
+// one Cluster slot.
+func Slot(agent, user string) string {
+	h := sha256.New()
+	h.Write([]byte(agent))
+	h.Write([]byte{0})
+	h.Write([]byte(user))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+// ActionDigest returns the digest an action's approvals are filed under for
+// one owner: account and action key.
+func ActionDigest(account, key string) string {
+	h := sha256.New()
+	h.Write([]byte(account))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:15])
+}
+
+// ErrTermsNotObject is returned by CanonicalTerms for terms that are not a
+// JSON object (§3: terms is a JSON object, W16).
+var ErrTermsNotObject = errors.New("terms must be a JSON object")
+
+// CanonicalTerms returns terms as canonical JSON: object members sorted by
+// key, no insignificant space, numbers as written. Terms that mean the same
+// give the same bytes (§6 check 3 compares meaning, not bytes: W118).
+func CanonicalTerms(terms []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(terms))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("terms: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("terms: trailing data after the JSON object")
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, ErrTermsNotObject
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps encode with sorted keys
+		return nil, fmt.Errorf("terms: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}

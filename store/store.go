@@ -1,0 +1,274 @@
+// Package store keeps the records that make a website's operations happen at
+// most once (operations-v3 §6 "Websites", §7), and defines the one interface
+// every implementation satisfies: [Memory] for one process, and the Redis
+// store in package store/redisstore for every web server that shares a Redis,
+// a Redis Cluster, or miniredis.
+//
+// Every state change that at-most-once depends on is one atomic step (one Lua
+// script on Redis, one critical section in memory):
+//
+//   - [Store.Take]: find the first-recorded approval that matches the
+//     browser's request and claim its operation; when none matches, issue (or
+//     reuse) the operation for the request instead. One step, so the Gate's
+//     403 path and its performing path each start with a single round trip.
+//   - [Store.Issue]: issue (or reuse) the operation for an action.
+//   - [Store.Lookup]: read an operation by its ref, with its state.
+//   - [Store.Record]: make checks 1–3 of §6 and record an approval.
+//   - [Store.Finish]: end a claim as performed, not performed, or unknown.
+//   - [Store.UseOnce]: a single-use marker (a JWT's jti) with an expiry.
+//
+// Time always comes from the caller (an injectable clock), never from the
+// server, so that every web server judges expiry the same way and tests can
+// move time. Backend TTLs only collect garbage; they are always at least as
+// long as the records must be kept.
+//
+// States of an operation: waiting → approved → performing → performed, and
+// performing → waiting when the action was not performed. "approved" is not
+// stored: an operation is approved while it has a recorded approval that is
+// neither used up nor expired.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Owner is who an operation belongs to (§3 "Who can approve it"): the
+// Personal Agent, the pairwise User ID, and the account the Session was
+// signed in to ("" when signed out). A Session can approve an operation when
+// all three match.
+type Owner struct {
+	Agent   string // the Personal Agent's client_id
+	User    string // the pairwise User ID
+	Account string // the signed-in account; "" when signed out
+}
+
+// Action is what a request asks for, as the website describes it.
+type Action struct {
+	// Key says which action this is: the same key (for the same owner) is the
+	// same action and keeps its operation_id (§3 W19, W35).
+	Key string
+	// Terms is the terms object in canonical JSON (sorted keys, no
+	// insignificant space). Requests that mean the same have equal Terms
+	// (§6 check 3, W118).
+	Terms []byte
+	// Summary is the plain-language summary; "" for none.
+	Summary string
+	// Lifetime is how long a new revision may be approved. A waiting
+	// revision with the same terms is reused while it has at least half of
+	// its lifetime left (W39).
+	Lifetime time.Duration
+	// ExpiresAt, when not zero, fixes the revision's expires_at instead of
+	// Lifetime; a different ExpiresAt is a new revision (W25).
+	ExpiresAt time.Time
+}
+
+// Operation is one revision of an operation (§3): what the endpoint returns.
+type Operation struct {
+	ID        string    // operation_id
+	Revision  string    // revision
+	Summary   string    // summary; "" for none
+	Terms     []byte    // terms, canonical JSON object
+	ExpiresAt time.Time // expires_at: the last instant an approval is accepted
+}
+
+// Status is an operation's state as §6 "Looking up an approved operation"
+// names it.
+type Status string
+
+// The states of an operation.
+const (
+	Waiting    Status = "waiting"
+	Approved   Status = "approved"
+	Performing Status = "performing"
+	Performed  Status = "performed"
+)
+
+// Approval is a recorded approval: the Personal Agent's statements (§6,
+// §8.1), kept for the website's records, and when it was recorded.
+type Approval struct {
+	OperationID string
+	Revision    string
+	Approver    string    // "user" or "agent"
+	ApprovedAt  time.Time // zero when not sent
+	InputType   string    // only with "user"
+	Reference   string
+	RecordedAt  time.Time
+	// UsedAt is when a browser request used it up; zero while it waits.
+	UsedAt time.Time
+}
+
+// Record is an operation as Lookup finds it.
+type Record struct {
+	Owner   Owner     // who it belongs to
+	Current Operation // its current (latest issued) revision
+	Status  Status
+	// Expired is true when the current revision has expired and the
+	// operation is neither approved, performing nor performed: its ref then
+	// gets invalid_request (W75).
+	Expired bool
+	// Approvals are the approvals recorded for it, first recorded first,
+	// including used-up ones (W81).
+	Approvals []Approval
+}
+
+// RecordResult is what Record found, in the order of §6 "What the Company
+// checks": the first failing check decides (W111).
+type RecordResult int
+
+const (
+	// Recorded: checks 1–3 passed and the approval is now recorded (or, with
+	// RecordOptions.CheckOnly, would be).
+	Recorded RecordResult = iota + 1
+	// AlreadyRecorded: this revision's approval was recorded before; nothing
+	// new is recorded (§7 "one that says the same").
+	AlreadyRecorded
+	// NotFound: no such operation for this agent and User, or it belongs to
+	// another account, or a signed-in Session met a signed-out operation
+	// (check 1, W77): invalid_request.
+	NotFound
+	// SignInRequired: a signed-out Session met an account's operation (W44).
+	SignInRequired
+	// IsPerforming: check 2 failed; the operation is being performed.
+	IsPerforming
+	// IsPerformed: check 2 failed; the operation has been performed.
+	IsPerformed
+	// RevisionMismatch: check 3 failed (a revision never returned for this
+	// operation, an expired one, or another operation's); the answer is the
+	// operation's current revision, which never equals the approval's.
+	RevisionMismatch
+	// OperationExpired: check 3 failed and the operation has expired: the
+	// answer is invalid_request (W101).
+	OperationExpired
+)
+
+var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired"}
+
+func (r RecordResult) String() string {
+	if r > 0 && int(r) < len(recordResultNames) {
+		return recordResultNames[r]
+	}
+	return "unknown record result"
+}
+
+// RecordOptions change how Record works.
+type RecordOptions struct {
+	// CheckOnly makes the checks and records nothing, so that the website's
+	// decline hook can run after the checks pass (§6 "Declining").
+	CheckOnly bool
+}
+
+// RecordReply is Record's answer.
+type RecordReply struct {
+	Result RecordResult
+	// Operation is the operation's current revision; set for
+	// RevisionMismatch (for the 403 answer), and for Recorded and
+	// AlreadyRecorded (the approved revision, for the decline hook).
+	Operation Operation
+}
+
+// Claim is an operation taken for performing: the browser's request used up
+// an approval and the operation is now performing. Finish ends it.
+type Claim struct {
+	Owner     Owner
+	Operation Operation // the approved revision
+	Approval  Approval
+	// Token identifies this claim, so that only its holder finishes it.
+	Token string
+}
+
+// Outcome is how a claimed operation ended (§7).
+type Outcome int
+
+const (
+	// Done: the action took effect; the operation is performed.
+	Done Outcome = iota + 1
+	// NotDone: the action did not take effect; the operation goes back to
+	// waiting and its approval stays used up (W98).
+	NotDone
+	// Unknown: the website does not know whether it took effect; the
+	// operation stays performing and is never reported as failed (W142).
+	Unknown
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "performed"
+	case NotDone:
+		return "not performed"
+	case Unknown:
+		return "unknown"
+	}
+	return "invalid outcome"
+}
+
+// TakeResult is Take's answer: exactly one of Claim and Issued is set, or
+// Busy is true.
+type TakeResult struct {
+	// Claim is set when a matching approval was taken: run the action once.
+	Claim *Claim
+	// Issued is set when no approval matched: the operation (reused or new)
+	// for this action, and the ref to return (§4, W99).
+	Issued *Issued
+	// Busy is true when the only matching approvals belong to an operation
+	// that is being performed: answer 503 with Retry-After (W145).
+	Busy bool
+}
+
+// Issued is an operation issued for a request, with its ref.
+type Issued struct {
+	Operation Operation
+	// Ref is the reference for the Poppy-Operation header (§4): at most
+	// 2048 characters of A–Z a–z 0–9 - _ .
+	Ref string
+}
+
+// Store is the at-most-once store. Every method is one atomic step and takes
+// the caller's clock reading now. A missing, expired or malformed record is
+// reported as a result (not found), never as an error: errors are for the
+// store itself failing (unreachable, timed out), and a gated request that
+// meets one performs nothing (fail closed).
+type Store interface {
+	// Issue returns the operation for owner's action: the current operation
+	// for the action key while it is neither performing nor performed (W19,
+	// W20), else a new operation_id (W141); its current revision while the
+	// terms are equal and the revision is reusable, else a new revision
+	// (W24, W25, W36).
+	Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error)
+
+	// Take looks, in one atomic step, for the first-recorded approval (W95)
+	// of owner's action whose revision's terms equal action.Terms, not
+	// expired, whose operation is neither performing nor performed. Found,
+	// it uses the approval up (W96) and moves the operation to performing.
+	// Not found, it issues as Issue does.
+	Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error)
+
+	// Finish ends a claim. It returns ErrClaimLost when the claim is no
+	// longer the operation's (forgotten, or finished already).
+	Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error
+
+	// Lookup finds the operation of ref for a Session of owner.Agent and
+	// owner.User. found is false for an unknown or malformed ref, or one of
+	// another agent or User. The caller compares Record.Owner.Account with
+	// the Session's (§3).
+	Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (rec Record, found bool, err error)
+
+	// Record makes checks 1–3 of §6 for an approval sent with ref by a
+	// Session of owner, and records it when they pass, first recorded first.
+	Record(ctx context.Context, owner Owner, ref string, approval Approval, now time.Time, opts RecordOptions) (RecordReply, error)
+
+	// UseOnce marks key as used until the given time. It reports whether
+	// this was the first use; a key already marked and not expired is not.
+	// The endpoint uses it for each JWT's jti (replay window).
+	UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (first bool, err error)
+}
+
+// ErrClaimLost is returned by Finish for a claim that is no longer the
+// operation's.
+var ErrClaimLost = errors.New("store: claim is no longer held")
+
+// DefaultRetention is how long a performed operation is remembered at least,
+// beyond its approved revision's expires_at (§7 W137).
+const DefaultRetention = 24 * time.Hour
