@@ -1,0 +1,374 @@
+package webkit
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// The Poppy headers the kit reads and writes.
+const (
+	HeaderOperation  = "Poppy-Operation"  // §4: the website's 403 names the operation's ref
+	HeaderApproval   = "Poppy-Approval"   // §6: the approval sent to endpoint
+	HeaderExtensions = "Poppy-Extensions" // §2, poppy-core choice 4: declared extensions
+	HeaderSession    = "Poppy-Session"    // poppy-core choice 1: the Session JWT, a credential never logged
+	HeaderVersion    = "Poppy-Version"    // poppy-core choice 4: "1.0"
+)
+
+// MaxHeaderBytes is the longest header value (all its field lines joined)
+// that a parser reads. A longer one is refused with ErrMalformed before any
+// parsing, so that a hostile header costs nothing. A valid Poppy-Operation
+// (a 2048-character ref) or Poppy-Approval fits easily.
+const MaxHeaderBytes = 8192
+
+// Sentinels for errors.Is: every HeaderError (and every member error from
+// Validate) wraps exactly one of them.
+var (
+	// ErrMalformed: the value is not the Structured Field it must be (W84),
+	// or is longer than MaxHeaderBytes.
+	ErrMalformed = errors.New("malformed header")
+	// ErrMissingMember: a required member is absent (W78).
+	ErrMissingMember = errors.New("missing member")
+	// ErrWrongType: a known member has another Structured Field type (W57,
+	// W84).
+	ErrWrongType = errors.New("member of the wrong type")
+	// ErrBadValue: a known member has the right type and a value the spec
+	// doesn't allow (W59, W78, spec 8.2).
+	ErrBadValue = errors.New("bad member value")
+)
+
+// HeaderError says which header, and which member of it, is wrong.
+type HeaderError struct {
+	Header string // e.g. "Poppy-Approval"
+	Member string // e.g. "approver"; "" when the header as a whole is wrong
+	Err    error  // wraps ErrMalformed, ErrMissingMember, ErrWrongType or ErrBadValue
+}
+
+func (e *HeaderError) Error() string {
+	if e.Member == "" {
+		return e.Header + ": " + e.Err.Error()
+	}
+	return e.Header + ": member " + strconv.Quote(e.Member) + ": " + e.Err.Error()
+}
+
+func (e *HeaderError) Unwrap() error { return e.Err }
+
+// errTooLong is refused before parsing (MaxHeaderBytes).
+var errTooLong = memberReason{ErrMalformed, "longer than " + strconv.Itoa(MaxHeaderBytes) + " bytes"}
+
+// headerTooLong reports whether values, joined as RFC 9651 joins field lines
+// (", "), are longer than MaxHeaderBytes. It stops counting early, so it
+// never overflows.
+func headerTooLong(values []string) bool {
+	n := 0
+	for i, v := range values {
+		if i > 0 {
+			n += 2
+		}
+		n += len(v)
+		if n > MaxHeaderBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHeaderDictionary parses a Dictionary header, refusing it whole when
+// too long or malformed.
+func parseHeaderDictionary(header string, values []string) (*httpsfv.Dictionary, error) {
+	if headerTooLong(values) {
+		return nil, &HeaderError{Header: header, Err: errTooLong}
+	}
+	dict, err := httpsfv.UnmarshalDictionary(values)
+	if err != nil || dict == nil {
+		return nil, &HeaderError{Header: header, Err: malformed("a Structured Field Dictionary", err)}
+	}
+	return dict, nil
+}
+
+func malformed(what string, err error) error {
+	text := "not " + what
+	if err != nil {
+		text += " (" + err.Error() + ")"
+	}
+	return memberReason{ErrMalformed, text}
+}
+
+var (
+	errNotString  = memberReason{ErrWrongType, "must be a String"}
+	errNotInteger = memberReason{ErrWrongType, "must be an Integer"}
+)
+
+// dictionaryString returns the String member name: present is false when it
+// is absent. Parameters on the member are ignored (RFC 9651 extensibility).
+func dictionaryString(dict *httpsfv.Dictionary, name string) (value string, present bool, err error) {
+	m, ok := dict.Get(name)
+	if !ok {
+		return "", false, nil
+	}
+	item, ok := m.(httpsfv.Item)
+	if !ok {
+		return "", true, errNotString
+	}
+	s, ok := item.Value.(string)
+	if !ok {
+		return "", true, errNotString
+	}
+	return s, true, nil
+}
+
+// requiredID reads a String member that must be an ID of spec 8.2.
+func requiredID(dict *httpsfv.Dictionary, name string, valid func(string) bool, bad error) (string, error) {
+	s, present, err := dictionaryString(dict, name)
+	switch {
+	case err != nil:
+		return "", err
+	case !present:
+		return "", errMemberMissing
+	case !valid(s):
+		return "", bad
+	}
+	return s, nil
+}
+
+// FormatOperationHeader returns the Poppy-Operation value for the website's
+// 403 (§4, W53, W57): a Dictionary with the Strings sid and ref. ref must be
+// 1 to 2048 characters of A–Z a–z 0–9 - _ . (W59), and sid an ID (poppy-core
+// choice 6).
+func FormatOperationHeader(sid, ref string) (string, error) {
+	if err := checkIDMember(sid, true); err != nil {
+		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
+	}
+	if ref == "" {
+		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errMemberMissing}
+	}
+	if !store.ValidRef(ref) {
+		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errRefValue}
+	}
+	dict := httpsfv.NewDictionary()
+	dict.Add("sid", httpsfv.NewItem(sid))
+	dict.Add("ref", httpsfv.NewItem(ref))
+	return marshalHeader(HeaderOperation, dict)
+}
+
+// ParseOperationHeader reads a Poppy-Operation header (§4, W57), given every
+// field line (r.Header.Values). Members other than sid and ref are ignored.
+// A ref that breaks W59 is refused, so the reference agent never sends one
+// to endpoint.
+func ParseOperationHeader(values []string) (sid, ref string, err error) {
+	dict, err := parseHeaderDictionary(HeaderOperation, values)
+	if err != nil {
+		return "", "", err
+	}
+	if sid, err = requiredID(dict, "sid", store.ValidID, errIDValue); err != nil {
+		return "", "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
+	}
+	if ref, err = requiredID(dict, "ref", store.ValidRef, errRefValue); err != nil {
+		return "", "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: err}
+	}
+	return sid, ref, nil
+}
+
+// ParseApproval reads a Poppy-Approval header (§6, W84), given every field
+// line (r.Header.Values): a Dictionary whose operation_id, revision, approver,
+// input_type and reference are Strings and approved_at an Integer.
+//
+// operation_id, revision and approver are required (W78), and approver is
+// "user" or "agent". Optional members may be missing (W82), any input_type is
+// accepted (W83), and members the kit doesn't know are ignored (W85), so a
+// later version can add members. With "agent", input_type is dropped
+// whatever it holds, because the Company ignores it there (W80).
+func ParseApproval(values []string) (Approval, error) {
+	dict, err := parseHeaderDictionary(HeaderApproval, values)
+	if err != nil {
+		return Approval{}, err
+	}
+	fail := func(member string, err error) (Approval, error) {
+		return Approval{}, &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+	}
+
+	var a Approval
+	if a.OperationID, err = requiredID(dict, "operation_id", store.ValidID, errIDValue); err != nil {
+		return fail("operation_id", err)
+	}
+	if a.Revision, err = requiredID(dict, "revision", store.ValidID, errIDValue); err != nil {
+		return fail("revision", err)
+	}
+	approver, present, err := dictionaryString(dict, "approver")
+	switch {
+	case err != nil:
+		return fail("approver", err)
+	case !present:
+		return fail("approver", errMemberMissing)
+	case approver != string(ApproverUser) && approver != string(ApproverAgent):
+		return fail("approver", errApproverValue)
+	}
+	a.Approver = Approver(approver)
+
+	if m, ok := dict.Get("approved_at"); ok {
+		item, _ := m.(httpsfv.Item)
+		sec, ok := item.Value.(int64)
+		if !ok {
+			return fail("approved_at", errNotInteger)
+		}
+		if sec < 0 {
+			return fail("approved_at", errApprovedAtValue)
+		}
+		a.ApprovedAt = time.Unix(sec, 0).UTC()
+	}
+
+	if a.Approver == ApproverUser { // W80: with agent, not even its type matters
+		if a.InputType, _, err = dictionaryString(dict, "input_type"); err != nil {
+			return fail("input_type", err)
+		}
+	}
+
+	reference, present, err := dictionaryString(dict, "reference")
+	switch {
+	case err != nil:
+		return fail("reference", err)
+	case present && !store.ValidID(reference):
+		return fail("reference", errIDValue)
+	}
+	a.Reference = reference
+	return a, nil
+}
+
+// Header returns the Poppy-Approval value for this approval (§6), in the
+// spec's member order. approved_at is written only when set, and input_type
+// only with "user" (A35, W80). A value longer than MaxHeaderBytes, which no
+// parser would read, is refused with ErrMalformed.
+func (a Approval) Header() (string, error) {
+	if member, err := a.check(); err != nil {
+		return "", &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+	}
+	dict := httpsfv.NewDictionary()
+	dict.Add("operation_id", httpsfv.NewItem(a.OperationID))
+	dict.Add("revision", httpsfv.NewItem(a.Revision))
+	dict.Add("approver", httpsfv.NewItem(string(a.Approver)))
+	if !a.ApprovedAt.IsZero() {
+		dict.Add("approved_at", httpsfv.NewItem(a.ApprovedAt.Unix()))
+	}
+	if a.Approver == ApproverUser && a.InputType != "" {
+		dict.Add("input_type", httpsfv.NewItem(a.InputType))
+	}
+	if a.Reference != "" {
+		dict.Add("reference", httpsfv.NewItem(a.Reference))
+	}
+	h, err := marshalHeader(HeaderApproval, dict)
+	if err == nil && len(h) > MaxHeaderBytes { // only a huge input_type gets here
+		return "", &HeaderError{Header: HeaderApproval, Err: errTooLong}
+	}
+	return h, err
+}
+
+func marshalHeader(header string, v httpsfv.StructuredFieldValue) (string, error) {
+	s, err := httpsfv.Marshal(v)
+	if err != nil { // unreachable: every member was checked first
+		return "", &HeaderError{Header: header, Err: malformed("serializable", err)}
+	}
+	return s, nil
+}
+
+// ParseExtensions reads a Poppy-Extensions header (poppy-core choice 4),
+// given every field line: a List of Tokens or Strings, each naming an
+// extension, with a `v` parameter giving its version, e.g.
+// `"operations";v="3"`. A `v` that is a Token, Integer or Decimal is kept as
+// its text; any other `v`, or none, gives the version "". Other extensions and
+// versions are kept, for Extensions.Operations to ignore (§2, W13), and
+// members that are neither Token nor String are skipped. When a name is
+// declared twice, the first declaration is kept, unless a later one declares
+// operations v3: an agent that declares it supports it.
+func ParseExtensions(values []string) (Extensions, error) {
+	if headerTooLong(values) {
+		return nil, &HeaderError{Header: HeaderExtensions, Err: errTooLong}
+	}
+	list, err := httpsfv.UnmarshalList(values)
+	if err != nil {
+		return nil, &HeaderError{Header: HeaderExtensions, Err: malformed("a Structured Field List", err)}
+	}
+	ext := Extensions{}
+	for _, m := range list {
+		item, ok := m.(httpsfv.Item)
+		if !ok {
+			continue // an Inner List declares nothing
+		}
+		var name string
+		switch v := item.Value.(type) {
+		case string:
+			name = v
+		case httpsfv.Token:
+			name = string(v)
+		default:
+			continue
+		}
+		version := versionText(item.Params)
+		if old, seen := ext[name]; seen {
+			if name != operationsExtension || majorVersionIs3(old) || !majorVersionIs3(version) {
+				continue
+			}
+		}
+		ext[name] = version
+	}
+	return ext, nil
+}
+
+// versionText is the text of a `v` parameter, or "".
+func versionText(params *httpsfv.Params) string {
+	if params == nil {
+		return ""
+	}
+	v, _ := params.Get("v")
+	switch v := v.(type) {
+	case string:
+		return v
+	case httpsfv.Token:
+		return string(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case float64:
+		// RFC 9651 §4.1.5 text: at most three fractional digits, at least one.
+		s := strings.TrimRight(strconv.FormatFloat(v, 'f', 3, 64), "0")
+		if strings.HasSuffix(s, ".") {
+			s += "0"
+		}
+		return s
+	}
+	return ""
+}
+
+// Header returns the Poppy-Extensions value declaring e (poppy-core choice
+// 4), sorted by name, each name a String with its version in `v`, e.g.
+// `"operations";v="3"`. A version "" is written without `v`. A name or
+// version that cannot be a String (not printable ASCII) is left out. The
+// result is not limited to MaxHeaderBytes: the caller declares what it chose.
+func (e Extensions) Header() string {
+	names := make([]string, 0, len(e))
+	for name := range e {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var list httpsfv.List
+	for _, name := range names {
+		version := e[name]
+		if !sfPrintable(name) || !sfPrintable(version) {
+			continue
+		}
+		item := httpsfv.NewItem(name)
+		if version != "" {
+			item.Params.Add("v", version)
+		}
+		list = append(list, item)
+	}
+	s, err := httpsfv.Marshal(list)
+	if err != nil { // unreachable: every name and version is printable ASCII
+		return ""
+	}
+	return s
+}

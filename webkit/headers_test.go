@@ -1,0 +1,551 @@
+package webkit
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The spec's own example headers, verbatim (operations-v3 §4, §6, §2).
+const (
+	specOperationHeader = `sid="ses_Hq3vT8nW2kLm9xRb", ref="exc_5Rt2.1791487200.k3Jd9Qx2mW8v"`
+	specApprovalUser    = `operation_id="exc_5Rt2", revision="1791487200-k3Jd9Qx2mW8v", approver="user", approved_at=1791487260, input_type="tap", reference="apr_01JD8ZK3Q9"`
+	specApprovalAgent   = `operation_id="exc_5Rt2", revision="1791487200-k3Jd9Qx2mW8v", approver="agent", approved_at=1791487255, reference="apr_01JD8ZK3R4"`
+	specApprovalWebsite = `operation_id="exc_5Rt2", revision="1791487200-k3Jd9Qx2mW8v", approver="user", approved_at=1791487260, input_type="tap"`
+	specExtensions      = `"operations";v="3"`
+)
+
+func TestSpecExampleHeaders(t *testing.T) {
+	t.Run("W57 §4 Poppy-Operation parses and formats back", func(t *testing.T) {
+		sid, ref, err := ParseOperationHeader([]string{specOperationHeader})
+		if err != nil || sid != "ses_Hq3vT8nW2kLm9xRb" || ref != "exc_5Rt2.1791487200.k3Jd9Qx2mW8v" {
+			t.Fatalf("got %q %q %v", sid, ref, err)
+		}
+		if got, err := FormatOperationHeader(sid, ref); err != nil || got != specOperationHeader {
+			t.Fatalf("formatted %q, %v", got, err)
+		}
+	})
+	approvals := []struct {
+		name   string
+		header string
+		want   Approval
+	}{
+		{"W84 §6 APIs user approval", specApprovalUser, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+			Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 0).UTC(), InputType: "tap", Reference: "apr_01JD8ZK3Q9"}},
+		{"W84 §6 APIs agent approval", specApprovalAgent, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+			Approver: ApproverAgent, ApprovedAt: time.Unix(1791487255, 0).UTC(), Reference: "apr_01JD8ZK3R4"}},
+		{"W84 W89 §6 Websites approval", specApprovalWebsite, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+			Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 0).UTC(), InputType: "tap"}},
+	}
+	for _, tt := range approvals {
+		t.Run(tt.name+" parses and formats back", func(t *testing.T) {
+			got, err := ParseApproval([]string{tt.header})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
+			}
+			if h, err := got.Header(); err != nil || h != tt.header {
+				t.Fatalf("formatted %q, %v", h, err)
+			}
+		})
+	}
+	t.Run("A01 §2 Poppy-Extensions parses and formats back", func(t *testing.T) {
+		ext, err := ParseExtensions([]string{specExtensions})
+		if err != nil || !ext.Operations() || len(ext) != 1 {
+			t.Fatalf("got %v, %v", ext, err)
+		}
+		if got := ext.Header(); got != specExtensions {
+			t.Fatalf("formatted %q", got)
+		}
+	})
+}
+
+// wantErr checks err is a *HeaderError for header and member wrapping is.
+func wantErr(t *testing.T, err error, header, member string, is error) {
+	t.Helper()
+	var he *HeaderError
+	if !errors.As(err, &he) {
+		t.Fatalf("error %v (%T), want *HeaderError", err, err)
+	}
+	if he.Header != header || he.Member != member {
+		t.Fatalf("error names %s member %q, want %s member %q (%v)", he.Header, he.Member, header, member, err)
+	}
+	if !errors.Is(err, is) {
+		t.Fatalf("error %v does not wrap %v", err, is)
+	}
+}
+
+func TestParseApproval(t *testing.T) {
+	const base = `operation_id="op_1", revision="r1", approver="user"`
+	minimal := Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
+	tests := []struct {
+		name   string
+		values []string
+		want   Approval // checked when is == nil
+		member string
+		is     error
+	}{
+		{"W82 optional members missing", []string{base}, minimal, "", nil},
+		{"W85 unknown member ignored", []string{base + `, sig=:AAAA:`}, minimal, "", nil},
+		{"W85 unknown members of every type ignored", []string{base + `, a=1, b=?0, c=(1 2), d=tok, e=@1, f=%"x", g=1.5, h`}, minimal, "", nil},
+		{"W85 parameters on known members ignored", []string{`operation_id="op_1";x=1, revision="r1";y, approver="user";z="q"`}, minimal, "", nil},
+		{"W83 unknown input_type", []string{base + `, input_type="blink"`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: "blink"}, "", nil},
+		{"W83 empty input_type", []string{base + `, input_type=""`}, minimal, "", nil},
+		{"W80 input_type dropped with agent", []string{`operation_id="op_1", revision="r1", approver="agent", input_type="tap"`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+		{"W80 input_type of any type ignored with agent", []string{`operation_id="op_1", revision="r1", approver="agent", input_type=(1)`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+		{"W79 approved_at long ago", []string{base + `, approved_at=0`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(0, 0).UTC()}, "", nil},
+		{"W84 members in any order", []string{`approver="user", approved_at=5, revision="r1", operation_id="op_1"`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(5, 0).UTC()}, "", nil},
+		{"W84 several field lines", []string{`operation_id="op_1"`, `revision="r1", approver="user"`}, minimal, "", nil},
+		{"W84 a repeated member: the last wins", []string{base + `, approver="agent"`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+		{"W84 escaped String", []string{base + `, input_type="a\"b\\c"`},
+			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: `a"b\c`}, "", nil},
+
+		{"W84 no header", nil, Approval{}, "operation_id", ErrMissingMember},
+		{"W84 empty header", []string{""}, Approval{}, "operation_id", ErrMissingMember},
+		{"W84 not a Dictionary", []string{`"op_1", "r1"`}, Approval{}, "", ErrMalformed},
+		{"W84 bare keys are Booleans, not the members", []string{`op_1, r1, user`}, Approval{}, "operation_id", ErrMissingMember},
+		{"W84 trailing comma", []string{base + `,`}, Approval{}, "", ErrMalformed},
+		{"W84 unterminated String", []string{`operation_id="op_1`}, Approval{}, "", ErrMalformed},
+		{"W84 non-ASCII", []string{`operation_id="opé"`}, Approval{}, "", ErrMalformed},
+		{"W84 JSON is not a Dictionary", []string{`{"operation_id":"op_1"}`}, Approval{}, "", ErrMalformed},
+		{"W84 operation_id a Token", []string{`operation_id=op_1, revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
+		{"W84 operation_id an Inner List", []string{`operation_id=("op_1"), revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
+		{"W84 operation_id a Boolean", []string{`operation_id, revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
+		{"W84 revision an Integer", []string{`operation_id="op_1", revision=1, approver="user"`}, Approval{}, "revision", ErrWrongType},
+		{"W84 approver a Token", []string{`operation_id="op_1", revision="r1", approver=user`}, Approval{}, "approver", ErrWrongType},
+		{"W84 approved_at a String", []string{base + `, approved_at="1791487260"`}, Approval{}, "approved_at", ErrWrongType},
+		{"W84 approved_at a Decimal", []string{base + `, approved_at=1791487260.5`}, Approval{}, "approved_at", ErrWrongType},
+		{"W84 approved_at a Date", []string{base + `, approved_at=@1791487260`}, Approval{}, "approved_at", ErrWrongType},
+		{"W84 approved_at an Inner List", []string{base + `, approved_at=(1)`}, Approval{}, "approved_at", ErrWrongType},
+		{"approved_at negative", []string{base + `, approved_at=-1`}, Approval{}, "approved_at", ErrBadValue},
+		{"W84 input_type a Token with user", []string{base + `, input_type=tap`}, Approval{}, "input_type", ErrWrongType},
+		{"W84 reference a Byte Sequence", []string{base + `, reference=:AAAA:`}, Approval{}, "reference", ErrWrongType},
+		{"reference bad characters", []string{base + `, reference="apr.1"`}, Approval{}, "reference", ErrBadValue},
+		{"reference empty", []string{base + `, reference=""`}, Approval{}, "reference", ErrBadValue},
+		{"W78 operation_id missing", []string{`revision="r1", approver="user"`}, Approval{}, "operation_id", ErrMissingMember},
+		{"W78 revision missing", []string{`operation_id="op_1", approver="user"`}, Approval{}, "revision", ErrMissingMember},
+		{"W78 approver missing", []string{`operation_id="op_1", revision="r1"`}, Approval{}, "approver", ErrMissingMember},
+		{"W78 approver other than user or agent", []string{`operation_id="op_1", revision="r1", approver="signed"`}, Approval{}, "approver", ErrBadValue},
+		{"W78 approver is case-sensitive", []string{`operation_id="op_1", revision="r1", approver="User"`}, Approval{}, "approver", ErrBadValue},
+		{"W78 approver empty", []string{`operation_id="op_1", revision="r1", approver=""`}, Approval{}, "approver", ErrBadValue},
+		{"W22 operation_id empty", []string{`operation_id="", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
+		{"W22 operation_id with a space", []string{`operation_id="op 1", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
+		{"W22 operation_id of 256 characters", []string{`operation_id="` + strings.Repeat("a", 256) + `", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
+		{"W23 revision with a dot", []string{`operation_id="op_1", revision="r.1", approver="user"`}, Approval{}, "revision", ErrBadValue},
+		{"too long", []string{base + `, x="` + strings.Repeat("a", MaxHeaderBytes) + `"`}, Approval{}, "", ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseApproval(tt.values)
+			if tt.is != nil {
+				wantErr(t, err, HeaderApproval, tt.member, tt.is)
+				if got != (Approval{}) {
+					t.Fatalf("an error returned the approval %+v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Fatalf("parsed approval does not validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestHeaderErrorText(t *testing.T) {
+	_, err := ParseApproval([]string{`operation_id="op_1", revision="r1", approver="robot"`})
+	if want := `Poppy-Approval: member "approver": must be "user" or "agent"`; err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	_, err = ParseApproval([]string{`revision="r1"`})
+	if want := `Poppy-Approval: member "operation_id": missing`; err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	_, _, err = ParseOperationHeader([]string{strings.Repeat("a", MaxHeaderBytes+1)})
+	if want := `Poppy-Operation: longer than 8192 bytes`; err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	_, err = ParseExtensions([]string{`"operations";v=`})
+	if err == nil || !strings.HasPrefix(err.Error(), `Poppy-Extensions: not a Structured Field List (`) {
+		t.Fatalf("got %v", err)
+	}
+	he := &HeaderError{Header: HeaderOperation, Member: "ref", Err: ErrBadValue}
+	if errors.Unwrap(he) != ErrBadValue {
+		t.Fatal("Unwrap does not return Err")
+	}
+}
+
+func TestMaxHeaderBytes(t *testing.T) {
+	// Joined as RFC 9651 joins field lines: with ", ".
+	valid := `sid="s", ref="` + strings.Repeat("a", 2048) + `"`
+	pad := func(n int) string { return strings.Repeat(" ", n) }
+	t.Run("at the limit parses", func(t *testing.T) {
+		v := valid + pad(MaxHeaderBytes-len(valid))
+		if _, _, err := ParseOperationHeader([]string{v}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("one byte over is refused", func(t *testing.T) {
+		v := valid + pad(MaxHeaderBytes-len(valid)+1)
+		_, _, err := ParseOperationHeader([]string{v})
+		wantErr(t, err, HeaderOperation, "", ErrMalformed)
+	})
+	t.Run("field lines count with their separators", func(t *testing.T) {
+		a := `sid="s"` + pad(MaxHeaderBytes/2)
+		b := `ref="r"` + pad(MaxHeaderBytes-len(a)-len(`ref="r"`)-1) // joined: a + ", " + b = limit + 1
+		_, _, err := ParseOperationHeader([]string{a, b})
+		wantErr(t, err, HeaderOperation, "", ErrMalformed)
+		b = b[:len(b)-1]
+		if _, _, err := ParseOperationHeader([]string{a, b}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("every parser refuses", func(t *testing.T) {
+		long := []string{strings.Repeat("x", MaxHeaderBytes+1)}
+		_, err := ParseApproval(long)
+		wantErr(t, err, HeaderApproval, "", ErrMalformed)
+		_, err = ParseExtensions(long)
+		wantErr(t, err, HeaderExtensions, "", ErrMalformed)
+	})
+	t.Run("many empty field lines", func(t *testing.T) {
+		_, err := ParseExtensions(make([]string, MaxHeaderBytes))
+		wantErr(t, err, HeaderExtensions, "", ErrMalformed)
+	})
+}
+
+func TestParseOperationHeader(t *testing.T) {
+	tests := []struct {
+		name    string
+		values  []string
+		sid     string
+		ref     string
+		member  string
+		is      error
+		comment string
+	}{
+		{name: "W57 Dictionary of two Strings", values: []string{`sid="ses_1", ref="op_1.r1"`}, sid: "ses_1", ref: "op_1.r1"},
+		{name: "W57 members in any order", values: []string{`ref="op_1.r1", sid="ses_1"`}, sid: "ses_1", ref: "op_1.r1"},
+		{name: "W57 other members ignored", values: []string{`sid="ses_1", x=?1, ref="op_1.r1";p=1`}, sid: "ses_1", ref: "op_1.r1"},
+		{name: "W57 two field lines", values: []string{`sid="ses_1"`, `ref="op_1.r1"`}, sid: "ses_1", ref: "op_1.r1"},
+		{name: "W59 ref of 2048 characters", values: []string{`sid="s", ref="` + strings.Repeat(".", 2048) + `"`}, sid: "s", ref: strings.Repeat(".", 2048)},
+		{name: "W59 ref of 2049 characters", values: []string{`sid="s", ref="` + strings.Repeat("a", 2049) + `"`}, member: "ref", is: ErrBadValue},
+		{name: "W59 ref with a slash", values: []string{`sid="s", ref="a/b"`}, member: "ref", is: ErrBadValue},
+		{name: "W59 ref empty", values: []string{`sid="s", ref=""`}, member: "ref", is: ErrBadValue},
+		{name: "W57 ref a Token", values: []string{`sid="s", ref=op_1.r1`}, member: "ref", is: ErrWrongType},
+		{name: "W57 sid a Token", values: []string{`sid=s, ref="r"`}, member: "sid", is: ErrWrongType},
+		{name: "W57 sid a Byte Sequence", values: []string{`sid=:AAAA:, ref="r"`}, member: "sid", is: ErrWrongType},
+		{name: "W57 ref missing", values: []string{`sid="s"`}, member: "ref", is: ErrMissingMember},
+		{name: "W57 sid missing", values: []string{`ref="r"`}, member: "sid", is: ErrMissingMember},
+		{name: "W57 no header", values: nil, member: "sid", is: ErrMissingMember},
+		{name: "W57 sid not an ID", values: []string{`sid="s.1", ref="r"`}, member: "sid", is: ErrBadValue},
+		{name: "W57 not a Dictionary", values: []string{`"s", "r"`}, is: ErrMalformed},
+		{name: "W57 HTML is not a Dictionary", values: []string{`<p>ref="x"</p>`}, is: ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sid, ref, err := ParseOperationHeader(tt.values)
+			if tt.is != nil {
+				wantErr(t, err, HeaderOperation, tt.member, tt.is)
+				if sid != "" || ref != "" {
+					t.Fatalf("an error returned %q %q", sid, ref)
+				}
+				return
+			}
+			if err != nil || sid != tt.sid || ref != tt.ref {
+				t.Fatalf("got %q %q %v", sid, ref, err)
+			}
+		})
+	}
+}
+
+func TestFormatOperationHeader(t *testing.T) {
+	tests := []struct {
+		name     string
+		sid, ref string
+		want     string
+		member   string
+		is       error
+	}{
+		{"W57 W53 two Strings", "ses_1", "op_1.r1", `sid="ses_1", ref="op_1.r1"`, "", nil},
+		{"W59 ref too long", "ses_1", strings.Repeat("a", 2049), "", "ref", ErrBadValue},
+		{"W59 ref bad character", "ses_1", `a"b`, "", "ref", ErrBadValue},
+		{"W59 ref empty", "ses_1", "", "", "ref", ErrMissingMember},
+		{"W58 sid empty", "", "r", "", "sid", ErrMissingMember},
+		{"W58 sid not an ID", "ses 1", "r", "", "sid", ErrBadValue},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FormatOperationHeader(tt.sid, tt.ref)
+			if tt.is != nil {
+				wantErr(t, err, HeaderOperation, tt.member, tt.is)
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %q, %v", got, err)
+			}
+		})
+	}
+}
+
+func TestApprovalHeader(t *testing.T) {
+	t.Run("A35 W80 input_type never written with agent", func(t *testing.T) {
+		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverAgent, InputType: "tap"}
+		got, err := a.Header()
+		if err != nil || got != `operation_id="o", revision="r", approver="agent"` {
+			t.Fatalf("got %q, %v", got, err)
+		}
+	})
+	t.Run("W82 optional members not written when missing", func(t *testing.T) {
+		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser}
+		got, err := a.Header()
+		if err != nil || got != `operation_id="o", revision="r", approver="user"` {
+			t.Fatalf("got %q, %v", got, err)
+		}
+	})
+	t.Run("A34 approved_at in whole seconds", func(t *testing.T) {
+		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 999_000_000)}
+		got, err := a.Header()
+		if err != nil || got != `operation_id="o", revision="r", approver="user", approved_at=1791487260` {
+			t.Fatalf("got %q, %v", got, err)
+		}
+	})
+	t.Run("input_type escaped", func(t *testing.T) {
+		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: `say "yes"`}
+		got, err := a.Header()
+		if err != nil || got != `operation_id="o", revision="r", approver="user", input_type="say \"yes\""` {
+			t.Fatalf("got %q, %v", got, err)
+		}
+	})
+}
+
+func TestParseExtensions(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		want   Extensions
+		ops    bool
+	}{
+		{"A01 the spec's declaration", []string{`"operations";v="3"`}, Extensions{"operations": "3"}, true},
+		{"a Token name", []string{`operations;v="3"`}, Extensions{"operations": "3"}, true},
+		{"v a Token", []string{`operations;v=v3`}, Extensions{"operations": "v3"}, false},
+		{"v an Integer keeps its text", []string{`operations;v=3`}, Extensions{"operations": "3"}, true},
+		{"v a Decimal keeps its text", []string{`operations;v=3.1`}, Extensions{"operations": "3.1"}, true},
+		{"v a Decimal with a zero", []string{`operations;v=3.0`}, Extensions{"operations": "3.0"}, true},
+		{"W13 minor version counts", []string{`"operations";v="3.2"`}, Extensions{"operations": "3.2"}, true},
+		{"W13 other major version", []string{`"operations";v="2"`}, Extensions{"operations": "2"}, false},
+		{"W13 other major version 4", []string{`"operations";v="4"`}, Extensions{"operations": "4"}, false},
+		{"W13 no version", []string{`"operations"`}, Extensions{"operations": ""}, false},
+		{"W13 v a Boolean is no version", []string{`"operations";v`}, Extensions{"operations": ""}, false},
+		{"W13 v a Byte Sequence is no version", []string{`"operations";v=:Mw==:`}, Extensions{"operations": ""}, false},
+		{"other parameters ignored", []string{`"operations";x=1;v="3";y`}, Extensions{"operations": "3"}, true},
+		{"other extensions kept", []string{`"payments";v="1", "operations";v="3"`}, Extensions{"payments": "1", "operations": "3"}, true},
+		{"W11 only other extensions", []string{`"payments";v="3"`}, Extensions{"payments": "3"}, false},
+		{"two field lines", []string{`"payments";v="1"`, `"operations";v="3"`}, Extensions{"payments": "1", "operations": "3"}, true},
+		{"a repeated name: the first is kept", []string{`"x";v="1", "x";v="2"`}, Extensions{"x": "1"}, false},
+		{"W13 a repeated operations: v3 wins", []string{`"operations";v="2", "operations";v="3", "operations";v="4"`}, Extensions{"operations": "3"}, true},
+		{"Inner Lists and other items skipped", []string{`("operations";v="3"), 3;v="3", ?1, "operations";v="3"`}, Extensions{"operations": "3"}, true},
+		{"W11 no header", nil, Extensions{}, false},
+		{"W11 empty header", []string{""}, Extensions{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseExtensions(tt.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalExtensions(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			if got.Operations() != tt.ops {
+				t.Fatalf("Operations() = %v, want %v", got.Operations(), tt.ops)
+			}
+		})
+	}
+	malformed := []struct {
+		name   string
+		values []string
+	}{
+		{"a Dictionary is not a List", []string{`operations=3`}},
+		{"trailing comma", []string{`"operations";v="3",`}},
+		{"JSON", []string{`{"operations":"3"}`}},
+		{"unterminated String", []string{`"operations`}},
+	}
+	for _, tt := range malformed {
+		t.Run("malformed "+tt.name, func(t *testing.T) {
+			got, err := ParseExtensions(tt.values)
+			wantErr(t, err, HeaderExtensions, "", ErrMalformed)
+			if got.Operations() {
+				t.Fatal("a malformed header declares operations")
+			}
+		})
+	}
+}
+
+func TestExtensionsHeader(t *testing.T) {
+	tests := []struct {
+		name string
+		ext  Extensions
+		want string
+	}{
+		{"A01 operations v3", Extensions{"operations": "3"}, `"operations";v="3"`},
+		{"sorted by name", Extensions{"zeta": "1", "operations": "3", "alpha": "2.0"}, `"alpha";v="2.0", "operations";v="3", "zeta";v="1"`},
+		{"no version written without v", Extensions{"x": ""}, `"x"`},
+		{"escaped", Extensions{`a"b`: `1\2`}, `"a\"b";v="1\\2"`},
+		{"not printable left out", Extensions{"é": "1", "ok": "\x7f", "operations": "3"}, `"operations";v="3"`},
+		{"empty", Extensions{}, ``},
+		{"nil", nil, ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.ext.Header(); got != tt.want {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func equalExtensions(a, b Extensions) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Round-trip properties: random valid values → Format → Parse → equal.
+
+const (
+	idChars  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	refChars = idChars + "."
+)
+
+func randomString(r *rand.Rand, chars string, minLen, maxLen int) string {
+	n := minLen + r.IntN(maxLen-minLen+1)
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = chars[r.IntN(len(chars))]
+	}
+	return string(b)
+}
+
+// randomPrintable is printable ASCII, quotes and backslashes included.
+func randomPrintable(r *rand.Rand, maxLen int) string {
+	b := make([]byte, r.IntN(maxLen+1))
+	for i := range b {
+		b[i] = byte(0x20 + r.IntN(0x7f-0x20))
+	}
+	return string(b)
+}
+
+// randomID favours short IDs and sometimes reaches the 255 limit.
+func randomID(r *rand.Rand) string {
+	if r.IntN(20) == 0 {
+		return randomString(r, idChars, 200, 255)
+	}
+	return randomString(r, idChars, 1, 40)
+}
+
+func randomApproval(r *rand.Rand) Approval {
+	a := Approval{OperationID: randomID(r), Revision: randomID(r), Approver: ApproverUser}
+	if r.IntN(2) == 0 {
+		a.Approver = ApproverAgent
+	}
+	if r.IntN(3) > 0 {
+		a.ApprovedAt = time.Unix(r.Int64N(sfMaxInteger+1), 0).UTC()
+	}
+	if a.Approver == ApproverUser && r.IntN(3) > 0 {
+		a.InputType = randomPrintable(r, 20)
+	}
+	if r.IntN(2) == 0 {
+		a.Reference = randomID(r)
+	}
+	return a
+}
+
+const roundTrips = 20000
+
+func TestApprovalRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(84, 85))
+	for i := range roundTrips {
+		want := randomApproval(r)
+		h, err := want.Header()
+		if err != nil {
+			t.Fatalf("#%d %+v: Header: %v", i, want, err)
+		}
+		got, err := ParseApproval([]string{h})
+		if err != nil {
+			t.Fatalf("#%d %q: ParseApproval: %v", i, h, err)
+		}
+		if got != want {
+			t.Fatalf("#%d %q:\ngot  %+v\nwant %+v", i, h, got, want)
+		}
+	}
+}
+
+func TestOperationHeaderRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(57, 59))
+	for i := range roundTrips {
+		sid := randomID(r)
+		ref := randomString(r, refChars, 1, 80)
+		if r.IntN(20) == 0 {
+			ref = randomString(r, refChars, 2000, 2048)
+		}
+		h, err := FormatOperationHeader(sid, ref)
+		if err != nil {
+			t.Fatalf("#%d: Format(%q, %q): %v", i, sid, ref, err)
+		}
+		gotSID, gotRef, err := ParseOperationHeader([]string{h})
+		if err != nil || gotSID != sid || gotRef != ref {
+			t.Fatalf("#%d %q: got %q %q %v", i, h, gotSID, gotRef, err)
+		}
+	}
+}
+
+func TestExtensionsRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 13))
+	for i := range roundTrips {
+		want := Extensions{}
+		for range r.IntN(5) {
+			want[randomPrintable(r, 12)] = randomPrintable(r, 6)
+		}
+		if r.IntN(2) == 0 {
+			want["operations"] = []string{"3", "3.1", "2", "4", ""}[r.IntN(5)]
+		}
+		h := want.Header()
+		got, err := ParseExtensions([]string{h})
+		if err != nil {
+			t.Fatalf("#%d %q: %v", i, h, err)
+		}
+		if !equalExtensions(got, want) {
+			t.Fatalf("#%d %q:\ngot  %v\nwant %v", i, h, got, want)
+		}
+		if got.Operations() != want.Operations() {
+			t.Fatalf("#%d %q: Operations() changed", i, h)
+		}
+	}
+}
+
+func TestApprovalHeaderTooLong(t *testing.T) {
+	a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: strings.Repeat("t", MaxHeaderBytes)}
+	_, err := a.Header()
+	wantErr(t, err, HeaderApproval, "", ErrMalformed)
+}
