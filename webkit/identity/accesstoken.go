@@ -1,0 +1,182 @@
+package identity
+
+import (
+	"context"
+	"crypto"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// AccessTokens verifies the access tokens a Personal Agent sends in
+// Authorization (poppy-core choice 2). The website may plug in its identity
+// provider's verifier (introspection, opaque tokens); JWTAccessTokens is the
+// default.
+type AccessTokens interface {
+	// VerifyAccessToken returns what token grants. Errors wrap ErrInvalid
+	// or ErrUnavailable.
+	VerifyAccessToken(ctx context.Context, token string) (AccessToken, error)
+}
+
+// AccessToken is a verified access token.
+type AccessToken struct {
+	ClientID string    // the agent it was issued to (client_id, or azp)
+	Account  string    // the User's account at the Company (sub)
+	Expiry   time.Time // exp
+}
+
+// CheckAccessToken requires the access token to have been issued to the
+// Session's agent (poppy-core "Agent identity": client_id or azp equals the
+// agent's client_id), so one agent cannot use another's token.
+func CheckAccessToken(session Session, at AccessToken) error {
+	if at.ClientID == "" || at.ClientID != session.ClientID {
+		return invalid("access token was issued to %q, not to the Session's agent %q", at.ClientID, session.ClientID)
+	}
+	return nil
+}
+
+// JWTAccessTokens verifies RFC 9068 JWT access tokens from one issuer.
+type JWTAccessTokens struct {
+	// Issuer is the required iss.
+	Issuer string
+	// Audience, when set, must be one of the token's aud values.
+	Audience string
+	// Keys are the issuer's verification keys by kid. A key verifies only
+	// an alg that fits its type (ES256 for P-256, ES384 for P-384, EdDSA for
+	// Ed25519, RS256 or PS256 for RSA).
+	Keys map[string]crypto.PublicKey
+	// KeyFunc, when set, is used instead of Keys, such as to fetch the
+	// issuer's JWKS.
+	KeyFunc func(ctx context.Context, kid, alg string) (crypto.PublicKey, error)
+	// Clock is the time source; nil means time.Now.
+	Clock func() time.Time
+}
+
+type accessClaims struct {
+	jwt.RegisteredClaims
+	ClientID string `json:"client_id"`
+	AZP      string `json:"azp"`
+}
+
+// VerifyAccessToken verifies token as an RFC 9068 access token: typ at+jwt,
+// an allowed asymmetric alg, iss, exp, sub, and client_id or azp.
+func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (AccessToken, error) {
+	if a.Issuer == "" {
+		return AccessToken{}, fmt.Errorf("identity: JWTAccessTokens.Issuer is not set")
+	}
+	if len(token) > maxTokenBytes {
+		return AccessToken{}, invalid("access token: longer than %d bytes", maxTokenBytes)
+	}
+	now := time.Now()
+	if a.Clock != nil {
+		now = a.Clock()
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(signingAlgs),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithIssuer(a.Issuer),
+	}
+	if a.Audience != "" {
+		opts = append(opts, jwt.WithAudience(a.Audience))
+	}
+	var c accessClaims
+	var keyErr error
+	_, err := jwt.NewParser(opts...).ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		typ, _ := t.Header["typ"].(string)
+		if typ = strings.ToLower(typ); typ != "at+jwt" && typ != "application/at+jwt" {
+			keyErr = invalid("access token: JOSE header typ %q is not at+jwt", typ)
+			return nil, keyErr
+		}
+		kid, _ := t.Header["kid"].(string)
+		alg := t.Method.Alg()
+		var key crypto.PublicKey
+		if a.KeyFunc != nil {
+			k, err := a.KeyFunc(ctx, kid, alg)
+			if err != nil {
+				keyErr = fmt.Errorf("access token: key %q: %w", kid, err)
+				return nil, keyErr
+			}
+			key = k
+		} else {
+			key = a.Keys[kid]
+		}
+		// The key's type must fit the alg: the token alone never decides.
+		if key == nil || !keyFits(key, alg) {
+			keyErr = invalid("access token: no key %q for alg %q", kid, alg)
+			return nil, keyErr
+		}
+		return key, nil
+	})
+	if keyErr != nil {
+		return AccessToken{}, keyErr
+	}
+	if err != nil {
+		return AccessToken{}, invalid("access token: %v", err)
+	}
+	if c.Subject == "" {
+		return AccessToken{}, invalid("access token: sub is missing")
+	}
+	clientID := c.ClientID
+	switch {
+	case clientID == "":
+		clientID = c.AZP
+	case c.AZP != "" && c.AZP != clientID:
+		return AccessToken{}, invalid("access token: client_id and azp differ")
+	}
+	if clientID == "" {
+		return AccessToken{}, invalid("access token: client_id is missing")
+	}
+	return AccessToken{ClientID: clientID, Account: c.Subject, Expiry: c.ExpiresAt.Time}, nil
+}
+
+// ParseAuthorization returns the Bearer token of h's Authorization header,
+// or "" with no error when there is none (a signed-out request). It refuses
+// more than one Authorization header, another scheme, and a value that
+// holds anything besides one token68 (RFC 6750 §2.1), such as a token
+// combined with other credentials (poppy-core "Hardening"). Errors wrap
+// ErrMalformedAuthorization.
+func ParseAuthorization(h http.Header) (string, error) {
+	values := h.Values("Authorization")
+	switch len(values) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: %d Authorization headers", ErrMalformedAuthorization, len(values))
+	}
+	scheme, token, ok := strings.Cut(values[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", fmt.Errorf("%w: scheme is not Bearer", ErrMalformedAuthorization)
+	}
+	if !isToken68(token) {
+		return "", fmt.Errorf("%w: not one token68", ErrMalformedAuthorization)
+	}
+	return token, nil
+}
+
+// isToken68: 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func isToken68(s string) bool {
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/') {
+			break
+		}
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,35 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The two ways a verification fails. Every error this package returns wraps
+// exactly one of them (compare with errors.Is), with a message that names
+// the claim, header or document at fault. Messages never contain a token or
+// a key.
+var (
+	// ErrInvalid: the token, the delegation, the agent's metadata document
+	// or its key set is wrong. The caller answers 401 invalid_session
+	// (poppy-core choice 5).
+	ErrInvalid = errors.New("identity: invalid")
+
+	// ErrUnavailable: the agent's keys (or the replay store) could not be
+	// reached: network error, timeout, 5xx, 429. The caller answers 503 with
+	// Retry-After, never 401, because the agent did nothing wrong.
+	ErrUnavailable = errors.New("identity: unavailable")
+
+	// ErrMalformedAuthorization: the Authorization header is not exactly one
+	// "Bearer <token68>" (RFC 6750 §2.1). It wraps ErrInvalid; a caller that
+	// wants RFC 6750's 400 invalid_request can tell it apart.
+	ErrMalformedAuthorization = fmt.Errorf("%w: malformed Authorization header", ErrInvalid)
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUnavailable}, args...)...)
+}

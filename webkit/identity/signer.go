@@ -1,0 +1,265 @@
+package identity
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// AgentKeys is the Personal Agent's side of poppy-core choice 1: its
+// long-term signing key, published in its JWKS, which signs delegations.
+// Tests, the demo's authorization server and the reference agent use it.
+// It never logs or prints a key.
+type AgentKeys struct {
+	ClientID string
+	// Clock is the time source for iat and exp; nil means time.Now.
+	Clock func() time.Time
+
+	alg string
+	mu  sync.Mutex
+	key crypto.Signer
+	kid string
+}
+
+// NewAgentKeys makes an agent's long-term key for clientID. alg is "ES256"
+// (also for ""), "ES384" or "EdDSA".
+func NewAgentKeys(clientID, alg string) (*AgentKeys, error) {
+	if alg == "" {
+		alg = "ES256"
+	}
+	k := &AgentKeys{ClientID: clientID, alg: alg}
+	if err := k.Rotate(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func newSigner(alg string) (crypto.Signer, error) {
+	switch alg {
+	case "ES256":
+		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case "ES384":
+		return ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case "EdDSA":
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		return k, err
+	}
+	return nil, fmt.Errorf("identity: alg %q is not supported for agent keys", alg)
+}
+
+// Rotate replaces the long-term key with a new one under a new kid; the old
+// key leaves the JWKS, and delegations it signed stop verifying once
+// verifiers reload the JWKS.
+func (k *AgentKeys) Rotate() error {
+	key, err := newSigner(k.alg)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.key, k.kid = key, rand.Text()[:16]
+	return nil
+}
+
+// Alg is the JWS alg of the long-term key.
+func (k *AgentKeys) Alg() string { return k.alg }
+
+// Kid is the current long-term key's kid.
+func (k *AgentKeys) Kid() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.kid
+}
+
+// JWKS is the agent's key set, for its jwks_uri.
+func (k *AgentKeys) JWKS() []byte {
+	k.mu.Lock()
+	key, kid := k.key, k.kid
+	k.mu.Unlock()
+	j, err := NewJWK(key.Public(), kid, k.alg)
+	if err != nil {
+		panic(err) // unreachable: newSigner makes only supported keys
+	}
+	j.Use = "sig"
+	b, _ := json.Marshal(struct {
+		Keys []JWK `json:"keys"`
+	}{[]JWK{j}})
+	return b
+}
+
+// Metadata is the agent's Client ID Metadata Document, to serve at its
+// client_id URL.
+func (k *AgentKeys) Metadata(jwksURI, name string) []byte {
+	b, _ := json.Marshal(metadata{ClientID: k.ClientID, ClientName: name, JWKSURI: jwksURI})
+	return b
+}
+
+func (k *AgentKeys) now() time.Time {
+	if k.Clock != nil {
+		return k.Clock()
+	}
+	return time.Now()
+}
+
+// Delegation is a short-lived delegated key with the delegation that
+// vouches for it (poppy_dlg). It signs Session JWTs and browser assertions.
+type Delegation struct {
+	ClientID  string
+	ExpiresAt time.Time
+	Clock     func() time.Time
+
+	compact string
+	alg     string
+	key     crypto.Signer
+}
+
+// Delegate makes a delegated key of the long-term key's type, valid for
+// lifetime (verifiers accept at most 24 h), and signs its delegation.
+func (k *AgentKeys) Delegate(lifetime time.Duration) (*Delegation, error) {
+	alg := k.alg
+	dkey, err := newSigner(alg)
+	if err != nil {
+		return nil, err
+	}
+	jwk, err := NewJWK(dkey.Public(), "", alg)
+	if err != nil {
+		return nil, err
+	}
+	now := k.now()
+	exp := now.Add(lifetime)
+	k.mu.Lock()
+	key, kid := k.key, k.kid
+	k.mu.Unlock()
+	claims := jwt.MapClaims{
+		"iss": k.ClientID,
+		"cnf": map[string]any{"jwk": jwk},
+		"iat": now.Unix(),
+		"exp": exp.Unix(),
+	}
+	compact, err := sign(alg, key, map[string]any{"typ": TypDelegation, "kid": kid}, claims)
+	if err != nil {
+		return nil, fmt.Errorf("identity: signing the delegation: %w", err)
+	}
+	return &Delegation{ClientID: k.ClientID, ExpiresAt: exp, Clock: k.Clock, compact: compact, alg: alg, key: dkey}, nil
+}
+
+// Compact is the delegation as a compact JWS, the poppy_dlg header.
+func (d *Delegation) Compact() string { return d.compact }
+
+// SessionClaims says what a Session JWT holds.
+type SessionClaims struct {
+	Audience    string        // the Company's origin
+	SID         string        // the Session ID
+	User        string        // the pairwise User ID (sub)
+	AccessToken string        // the access token sent with it; "" for none
+	Lifetime    time.Duration // 0 means 60 s; verifiers accept at most 300 s
+	// IssuedAt is iat; zero means now.
+	IssuedAt time.Time
+	// JTI is the jti; "" means a random one.
+	JTI string
+}
+
+// SessionJWT signs a Session JWT for the Poppy-Session header.
+func (d *Delegation) SessionJWT(c SessionClaims) (string, error) {
+	return d.signAgentJWT(TypSession, c, nil)
+}
+
+// BrowserClaims says what a browser join assertion holds.
+type BrowserClaims struct {
+	SessionClaims // Audience is the join endpoint's URL; Lifetime at most 60 s
+	ReturnTo      string
+	Extensions    string // e.g. `"operations";v="3"`
+}
+
+// BrowserAssertion signs a browser join assertion (poppy-core choice 3).
+func (d *Delegation) BrowserAssertion(c BrowserClaims) (string, error) {
+	return d.signAgentJWT(TypBrowser, c.SessionClaims, map[string]any{
+		"return_to":  c.ReturnTo,
+		"extensions": c.Extensions,
+	})
+}
+
+func (d *Delegation) signAgentJWT(typ string, c SessionClaims, extra map[string]any) (string, error) {
+	iat := c.IssuedAt
+	if iat.IsZero() {
+		iat = time.Now()
+		if d.Clock != nil {
+			iat = d.Clock()
+		}
+	}
+	life := c.Lifetime
+	if life == 0 {
+		life = 60 * time.Second
+	}
+	jti := c.JTI
+	if jti == "" {
+		jti = rand.Text()
+	}
+	claims := jwt.MapClaims{
+		"iss": d.ClientID,
+		"aud": c.Audience,
+		"sid": c.SID,
+		"sub": c.User,
+		"iat": iat.Unix(),
+		"exp": iat.Add(life).Unix(),
+		"jti": jti,
+	}
+	if c.AccessToken != "" {
+		claims["ath"] = ATH(c.AccessToken)
+	}
+	for k, v := range extra {
+		claims[k] = v
+	}
+	return sign(d.alg, d.key, map[string]any{"typ": typ, "poppy_dlg": d.compact}, claims)
+}
+
+// sign signs claims with key under alg, with the header members given.
+func sign(alg string, key crypto.Signer, header map[string]any, claims jwt.Claims) (string, error) {
+	t := jwt.NewWithClaims(jwt.GetSigningMethod(alg), claims)
+	for k, v := range header {
+		t.Header[k] = v
+	}
+	return t.SignedString(key)
+}
+
+// IssueAccessToken signs an RFC 9068 access token (typ at+jwt) issued by
+// issuer to the agent clientID for account, valid for lifetime. The alg
+// follows issuerKey's type: ES256 (P-256), ES384 (P-384), EdDSA, or RS256.
+// The demo's authorization server and tests use it.
+func IssueAccessToken(issuerKey crypto.Signer, kid, issuer, clientID, account string, lifetime time.Duration) (string, error) {
+	var alg string
+	switch k := issuerKey.Public().(type) {
+	case *ecdsa.PublicKey:
+		alg = map[elliptic.Curve]string{elliptic.P256(): "ES256", elliptic.P384(): "ES384"}[k.Curve]
+	case ed25519.PublicKey:
+		alg = "EdDSA"
+	case *rsa.PublicKey:
+		alg = "RS256"
+	}
+	if alg == "" {
+		return "", fmt.Errorf("identity: issuer key type %T is not supported", issuerKey.Public())
+	}
+	now := time.Now()
+	claims := jwt.MapClaims{
+		"iss":       issuer,
+		"sub":       account,
+		"client_id": clientID,
+		"iat":       now.Unix(),
+		"exp":       now.Add(lifetime).Unix(),
+		"jti":       rand.Text(),
+	}
+	header := map[string]any{"typ": "at+jwt"}
+	if kid != "" {
+		header["kid"] = kid
+	}
+	return sign(alg, issuerKey, header, claims)
+}

@@ -1,0 +1,365 @@
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// Limits of poppy-core choices 1 and 3.
+const (
+	// Leeway is the clock leeway for every time claim.
+	Leeway = 30 * time.Second
+	// MaxSessionLifetime bounds a Session JWT's exp − iat.
+	MaxSessionLifetime = 300 * time.Second
+	// MaxBrowserLifetime bounds a browser join assertion's exp − iat.
+	MaxBrowserLifetime = 60 * time.Second
+	// MaxDelegationLifetime bounds a delegation's exp − iat.
+	MaxDelegationLifetime = 24 * time.Hour
+
+	maxTokenBytes = 16 << 10
+	maxIDBytes    = 255
+)
+
+// The JOSE typ of each token (poppy-core choices 1 and 3).
+const (
+	TypSession    = "poppy-session+jwt"
+	TypDelegation = "poppy-dlg+jwt"
+	TypBrowser    = "poppy-browser+jwt"
+)
+
+// Session is what a verified Session JWT says (poppy-core choice 1).
+// Whether the Session is signed in is not here: that takes an access token
+// (see AccessTokens and CheckAccessToken).
+type Session struct {
+	ClientID  string // the Personal Agent's client_id (iss)
+	User      string // the pairwise User ID (sub)
+	SID       string // the Session ID (sid)
+	AgentName string // client_name from the agent's metadata; "" for none
+	IssuedAt  time.Time
+	ExpiresAt time.Time
+}
+
+// BrowserAssertion is what a verified browser join assertion says
+// (poppy-core choice 3).
+type BrowserAssertion struct {
+	Session
+	// ReturnTo is return_to, checked to be an absolute URL on the
+	// Verifier's Origin without userinfo.
+	ReturnTo string
+	// Extensions is the extensions claim as sent, in the Poppy-Extensions
+	// syntax (poppy-core choice 4); "" when absent. The caller parses it.
+	Extensions string
+}
+
+// Verifier verifies Session JWTs and browser join assertions.
+type Verifier struct {
+	// Origin is the Company's origin, the aud of every Session JWT, such as
+	// "https://shop.example": scheme, host and port, no path.
+	Origin string
+	// Resolver loads agents' keys.
+	Resolver *Resolver
+	// Replay remembers each jti until its token expires (UseOnce).
+	Replay store.Store
+	// Clock is the time source; nil means time.Now.
+	Clock func() time.Time
+	// AcceptAgent, when set, is asked before an agent's keys are loaded;
+	// false refuses the agent (ErrInvalid). Revocation can use it.
+	AcceptAgent func(clientID string) bool
+}
+
+// agentClaims are the claims of a Session JWT and of a browser assertion.
+type agentClaims struct {
+	jwt.RegisteredClaims
+	SID        string  `json:"sid"`
+	ATH        *string `json:"ath"`
+	ReturnTo   *string `json:"return_to"`
+	Extensions *string `json:"extensions"`
+}
+
+type delegationClaims struct {
+	jwt.RegisteredClaims
+	Cnf struct {
+		JWK *JWK `json:"jwk"`
+	} `json:"cnf"`
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Clock != nil {
+		return v.Clock()
+	}
+	return time.Now()
+}
+
+// VerifySession verifies the Poppy-Session header token (poppy-core choice
+// 1). accessToken is the Bearer token sent with it, or "" for none: with
+// one, the JWT must carry its ath; without, it must carry none. The jti is
+// used up, so a token verifies once.
+func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Session, error) {
+	var c agentClaims
+	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
+	if err != nil {
+		return Session{}, fmt.Errorf("Session JWT: %w", err)
+	}
+	return s, nil
+}
+
+// VerifyBrowserAssertion verifies the assertion of a browser join
+// (poppy-core choice 3). audience is the join endpoint's URL; accessToken is
+// the form's access_token, or "" for a signed-out join.
+func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
+	var c agentClaims
+	s, err := v.verify(ctx, assertion, TypBrowser, audience, MaxBrowserLifetime, accessToken, &c)
+	if err != nil {
+		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
+	}
+	b := BrowserAssertion{Session: s}
+	if c.ReturnTo == nil {
+		return BrowserAssertion{}, invalid("browser assertion: return_to is missing")
+	}
+	if err := v.checkReturnTo(*c.ReturnTo); err != nil {
+		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
+	}
+	b.ReturnTo = *c.ReturnTo
+	if c.Extensions != nil {
+		b.Extensions = *c.Extensions
+	}
+	return b, nil
+}
+
+// verify makes the checks common to a Session JWT and a browser assertion.
+// The jti is used up last, so that a token failing another check does not
+// take room in the replay store.
+func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifetime time.Duration, accessToken string, c *agentClaims) (Session, error) {
+	if v.Resolver == nil || v.Replay == nil || aud == "" {
+		return Session{}, fmt.Errorf("identity: Verifier needs Resolver, Replay and an audience")
+	}
+	if len(token) > maxTokenBytes {
+		return Session{}, invalid("longer than %d bytes", maxTokenBytes)
+	}
+	now := v.now()
+	var agent *Agent
+	var keyErr error
+	p := jwt.NewParser(
+		jwt.WithValidMethods(signingAlgs),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithAudience(aud),
+	)
+	_, err := p.ParseWithClaims(token, c, func(t *jwt.Token) (any, error) {
+		if err := checkHeader(t, typ); err != nil {
+			keyErr = err
+			return nil, err
+		}
+		dlg, ok := t.Header["poppy_dlg"].(string)
+		if !ok {
+			keyErr = invalid("JOSE header poppy_dlg is missing")
+			return nil, keyErr
+		}
+		if c.Issuer == "" {
+			keyErr = invalid("iss is missing")
+			return nil, keyErr
+		}
+		d, err := v.delegation(ctx, dlg, now)
+		if err != nil {
+			keyErr = fmt.Errorf("poppy_dlg: %w", err)
+			return nil, keyErr
+		}
+		if d.clientID != c.Issuer {
+			keyErr = invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
+			return nil, keyErr
+		}
+		if !d.key.Fits(t.Method.Alg()) {
+			keyErr = invalid("alg %q does not fit the delegated key", t.Method.Alg())
+			return nil, keyErr
+		}
+		agent = d.agent
+		return d.key.Key, nil
+	})
+	if keyErr != nil {
+		return Session{}, keyErr
+	}
+	if err != nil {
+		return Session{}, invalid("%v", err)
+	}
+	if c.IssuedAt == nil {
+		return Session{}, invalid("iat is missing")
+	}
+	iat, exp := c.IssuedAt.Time, c.ExpiresAt.Time
+	if life := exp.Sub(iat); life <= 0 || life > maxLifetime {
+		return Session{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxLifetime)
+	}
+	// The audience is exactly one value, the expected one: a token for
+	// several sites is a token for none.
+	if len(c.Audience) != 1 || c.Audience[0] != aud {
+		return Session{}, invalid("aud is not exactly %q", aud)
+	}
+	if err := checkID("sid", c.SID); err != nil {
+		return Session{}, err
+	}
+	if err := checkID("sub", c.Subject); err != nil {
+		return Session{}, err
+	}
+	if err := checkID("jti", c.ID); err != nil {
+		return Session{}, err
+	}
+	switch {
+	case accessToken != "" && c.ATH == nil:
+		return Session{}, invalid("ath is missing, and an access token was sent")
+	case accessToken == "" && c.ATH != nil:
+		return Session{}, invalid("ath is present, and no access token was sent")
+	case accessToken != "":
+		if subtle.ConstantTimeCompare([]byte(*c.ATH), []byte(ATH(accessToken))) != 1 {
+			return Session{}, invalid("ath does not match the access token")
+		}
+	}
+	first, err := v.Replay.UseOnce(ctx, "jti:"+c.Issuer+":"+c.ID, exp.Add(Leeway), now)
+	if err != nil {
+		return Session{}, fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
+	}
+	if !first {
+		return Session{}, invalid("jti was used before (replay)")
+	}
+	return Session{
+		ClientID:  c.Issuer,
+		User:      c.Subject,
+		SID:       c.SID,
+		AgentName: agent.ClientName,
+		IssuedAt:  iat,
+		ExpiresAt: exp,
+	}, nil
+}
+
+type delegation struct {
+	clientID string
+	key      PublicKey
+	agent    *Agent
+}
+
+// delegation verifies a poppy_dlg (poppy-core choice 1): signed by one of
+// the agent's long-term keys, chosen by kid and alg both, at most 24 h long,
+// not expired, vouching for cnf.jwk.
+func (v *Verifier) delegation(ctx context.Context, compact string, now time.Time) (delegation, error) {
+	var c delegationClaims
+	var d delegation
+	var keyErr error
+	p := jwt.NewParser(
+		jwt.WithValidMethods(signingAlgs),
+		jwt.WithLeeway(Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+	)
+	_, err := p.ParseWithClaims(compact, &c, func(t *jwt.Token) (any, error) {
+		if err := checkHeader(t, TypDelegation); err != nil {
+			keyErr = err
+			return nil, err
+		}
+		kid, _ := t.Header["kid"].(string)
+		if kid == "" {
+			keyErr = invalid("JOSE header kid is missing")
+			return nil, keyErr
+		}
+		if c.Issuer == "" {
+			keyErr = invalid("iss is missing")
+			return nil, keyErr
+		}
+		if v.AcceptAgent != nil && !v.AcceptAgent(c.Issuer) {
+			keyErr = invalid("agent %s is not accepted", c.Issuer)
+			return nil, keyErr
+		}
+		k, a, err := v.Resolver.Key(ctx, c.Issuer, kid, t.Method.Alg())
+		if err != nil {
+			keyErr = err
+			return nil, err
+		}
+		d.agent = a
+		return k.Key, nil
+	})
+	if keyErr != nil {
+		return delegation{}, keyErr
+	}
+	if err != nil {
+		return delegation{}, invalid("%v", err)
+	}
+	if c.IssuedAt == nil {
+		return delegation{}, invalid("iat is missing")
+	}
+	if life := c.ExpiresAt.Sub(c.IssuedAt.Time); life <= 0 || life > MaxDelegationLifetime {
+		return delegation{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, MaxDelegationLifetime)
+	}
+	if c.Cnf.JWK == nil {
+		return delegation{}, invalid("cnf.jwk is missing")
+	}
+	key, err := c.Cnf.JWK.PublicKey()
+	if err != nil {
+		return delegation{}, invalid("cnf.jwk: %v", err)
+	}
+	d.clientID, d.key = c.Issuer, key
+	return d, nil
+}
+
+// checkHeader checks typ (RFC 7515 §4.1.9: case-insensitive, "application/"
+// optional) and refuses crit, since no extension header is understood.
+func checkHeader(t *jwt.Token, want string) error {
+	typ, _ := t.Header["typ"].(string)
+	typ = strings.ToLower(typ)
+	if typ != want && typ != "application/"+want {
+		return invalid("JOSE header typ %q is not %q", typ, want)
+	}
+	if _, ok := t.Header["crit"]; ok {
+		return invalid("JOSE header crit is not understood")
+	}
+	return nil
+}
+
+// checkID checks sid, sub and jti: 1–255 bytes of visible ASCII.
+func checkID(claim, s string) error {
+	if s == "" || len(s) > maxIDBytes {
+		return invalid("%s is not 1–%d bytes", claim, maxIDBytes)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return invalid("%s has a character that is not visible ASCII", claim)
+		}
+	}
+	return nil
+}
+
+// ATH is the ath claim for an access token: base64url, no padding, of the
+// SHA-256 of its ASCII bytes (as in DPoP, RFC 9449 §4.2).
+func ATH(accessToken string) string {
+	sum := sha256.Sum256([]byte(accessToken))
+	return b64.EncodeToString(sum[:])
+}
+
+// checkReturnTo requires an absolute URL on the Verifier's Origin, without
+// userinfo: the join answers 303 to it, and must not become an open
+// redirect.
+func (v *Verifier) checkReturnTo(s string) error {
+	if len(s) > maxURLLength || strings.ContainsAny(s, "\\") {
+		return invalid("return_to is not a plain URL of at most %d bytes", maxURLLength)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return invalid("return_to: %v", err)
+	}
+	o, err := url.Parse(v.Origin)
+	if err != nil {
+		return fmt.Errorf("identity: Verifier.Origin: %w", err)
+	}
+	if u.User != nil || u.Opaque != "" || !strings.EqualFold(u.Scheme, o.Scheme) || !sameHost(u, o) {
+		return invalid("return_to is not on %s", v.Origin)
+	}
+	return nil
+}
