@@ -1,0 +1,1180 @@
+// Package storetest is the conformance suite every store.Store passes: the
+// memory store, and the Redis store against miniredis, a redis-server and a
+// Redis Cluster. Each subtest names the requirement IDs it shows
+// (spec/requirements.md), so `grep -rnw W135 .` finds it.
+//
+// The suite passes its own clock reading to every call (a fixed base plus
+// offsets, moving forward only within a subtest), so a store must judge
+// every expiry by the caller's now (package store doc).
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// Harness is one backend under test, with fresh, empty data.
+type Harness struct {
+	Store store.Store
+	// Clients are extra Stores over the same data, as separate web servers
+	// would have (e.g. 4 Redis clients). nil/empty → only Store.
+	Clients []store.Store
+	// Advance moves the backend's own clock (miniredis FastForward) so that
+	// backend TTLs fire; nil when the backend has no simulated clock.
+	Advance func(d time.Duration)
+	// Size reports how many records/keys the backend holds (memory:
+	// entries; Redis: DBSIZE), nil if unknown. Used to show nothing grows
+	// without bound. Leave it nil for a backend whose records expire only by
+	// real time (a real redis-server with no Advance).
+	Size func(ctx context.Context) (int, error)
+	// Down makes the backend unreachable; nil if the backend cannot be
+	// stopped.
+	Down func()
+}
+
+// base is the suite's clock: every call passes base plus an offset.
+var base = time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return base.Add(d) }
+
+// The owners of the suite (§3 "Who can approve it"; DESIGN "Sessions and
+// owners").
+var (
+	signedOut    = store.Owner{Agent: "agent-a", User: "user-1"}
+	signedIn     = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
+	otherAccount = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-2"}
+	otherAgent   = store.Owner{Agent: "agent-b", User: "user-1", Account: "acct-1"}
+	otherUser    = store.Owner{Agent: "agent-a", User: "user-2", Account: "acct-1"}
+)
+
+const lifetime = 10 * time.Minute
+
+// action returns the action key with terms given as JSON, canonicalised as
+// the Gate does (W118).
+func action(t testing.TB, key, terms string) store.Action {
+	t.Helper()
+	c, err := store.CanonicalTerms([]byte(terms))
+	if err != nil {
+		t.Fatalf("terms %s: %v", terms, err)
+	}
+	return store.Action{Key: key, Terms: c, Summary: "Do " + key + " with " + string(c), Lifetime: lifetime}
+}
+
+// approvalOf is the agent's user approval of a revision (§6).
+func approvalOf(op store.Operation) store.Approval {
+	return store.Approval{
+		OperationID: op.ID,
+		Revision:    op.Revision,
+		Approver:    "user",
+		ApprovedAt:  base,
+		InputType:   "tap",
+		Reference:   "apr_" + op.Revision,
+	}
+}
+
+// env is one subtest's backend, with helpers that fail the test on a store
+// error.
+type env struct {
+	t *testing.T
+	h Harness
+}
+
+func (e *env) ctx() context.Context { return e.t.Context() }
+
+// clients returns every Store over the data: Store first.
+func (e *env) clients() []store.Store {
+	return append([]store.Store{e.h.Store}, e.h.Clients...)
+}
+
+// client returns the i-th client, cycling, so that steps of one scenario run
+// on different web servers when the harness has several.
+func (e *env) client(i int) store.Store {
+	c := e.clients()
+	return c[i%len(c)]
+}
+
+func (e *env) issue(o store.Owner, a store.Action, now time.Time) store.Issued {
+	e.t.Helper()
+	is, err := e.h.Store.Issue(e.ctx(), o, a, now)
+	if err != nil {
+		e.t.Fatalf("Issue: %v", err)
+	}
+	if is.Operation.ID == "" || is.Ref != store.MakeRef(is.Operation.ID, is.Operation.Revision) {
+		e.t.Fatalf("Issue: ref %q does not name operation %+v", is.Ref, is.Operation)
+	}
+	return is
+}
+
+func (e *env) take(o store.Owner, a store.Action, now time.Time) store.TakeResult {
+	e.t.Helper()
+	res, err := e.client(1).Take(e.ctx(), o, a, now)
+	if err != nil {
+		e.t.Fatalf("Take: %v", err)
+	}
+	checkTakeResult(e.t, res)
+	return res
+}
+
+// checkTakeResult checks that exactly one of Claim, Issued and Busy is set.
+func checkTakeResult(t testing.TB, res store.TakeResult) {
+	t.Helper()
+	n := 0
+	if res.Claim != nil {
+		n++
+		if res.Claim.Token == "" {
+			t.Errorf("Take: claim without a token: %+v", res.Claim)
+		}
+	}
+	if res.Issued != nil {
+		n++
+	}
+	if res.Busy {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("Take: want exactly one of Claim, Issued, Busy; got %+v", res)
+	}
+}
+
+// claim takes and requires a claim.
+func (e *env) claim(o store.Owner, a store.Action, now time.Time) *store.Claim {
+	e.t.Helper()
+	res := e.take(o, a, now)
+	if res.Claim == nil {
+		e.t.Fatalf("Take: want a claim, got %+v", res)
+	}
+	return res.Claim
+}
+
+// noClaim takes and requires an issued operation.
+func (e *env) noClaim(o store.Owner, a store.Action, now time.Time) store.Issued {
+	e.t.Helper()
+	res := e.take(o, a, now)
+	if res.Issued == nil {
+		e.t.Fatalf("Take: want an issued operation, got %+v", res)
+	}
+	return *res.Issued
+}
+
+func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time) store.RecordReply {
+	e.t.Helper()
+	rep, err := e.client(2).Record(e.ctx(), o, ref, ap, now, store.RecordOptions{})
+	if err != nil {
+		e.t.Fatalf("Record: %v", err)
+	}
+	return rep
+}
+
+// approve records the approval of is and requires Recorded.
+func (e *env) approve(o store.Owner, is store.Issued, now time.Time) {
+	e.t.Helper()
+	if rep := e.record(o, is.Ref, approvalOf(is.Operation), now); rep.Result != store.Recorded {
+		e.t.Fatalf("Record: want recorded, got %v", rep.Result)
+	}
+}
+
+func (e *env) wantRecord(o store.Owner, ref string, ap store.Approval, now time.Time, want store.RecordResult) store.RecordReply {
+	e.t.Helper()
+	rep := e.record(o, ref, ap, now)
+	if rep.Result != want {
+		e.t.Fatalf("Record: want %v, got %v", want, rep.Result)
+	}
+	return rep
+}
+
+func (e *env) lookup(o store.Owner, ref string, now time.Time) (store.Record, bool) {
+	e.t.Helper()
+	rec, found, err := e.client(3).Lookup(e.ctx(), o, ref, now)
+	if err != nil {
+		e.t.Fatalf("Lookup: %v", err)
+	}
+	return rec, found
+}
+
+// status looks ref up and requires it found with the given status.
+func (e *env) status(o store.Owner, ref string, now time.Time, want store.Status) store.Record {
+	e.t.Helper()
+	rec, found := e.lookup(o, ref, now)
+	if !found {
+		e.t.Fatalf("Lookup %s at %v: not found, want %s", ref, now.Sub(base), want)
+	}
+	if rec.Status != want {
+		e.t.Fatalf("Lookup %s at %v: status %s, want %s", ref, now.Sub(base), rec.Status, want)
+	}
+	return rec
+}
+
+func (e *env) finish(c *store.Claim, out store.Outcome, now time.Time) {
+	e.t.Helper()
+	if err := e.client(4).Finish(e.ctx(), *c, out, now); err != nil {
+		e.t.Fatalf("Finish %v: %v", out, err)
+	}
+}
+
+func sameOperation(a, b store.Operation) bool {
+	return a.ID == b.ID && a.Revision == b.Revision && a.Summary == b.Summary &&
+		string(a.Terms) == string(b.Terms) && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+// Run runs the whole conformance suite; newHarness is called once per
+// subtest (fresh, empty data). Subtests run one after another, because a
+// backend such as one redis-server may hand every harness the same
+// database, flushed.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if h.Store == nil {
+				t.Fatal("harness without a Store")
+			}
+			tc.run(t, &env{t: t, h: h})
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, e *env)
+}
+
+var cases []testCase
+
+func add(name string, run func(t *testing.T, e *env)) struct{} {
+	cases = append(cases, testCase{name, run})
+	return struct{}{}
+}
+
+// ---- Issue (§3, §4) ----
+
+var _ = add("W19 W20 W24 W34 new terms keep the operation_id and get a new revision", func(t *testing.T, e *env) {
+	a := action(t, "exchange:ord_1", `{"size":"M"}`)
+	first := e.issue(signedIn, a, at(0))
+	again := e.issue(signedIn, a, at(time.Minute))
+	if again.Operation.ID != first.Operation.ID || again.Operation.Revision != first.Operation.Revision {
+		t.Fatalf("same terms: got %+v, want reuse of %+v", again.Operation, first.Operation)
+	}
+	changed := e.issue(signedIn, action(t, "exchange:ord_1", `{"size":"L"}`), at(2*time.Minute))
+	if changed.Operation.ID != first.Operation.ID {
+		t.Errorf("W20: new terms changed operation_id %s → %s", first.Operation.ID, changed.Operation.ID)
+	}
+	if changed.Operation.Revision == first.Operation.Revision {
+		t.Errorf("W24: new terms kept revision %s", first.Operation.Revision)
+	}
+	if string(changed.Operation.Terms) != `{"size":"L"}` {
+		t.Errorf("terms = %s", changed.Operation.Terms)
+	}
+	if want := at(2*time.Minute + lifetime); !changed.Operation.ExpiresAt.Equal(want) {
+		t.Errorf("expires_at = %v, want now+Lifetime %v", changed.Operation.ExpiresAt, want)
+	}
+	// W34: a price change back to the first terms is again new terms.
+	back := e.issue(signedIn, a, at(3*time.Minute))
+	if back.Operation.ID != first.Operation.ID || back.Operation.Revision == changed.Operation.Revision {
+		t.Errorf("W34: back to the first terms: got %+v", back.Operation)
+	}
+})
+
+var _ = add("W39 same terms reuse the revision while half its lifetime is left", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"n":1}`)
+	first := e.issue(signedOut, a, at(0))
+	if again := e.issue(signedOut, a, at(lifetime/2)); again.Operation.Revision != first.Operation.Revision {
+		t.Errorf("at half the lifetime: new revision %s, want %s", again.Operation.Revision, first.Operation.Revision)
+	}
+	later := e.issue(signedOut, a, at(lifetime/2+time.Second))
+	if later.Operation.Revision == first.Operation.Revision || later.Operation.ID != first.Operation.ID {
+		t.Errorf("past half the lifetime: got %+v, want a new revision of %s", later.Operation, first.Operation.ID)
+	}
+	if want := at(lifetime/2 + time.Second + lifetime); !later.Operation.ExpiresAt.Equal(want) {
+		t.Errorf("expires_at = %v, want %v", later.Operation.ExpiresAt, want)
+	}
+})
+
+var _ = add("W25 a new fixed expires_at is a new revision", func(t *testing.T, e *env) {
+	a := action(t, "seat:12A", `{"seat":"12A"}`)
+	a.ExpiresAt = at(5 * time.Minute)
+	first := e.issue(signedIn, a, at(0))
+	if !first.Operation.ExpiresAt.Equal(a.ExpiresAt) {
+		t.Fatalf("expires_at = %v, want the fixed %v", first.Operation.ExpiresAt, a.ExpiresAt)
+	}
+	// A fixed expires_at is reused while it lasts, whatever is left of it.
+	if again := e.issue(signedIn, a, at(4*time.Minute)); again.Operation.Revision != first.Operation.Revision {
+		t.Errorf("same fixed expires_at: new revision %s", again.Operation.Revision)
+	}
+	a.ExpiresAt = at(6 * time.Minute)
+	moved := e.issue(signedIn, a, at(4*time.Minute))
+	if moved.Operation.Revision == first.Operation.Revision || moved.Operation.ID != first.Operation.ID {
+		t.Errorf("new expires_at: got %+v, want a new revision of %s", moved.Operation, first.Operation.ID)
+	}
+	if !moved.Operation.ExpiresAt.Equal(a.ExpiresAt) {
+		t.Errorf("expires_at = %v, want %v", moved.Operation.ExpiresAt, a.ExpiresAt)
+	}
+})
+
+var _ = add("W22 W23 W36 200 different terms get 200 distinct revisions", func(t *testing.T, e *env) {
+	seen := map[string]bool{}
+	var id string
+	for i := range 200 {
+		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(time.Duration(i)*time.Second))
+		if !store.ValidID(is.Operation.ID) || !store.ValidID(is.Operation.Revision) || !store.ValidRef(is.Ref) {
+			t.Fatalf("W22 W23: invalid id, revision or ref: %+v", is)
+		}
+		if id == "" {
+			id = is.Operation.ID
+		} else if is.Operation.ID != id {
+			t.Fatalf("W20: operation_id changed to %s", is.Operation.ID)
+		}
+		if seen[is.Operation.Revision] {
+			t.Fatalf("W36: revision %s given to two terms", is.Operation.Revision)
+		}
+		seen[is.Operation.Revision] = true
+	}
+})
+
+var _ = add("W19 W21 different actions and owners get different operation_ids", func(t *testing.T, e *env) {
+	ids := map[string]string{}
+	for _, o := range []store.Owner{signedOut, signedIn, otherAccount, otherAgent, otherUser} {
+		for _, key := range []string{"exchange:ord_1", "exchange:ord_2"} {
+			is := e.issue(o, action(t, key, `{"same":true}`), at(0))
+			what := fmt.Sprintf("%+v %s", o, key)
+			if prev, dup := ids[is.Operation.ID]; dup {
+				t.Fatalf("W21: %s and %s share operation_id %s", prev, what, is.Operation.ID)
+			}
+			ids[is.Operation.ID] = what
+		}
+	}
+})
+
+var _ = add("W26 a revision keeps its terms and expires_at", func(t *testing.T, e *env) {
+	a1 := action(t, "k", `{"v":1}`)
+	r1 := e.issue(signedIn, a1, at(0))
+	rec1 := e.status(signedIn, r1.Ref, at(time.Second), store.Waiting)
+	if !sameOperation(rec1.Current, r1.Operation) {
+		t.Fatalf("Lookup current %+v, want %+v", rec1.Current, r1.Operation)
+	}
+	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(2*time.Second))
+	// The first revision is unchanged: its approval is recorded for it,
+	// and a request with its terms takes exactly it.
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(3*time.Second), store.Recorded)
+	if !sameOperation(rep.Operation, r1.Operation) {
+		t.Errorf("Recorded operation %+v, want %+v", rep.Operation, r1.Operation)
+	}
+	rec := e.status(signedIn, r1.Ref, at(4*time.Second), store.Approved)
+	if !sameOperation(rec.Current, r2.Operation) {
+		t.Errorf("Lookup current %+v, want the latest %+v", rec.Current, r2.Operation)
+	}
+	c := e.claim(signedIn, a1, at(5*time.Second))
+	if !sameOperation(c.Operation, r1.Operation) {
+		t.Errorf("claimed %+v, want %+v", c.Operation, r1.Operation)
+	}
+})
+
+var _ = add("W141 once claimed or performed, the next Issue gets a new operation_id", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"v":1}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	during := e.issue(signedIn, a, at(3*time.Second))
+	if during.Operation.ID == is.Operation.ID {
+		t.Errorf("while performing: Issue kept operation_id %s", is.Operation.ID)
+	}
+	e.finish(c, store.Done, at(4*time.Second))
+	after := e.issue(signedIn, a, at(5*time.Second))
+	if after.Operation.ID == is.Operation.ID {
+		t.Errorf("after performing: Issue kept operation_id %s", is.Operation.ID)
+	}
+	if took := e.noClaim(signedIn, a, at(6*time.Second)); took.Operation.ID == is.Operation.ID {
+		t.Errorf("after performing: Take issued the performed operation %s", is.Operation.ID)
+	}
+})
+
+var _ = add("revisions of one operation are capped at 32, dropping the oldest never approved", func(t *testing.T, e *env) {
+	var revs []store.Issued
+	revs = append(revs, e.issue(signedIn, action(t, "k", `{"n":0}`), at(0)))
+	e.approve(signedIn, revs[0], at(0))
+	for i := 1; i <= 40; i++ {
+		revs = append(revs, e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(time.Second)))
+	}
+	now := at(2 * time.Second)
+	// Kept: the approved revision 0 and the latest 31 (10…40).
+	e.wantRecord(signedIn, revs[0].Ref, approvalOf(revs[0].Operation), now, store.AlreadyRecorded)
+	for _, i := range []int{1, 9} {
+		rep := e.wantRecord(signedIn, revs[i].Ref, approvalOf(revs[i].Operation), now, store.RevisionMismatch)
+		if rep.Operation.Revision != revs[40].Operation.Revision {
+			t.Errorf("revision %d: mismatch answers %s, want the current %s", i, rep.Operation.Revision, revs[40].Operation.Revision)
+		}
+	}
+	e.wantRecord(signedIn, revs[10].Ref, approvalOf(revs[10].Operation), now, store.Recorded)
+	e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[40].Operation), now, store.Recorded)
+})
+
+// ---- Record (§6 "What the Company checks") ----
+
+var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.T, e *env) {
+	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
+	id := is.Operation.ID
+	for _, ref := range []string{
+		"", ".", "x", id, id + ".", "." + is.Operation.Revision,
+		"op_00000000000000000000." + is.Operation.Revision,
+		id + ".rev.extra", id + ".re v", id + ".rev\n", is.Ref + "\x00",
+		strings.Repeat("a", store.MaxRefLength+1),
+		strings.Repeat("a", 300) + "." + is.Operation.Revision,
+	} {
+		rep := e.record(signedIn, ref, approvalOf(is.Operation), at(time.Second))
+		if rep.Result != store.NotFound {
+			t.Errorf("Record ref %q: %v, want not found", ref, rep.Result)
+		}
+		if _, found := e.lookup(signedIn, ref, at(time.Second)); found {
+			t.Errorf("Lookup ref %q: found", ref)
+		}
+	}
+	e.status(signedIn, is.Ref, at(time.Second), store.Waiting)
+})
+
+var _ = add("W45 W76 W104 another agent or User finds nothing", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	for _, o := range []store.Owner{otherAgent, otherUser, {Agent: otherAgent.Agent, User: otherAgent.User}} {
+		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(time.Second), store.NotFound)
+		if _, found := e.lookup(o, is.Ref, at(time.Second)); found {
+			t.Errorf("Lookup as %+v: found", o)
+		}
+	}
+	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+})
+
+var _ = add("W42 W43 W77 a signed-in Session meets a signed-out or another account's operation: not found", func(t *testing.T, e *env) {
+	out := e.issue(signedOut, action(t, "k", `{}`), at(0))
+	e.wantRecord(signedIn, out.Ref, approvalOf(out.Operation), at(time.Second), store.NotFound)
+	in := e.issue(signedIn, action(t, "k", `{}`), at(0))
+	e.wantRecord(otherAccount, in.Ref, approvalOf(in.Operation), at(time.Second), store.NotFound)
+	// Lookup finds them for the agent and User; the owner's account tells
+	// the caller they are not this Session's (§3).
+	if rec, found := e.lookup(signedIn, out.Ref, at(2*time.Second)); !found || rec.Owner != signedOut {
+		t.Errorf("Lookup signed-out op: found=%v owner=%+v", found, rec.Owner)
+	}
+	if rec, found := e.lookup(otherAccount, in.Ref, at(2*time.Second)); !found || rec.Owner != signedIn {
+		t.Errorf("Lookup account op: found=%v owner=%+v", found, rec.Owner)
+	}
+	e.status(signedOut, out.Ref, at(3*time.Second), store.Waiting)
+	e.status(signedIn, in.Ref, at(3*time.Second), store.Waiting)
+})
+
+var _ = add("W44 W73 a signed-out Session meets an account's operation: sign-in required", func(t *testing.T, e *env) {
+	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
+	rep := e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), at(time.Second), store.SignInRequired)
+	if rep.Operation.ID != "" {
+		t.Errorf("sign-in required reveals the operation: %+v", rep.Operation)
+	}
+	rec, found := e.lookup(signedOut, is.Ref, at(time.Second))
+	if !found || rec.Owner.Account != signedIn.Account {
+		t.Errorf("Lookup: found=%v owner=%+v, want the account's operation", found, rec.Owner)
+	}
+	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting) // nothing recorded
+})
+
+var _ = add("W100 W114 W122 a revision never returned: mismatch with the current revision", func(t *testing.T, e *env) {
+	is := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
+	for _, rev := range []string{"1791487200-made-up", "", is.Operation.Revision + "x"} {
+		ap := approvalOf(is.Operation)
+		ap.Revision = rev
+		rep := e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.RevisionMismatch)
+		if !sameOperation(rep.Operation, is.Operation) {
+			t.Errorf("revision %q: answered %+v, want the current %+v", rev, rep.Operation, is.Operation)
+		}
+		if rep.Operation.Revision == rev {
+			t.Errorf("W122: answered with the named revision %q", rev)
+		}
+	}
+	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+})
+
+var _ = add("W115 W120 an expired revision while a newer one is current: mismatch", func(t *testing.T, e *env) {
+	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
+	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(6*time.Minute))
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), r1.Operation.ExpiresAt.Add(time.Second), store.RevisionMismatch)
+	if !sameOperation(rep.Operation, r2.Operation) {
+		t.Errorf("answered %+v, want the current %+v", rep.Operation, r2.Operation)
+	}
+})
+
+var _ = add("W18 W101 W115 the current revision expired: operation expired; expires_at itself is accepted", func(t *testing.T, e *env) {
+	late := e.issue(signedIn, action(t, "late", `{}`), at(0))
+	ontime := e.issue(signedIn, action(t, "ontime", `{}`), at(0))
+	e.wantRecord(signedIn, ontime.Ref, approvalOf(ontime.Operation), ontime.Operation.ExpiresAt, store.Recorded)
+	e.status(signedIn, ontime.Ref, ontime.Operation.ExpiresAt, store.Approved)
+	// Both answers are invalid_request (W75, W101): a store may forget an
+	// unperformed operation once every revision has expired (W38).
+	if rep := e.record(signedIn, late.Ref, approvalOf(late.Operation), late.Operation.ExpiresAt.Add(time.Second)); rep.Result != store.OperationExpired && rep.Result != store.NotFound {
+		t.Errorf("one second after expires_at: %v, want operation expired (or not found)", rep.Result)
+	}
+
+	// Remembered for an approval of a longer-lived revision, the operation
+	// has still expired when its current revision has.
+	long := action(t, "long", `{"v":1}`)
+	long.Lifetime = time.Hour
+	r1 := e.issue(signedIn, long, at(lifetime+2*time.Second))
+	e.approve(signedIn, r1, at(lifetime+2*time.Second))
+	r2 := e.issue(signedIn, action(t, "long", `{"v":2}`), at(lifetime+3*time.Second))
+	after := r2.Operation.ExpiresAt.Add(time.Second)
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), after, store.OperationExpired)
+	bad := approvalOf(r2.Operation)
+	bad.Revision = "0-bogus"
+	e.wantRecord(signedIn, r2.Ref, bad, after, store.OperationExpired)
+	e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), after, store.AlreadyRecorded)
+})
+
+var _ = add("W116 W122 an approval of another operation: mismatch, never with the named revision", func(t *testing.T, e *env) {
+	x := e.issue(signedIn, action(t, "x", `{}`), at(0))
+	y := e.issue(signedIn, action(t, "y", `{}`), at(0))
+	rep := e.wantRecord(signedIn, y.Ref, approvalOf(x.Operation), at(time.Second), store.RevisionMismatch)
+	if !sameOperation(rep.Operation, y.Operation) {
+		t.Errorf("answered %+v, want y's current %+v", rep.Operation, y.Operation)
+	}
+	// x's operation_id with y's own current revision still fails check 3
+	// (the ref is y's), and the answer must not name that revision.
+	ap := approvalOf(y.Operation)
+	ap.OperationID = x.Operation.ID
+	rep = e.wantRecord(signedIn, y.Ref, ap, at(2*time.Second), store.RevisionMismatch)
+	if rep.Operation.Revision == ap.Revision || rep.Operation.ID != y.Operation.ID {
+		t.Errorf("W122: answered %+v for named revision %s", rep.Operation, ap.Revision)
+	}
+	e.status(signedIn, x.Ref, at(3*time.Second), store.Waiting)
+	e.status(signedIn, y.Ref, at(3*time.Second), store.Waiting)
+})
+
+var _ = add("W97 W113 W136 performing and performed operations fail check 2", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(3*time.Second), store.IsPerforming)
+	e.finish(c, store.Done, at(4*time.Second))
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), store.IsPerformed)
+	e.status(signedIn, is.Ref, at(6*time.Second), store.Performed)
+})
+
+var _ = add("W111 the first failing check decides", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	bad := approvalOf(is.Operation)
+	bad.Revision = "0-bogus"
+	now := at(time.Second)
+	// Checks 1 and 3 fail: check 1's answer.
+	e.wantRecord(otherAgent, is.Ref, bad, now, store.NotFound)
+	e.wantRecord(otherAccount, is.Ref, bad, now, store.NotFound)
+	e.wantRecord(signedOut, is.Ref, bad, now, store.SignInRequired)
+	e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), now, store.SignInRequired)
+	// Checks 2 and 3 fail: check 2's answer.
+	e.approve(signedIn, is, at(2*time.Second))
+	c := e.claim(signedIn, a, at(3*time.Second))
+	e.wantRecord(signedIn, is.Ref, bad, at(4*time.Second), store.IsPerforming)
+	// Checks 1 and 2 fail: check 1's answer.
+	e.wantRecord(otherAccount, is.Ref, approvalOf(is.Operation), at(4*time.Second), store.NotFound)
+	e.finish(c, store.Done, at(5*time.Second))
+	e.wantRecord(signedIn, is.Ref, bad, at(6*time.Second), store.IsPerformed)
+	e.wantRecord(signedOut, is.Ref, bad, at(6*time.Second), store.SignInRequired)
+})
+
+var _ = add("W135 W136 recording the same revision again records nothing new", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	rep := e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.AlreadyRecorded)
+	if !sameOperation(rep.Operation, is.Operation) {
+		t.Errorf("already recorded: operation %+v, want %+v", rep.Operation, is.Operation)
+	}
+	if rec := e.status(signedIn, is.Ref, at(3*time.Second), store.Approved); len(rec.Approvals) != 1 {
+		t.Fatalf("approvals = %d, want 1", len(rec.Approvals))
+	}
+	c := e.claim(signedIn, a, at(4*time.Second))
+	e.finish(c, store.NotDone, at(5*time.Second))
+	// The one approval is used up; sending it again revives nothing (W98).
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(6*time.Second), store.AlreadyRecorded)
+	if got := e.noClaim(signedIn, a, at(7*time.Second)); got.Operation.Revision == is.Operation.Revision {
+		t.Errorf("after the approval was used: issued the used revision %s again", got.Operation.Revision)
+	}
+})
+
+var _ = add("W110 W134 CheckOnly records nothing", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	for range 2 {
+		rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), store.RecordOptions{CheckOnly: true})
+		if err != nil || rep.Result != store.Recorded || !sameOperation(rep.Operation, is.Operation) {
+			t.Fatalf("CheckOnly: %+v, %v; want recorded with %+v", rep, err, is.Operation)
+		}
+	}
+	bad := approvalOf(is.Operation)
+	bad.Revision = "0-bogus"
+	if rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, bad, at(time.Second), store.RecordOptions{CheckOnly: true}); err != nil || rep.Result != store.RevisionMismatch {
+		t.Fatalf("CheckOnly with a bad revision: %+v, %v", rep, err)
+	}
+	if rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting); len(rec.Approvals) != 0 {
+		t.Fatalf("CheckOnly recorded %d approvals", len(rec.Approvals))
+	}
+	e.noClaim(signedIn, a, at(3*time.Second))
+	e.approve(signedIn, is, at(4*time.Second))
+	e.claim(signedIn, a, at(5*time.Second))
+})
+
+// ---- Lookup (§6 "Looking up an approved operation") ----
+
+var _ = add("W105 W106 W107 W108 status follows the operation", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	rec := e.status(signedIn, is.Ref, at(time.Second), store.Waiting)
+	if rec.Expired || rec.Owner != signedIn || !sameOperation(rec.Current, is.Operation) {
+		t.Errorf("waiting: %+v", rec)
+	}
+	e.approve(signedIn, is, at(2*time.Second))
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	c := e.claim(signedIn, a, at(4*time.Second))
+	e.status(signedIn, is.Ref, at(5*time.Second), store.Performing)
+	e.finish(c, store.Done, at(6*time.Second))
+	rec = e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+	if rec.Expired {
+		t.Errorf("performed reported expired")
+	}
+})
+
+var _ = add("W75 expired is set when the current revision expired and nothing is recorded", func(t *testing.T, e *env) {
+	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
+	if rec := e.status(signedIn, is.Ref, is.Operation.ExpiresAt, store.Waiting); rec.Expired {
+		t.Errorf("expired at exactly expires_at (W18)")
+	}
+	// A store may forget it once expired; if it remembers it, it says so.
+	if rec, found := e.lookup(signedIn, is.Ref, is.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != store.Waiting) {
+		t.Errorf("past expires_at: %+v, want expired and waiting", rec)
+	}
+
+})
+
+var _ = add("W75 W102 an approved operation is not expired, though its current revision is", func(t *testing.T, e *env) {
+	long := action(t, "j", `{"v":1}`)
+	long.Lifetime = time.Hour
+	r1 := e.issue(signedIn, long, at(0))
+	e.approve(signedIn, r1, at(time.Second))
+	r2 := e.issue(signedIn, action(t, "j", `{"v":2}`), at(2*time.Second))
+	after := r2.Operation.ExpiresAt.Add(time.Second)
+	if rec := e.status(signedIn, r1.Ref, after, store.Approved); rec.Expired || !sameOperation(rec.Current, r2.Operation) {
+		t.Errorf("approved with an expired current revision: %+v", rec)
+	}
+	// Once the approval has expired too, nothing keeps it.
+	if rec, found := e.lookup(signedIn, r1.Ref, r1.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != store.Waiting) {
+		t.Errorf("past every expires_at: %+v", rec)
+	}
+})
+
+var _ = add("W81 approvals keep their statements, and when they were used", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user",
+		ApprovedAt: at(-time.Hour), InputType: "blink", Reference: "apr_7Qz"}
+	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.Recorded)
+	agent := e.issue(signedIn, action(t, "k2", `{}`), at(0))
+	e.wantRecord(signedIn, agent.Ref, store.Approval{OperationID: agent.Operation.ID, Revision: agent.Operation.Revision, Approver: "agent"}, at(time.Second), store.Recorded)
+
+	rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Approved)
+	want := ap
+	want.RecordedAt = at(time.Second)
+	if len(rec.Approvals) != 1 || !sameApproval(rec.Approvals[0], want) {
+		t.Fatalf("approvals = %+v, want [%+v]", rec.Approvals, want)
+	}
+	c := e.claim(signedIn, a, at(3*time.Second))
+	want.UsedAt = at(3 * time.Second)
+	if !sameApproval(c.Approval, want) {
+		t.Errorf("claim approval = %+v, want %+v", c.Approval, want)
+	}
+	if c.Owner != signedIn || !sameOperation(c.Operation, is.Operation) {
+		t.Errorf("claim = %+v", c)
+	}
+	e.finish(c, store.Done, at(4*time.Second))
+	rec = e.status(signedIn, is.Ref, at(5*time.Second), store.Performed)
+	if len(rec.Approvals) != 1 || !sameApproval(rec.Approvals[0], want) {
+		t.Errorf("after performing: approvals = %+v, want [%+v]", rec.Approvals, want)
+	}
+	rec = e.status(signedIn, agent.Ref, at(5*time.Second), store.Approved)
+	if len(rec.Approvals) != 1 || rec.Approvals[0].Approver != "agent" || !rec.Approvals[0].ApprovedAt.IsZero() || rec.Approvals[0].Reference != "" {
+		t.Errorf("agent approval = %+v", rec.Approvals)
+	}
+})
+
+func sameApproval(a, b store.Approval) bool {
+	return a.OperationID == b.OperationID && a.Revision == b.Revision && a.Approver == b.Approver &&
+		a.ApprovedAt.Equal(b.ApprovedAt) && a.InputType == b.InputType && a.Reference == b.Reference &&
+		a.RecordedAt.Equal(b.RecordedAt) && a.UsedAt.Equal(b.UsedAt)
+}
+
+// ---- Take (§6 "Websites") ----
+
+var _ = add("W94 W99 with no matching approval Take issues as Issue does", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	took := e.noClaim(signedIn, a, at(0))
+	is := e.issue(signedIn, a, at(time.Second))
+	if !sameOperation(took.Operation, is.Operation) || took.Ref != is.Ref {
+		t.Errorf("Take issued %+v, Issue %+v: want the same", took, is)
+	}
+	e.approve(signedIn, is, at(2*time.Second))
+	e.claim(signedIn, a, at(3*time.Second))
+})
+
+var _ = add("W95 W96 the first recorded approval is taken, one per request", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"same":"terms"}`)
+	r1 := e.issue(signedIn, a, at(0))
+	r2 := e.issue(signedIn, a, at(lifetime/2+time.Second)) // same terms, a new revision (W39)
+	if r2.Operation.Revision == r1.Operation.Revision {
+		t.Fatal("setup: want two revisions with the same terms")
+	}
+	e.approve(signedIn, r2, at(6*time.Minute)) // recorded first
+	e.approve(signedIn, r1, at(7*time.Minute))
+	c := e.claim(signedIn, a, at(8*time.Minute))
+	if c.Operation.Revision != r2.Operation.Revision {
+		t.Fatalf("W95: took %s, want the first recorded %s", c.Operation.Revision, r2.Operation.Revision)
+	}
+	e.finish(c, store.NotDone, at(8*time.Minute))
+	rec := e.status(signedIn, r1.Ref, at(8*time.Minute), store.Approved) // W96: r1's is still there
+	if len(rec.Approvals) != 2 || rec.Approvals[0].UsedAt.IsZero() || !rec.Approvals[1].UsedAt.IsZero() {
+		t.Errorf("approvals = %+v, want the first used and the second waiting", rec.Approvals)
+	}
+	c = e.claim(signedIn, a, at(9*time.Minute))
+	if c.Operation.Revision != r1.Operation.Revision {
+		t.Errorf("took %s, want the remaining %s", c.Operation.Revision, r1.Operation.Revision)
+	}
+	e.finish(c, store.Done, at(9*time.Minute))
+	e.noClaim(signedIn, a, at(9*time.Minute))
+})
+
+var _ = add("W135 64 concurrent requests with one approval claim once", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	// The same approval sent concurrently is recorded once.
+	results := make([]store.RecordResult, 64)
+	run(t, e, 64, func(i int, s store.Store) error {
+		rep, err := s.Record(t.Context(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), store.RecordOptions{})
+		results[i] = rep.Result
+		return err
+	})
+	recorded := 0
+	for _, r := range results {
+		switch r {
+		case store.Recorded:
+			recorded++
+		case store.AlreadyRecorded:
+		default:
+			t.Errorf("concurrent Record: %v", r)
+		}
+	}
+	if recorded != 1 {
+		t.Fatalf("concurrent Record: recorded %d times, want 1", recorded)
+	}
+	takes := make([]store.TakeResult, 64)
+	run(t, e, 64, func(i int, s store.Store) error {
+		var err error
+		takes[i], err = s.Take(t.Context(), signedIn, a, at(2*time.Second))
+		return err
+	})
+	claims := 0
+	for _, res := range takes {
+		checkTakeResult(t, res)
+		switch {
+		case res.Claim != nil:
+			claims++
+		case res.Issued != nil && res.Issued.Operation.ID == is.Operation.ID:
+			t.Errorf("W141: issued the performing operation %s", is.Operation.ID)
+		}
+	}
+	if claims != 1 {
+		t.Fatalf("W135: %d claims, want exactly 1", claims)
+	}
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
+})
+
+// run calls f n times concurrently, spread over the harness's clients.
+func run(t *testing.T, e *env, n int, f func(i int, s store.Store) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = f(i, e.client(i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = add("W46 W104 only a Session that can approve the operation takes its approval", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	for _, o := range []store.Owner{otherAgent, otherUser, otherAccount, signedOut} {
+		if got := e.noClaim(o, a, at(2*time.Second)); got.Operation.ID == is.Operation.ID {
+			t.Errorf("%+v: issued the other owner's operation %s", o, got.Operation.ID)
+		}
+	}
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	// Any client (web server) of the same store takes it.
+	res, err := e.client(len(e.clients())-1).Take(t.Context(), signedIn, a, at(4*time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take on the last client: %+v, %v", res, err)
+	}
+})
+
+var _ = add("W32 W99 W117 W118 only equal terms match", func(t *testing.T, e *env) {
+	a := action(t, "exchange:ord_1", `{"item":"itm_4Qa","size":"M","price":{"amount":"70.00","currency":"USD"}}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	other := action(t, "exchange:ord_1", `{"item":"itm_4Qa","size":"L","price":{"amount":"70.00","currency":"USD"}}`)
+	got := e.noClaim(signedIn, other, at(2*time.Second))
+	if got.Operation.ID != is.Operation.ID || got.Operation.Revision == is.Operation.Revision {
+		t.Errorf("W99: other terms got %+v, want a new revision of %s", got.Operation, is.Operation.ID)
+	}
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	// The same meaning in another member order is the same request (W118).
+	reordered := action(t, "exchange:ord_1", `{"price":{"currency":"USD","amount":"70.00"},"size":"M","item":"itm_4Qa"}`)
+	if c := e.claim(signedIn, reordered, at(4*time.Second)); !sameOperation(c.Operation, is.Operation) {
+		t.Errorf("claimed %+v, want %+v", c.Operation, is.Operation)
+	}
+})
+
+var _ = add("W102 W103 an approval applies until its revision's expires_at", func(t *testing.T, e *env) {
+	a, b := action(t, "ontime", `{}`), action(t, "late", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	late := e.issue(signedIn, b, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	e.approve(signedIn, late, at(time.Second))
+	e.claim(signedIn, a, is.Operation.ExpiresAt.Add(-time.Second))
+	if got := e.noClaim(signedIn, b, late.Operation.ExpiresAt.Add(time.Second)); got.Operation.Revision == late.Operation.Revision {
+		t.Errorf("W103: issued the expired revision again")
+	}
+})
+
+var _ = add("W37 two approved revisions of one operation: the request's terms choose, and it is performed once", func(t *testing.T, e *env) {
+	a1, a2 := action(t, "k", `{"size":"M"}`), action(t, "k", `{"size":"L"}`)
+	r1 := e.issue(signedIn, a1, at(0))
+	r2 := e.issue(signedIn, a2, at(time.Second))
+	e.approve(signedIn, r1, at(2*time.Second))
+	e.approve(signedIn, r2, at(3*time.Second))
+	c := e.claim(signedIn, a2, at(4*time.Second))
+	if c.Operation.Revision != r2.Operation.Revision {
+		t.Fatalf("took %s, want the second's %s", c.Operation.Revision, r2.Operation.Revision)
+	}
+	rec := e.status(signedIn, r1.Ref, at(5*time.Second), store.Performing)
+	if len(rec.Approvals) != 2 || rec.Approvals[0].Revision != r1.Operation.Revision || !rec.Approvals[0].UsedAt.IsZero() {
+		t.Errorf("approvals = %+v, want the first still recorded", rec.Approvals)
+	}
+	// W145: the first's request meets a performing operation.
+	if res := e.take(signedIn, a1, at(6*time.Second)); !res.Busy {
+		t.Errorf("while performing: %+v, want busy", res)
+	}
+	e.finish(c, store.Done, at(7*time.Second))
+	got := e.noClaim(signedIn, a1, at(8*time.Second))
+	if got.Operation.ID == r1.Operation.ID {
+		t.Errorf("W141: after performing, issued the performed operation")
+	}
+	e.status(signedIn, r1.Ref, at(9*time.Second), store.Performed)
+})
+
+var _ = add("W145 a matching approval of a performing operation: busy", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	r1 := e.issue(signedIn, a, at(0))
+	r2 := e.issue(signedIn, a, at(lifetime/2+time.Second))
+	e.approve(signedIn, r1, at(6*time.Minute))
+	e.approve(signedIn, r2, at(6*time.Minute))
+	c := e.claim(signedIn, a, at(7*time.Minute))
+	res := e.take(signedIn, a, at(7*time.Minute))
+	if !res.Busy {
+		t.Fatalf("want busy, got %+v", res)
+	}
+	e.status(signedIn, r1.Ref, at(7*time.Minute), store.Performing)
+	e.finish(c, store.Done, at(8*time.Minute))
+	// W37: performed, so the other approval is never taken.
+	if got := e.noClaim(signedIn, a, at(9*time.Minute)); got.Operation.ID == r1.Operation.ID {
+		t.Errorf("W141: issued the performed operation")
+	}
+})
+
+// ---- Finish (§7) ----
+
+var _ = addRemembered(lifetime, "expires_at before now+retention")
+var _ = addRemembered(3*store.DefaultRetention, "expires_at after now+retention")
+
+func addRemembered(life time.Duration, what string) struct{} {
+	return add("W137 W109 a performed operation is remembered until max(expires_at, now+retention): "+what, func(t *testing.T, e *env) {
+		a := action(t, "k", `{}`)
+		a.Lifetime = life
+		is := e.issue(signedIn, a, at(0))
+		e.approve(signedIn, is, at(time.Second))
+		c := e.claim(signedIn, a, at(2*time.Second))
+		e.finish(c, store.Done, at(3*time.Second))
+		until := at(3 * time.Second).Add(store.DefaultRetention)
+		if is.Operation.ExpiresAt.After(until) {
+			until = is.Operation.ExpiresAt
+		}
+		e.status(signedIn, is.Ref, is.Operation.ExpiresAt, store.Performed)
+		e.status(signedIn, is.Ref, until, store.Performed)
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), until, store.IsPerformed)
+		if got := e.noClaim(signedIn, a, until); got.Operation.ID == is.Operation.ID {
+			t.Errorf("W141: issued the performed operation")
+		}
+	})
+}
+
+var _ = add("W98 not done: the operation waits again, its approval used up", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(c, store.NotDone, at(3*time.Second))
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Waiting)
+	if len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.Equal(at(2*time.Second)) {
+		t.Errorf("approvals = %+v, want one used at the claim", rec.Approvals)
+	}
+	again := e.noClaim(signedIn, a, at(5*time.Second))
+	if again.Operation.ID != is.Operation.ID || again.Operation.Revision == is.Operation.Revision {
+		t.Fatalf("after not done: issued %+v, want a new revision of %s", again.Operation, is.Operation.ID)
+	}
+	e.approve(signedIn, again, at(6*time.Second))
+	c = e.claim(signedIn, a, at(7*time.Second))
+	if c.Operation.Revision != again.Operation.Revision {
+		t.Errorf("took %s, want %s", c.Operation.Revision, again.Operation.Revision)
+	}
+	if err := e.h.Store.Finish(t.Context(), *c, store.Done, at(8*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e.status(signedIn, is.Ref, at(9*time.Second), store.Performed)
+})
+
+var _ = add("W138 W142 unknown: the operation stays performing, even past expires_at", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(c, store.Unknown, at(3*time.Second))
+	late := is.Operation.ExpiresAt.Add(time.Hour)
+	e.status(signedIn, is.Ref, late, store.Performing)
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), late, store.IsPerforming)
+	e.finish(c, store.Unknown, late) // renews how long it is kept
+	later := late.Add(store.DefaultRetention - time.Second)
+	e.status(signedIn, is.Ref, later, store.Performing)
+	// The claim is still held, so the outcome can be reported once known.
+	e.finish(c, store.Done, later)
+	e.status(signedIn, is.Ref, later, store.Performed)
+})
+
+var _ = add("finishing a claim that is not held: ErrClaimLost", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	lost := func(what string, claim store.Claim, out store.Outcome) {
+		t.Helper()
+		if err := e.h.Store.Finish(t.Context(), claim, out, at(3*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+			t.Errorf("%s: %v, want ErrClaimLost", what, err)
+		}
+	}
+	wrong := *c
+	wrong.Token = c.Token + "x"
+	lost("wrong token", wrong, store.Done)
+	empty := *c
+	empty.Token = ""
+	lost("no token", empty, store.Done)
+	unknownOp := *c
+	unknownOp.Operation.ID = "op_00000000000000000000"
+	lost("unknown operation", unknownOp, store.Done)
+	otherOwner := *c
+	otherOwner.Owner = otherAgent
+	lost("another owner", otherOwner, store.Done)
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
+	e.finish(c, store.NotDone, at(3*time.Second))
+	lost("finished already", *c, store.Done)
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Waiting)
+
+	again := e.noClaim(signedIn, a, at(4*time.Second))
+	e.approve(signedIn, again, at(4*time.Second))
+	c2 := e.claim(signedIn, a, at(5*time.Second))
+	lost("an earlier claim of the same operation", *c, store.Done)
+	e.finish(c2, store.Done, at(5*time.Second))
+	lost("performed", *c2, store.Done)
+	lost("performed, not done", *c2, store.NotDone)
+	e.status(signedIn, is.Ref, at(6*time.Second), store.Performed)
+})
+
+// ---- UseOnce ----
+
+var _ = add("UseOnce: first use only, until the given time", func(t *testing.T, e *env) {
+	use := func(key string, until, now time.Time, want bool) {
+		t.Helper()
+		first, err := e.client(int(now.Sub(base)/time.Second)).UseOnce(t.Context(), key, until, now)
+		if err != nil || first != want {
+			t.Fatalf("UseOnce(%s, now=%v): %v, %v; want %v", key, now.Sub(base), first, err, want)
+		}
+	}
+	until := at(time.Minute)
+	use("jti-1", until, at(0), true)
+	use("jti-1", until, at(time.Second), false)
+	use("jti-2", until, at(time.Second), true)
+	use("jti-1", until, until.Add(-time.Second), false)
+	use("jti-1", at(2*time.Minute), until.Add(time.Second), true)
+	use("jti-1", at(2*time.Minute), until.Add(2*time.Second), false)
+})
+
+// ---- Ownership (§3 "Who can approve it", §8.2) ----
+
+var _ = add("W76 W148 an owner's operations are invisible to another owner", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedOut, a, at(0))
+	e.approve(signedOut, is, at(time.Second))
+	for _, o := range []store.Owner{otherAgent, otherUser} {
+		if _, found := e.lookup(o, is.Ref, at(2*time.Second)); found {
+			t.Errorf("%+v found another owner's operation", o)
+		}
+		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.NotFound)
+	}
+	// A signed-in Session of the same agent and User finds it (the caller
+	// compares accounts) but cannot approve or take it.
+	rec, found := e.lookup(signedIn, is.Ref, at(2*time.Second))
+	if !found || rec.Owner != signedOut {
+		t.Errorf("signed-in lookup: found=%v owner=%+v", found, rec.Owner)
+	}
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.NotFound)
+	e.noClaim(signedIn, a, at(2*time.Second))
+	e.claim(signedOut, a, at(3*time.Second))
+})
+
+// ---- Garbage (DESIGN "The store": nothing grows without bound) ----
+
+var _ = add("W139 everything expires: nothing grows without bound", func(t *testing.T, e *env) {
+	var refs []string
+	now := at(0)
+	for i := range 20 {
+		o := signedIn
+		if i%2 == 1 {
+			o = signedOut
+		}
+		a := action(t, fmt.Sprint("k", i%5), fmt.Sprintf(`{"i":%d}`, i))
+		is := e.issue(o, a, now)
+		refs = append(refs, is.Ref)
+		if i%4 == 0 {
+			continue // waiting
+		}
+		e.approve(o, is, now)
+		if i%4 == 1 {
+			continue // approved
+		}
+		c := e.claim(o, a, now)
+		switch i % 4 {
+		case 2:
+			e.finish(c, store.Done, now)
+		case 3:
+			e.finish(c, store.Unknown, now)
+		}
+		if _, err := e.h.Store.UseOnce(t.Context(), fmt.Sprint("jti-", i), now.Add(time.Minute), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.h.Size != nil {
+		n, err := e.h.Size(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("Size = 0 with 20 operations")
+		}
+	}
+	jump := 3*store.DefaultRetention + time.Hour
+	if e.h.Advance != nil {
+		e.h.Advance(jump)
+	}
+	far := now.Add(jump)
+	for _, o := range []store.Owner{signedIn, signedOut} {
+		for _, ref := range refs {
+			if _, found := e.lookup(o, ref, far); found {
+				t.Errorf("Lookup %s: still found after %v", ref, jump)
+			}
+		}
+	}
+	// Calls that change nothing, with the late clock, so that a store that
+	// sweeps as it goes gets to.
+	if _, err := e.h.Store.Record(t.Context(), signedIn, refs[0], store.Approval{}, far, store.RecordOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.h.Size != nil {
+		n, err := e.h.Size(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 2 {
+			t.Errorf("Size = %d after every record expired, want 0 or near", n)
+		}
+	}
+})
+
+// ---- Store down (DESIGN "Non-negotiables": fail closed) ----
+
+var _ = add("W144 a store that is down fails every call quickly, without a hang or panic", func(t *testing.T, e *env) {
+	if e.h.Down == nil {
+		t.Skip("the harness cannot stop its backend")
+	}
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	e.h.Down()
+	calls := map[string]func(ctx context.Context, s store.Store) error{
+		"Issue": func(ctx context.Context, s store.Store) error {
+			_, err := s.Issue(ctx, signedIn, a, at(2*time.Second))
+			return err
+		},
+		"Take": func(ctx context.Context, s store.Store) error {
+			res, err := s.Take(ctx, signedIn, a, at(2*time.Second))
+			if res.Claim != nil {
+				t.Errorf("Take while down claimed: %+v", res)
+			}
+			return err
+		},
+		"Finish": func(ctx context.Context, s store.Store) error {
+			return s.Finish(ctx, store.Claim{Owner: signedIn, Operation: is.Operation, Token: "t"}, store.Done, at(2*time.Second))
+		},
+		"Lookup": func(ctx context.Context, s store.Store) error {
+			_, _, err := s.Lookup(ctx, signedIn, is.Ref, at(2*time.Second))
+			return err
+		},
+		"Record": func(ctx context.Context, s store.Store) error {
+			_, err := s.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.RecordOptions{})
+			return err
+		},
+		"UseOnce": func(ctx context.Context, s store.Store) error {
+			_, err := s.UseOnce(ctx, "jti", at(time.Minute), at(2*time.Second))
+			return err
+		},
+	}
+	for name, call := range calls {
+		for i, s := range e.clients() {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			done := make(chan error, 1)
+			go func() { done <- call(ctx, s) }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Errorf("%s on client %d: no error while down", name, i)
+				} else if errors.Is(err, store.ErrClaimLost) {
+					t.Errorf("%s on client %d: %v, want a store error, not a lost claim", name, i, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s on client %d: no answer within 10 s while down", name, i)
+			}
+			cancel()
+		}
+	}
+})
