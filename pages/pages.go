@@ -1,0 +1,184 @@
+// Package pages writes the Gate's browser-facing responses (operations-v3
+// §4 "Websites"): the 403 waiting page with its Continue control, the JSON
+// body for the website's own scripts, extension_required, and the 503 that
+// says "try again" without saying "failed" (§7). It chooses between HTML and
+// JSON from the request (content negotiation) and sets the no-store headers.
+//
+// Nothing here ever writes the operation, its revision or its ref into a
+// body (§4 W64): the Personal Agent gets the operation only from endpoint.
+package pages
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/opsgate/opsgate/templates"
+)
+
+// Field, Continue, Waiting and Unavailable are the views the templates render.
+type (
+	Field       = templates.Field
+	Continue    = templates.Continue
+	Waiting     = templates.Waiting
+	Unavailable = templates.Unavailable
+)
+
+// NoStore marks a response as never to be stored (§4 W68) and varies it on
+// what content negotiation reads.
+func NoStore(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Add("Vary", "Accept")
+	h.Add("Vary", "Sec-Fetch-Dest")
+}
+
+// WantsJSON reports whether r accepts JSON over HTML (§4 W66): a page load
+// or form submission gets HTML (W65), a script's fetch that asks for JSON
+// gets JSON. When Accept rates both equally (such as "*/*", fetch's
+// default), a request the browser marks as not a navigation
+// (Sec-Fetch-Dest: empty) is a script's and gets JSON.
+func WantsJSON(r *http.Request) bool {
+	accept := r.Header.Values("Accept")
+	if len(accept) == 0 {
+		return r.Header.Get("Sec-Fetch-Dest") == "empty"
+	}
+	j, h := quality(accept, "application", "json"), quality(accept, "text", "html")
+	if j != h {
+		return j > h
+	}
+	return j > 0 && r.Header.Get("Sec-Fetch-Dest") == "empty"
+}
+
+// quality returns the q-value Accept gives typ/sub, in thousandths, by the
+// most specific matching range (RFC 9110 §12.5.1).
+func quality(accept []string, typ, sub string) int {
+	best, spec := 0, -1
+	for _, line := range accept {
+		for _, item := range strings.Split(line, ",") {
+			mt, params, _ := strings.Cut(item, ";")
+			t, s, _ := strings.Cut(strings.TrimSpace(mt), "/")
+			t, s = strings.TrimSpace(t), strings.TrimSpace(s)
+			var sp int
+			switch {
+			case strings.EqualFold(t, typ) && strings.EqualFold(s, sub):
+				sp = 2
+			case strings.EqualFold(t, typ) && s == "*":
+				sp = 1
+			case t == "*" && s == "*":
+				sp = 0
+			default:
+				continue
+			}
+			if sp < spec {
+				continue
+			}
+			q := qvalue(params)
+			if sp > spec || q > best {
+				best, spec = q, sp
+			}
+		}
+	}
+	return best
+}
+
+func qvalue(params string) int {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "q") {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f < 0 || f > 1 {
+			return 0
+		}
+		return int(f * 1000)
+	}
+	return 1000
+}
+
+// WriteWaiting answers a gated request that waits for approval: 403 with the
+// waiting page (W65) or {"error":"approval_required"} (W66). The caller sets
+// Poppy-Operation before; this sets Cache-Control and Vary (W68).
+func WriteWaiting(w http.ResponseWriter, r *http.Request, v Waiting) {
+	NoStore(w.Header())
+	if WantsJSON(r) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "approval_required"})
+		return
+	}
+	writeHTML(w, r.Context(), http.StatusForbidden, templates.WaitingPage(v))
+}
+
+// WriteExtensionRequired refuses a gated request whose Session did not
+// declare operations v3 (§2 W11, W12; poppy-core choice 5). The status is
+// 403: the request is understood and refused for what it lacks, as spec 3.3
+// refuses a missing extension; no operation is returned.
+func WriteExtensionRequired(w http.ResponseWriter) {
+	NoStore(w.Header())
+	writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
+}
+
+// WriteUnavailable answers 503 with Retry-After (§7 W143): the store is
+// down or the operation is being performed. Nothing was performed, and the
+// answer never says the action failed (W142).
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, styleURL string) {
+	NoStore(w.Header())
+	secs := int(retryAfter / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	if WantsJSON(r) {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
+		return
+	}
+	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.UnavailablePage(Unavailable{StyleURL: styleURL}))
+}
+
+// WriteBadRequest answers 400 invalid_request for a request the website's
+// describe could not read; detail is the website's own message.
+func WriteBadRequest(w http.ResponseWriter, detail string) {
+	NoStore(w.Header())
+	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_request", "detail": detail})
+}
+
+// WriteTooLarge answers 413 for a gated request body over the limit.
+func WriteTooLarge(w http.ResponseWriter) {
+	NoStore(w.Header())
+	writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "request_too_large"})
+}
+
+// WriteJSON writes v as JSON with status; for the kit's small answers.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":"server_error"}`, http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeHTML(w http.ResponseWriter, ctx context.Context, status int, c templ.Component) {
+	var buf bytes.Buffer
+	if err := c.Render(ctx, &buf); err != nil {
+		http.Error(w, "server error", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}

@@ -1,0 +1,367 @@
+package webkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/securecookie"
+
+	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/store"
+)
+
+// Action is what a gated request asks for, as the website describes it
+// (DESIGN.md "The Gate").
+type Action struct {
+	// Key says which action this is: the same key is the same action and
+	// keeps its operation_id (§3 W19, W35), such as "exchange:ord_7Hk2".
+	Key string
+	// Terms is everything that affects the action (§3 W30), marshalled to
+	// a JSON object: a struct, a map, json.RawMessage or []byte of JSON.
+	// Requests that mean the same must give equal terms (W118).
+	Terms any
+	// Summary is the terms in plain language for the User (§3 W28).
+	Summary string
+	// Lifetime is how long a new revision may be approved; 0 is
+	// Kit.Lifetime (W39).
+	Lifetime time.Duration
+}
+
+// Describe reads a request and returns the action it asks for. It returns
+// ErrNotGated for a request that needs no approval (it then passes
+// through), and any other error for a request it can't read (400). It may
+// read the body (r.ParseForm, r.FormValue): the Gate restores it for the
+// handler. It must not have effects.
+type Describe func(r *http.Request) (Action, error)
+
+// ErrNotGated is what Describe returns for a request that is not gated.
+var ErrNotGated = errors.New("webkit: request not gated")
+
+// Gate returns middleware that asks for approval before the handler performs
+// an action (§4 "Websites", §6 "Websites", §7):
+//
+//   - A request from a browser not joined to a Session, or one with a login
+//     of the website's own (Kit.OwnLogin), goes straight to the handler,
+//     whatever its method (W07, W56).
+//   - describe says which action the request asks for; ErrNotGated passes
+//     it through.
+//   - A Session that did not declare operations v3 gets extension_required
+//     or the website's own flow (W11, W12).
+//   - Otherwise one store.Take: the first-recorded matching approval is
+//     used up and the handler runs once, its status deciding the outcome
+//     (W94–W97); or, with none, the operation is issued and the answer is
+//     403 with Poppy-Operation (W52, W53, W99).
+//
+// A gated route still needs CSRF protection of its own (such as
+// net/http.CrossOriginProtection); the Gate does not provide it.
+func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
+	if describe == nil {
+		panic("webkit: Gate: describe is nil")
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s, joined := k.sessions().SessionOf(r)
+			if !joined { // an ordinary browser: no store, no body read (W07)
+				next.ServeHTTP(w, r)
+				return
+			}
+			if k.OwnLogin != nil && k.OwnLogin(r, s) { // §4 W56: own approval flow
+				next.ServeHTTP(w, r)
+				return
+			}
+			k.serveSession(w, r, s, describe, next)
+		})
+	}
+}
+
+// serveSession handles a request from a browser handled as Session s (§4
+// W54, W55).
+func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, describe Describe, next http.Handler) {
+	body, err := k.readBody(r)
+	if err != nil {
+		if errors.Is(err, ErrBodyTooLarge) {
+			pages.WriteTooLarge(w)
+			return
+		}
+		pages.WriteBadRequest(w, "the request body could not be read")
+		return
+	}
+	restoreBody(r, body)
+	act, err := describe(r)
+	restoreBody(r, body) // describe may have read it: the handler reads it again
+	if errors.Is(err, ErrNotGated) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if err != nil {
+		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
+			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		pages.WriteBadRequest(w, err.Error())
+		return
+	}
+	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
+		if k.OwnFlowOnMissingExtension {
+			next.ServeHTTP(w, r)
+			return
+		}
+		k.extensionRequired(w, withFailure(r, ErrExtensionRequired))
+		return
+	}
+	sa, err := k.storeAction(act)
+	if err != nil {
+		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
+			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		pages.WriteBadRequest(w, err.Error())
+		return
+	}
+
+	// One round trip: take the first-recorded matching approval, or issue.
+	res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
+	switch {
+	case err != nil:
+		k.storeFailed(r, "take", err)
+		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
+	case res.Claim != nil:
+		k.perform(w, r, next, res.Claim, act.Key)
+	case res.Busy: // §7 W143, W145: never as if it failed
+		k.unavailable(w, withFailure(r, ErrBusy))
+	case res.Issued != nil:
+		k.askApproval(w, r, s, res.Issued, body, act.Key)
+	default:
+		err := errors.New("store: Take returned neither claim, issued nor busy")
+		k.storeFailed(r, "take", err)
+		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
+	}
+}
+
+// readBody reads r's body up to MaxBody.
+func (k *Kit) readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	limit := k.maxBody()
+	if r.ContentLength > limit {
+		return nil, ErrBodyTooLarge
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("webkit: request body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, ErrBodyTooLarge
+	}
+	return body, nil
+}
+
+func restoreBody(r *http.Request, body []byte) {
+	if body == nil && (r.Body == nil || r.Body == http.NoBody) {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+}
+
+// storeAction checks an Action and canonicalises its terms (§6 check 3
+// compares meaning: W118).
+func (k *Kit) storeAction(a Action) (store.Action, error) {
+	if a.Key == "" {
+		return store.Action{}, errors.New("describe: Action.Key is empty")
+	}
+	var raw []byte
+	switch t := a.Terms.(type) {
+	case nil:
+		return store.Action{}, errors.New("describe: Action.Terms is nil; terms must be a JSON object")
+	case json.RawMessage:
+		raw = t
+	case []byte:
+		raw = t
+	default:
+		b, err := json.Marshal(t)
+		if err != nil {
+			return store.Action{}, fmt.Errorf("describe: Action.Terms: %w", err)
+		}
+		raw = b
+	}
+	terms, err := store.CanonicalTerms(raw)
+	if err != nil {
+		return store.Action{}, fmt.Errorf("describe: Action.Terms: %w", err)
+	}
+	lifetime := a.Lifetime
+	if lifetime <= 0 {
+		lifetime = k.lifetime()
+	}
+	return store.Action{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
+}
+
+func (k *Kit) storeFailed(r *http.Request, op string, err error) {
+	k.observer().StoreError(r.Context(), op, err)
+	k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
+		slog.String("op", op), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+}
+
+// askApproval answers 403 with the operation's ref (§4 W53): the waiting
+// page or {"error":"approval_required"}, never the operation (W64).
+func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.Issued, body []byte, key string) {
+	hdr, err := FormatOperationHeader(s.ID, iss.Ref)
+	if err != nil {
+		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: can't write Poppy-Operation",
+			slog.String("error", err.Error()))
+		http.Error(w, "server error", http.StatusInternalServerError)
+		return
+	}
+	k.observer().OperationIssued(r.Context(), key)
+	w.Header().Set(HeaderOperation, hdr)
+	pages.NoStore(w.Header())
+
+	base := k.basePath()
+	v := pages.Waiting{
+		Continue:  continueOf(r, body),
+		ScriptURL: base + "waiting.js",
+		StyleURL:  base + "opsgate.css",
+	}
+	if handle, err := securecookie.EncodeMulti(waitHandleName, iss.Ref, k.sealCodecs()...); err == nil {
+		v.StatusURL = base + "status?w=" + url.QueryEscape(handle)
+	}
+	ctx := context.WithValue(r.Context(), waitingKey{}, &v)
+	ctx = context.WithValue(ctx, failureKey{}, ErrApprovalRequired)
+	k.waiting(w, r.WithContext(ctx))
+}
+
+// waitHandleName names the sealed ref in a waiting page's status URL: the
+// page carries the ref only encrypted, so its HTML never shows the revision
+// (W64).
+const waitHandleName = "opsgate_wait"
+
+type waitingKey struct{}
+
+// WaitingOf returns the waiting page's view for a replacement Waiting
+// handler: the Continue control and the status route for auto-continue.
+func WaitingOf(r *http.Request) (pages.Waiting, bool) {
+	v, ok := r.Context().Value(waitingKey{}).(*pages.Waiting)
+	if !ok {
+		return pages.Waiting{}, false
+	}
+	return *v, true
+}
+
+// performing is what the handler of a taken approval can reach.
+type performing struct {
+	claim   store.Claim
+	outcome atomic.Int32 // store.Outcome set by SetOutcome; 0 for none
+}
+
+type performingKey struct{}
+
+// ClaimOf returns the approved operation the handler is performing: its
+// approved revision and the approval used up. false outside a performance.
+func ClaimOf(r *http.Request) (store.Claim, bool) {
+	p, ok := r.Context().Value(performingKey{}).(*performing)
+	if !ok {
+		return store.Claim{}, false
+	}
+	return p.claim, true
+}
+
+// SetOutcome states how the action ended, instead of the handler's status
+// (§7): store.Done, store.NotDone or store.Unknown. Outside a performance it
+// does nothing.
+func SetOutcome(r *http.Request, o store.Outcome) {
+	if p, ok := r.Context().Value(performingKey{}).(*performing); ok && o >= store.Done && o <= store.Unknown {
+		p.outcome.Store(int32(o))
+	}
+}
+
+// finishTimeout bounds Finish, which runs even when the client has gone.
+const finishTimeout = 10 * time.Second
+
+// perform runs the handler once for a taken approval and finishes the claim
+// (§6 W97, §7): status < 400 performed, 4xx not performed (W98), 5xx or a
+// panic unknown (W142); SetOutcome overrides the status.
+func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, key string) {
+	k.observer().ApprovalTaken(r.Context(), key)
+	p := &performing{claim: *claim}
+	r = r.WithContext(context.WithValue(r.Context(), performingKey{}, p))
+	sw := &statusWriter{ResponseWriter: w}
+	panicked := true
+	defer func() {
+		outcome := store.Unknown
+		if !panicked {
+			outcome = outcomeOf(sw.status)
+		}
+		if o := store.Outcome(p.outcome.Load()); o != 0 && !panicked {
+			outcome = o
+		}
+		k.finish(r, p.claim, outcome, key)
+		// a panic goes on up after the outcome is recorded
+	}()
+	next.ServeHTTP(sw, r)
+	panicked = false
+}
+
+func outcomeOf(status int) store.Outcome {
+	switch {
+	case status == 0 || status < 400: // nothing written is 200
+		return store.Done
+	case status < 500:
+		return store.NotDone
+	default:
+		return store.Unknown
+	}
+}
+
+func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
+	defer cancel()
+	if err := k.store().Finish(ctx, claim, outcome, k.now()); err != nil {
+		// The response is gone already: log and count. A lost finish
+		// leaves the operation performing, never performed twice.
+		k.storeFailed(r, "finish", err)
+	}
+	switch outcome {
+	case store.Done:
+		k.observer().Performed(r.Context(), key)
+	case store.NotDone:
+		k.observer().NotPerformed(r.Context(), key)
+	default:
+		k.observer().Unknown(r.Context(), key)
+	}
+}
+
+// statusWriter records the handler's final status. It keeps Flush and
+// Unwrap, so http.ResponseController reaches the server's writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	// 1xx other than 101 are informational: the final status comes later.
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols || code < 100) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,190 @@
+package webkit
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/opsgate/opsgate/pages"
+)
+
+// Continue fidelity (§4 W62, §6): the waiting page's Continue control must
+// make the original request again, so that the store's Take finds the
+// approval for the same terms. A link repeats a GET exactly. A POST of
+// application/x-www-form-urlencoded fields is repeated by a form of hidden
+// inputs with the same action and the same fields, order and repeated keys
+// kept, every value escaped by templ. What an HTML form can't send back
+// byte for byte is not offered as a form: the page says the request can't
+// be repeated and links back. That covers bodies with files (multipart),
+// other methods and JSON bodies (a script's request: opsgate.fetch repeats
+// those), and fields a browser would change on the way (see formSafe).
+// Gating an action whose request can't be repeated, such as a multipart
+// upload, is unsuited to operations on the website (§4 W63).
+
+// continueOf returns the Continue control for r, whose body is body.
+func continueOf(r *http.Request, body []byte) pages.Continue {
+	action := requestTarget(r)
+	c := pages.Continue{Action: action, Back: backOf(r)}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		c.Method = http.MethodGet
+		return c
+	case http.MethodPost:
+	default:
+		c.Why = "it was sent by a script"
+		return c
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err != nil:
+		c.Why = "its form could not be read"
+	case mt == "application/x-www-form-urlencoded":
+		if cs := params["charset"]; cs != "" && !strings.EqualFold(cs, "utf-8") {
+			c.Why = "its form is not UTF-8"
+			return c
+		}
+		fields, err := parseFormOrdered(body)
+		if err != nil {
+			c.Why = "its form could not be read"
+			return c
+		}
+		if why := formSafe(fields); why != "" {
+			c.Why = why
+			return c
+		}
+		c.Method, c.Fields = http.MethodPost, fields
+	case mt == "multipart/form-data":
+		c.Why = multipartWhy(body, params["boundary"])
+	default:
+		c.Why = "it was sent by a script"
+	}
+	return c
+}
+
+// requestTarget is r's path and query, as a relative reference that stays
+// on this website: a path starting "//" would be read as another host.
+func requestTarget(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	if strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		p = "/." + p
+	}
+	if r.URL.RawQuery != "" {
+		p += "?" + r.URL.RawQuery
+	}
+	return p
+}
+
+// backOf is where the page links back to: the Referer's path when it is on
+// this website, else "/".
+func backOf(r *http.Request) string {
+	ref, err := url.Parse(r.Referer())
+	if err != nil || ref.Host == "" || !strings.EqualFold(ref.Host, r.Host) || (ref.Scheme != "http" && ref.Scheme != "https") {
+		return "/"
+	}
+	u := &url.URL{Path: ref.Path, RawPath: ref.RawPath, RawQuery: ref.RawQuery}
+	p := u.RequestURI()
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return "/"
+	}
+	return p
+}
+
+var errFormSyntax = errors.New("webkit: form: malformed field")
+
+// parseFormOrdered parses an application/x-www-form-urlencoded body as
+// net/url does (ParseQuery), keeping the order and repeats of its fields.
+func parseFormOrdered(body []byte) ([]pages.Field, error) {
+	var fields []pages.Field
+	s := string(body)
+	for s != "" {
+		var part string
+		part, s, _ = strings.Cut(s, "&")
+		if part == "" {
+			continue
+		}
+		if strings.Contains(part, ";") { // as url.ParseQuery, Go 1.17+
+			return nil, errFormSyntax
+		}
+		k, v, _ := strings.Cut(part, "=")
+		k, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, errFormSyntax
+		}
+		v, err = url.QueryUnescape(v)
+		if err != nil {
+			return nil, errFormSyntax
+		}
+		fields = append(fields, pages.Field{Name: k, Value: v})
+	}
+	return fields, nil
+}
+
+// formSafe returns "" when a browser would submit fields from hidden inputs
+// exactly as they are, else why it would not (HTML "constructing the entry
+// list" and "converting an entry list to a list of name-value pairs"):
+// a field with no name is skipped; _charset_ gets the charset's name;
+// text that is not UTF-8, or has NUL, can't be in the page; a line break
+// that is not CR LF comes back as CR LF.
+func formSafe(fields []pages.Field) string {
+	for _, f := range fields {
+		if f.Name == "" {
+			return "it has a field without a name"
+		}
+		if strings.EqualFold(f.Name, "_charset_") {
+			return "it has a _charset_ field"
+		}
+		if !textSafe(f.Name) || !textSafe(f.Value) {
+			return "it has text a form can't send back unchanged"
+		}
+	}
+	return ""
+}
+
+func textSafe(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case 0:
+			return false
+		case '\r':
+			if i+1 >= len(s) || s[i+1] != '\n' {
+				return false
+			}
+			i++
+		case '\n':
+			return false
+		}
+	}
+	return true
+}
+
+// multipartWhy says why a multipart body can't be repeated from the page.
+func multipartWhy(body []byte, boundary string) string {
+	if boundary == "" {
+		return "its form could not be read"
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return "it was sent as multipart/form-data"
+		}
+		if err != nil {
+			return "its form could not be read"
+		}
+		if p.FileName() != "" {
+			return "it sent files"
+		}
+	}
+}
