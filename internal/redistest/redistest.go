@@ -1,0 +1,254 @@
+// Package redistest starts Redis for tests: a real redis-server, a three-master
+// Redis Cluster, or miniredis. Each is stopped when the test ends.
+//
+// When redis-server is not installed the test is skipped, unless the
+// environment variable OPSGATE_REQUIRE (a comma-separated list) names
+// "redis": then it fails, so that CI can't pass by skipping.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/testenv"
+)
+
+// startTimeout bounds how long a server or cluster may take to come up.
+const startTimeout = 20 * time.Second
+
+// skipOrFail skips the test for a missing tool, or fails it when
+// OPSGATE_REQUIRE names what (the project's rule, in internal/testenv).
+func skipOrFail(t testing.TB, what string, err error) {
+	t.Helper()
+	testenv.Missing(t, what, "redis-server not installed: "+err.Error())
+}
+
+// binary finds a Redis program on PATH or in /usr/bin.
+func binary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join("/usr/bin", name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s not on PATH nor in /usr/bin", name)
+	}
+	return p, nil
+}
+
+// Instance is one running redis-server.
+type Instance struct {
+	Addr string // 127.0.0.1:port
+
+	cmd      *exec.Cmd
+	stopOnce sync.Once
+	exited   chan struct{}
+}
+
+// Stop stops the server now, for tests of a store that is down. It is safe to
+// call more than once; the test's cleanup calls it too.
+func (i *Instance) Stop() {
+	i.stopOnce.Do(func() {
+		_ = i.cmd.Process.Kill()
+		<-i.exited
+	})
+}
+
+// Client returns a new client of the server, closed when the test ends.
+// Context deadlines bound its calls (ContextTimeoutEnabled).
+func (i *Instance) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: i.Addr, ContextTimeoutEnabled: true,
+		// A test of a server that is down wants its answer at once, not
+		// after go-redis's default 5 dials × 4 attempts.
+		DialerRetries: 1, MaxRetries: 1,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Server starts a redis-server and returns a client of it.
+func Server(t testing.TB) *redis.Client {
+	t.Helper()
+	return Start(t).Client(t)
+}
+
+// Start starts a redis-server on a free loopback port, without persistence,
+// in a temporary directory, and waits until it answers PING.
+func Start(t testing.TB) *Instance {
+	t.Helper()
+	bin, err := binary("redis-server")
+	if err != nil {
+		skipOrFail(t, "redis", err)
+	}
+	var last error
+	for range 3 { // a free port may be taken before the server binds it
+		port, err := freePort(false)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		i, err := launch(t, bin, port)
+		if err == nil {
+			return i
+		}
+		last = err
+	}
+	t.Fatalf("redistest: start redis-server: %v", last)
+	return nil
+}
+
+// launch starts one redis-server on port with extra arguments and waits for it.
+func launch(t testing.TB, bin string, port int, extra ...string) (*Instance, error) {
+	dir := t.TempDir()
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--daemonize", "no", "--loglevel", "warning",
+		"--logfile", filepath.Join(dir, "redis.log"),
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	i := &Instance{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(i.exited) }()
+	t.Cleanup(i.Stop)
+
+	c := redis.NewClient(&redis.Options{Addr: i.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return i, nil
+		}
+		select {
+		case <-i.exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(string(log)))
+		default:
+		}
+		if time.Now().After(deadline) {
+			i.Stop()
+			return nil, fmt.Errorf("redis-server on port %d: no PING answer: %w", port, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago. With bus, the
+// port 10000 above it (the Cluster bus port) was free too.
+func freePort(bus bool) (int, error) {
+	if !bus {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	for p := 20000 + int(time.Now().UnixNano()%20000); ; p++ {
+		if p >= 55000 {
+			p = 20000
+		}
+		l1, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+		l1.Close()
+		if err != nil {
+			continue
+		}
+		l2.Close()
+		return p, nil
+	}
+}
+
+// Cluster starts a Redis Cluster of three masters and no replicas, and
+// returns a client of it once every node reports cluster_state:ok.
+func Cluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	bin, err := binary("redis-server")
+	if err != nil {
+		skipOrFail(t, "redis", err)
+	}
+	cli, err := binary("redis-cli")
+	if err != nil {
+		skipOrFail(t, "redis", err)
+	}
+	var addrs []string
+	used := map[int]bool{}
+	for len(addrs) < 3 {
+		port, err := freePort(true)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if used[port] || used[port+10000] || used[port-10000] {
+			continue
+		}
+		i, err := launch(t, bin, port, "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			continue // taken meanwhile: try another
+		}
+		used[port] = true
+		addrs = append(addrs, i.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	create := exec.CommandContext(ctx, cli, append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, a := range addrs {
+		if err := waitClusterOK(ctx, a); err != nil {
+			t.Fatalf("redistest: %s: %v", a, err)
+		}
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func waitClusterOK(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(errors.New("cluster_state never ok"), err, ctx.Err())
+		}
+		time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
+	}
+}
+
+// Mini starts a miniredis and returns it (for FastForward and Close) with a
+// client of it.
+func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return mr, c
+}

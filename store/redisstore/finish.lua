@@ -1,0 +1,36 @@
+-- finish.lua (after lib.lua): Store.Finish (§7).
+-- KEYS: operation key.
+-- ARGV: base, operation_id, claim token, outcome ('done', 'notdone',
+--       'unknown'), now, now + retention.
+-- Returns 1, or 0 when the claim is no longer held.
+local op, base, opID, token, outcome, now, retained = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k')
+if f[1] ~= 'performing' or not f[2] or f[2] ~= token or gone(f[6], now) then
+  return 0
+end
+if outcome == 'done' then
+  redis.call('HSET', op, 'state', 'performed')
+  redis.call('HDEL', op, 'claim')
+  -- Remembered until the approved revision's expires_at, and for the
+  -- retention at least (W137).
+  local x = f[3] and redis.call('HGET', op, 'x:' .. f[3])
+  if x then keep_until(op, x, now) end
+  keep_until(op, retained, now)
+  -- Its other approvals are never taken (W37, W141): drop them now rather
+  -- than at the next Take.
+  if f[4] then
+    local apr = base .. 'apr:' .. f[4]
+    for _, r in ipairs(words(f[5])) do
+      redis.call('ZREM', apr, opID .. ' ' .. r)
+    end
+  end
+elseif outcome == 'notdone' then
+  -- W98: the operation waits again; its approval stays used up.
+  redis.call('HSET', op, 'state', 'open')
+  redis.call('HDEL', op, 'claim', 'ap')
+else
+  -- W142, W138: still performing, and kept while it is; the claim stays
+  -- held so that the outcome can be reported once known.
+  keep_until(op, retained, now)
+end
+return 1

@@ -1,0 +1,415 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed" // the Lua scripts
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// Each script is lib.lua followed by its own file, so that each Store method
+// is one EVALSHA: one round trip and one atomic step (store package doc).
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed issue.lua
+	issueLua string
+	//go:embed take.lua
+	takeLua string
+	//go:embed record.lua
+	recordLua string
+	//go:embed finish.lua
+	finishLua string
+	//go:embed useonce.lua
+	useOnceLua string
+
+	issueScript   = redis.NewScript(libLua + issueLua)
+	takeScript    = redis.NewScript(libLua + takeLua)
+	recordScript  = redis.NewScript(libLua + recordLua)
+	finishScript  = redis.NewScript(libLua + finishLua)
+	useOnceScript = redis.NewScript(libLua + useOnceLua)
+)
+
+// scripts are every script the store runs, for Load.
+func scripts() []*redis.Script {
+	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript}
+}
+
+// DefaultPrefix starts every key the store writes.
+const DefaultPrefix = "opsgate:"
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Prefix starts every key; DefaultPrefix when "".
+	Prefix string
+	// Retention is how long a performed operation is remembered at least
+	// beyond its approved revision's expires_at (W137);
+	// store.DefaultRetention when zero.
+	Retention time.Duration
+}
+
+// Store is the at-most-once store on Redis. It is safe for concurrent use,
+// and every web server sharing the Redis shares its records.
+type Store struct {
+	client    redis.UniversalClient
+	prefix    string
+	retention time.Duration
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store on client, which may be a *redis.Client (a single
+// Redis, or miniredis), a *redis.ClusterClient or any other
+// redis.UniversalClient. New does no I/O.
+//
+// The store bounds nothing itself: a call lasts as long as the client's
+// ReadTimeout and WriteTimeout allow, or the context's deadline when the
+// client has ContextTimeoutEnabled set (recommended).
+func New(client redis.UniversalClient, opts Options) *Store {
+	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.retention <= 0 {
+		s.retention = store.DefaultRetention
+	}
+	return s
+}
+
+// Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
+// so that the first call of each method is one round trip too. It is
+// optional: without it, a script's first run falls back to EVAL.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range scripts() {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("redisstore: load: %w", err)
+		}
+	}
+	return nil
+}
+
+// base is the start of every key of one owner's agent and User: one hash tag,
+// one Cluster slot (DESIGN "The store").
+func (s *Store) base(agent, user string) string {
+	return s.prefix + "{" + store.Slot(agent, user) + "}:"
+}
+
+// ns writes a time as the scripts read it: Unix nanoseconds.
+func ns(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
+
+// parseTime reads a time the scripts stored; ok is false for a malformed one.
+func parseTime(s string) (time.Time, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n).UTC(), true
+}
+
+// issueArgs are the ARGV that issue.lua and take.lua share.
+func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, now time.Time) (keys []string, args []any) {
+	digest := store.ActionDigest(owner.Account, action.Key)
+	expires := now.Add(action.Lifetime)
+	fixed := ""
+	if !action.ExpiresAt.IsZero() {
+		expires = action.ExpiresAt
+	}
+	// expires_at goes out in whole seconds (RFC 3339), so it is kept that
+	// way: what an approval is judged by is exactly what the agent saw. A
+	// fixed one is compared by the second too (W25).
+	expires = time.Unix(expires.Unix(), 0).UTC()
+	if !action.ExpiresAt.IsZero() {
+		fixed = ns(expires)
+	}
+	// W39: a revision is reused while at least half its lifetime is left.
+	half := now.Add(action.Lifetime / 2)
+	keys = []string{base + "act:" + digest, base + "apr:" + digest}
+	args = []any{
+		base, owner.Account, digest, action.Terms, action.Summary, fixed,
+		ns(expires), ns(half), ns(now),
+		store.NewOperationID(), store.NewRevision(expires),
+	}
+	return keys, args
+}
+
+// Issue implements store.Store.
+func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.Issued, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+	}
+	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
+	v, err := issueScript.Run(ctx, s.client, keys[:1], args...).StringSlice()
+	if err != nil {
+		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+	}
+	op, ok := operation(v)
+	if !ok {
+		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", errReply)
+	}
+	return store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}, nil
+}
+
+// Take implements store.Store.
+func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.TakeResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+	}
+	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
+	token := store.NewToken()
+	args = append(args, token, ns(now.Add(s.retention)))
+	v, err := takeScript.Run(ctx, s.client, keys, args...).StringSlice()
+	if err != nil {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+	}
+	if len(v) == 0 {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
+	}
+	switch v[0] {
+	case "busy":
+		return store.TakeResult{Busy: true}, nil
+	case "issued":
+		op, ok := operation(v[1:])
+		if !ok {
+			break
+		}
+		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
+	case "claim":
+		op, ok := operation(v[1:])
+		if !ok || len(v) < 7 {
+			break
+		}
+		a := decodeApproval(v[6], op.ID, op.Revision)
+		a.UsedAt = now
+		return store.TakeResult{Claim: &store.Claim{Owner: owner, Operation: op, Approval: a, Token: token}}, nil
+	}
+	return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
+}
+
+// revisionSuffix is the random part of a revision that Record may need (see
+// record.lua); the script prefixes the revision's expires_at, in the shape of
+// store.NewRevision.
+func revisionSuffix() string {
+	return strings.TrimPrefix(store.NewRevision(time.Unix(0, 0)), "0-")
+}
+
+// errReply is a script's reply that isn't what the script returns: a bug or
+// another program's data, never a record's state.
+var errReply = errors.New("unexpected script reply")
+
+// operation reads {opID, revision, summary, terms, expires}.
+func operation(v []string) (store.Operation, bool) {
+	if len(v) < 5 {
+		return store.Operation{}, false
+	}
+	x, ok := parseTime(v[4])
+	if !ok {
+		return store.Operation{}, false
+	}
+	return store.Operation{ID: v[0], Revision: v[1], Summary: v[2], Terms: []byte(v[3]), ExpiresAt: x}, true
+}
+
+// storedApproval is a recorded approval as the op hash keeps it (a:<rev>);
+// the IDs and the used-at time are kept apart.
+type storedApproval struct {
+	Approver   string `json:"approver,omitempty"`
+	ApprovedAt int64  `json:"approved_at,omitempty"` // Unix ns; 0 when not sent
+	InputType  string `json:"input_type,omitempty"`
+	Reference  string `json:"reference,omitempty"`
+	RecordedAt int64  `json:"recorded_at"` // Unix ns
+}
+
+func encodeApproval(a store.Approval, now time.Time) []byte {
+	sa := storedApproval{Approver: a.Approver, InputType: a.InputType, Reference: a.Reference, RecordedAt: now.UnixNano()}
+	if !a.ApprovedAt.IsZero() {
+		sa.ApprovedAt = a.ApprovedAt.UnixNano()
+	}
+	b, _ := json.Marshal(sa) // strings and integers only: never fails
+	return b
+}
+
+// decodeApproval reads a stored approval; malformed data leaves fields zero
+// rather than failing the request (a malformed record is not an error).
+func decodeApproval(data, opID, rev string) store.Approval {
+	var sa storedApproval
+	_ = json.Unmarshal([]byte(data), &sa)
+	a := store.Approval{OperationID: opID, Revision: rev, Approver: sa.Approver, InputType: sa.InputType, Reference: sa.Reference}
+	if sa.ApprovedAt != 0 {
+		a.ApprovedAt = time.Unix(0, sa.ApprovedAt).UTC()
+	}
+	if sa.RecordedAt != 0 {
+		a.RecordedAt = time.Unix(0, sa.RecordedAt).UTC()
+	}
+	return a
+}
+
+// Record implements store.Store.
+func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+	if err := ctx.Err(); err != nil {
+		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+	}
+	opID, ok := store.ParseRef(ref)
+	if !ok {
+		return store.RecordReply{Result: store.NotFound}, nil // W74
+	}
+	base := s.base(owner.Agent, owner.User)
+	checkOnly := "0"
+	if opts.CheckOnly {
+		checkOnly = "1"
+	}
+	v, err := recordScript.Run(ctx, s.client, []string{base + "op:" + opID},
+		base, owner.Account, opID, approval.OperationID, approval.Revision, ns(now),
+		encodeApproval(approval, now), checkOnly, revisionSuffix()).StringSlice()
+	if err != nil {
+		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+	}
+	if len(v) == 0 {
+		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
+	}
+	var r store.RecordReply
+	switch v[0] {
+	case "notfound":
+		r.Result = store.NotFound
+	case "signin":
+		r.Result = store.SignInRequired
+	case "performing":
+		r.Result = store.IsPerforming
+	case "performed":
+		r.Result = store.IsPerformed
+	case "expired":
+		r.Result = store.OperationExpired
+	case "mismatch", "recorded", "already":
+		op, ok := operation(v[1:])
+		if !ok {
+			return store.RecordReply{Result: store.NotFound}, nil
+		}
+		r.Operation = op
+		r.Result = map[string]store.RecordResult{"mismatch": store.RevisionMismatch, "recorded": store.Recorded, "already": store.AlreadyRecorded}[v[0]]
+	default:
+		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
+	}
+	return r, nil
+}
+
+// Finish implements store.Store.
+func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
+	var o string
+	switch outcome {
+	case store.Done:
+		o = "done"
+	case store.NotDone:
+		o = "notdone"
+	case store.Unknown:
+		o = "unknown"
+	default:
+		return fmt.Errorf("redisstore: finish: invalid outcome %d", int(outcome))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: finish: %w", err)
+	}
+	if !store.ValidID(claim.Operation.ID) || claim.Token == "" {
+		return store.ErrClaimLost
+	}
+	base := s.base(claim.Owner.Agent, claim.Owner.User)
+	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
+		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention))).Int()
+	if err != nil {
+		return fmt.Errorf("redisstore: finish: %w", err)
+	}
+	if n != 1 {
+		return store.ErrClaimLost
+	}
+	return nil
+}
+
+// Lookup implements store.Store. It is one HGETALL: the operation hash holds
+// everything Lookup reports, and a single command is as atomic as a script.
+func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+	}
+	opID, ok := store.ParseRef(ref)
+	if !ok {
+		return store.Record{}, false, nil // W74
+	}
+	h, err := s.client.HGetAll(ctx, s.base(owner.Agent, owner.User)+"op:"+opID).Result()
+	if err != nil {
+		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+	}
+	rec, ok := record(h, opID, now)
+	if !ok {
+		return store.Record{}, false, nil
+	}
+	rec.Owner.Agent, rec.Owner.User = owner.Agent, owner.User
+	return rec, true, nil
+}
+
+// record reads an operation hash; ok is false for a missing or malformed one.
+func record(h map[string]string, opID string, now time.Time) (store.Record, bool) {
+	state, cur := h["state"], h["cur"]
+	acct, okAcct := h["acct"]
+	// Past its keep-until (k) an operation is forgotten, whether or not its
+	// TTL has fired yet (W139).
+	k, okK := parseTime(h["k"])
+	if !okAcct || cur == "" || !okK || now.After(k) {
+		return store.Record{}, false
+	}
+	curOp, ok := operation([]string{opID, cur, h["s:"+cur], h["t:"+cur], h["x:"+cur]})
+	if !ok || h["t:"+cur] == "" {
+		return store.Record{}, false
+	}
+	rec := store.Record{Owner: store.Owner{Account: acct}, Current: curOp}
+	switch state {
+	case "performing":
+		rec.Status = store.Performing
+	case "performed":
+		rec.Status = store.Performed
+	case "open":
+		rec.Status = store.Waiting
+	default:
+		return store.Record{}, false
+	}
+	for _, rev := range strings.Fields(h["al"]) {
+		data, ok := h["a:"+rev]
+		if !ok {
+			continue
+		}
+		a := decodeApproval(data, opID, rev)
+		if u, ok := h["u:"+rev]; ok {
+			a.UsedAt, _ = parseTime(u)
+		}
+		rec.Approvals = append(rec.Approvals, a)
+		// §6 "Looking up": approved while an approval waits for the
+		// browser's request: neither used up nor expired (W106).
+		x, ok := parseTime(h["x:"+rev])
+		if rec.Status == store.Waiting && a.UsedAt.IsZero() && ok && !now.After(x) {
+			rec.Status = store.Approved
+		}
+	}
+	// W75: an expired operation's ref gets invalid_request.
+	rec.Expired = rec.Status == store.Waiting && now.After(curOp.ExpiresAt)
+	return rec, true
+}
+
+// UseOnce implements store.Store.
+func (s *Store) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("redisstore: use once: %w", err)
+	}
+	sum := sha256.Sum256([]byte(key))
+	k := s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
+	n, err := useOnceScript.Run(ctx, s.client, []string{k}, ns(until), ns(now)).Int()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: use once: %w", err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,47 @@
+-- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
+-- "Websites", §7).
+-- KEYS: action key, approvals key.
+-- ARGV: 1-11 as issue.lua, then the claim token, now + retention.
+-- Returns {'claim', opID, revision, summary, terms, expires, approval}
+-- or {'busy'} or {'issued', opID, revision, summary, terms, expires}.
+local base, apr, terms, now = ARGV[1], KEYS[2], ARGV[4], ARGV[9]
+local token, retained = ARGV[12], ARGV[13]
+local busy = false
+-- The live approvals of this owner's action, first recorded first (W95).
+-- They are filed under the owner's account, so no other account's or
+-- signed-out approval is ever found (W104).
+for _, m in ipairs(redis.call('ZRANGE', apr, 0, -1)) do
+  local opID, rev = string.match(m, '^(%S+) (%S+)$')
+  local f = {}
+  if opID then
+    f = redis.call('HMGET', base .. 'op:' .. opID, 'state', 'k', 't:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
+  end
+  local state, t, x = f[1], f[3], f[4]
+  if not opID or not state or gone(f[2], now) or state == 'performed' or
+      not x or not f[5] or f[6] or cmp(now, x) > 0 then
+    -- Gone, performed (W141), expired (W103) or used up: it never
+    -- applies again.
+    redis.call('ZREM', apr, m)
+  elseif t ~= terms then
+    -- Check 3 fails for this request (W117); it may match another.
+  elseif state == 'performing' then
+    -- Check 2 fails for now (W145); a later approval may still be taken.
+    busy = true
+  elseif state == 'open' then
+    -- The first recorded match (W95): use it up, and only it (W96, W98).
+    local op = base .. 'op:' .. opID
+    redis.call('ZREM', apr, m)
+    redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', rev, 'u:' .. rev, now)
+    keep_until(op, retained, now) -- W138
+    local s = redis.call('HGET', op, 's:' .. rev)
+    return {'claim', opID, rev, s or '', t, x, f[5]}
+  end
+end
+if busy then
+  -- Issue nothing: a new operation now would invite a second approval of
+  -- an action that may be taking effect (§7).
+  return {'busy'}
+end
+local r = issue(base, KEYS[1], ARGV[2], ARGV[3], terms, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
+  now, ARGV[10], ARGV[11])
+return {'issued', r[1], r[2], r[3], r[4], r[5]}
