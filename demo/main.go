@@ -1,0 +1,164 @@
+// Command demo is the opsgate demo shop, Ridgeline Outfitters: a small
+// storefront whose exchanges, subscription cancellation and delivery date
+// changes wait for a person's agent's approval when the agent's browser is
+// joined to its Session (Poppy `operations` extension v3, on web pages).
+//
+//	go run ./demo                  # http://localhost:8080, embedded miniredis
+//	go run ./demo -addr :9090      # or ADDR=:9090
+//	REDIS_URL=redis://localhost:6379/0 go run ./demo
+//
+// It runs in demo mode: agents whose client_id is on localhost or 127.0.0.1
+// over plain http are accepted, cookies are not Secure on http, and
+// POST /demo/token hands out access tokens for the demo account to anyone.
+// Don't expose it to the internet.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/demo/shop"
+	"github.com/opsgate/opsgate/store/redisstore"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	addr := flag.String("addr", envOr("ADDR", "localhost:8080"), "address to listen on (env ADDR)")
+	baseURL := flag.String("base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// The store: the real Redis when REDIS_URL is set, else an embedded
+	// miniredis, so the demo needs no set-up.
+	var client *redis.Client
+	storeDesc := ""
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		opts, err := redis.ParseURL(u)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		client = redis.NewClient(opts)
+		storeDesc = "Redis at " + opts.Addr
+	} else {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return fmt.Errorf("embedded miniredis: %w", err)
+		}
+		defer mr.Close()
+		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		storeDesc = "embedded miniredis at " + mr.Addr() + " (set REDIS_URL to use a real Redis)"
+	}
+	defer client.Close()
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := client.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	st := redisstore.New(client, redisstore.Options{})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	base := *baseURL
+	if base == "" {
+		base = "http://" + displayHost(ln.Addr().(*net.TCPAddr), *addr)
+	}
+	srv, err := shop.NewServer(shop.Config{
+		BaseURL:    base,
+		Store:      st,
+		Logger:     logger,
+		AllowLocal: true, // demo mode: agents on localhost over http
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	fmt.Printf(`
+Ridgeline Outfitters, the opsgate demo shop, is running.
+
+  Shop            %[1]s/
+  Your orders     %[1]s/orders/ord_7Hk2
+  Deliveries      %[1]s/deliveries
+  Subscription    %[1]s/account/subscription
+
+Point an agent at it:
+  poppy.json      %[1]s%[2]s
+  browser join    %[1]s%[3]s   (web.browser_session_endpoint)
+  operations      %[1]s%[4]s   (the operations endpoint)
+  demo token      %[1]s%[5]s   DEMO ONLY: POST client_id=<your client_id>&account=acct_demo
+                  for an access token for the demo account, to make a signed-in join.
+  Agents on localhost/127.0.0.1 over plain http are accepted (demo mode).
+
+Store: %[6]s
+Stop with Ctrl-C.
+
+`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc)
+
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelShut()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// displayHost is host:port for the shop's URLs: "localhost" when listening
+// on every interface or on loopback by name.
+func displayHost(a *net.TCPAddr, requested string) string {
+	host, _, err := net.SplitHostPort(requested)
+	if err != nil || host == "" || a.IP.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, fmt.Sprint(a.Port))
+}

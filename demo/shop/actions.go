@@ -1,0 +1,345 @@
+package shop
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/demo/shop/views"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+)
+
+const dateLayout = "2006-01-02"
+
+// Amount is a sum of money in the terms: {"amount": "70.00", "currency": "USD"}.
+type Amount struct {
+	Amount   string `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+func amountOf(m shopdb.Money) Amount { return Amount{Amount: m.Decimal(), Currency: shopdb.Currency} }
+
+// Why a handler running for a joined browser refuses to perform.
+var (
+	// errNotApproved: the browser is handled as a Session but the Gate took
+	// no approval (describe passed the request through as not gated, and it
+	// has become valid since). Nothing is performed without an approval.
+	errNotApproved = errors.New("no approval was taken for this request")
+	// errTermsChanged: the shop's data changed between the Gate taking the
+	// approval and the handler running; the approved terms no longer hold.
+	errTermsChanged = errors.New("the terms changed since they were approved")
+)
+
+// mayPerform decides whether the handler may perform an action with these
+// terms now: an ordinary browser or one with the shop's own login may (the
+// shop's own flow); a browser handled as a Session may only with an
+// approval the Gate took, for exactly these terms (§3: perform only what the
+// approved revision describes).
+func (s *Server) mayPerform(r *http.Request, terms any) error {
+	claim, ok := webkit.ClaimOf(r)
+	if !ok {
+		if s.handledAsSession(r) {
+			return errNotApproved
+		}
+		return nil
+	}
+	raw, err := json.Marshal(terms)
+	if err != nil {
+		return err
+	}
+	canon, err := store.CanonicalTerms(raw)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(canon, claim.Operation.Terms) {
+		return errTermsChanged
+	}
+	return nil
+}
+
+// --- Exchange an item (the spec's jacket example, §3) ---
+
+// ExchangeTerms are the terms of an exchange.
+type ExchangeTerms struct {
+	OrderID         string `json:"order_id"`
+	ItemID          string `json:"item_id"`
+	ReplacementSKU  string `json:"replacement_sku"`
+	PriceDifference Amount `json:"price_difference"`
+}
+
+func exchangeTerms(p shopdb.ExchangePlan) ExchangeTerms {
+	return ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+}
+
+// exchangeSummary says the terms in plain language, with the amount (W28,
+// W31), and no links or HTML (W29).
+func exchangeSummary(p shopdb.ExchangePlan) string {
+	s := fmt.Sprintf("Exchange the %s on order %s for the %s", p.From.Name, p.OrderID, p.To.Name)
+	switch d := p.PriceDifference; {
+	case d > 0:
+		s += fmt.Sprintf(", for %s more, charged to the card used for the order.", d)
+	case d < 0:
+		s += fmt.Sprintf(", for %s less, refunded to the card used for the order.", -d)
+	default:
+		s += ", at no extra cost."
+	}
+	return s
+}
+
+func (s *Server) planExchange(r *http.Request) (shopdb.ExchangePlan, error) {
+	if err := r.ParseForm(); err != nil {
+		return shopdb.ExchangePlan{}, fmt.Errorf("the form could not be read: %w", shopdb.ErrInvalid)
+	}
+	sku := r.PostForm.Get("replacement_sku")
+	if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
+		return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
+	}
+	return s.db.PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+}
+
+func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
+	plan, err := s.planExchange(r)
+	if err != nil {
+		return webkit.Action{}, webkit.ErrNotGated // the handler refuses it; nothing to approve
+	}
+	return webkit.Action{
+		Key:     "exchange:" + plan.OrderID + ":" + plan.ItemID,
+		Terms:   exchangeTerms(plan),
+		Summary: exchangeSummary(plan),
+	}, nil
+}
+
+func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
+	plan, err := s.planExchange(r)
+	if err == nil {
+		err = s.mayPerform(r, exchangeTerms(plan))
+	}
+	if err == nil {
+		_, err = s.db.Exchange(s.viewerOf(r).Account, plan, s.now())
+	}
+	if err != nil {
+		s.renderOrder(w, r, statusOf(err), "The exchange was not made. "+sentence(err))
+		return
+	}
+	http.Redirect(w, r, "/orders/"+plan.OrderID+"?exchanged="+plan.ItemID+"#item-"+plan.ItemID, http.StatusSeeOther)
+}
+
+// --- Cancel the subscription (an account's operation, §3) ---
+
+// CancelTerms are the terms of a cancellation.
+type CancelTerms struct {
+	SubscriptionID string `json:"subscription_id"`
+	Plan           string `json:"plan"`
+	EffectiveDate  string `json:"effective_date"`
+	Refund         Amount `json:"refund"`
+}
+
+func cancelTerms(p shopdb.CancelPlan) CancelTerms {
+	return CancelTerms{SubscriptionID: p.SubscriptionID, Plan: p.Plan, EffectiveDate: p.EffectiveDate.Format(dateLayout), Refund: amountOf(p.Refund)}
+}
+
+func cancelSummary(p shopdb.CancelPlan) string {
+	return fmt.Sprintf("Cancel the %s subscription (%s), effective %s. %s is refunded to the card on file for the unused days of this month, and there are no further monthly charges.",
+		p.Plan, p.SubscriptionID, p.EffectiveDate.Format("Monday, 2 January 2006"), p.Refund)
+}
+
+// errSignInRequired: only the account holder cancels the subscription.
+var errSignInRequired = errors.New("sign in to cancel the subscription")
+
+func (s *Server) planCancel(r *http.Request) (shopdb.CancelPlan, error) {
+	v := s.viewerOf(r)
+	if !v.SignedIn {
+		return shopdb.CancelPlan{}, errSignInRequired
+	}
+	return s.db.PlanCancel(v.Account, s.now())
+}
+
+func (s *Server) describeCancel(r *http.Request) (webkit.Action, error) {
+	plan, err := s.planCancel(r)
+	if err != nil {
+		return webkit.Action{}, webkit.ErrNotGated // signed out or nothing to cancel: the handler says so
+	}
+	return webkit.Action{
+		Key:     "cancel-subscription:" + plan.SubscriptionID,
+		Terms:   cancelTerms(plan),
+		Summary: cancelSummary(plan),
+	}, nil
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	plan, err := s.planCancel(r)
+	if errors.Is(err, errSignInRequired) {
+		s.message(w, r, http.StatusForbidden, "Sign in to cancel",
+			"Only the account holder can cancel the subscription. Sign in first, then cancel it on the subscription page.",
+			views.SignInButton("/account/subscription"))
+		return
+	}
+	if err == nil {
+		err = s.mayPerform(r, cancelTerms(plan))
+	}
+	if err == nil {
+		_, err = s.db.CancelSubscription(s.viewerOf(r).Account, plan, s.now())
+	}
+	if err != nil {
+		s.renderSubscription(w, r, statusOf(err), "The subscription was not cancelled. "+sentence(err))
+		return
+	}
+	http.Redirect(w, r, "/account/subscription?cancelled=1", http.StatusSeeOther)
+}
+
+// --- Change a delivery date (a fetch-driven page, JSON) ---
+
+// RescheduleTerms are the terms of a delivery date change.
+type RescheduleTerms struct {
+	DeliveryID  string `json:"delivery_id"`
+	OrderID     string `json:"order_id"`
+	CurrentDate string `json:"current_date"`
+	NewDate     string `json:"new_date"`
+	Fee         Amount `json:"fee"`
+}
+
+func rescheduleTerms(p shopdb.ReschedulePlan) RescheduleTerms {
+	return RescheduleTerms{DeliveryID: p.DeliveryID, OrderID: p.OrderID, CurrentDate: p.From.Format(dateLayout), NewDate: p.To.Format(dateLayout), Fee: amountOf(0)}
+}
+
+func rescheduleSummary(p shopdb.ReschedulePlan) string {
+	const long = "Monday, 2 January 2006"
+	return fmt.Sprintf("Move delivery %s of order %s from %s to %s. There is no fee ($0.00).",
+		p.DeliveryID, p.OrderID, p.From.Format(long), p.To.Format(long))
+}
+
+// maxJSONBody bounds the delivery request's body: {"date": "YYYY-MM-DD"}.
+const maxJSONBody = 4 << 10
+
+// rescheduleRequest is the JSON body of POST /api/deliveries/{id}.
+type rescheduleRequest struct {
+	Date string `json:"date"`
+}
+
+// errBadRequest marks a request body the shop can't read.
+var errBadRequest = errors.New("bad request")
+
+func (s *Server) planReschedule(r *http.Request) (shopdb.ReschedulePlan, error) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return shopdb.ReschedulePlan{}, fmt.Errorf("%w: send a JSON body with Content-Type: application/json", errBadRequest)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil || len(body) > maxJSONBody {
+		return shopdb.ReschedulePlan{}, fmt.Errorf("%w: the body could not be read or is too long", errBadRequest)
+	}
+	var req rescheduleRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		return shopdb.ReschedulePlan{}, fmt.Errorf(`%w: the body must be a JSON object such as {"date": "2026-11-07"}`, errBadRequest)
+	}
+	if req.Date == "" {
+		return shopdb.ReschedulePlan{}, fmt.Errorf("%w: date is missing", errBadRequest)
+	}
+	day, err := time.Parse(dateLayout, req.Date)
+	if err != nil {
+		return shopdb.ReschedulePlan{}, fmt.Errorf("%w: date must be a day written YYYY-MM-DD, such as 2026-11-07", errBadRequest)
+	}
+	return s.db.PlanReschedule(s.viewerOf(r).Account, r.PathValue("id"), day, s.now())
+}
+
+func (s *Server) describeReschedule(r *http.Request) (webkit.Action, error) {
+	plan, err := s.planReschedule(r)
+	if err != nil {
+		return webkit.Action{}, webkit.ErrNotGated // the handler answers 400 or 404
+	}
+	return webkit.Action{
+		Key:     "delivery-date:" + plan.DeliveryID,
+		Terms:   rescheduleTerms(plan),
+		Summary: rescheduleSummary(plan),
+	}, nil
+}
+
+// rescheduleResult is the JSON answer of a performed date change.
+type rescheduleResult struct {
+	DeliveryID string `json:"delivery_id"`
+	Date       string `json:"date"`
+	DateText   string `json:"date_text"`
+}
+
+// apiError is the JSON answer of a refused request.
+type apiError struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
+	plan, err := s.planReschedule(r)
+	if err == nil {
+		err = s.mayPerform(r, rescheduleTerms(plan))
+	}
+	var d shopdb.Delivery
+	if err == nil {
+		d, err = s.db.Reschedule(s.viewerOf(r).Account, plan, s.now())
+	}
+	if err != nil {
+		status := statusOf(err)
+		code := map[int]string{http.StatusBadRequest: "invalid_request", http.StatusNotFound: "not_found", http.StatusConflict: "conflict", http.StatusForbidden: "forbidden"}[status]
+		writeJSON(w, status, apiError{Error: code, Message: sentence(err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, rescheduleResult{DeliveryID: d.ID, Date: d.Date.Format(dateLayout), DateText: d.Date.Format("Monday, 2 January 2006")})
+}
+
+// statusOf maps a refusal to its HTTP status: 4xx, so the Gate records the
+// action as not performed (the approval stays used up, §7 W98).
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, shopdb.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, shopdb.ErrConflict), errors.Is(err, errTermsChanged):
+		return http.StatusConflict
+	case errors.Is(err, errNotApproved), errors.Is(err, errSignInRequired):
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
+}
+
+// sentence is err's text for a person: the wrapped sentinels' words dropped.
+func sentence(err error) string {
+	msg := err.Error()
+	for _, sentinel := range []error{shopdb.ErrInvalid, errBadRequest, shopdb.ErrNotFound, shopdb.ErrConflict} {
+		if errors.Is(err, sentinel) {
+			msg = trimSentinel(msg, sentinel.Error())
+		}
+	}
+	if msg == "" {
+		return "The request could not be handled."
+	}
+	return upperFirst(msg) + "."
+}
+
+func trimSentinel(msg, s string) string {
+	for _, form := range []string{": " + s, s + ": "} {
+		if i := bytes.Index([]byte(msg), []byte(form)); i >= 0 {
+			return msg[:i] + msg[i+len(form):]
+		}
+	}
+	return msg
+}
+
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,278 @@
+// Package shop is the demo shop behind `go run ./demo`: a small storefront
+// whose actions with a business effect (exchange an item, cancel the
+// subscription, change a delivery date) are gated by opsgate, so that a
+// browser joined to a person's agent's Session waits for the agent's
+// approval (operations-v3 §4 and §6 "Websites").
+//
+// Everything a test needs runs in-process: NewServer builds the shop, the
+// kit, the browser join, the operations endpoint, poppy.json and a demo
+// authorization server; Handler serves them all.
+package shop
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/securecookie"
+
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+//go:embed static
+var staticFiles embed.FS
+
+// Paths of the protocol's routes.
+const (
+	PathPoppyJSON  = "/.well-known/poppy.json"
+	PathJoin       = "/poppy/join"       // web.browser_session_endpoint
+	PathOperations = "/poppy/operations" // the operations endpoint (§4, §6)
+	PathToken      = "/demo/token"       // the demo authorization server
+)
+
+// Config configures a Server.
+type Config struct {
+	// BaseURL is the shop's origin as browsers and agents reach it, such as
+	// "http://localhost:8080": scheme, host and port, no path. Required.
+	BaseURL string
+	// Store keeps operations and approvals; nil is store.NewMemory().
+	Store store.Store
+	// Clock is the time; nil is time.Now.
+	Clock func() time.Time
+	// Logger gets the shop's and the kit's logs; nil is slog.Default().
+	Logger *slog.Logger
+	// Keys are securecookie pairs (hash key of 32 or 64 bytes, encryption
+	// key of 16, 24 or 32 bytes) for the join cookie, waiting pages and the
+	// shop's own login; nil makes random ones, valid while the process runs.
+	Keys [][]byte
+	// AllowLocal is demo mode for local development: agents whose client_id
+	// is on localhost or 127.0.0.1 over plain http are accepted, and the
+	// poppy.json URLs may be http on localhost.
+	AllowLocal bool
+	// HTTPClient fetches agents' metadata and keys; nil is the default.
+	HTTPClient *http.Client
+}
+
+// Server is the demo shop.
+type Server struct {
+	cfg      Config
+	origin   string
+	db       *shopdb.DB
+	kit      *webkit.Kit
+	login    *securecookie.SecureCookie
+	secure   bool // BaseURL is https: cookies are Secure
+	verifier *identity.Verifier
+	tokens   *identity.JWTAccessTokens
+	issuer   crypto.Signer
+	issuerID string // kid of issuer
+	ops      *endpoint.Endpoint
+	handler  http.Handler
+}
+
+// NewServer builds the shop, seeded with the demo account, around cfg.
+func NewServer(cfg Config) (*Server, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("shop: BaseURL must be an origin such as http://localhost:8080, got %q", cfg.BaseURL)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if len(cfg.Keys) == 0 {
+		cfg.Keys = [][]byte{securecookie.GenerateRandomKey(64), securecookie.GenerateRandomKey(32)}
+	}
+	if len(cfg.Keys) < 2 {
+		return nil, errors.New("shop: Keys must hold a hash key and an encryption key")
+	}
+	s := &Server{
+		cfg:    cfg,
+		origin: u.Scheme + "://" + u.Host,
+		db:     shopdb.New(cfg.Clock()),
+		secure: u.Scheme == "https",
+	}
+	cfg.BaseURL = s.origin
+
+	// The kit: the Gate's configuration.
+	s.kit = webkit.New(cfg.Keys...)
+	s.kit.Store = cfg.Store
+	s.kit.Clock = cfg.Clock
+	s.kit.Logger = cfg.Logger
+	s.kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { return s.ownLogin(r) != "" }
+	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
+		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
+		cs.Clock = cfg.Clock
+	}
+
+	// The shop's own login: a signed, encrypted cookie naming the account.
+	s.login = securecookie.New(cfg.Keys[0], cfg.Keys[1])
+	s.login.MaxAge(int((12 * time.Hour).Seconds()))
+
+	// The demo authorization server's key, and the verifier of its tokens.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("shop: issuer key: %w", err)
+	}
+	s.issuer, s.issuerID = key, "demo-"+rand.Text()[:8]
+	s.tokens = &identity.JWTAccessTokens{
+		Issuer: s.origin,
+		Keys:   map[string]crypto.PublicKey{s.issuerID: key.Public()},
+		Clock:  cfg.Clock,
+	}
+	s.verifier = &identity.Verifier{
+		Origin:   s.origin,
+		Resolver: &identity.Resolver{AllowLocal: cfg.AllowLocal, HTTPClient: cfg.HTTPClient, Clock: cfg.Clock},
+		Replay:   cfg.Store,
+		Clock:    cfg.Clock,
+	}
+
+	// The operations endpoint, with the shop's decline hook (§6).
+	s.ops = endpoint.New(s.kit, endpoint.IdentityAuthenticator{Verifier: s.verifier, AccessTokens: s.tokens})
+	s.ops.Decline = s.declineHook
+
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler serves the whole shop.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Kit is the shop's kit: tests bind browsers with Kit().Sessions.
+func (s *Server) Kit() *webkit.Kit { return s.kit }
+
+// DB is the shop's data, for tests to check the effect of an action.
+func (s *Server) DB() *shopdb.DB { return s.db }
+
+// URL returns the absolute URL of path on the shop.
+func (s *Server) URL(path string) string { return s.origin + path }
+
+// Endpoint is the operations endpoint (mounted at PathOperations).
+func (s *Server) Endpoint() *endpoint.Endpoint { return s.ops }
+
+func (s *Server) now() time.Time { return s.cfg.Clock() }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	gate := s.kit.Gate
+
+	// The storefront.
+	mux.HandleFunc("GET /{$}", s.home)
+	mux.HandleFunc("GET /products/{slug}", s.product)
+	mux.HandleFunc("GET /account", s.account)
+	mux.HandleFunc("GET /orders/{order}", s.order)
+	mux.HandleFunc("GET /account/subscription", s.subscription)
+	mux.HandleFunc("GET /deliveries", s.deliveries)
+	mux.HandleFunc("POST /signin", s.signIn)
+	mux.HandleFunc("POST /signout", s.signOut)
+	static, _ := fs.Sub(staticFiles, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
+
+	// Gated actions (§4 "Websites"): each describe says what the request
+	// asks for; the handler performs exactly that.
+	mux.Handle("POST /orders/{order}/items/{item}/exchange", gate(s.describeExchange)(http.HandlerFunc(s.exchange)))
+	mux.Handle("POST /account/subscription/cancel", gate(s.describeCancel)(http.HandlerFunc(s.cancel)))
+	mux.Handle("POST /api/deliveries/{id}", gate(s.describeReschedule)(http.HandlerFunc(s.reschedule)))
+
+	// The kit's browser-facing routes: waiting.js, fetch.js, status.
+	mux.Handle(webkit.DefaultBasePath, s.kit.Handler())
+
+	// The protocol's routes for agents.
+	mux.HandleFunc("GET "+PathPoppyJSON, s.poppyJSON)
+	mux.Handle("POST "+PathJoin, &webkit.Join{Kit: s.kit, URL: s.origin + PathJoin, Verifier: s.verifier, AccessTokens: s.tokens})
+	mux.Handle(PathOperations, s.ops)
+	mux.HandleFunc("POST "+PathToken, s.issueToken)
+
+	// CSRF: browsers' cross-origin POSTs are refused, except the join, which
+	// the agent's browser posts from wherever it is and which carries its
+	// own proof (the signed assertion).
+	cop := http.NewCrossOriginProtection()
+	cop.AddInsecureBypassPattern("POST " + PathJoin)
+	return s.logRequests(securityHeaders(cop.Handler(mux)))
+}
+
+func staticHandler(files fs.FS) http.Handler {
+	fileServer := http.FileServerFS(files)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=300")
+		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// securityHeaders sets a strict Content-Security-Policy: the shop and the
+// kit serve every script and style as a file.
+func securityHeaders(next http.Handler) http.Handler {
+	const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// logRequests logs each request's method, path and status: never headers
+// or bodies, which carry the Session header, tokens and the join cookie.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &statusRecorder{ResponseWriter: w}
+		start := time.Now()
+		next.ServeHTTP(rw, r)
+		attrs := []slog.Attr{
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rw.code()), slog.Duration("took", time.Since(start)),
+		}
+		if op := rw.Header().Get(webkit.HeaderOperation); op != "" {
+			attrs = append(attrs, slog.Bool("poppy_operation", true))
+		}
+		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusRecorder) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
