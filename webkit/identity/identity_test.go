@@ -59,6 +59,7 @@ type agentServer struct {
 	srv       *httptest.Server
 	keys      *AgentKeys
 	clientID  string
+	allHits   atomic.Int64 // every request, 503s included
 	metaHits  atomic.Int64
 	jwksHits  atomic.Int64
 	down      atomic.Bool
@@ -70,6 +71,7 @@ func newAgentServer(t testing.TB, alg string, clk *clock) *agentServer {
 	t.Helper()
 	a := &agentServer{}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.allHits.Add(1)
 		if a.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
