@@ -47,16 +47,23 @@ func WantsJSON(r *http.Request) bool {
 	if len(accept) == 0 {
 		return r.Header.Get("Sec-Fetch-Dest") == "empty"
 	}
-	j, h := quality(accept, "application", "json"), quality(accept, "text", "html")
-	if j != h {
+	j, js := quality(accept, "application", "json")
+	h, hs := quality(accept, "text", "html")
+	switch {
+	case j != h:
 		return j > h
+	case j == 0:
+		return false
+	case js != hs: // named beats a wildcard: "application/json, */*"
+		return js > hs
 	}
-	return j > 0 && r.Header.Get("Sec-Fetch-Dest") == "empty"
+	return r.Header.Get("Sec-Fetch-Dest") == "empty"
 }
 
 // quality returns the q-value Accept gives typ/sub, in thousandths, by the
-// most specific matching range (RFC 9110 §12.5.1).
-func quality(accept []string, typ, sub string) int {
+// most specific matching range (RFC 9110 §12.5.1), and how specific that
+// range is: 2 for typ/sub, 1 for typ/*, 0 for */*, -1 for none.
+func quality(accept []string, typ, sub string) (q, specificity int) {
 	best, spec := 0, -1
 	for _, line := range accept {
 		for _, item := range strings.Split(line, ",") {
@@ -83,7 +90,7 @@ func quality(accept []string, typ, sub string) int {
 			}
 		}
 	}
-	return best
+	return best, spec
 }
 
 func qvalue(params string) int {
