@@ -2,7 +2,11 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/storetest"
@@ -30,4 +34,147 @@ func TestMemoryZeroValue(t *testing.T) {
 		var m store.Memory
 		return storetest.Harness{Store: &m, Size: func(context.Context) (int, error) { return m.Len(), nil }}
 	})
+}
+
+var (
+	t0    = time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	owner = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
+)
+
+func memAction(key, terms string, life time.Duration) store.Action {
+	return store.Action{Key: key, Terms: []byte(terms), Lifetime: life}
+}
+
+// Retention is the Memory's own: a performed operation is kept for it past
+// its claim's Finish, and not much longer (W137, W139).
+func TestMemoryRetention(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m := &store.Memory{Retention: time.Hour}
+	a := memAction("k", `{}`, time.Minute)
+	is, _ := m.Issue(ctx, owner, a, t0)
+	m.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, t0, store.RecordOptions{})
+	res, _ := m.Take(ctx, owner, a, t0)
+	if res.Claim == nil {
+		t.Fatalf("Take: %+v", res)
+	}
+	if err := m.Finish(ctx, *res.Claim, store.Done, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		at    time.Duration
+		found bool
+	}{{time.Hour, true}, {time.Hour + time.Second, false}} {
+		rec, found, err := m.Lookup(ctx, owner, is.Ref, t0.Add(tc.at))
+		if err != nil || found != tc.found || found && rec.Status != store.Performed {
+			t.Errorf("Lookup at +%v: %+v, %v, %v; want found=%v", tc.at, rec.Status, found, err, tc.found)
+		}
+	}
+}
+
+// The Memory holds about what is live, however long it runs: sweeps follow
+// the caller's clock (DESIGN "The store": nothing grows without bound).
+func TestMemoryBounded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m := store.NewMemory()
+	maxLen := 0
+	for i := range 20000 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		a := memAction(fmt.Sprint("k", i), fmt.Sprintf(`{"i":%d}`, i), time.Minute)
+		if _, err := m.Issue(ctx, owner, a, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.UseOnce(ctx, fmt.Sprint("jti", i), now.Add(time.Minute), now); err != nil {
+			t.Fatal(err)
+		}
+		maxLen = max(maxLen, m.Len())
+	}
+	// About 60 s of live operations, actions and marks, plus what a
+	// minute between sweeps leaves.
+	if maxLen > 2000 {
+		t.Errorf("Len reached %d with about 180 live records", maxLen)
+	}
+	if _, err := m.UseOnce(ctx, "last", t0, t0.Add(30*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Len(); n != 1 {
+		t.Errorf("Len = %d after every record expired, want 1 (the last mark)", n)
+	}
+}
+
+// A done context fails every call, as a store that cannot answer does.
+func TestMemoryContextDone(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	m := store.NewMemory()
+	a := memAction("k", `{}`, time.Minute)
+	errs := map[string]error{}
+	_, errs["Issue"] = m.Issue(ctx, owner, a, t0)
+	_, errs["Take"] = m.Take(ctx, owner, a, t0)
+	errs["Finish"] = m.Finish(ctx, store.Claim{Owner: owner, Token: "x"}, store.Done, t0)
+	_, _, errs["Lookup"] = m.Lookup(ctx, owner, "op_x.1-x", t0)
+	_, errs["Record"] = m.Record(ctx, owner, "op_x.1-x", store.Approval{}, t0, store.RecordOptions{})
+	_, errs["UseOnce"] = m.UseOnce(ctx, "jti", t0, t0)
+	for name, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v, want context.Canceled", name, err)
+		}
+	}
+	if err := m.Finish(t.Context(), store.Claim{Owner: owner, Token: "x"}, store.Outcome(0), t0); err == nil || errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("Finish with an invalid outcome: %v", err)
+	}
+}
+
+// Run with -race: many goroutines approve, take and finish the same few
+// actions, and no operation is ever performed twice (W135, W37).
+func TestMemoryConcurrentAtMostOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m := store.NewMemory()
+	var mu sync.Mutex
+	performed := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 300 {
+				now := t0.Add(time.Duration(i) * time.Second)
+				a := memAction(fmt.Sprint("k", i%3), fmt.Sprintf(`{"v":%d}`, (g+i)%2), time.Minute)
+				res, err := m.Take(ctx, owner, a, now)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch {
+				case res.Claim != nil:
+					out := store.Done
+					if i%4 == 0 {
+						out = store.NotDone
+					}
+					if out == store.Done {
+						mu.Lock()
+						performed[res.Claim.Operation.ID]++
+						mu.Unlock()
+					}
+					if err := m.Finish(ctx, *res.Claim, out, now); err != nil {
+						t.Error(err)
+					}
+				case res.Issued != nil:
+					op := res.Issued.Operation
+					m.Record(ctx, owner, res.Issued.Ref, store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: "agent"}, now, store.RecordOptions{})
+				}
+				m.Lookup(ctx, owner, fmt.Sprint("op_x.", i), now)
+			}
+		})
+	}
+	wg.Wait()
+	if len(performed) == 0 {
+		t.Fatal("nothing was performed")
+	}
+	for id, n := range performed {
+		if n != 1 {
+			t.Errorf("operation %s performed %d times", id, n)
+		}
+	}
 }

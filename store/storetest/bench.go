@@ -13,7 +13,7 @@ import (
 // backend; newHarness is called once per benchmark and once more for each
 // b.N the testing package tries. Work a benchmark needs but does not
 // measure (issuing the operations Record and Take then use) is done with
-// the timer stopped.
+// the timer stopped, a batch at a time.
 func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	now := base
 	owner := signedIn
@@ -22,7 +22,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("Issue", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		actions := benchActions(b, 64)
+		actions := benchActions(b, 0, 64)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -36,11 +36,17 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("Record", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		issued := benchIssue(b, ctx, h, b.N, now)
+		var issued []store.Issued
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			rep, err := h.Store.Record(ctx, owner, issued[i].Ref, approvalOf(issued[i].Operation), now, store.RecordOptions{})
+			if i%benchBatch == 0 {
+				b.StopTimer()
+				issued, _ = benchIssue(b, ctx, h, i, now, false)
+				b.StartTimer()
+			}
+			is := issued[i%benchBatch]
+			rep, err := h.Store.Record(ctx, owner, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{})
 			if err != nil || rep.Result != store.Recorded {
 				b.Fatalf("Record: %v, %v", rep.Result, err)
 			}
@@ -51,17 +57,16 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("TakeFinish", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		issued := benchIssue(b, ctx, h, b.N, now)
-		actions := benchActions(b, b.N)
-		for _, is := range issued {
-			if _, err := h.Store.Record(ctx, owner, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		var actions []store.Action
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			res, err := h.Store.Take(ctx, owner, actions[i], now)
+			if i%benchBatch == 0 {
+				b.StopTimer()
+				_, actions = benchIssue(b, ctx, h, i, now, true)
+				b.StartTimer()
+			}
+			res, err := h.Store.Take(ctx, owner, actions[i%benchBatch], now)
 			if err != nil || res.Claim == nil {
 				b.Fatalf("Take: %+v, %v", res, err)
 			}
@@ -75,10 +80,8 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("Lookup", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		is := benchIssue(b, ctx, h, 1, now)[0]
-		if _, err := h.Store.Record(ctx, owner, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{}); err != nil {
-			b.Fatal(err)
-		}
+		issued, _ := benchIssue(b, ctx, h, 0, now, true)
+		is := issued[0]
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
@@ -89,27 +92,38 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	})
 }
 
-// benchActions returns n actions with distinct keys.
-func benchActions(b *testing.B, n int) []store.Action {
+// benchBatch is how many operations are set up at a time with the timer
+// stopped.
+const benchBatch = 1024
+
+// benchActions returns n actions with distinct keys, numbered from.
+func benchActions(b *testing.B, from, n int) []store.Action {
 	b.Helper()
 	out := make([]store.Action, n)
 	for i := range out {
-		out[i] = action(b, fmt.Sprint("order:", i), fmt.Sprintf(`{"order":%d,"size":"M"}`, i))
+		out[i] = action(b, fmt.Sprint("order:", from+i), fmt.Sprintf(`{"order":%d,"size":"M"}`, from+i))
 		out[i].Lifetime = time.Hour
 	}
 	return out
 }
 
-// benchIssue issues n operations, one per action of benchActions.
-func benchIssue(b *testing.B, ctx context.Context, h Harness, n int, now time.Time) []store.Issued {
+// benchIssue issues benchBatch operations, one per action numbered from,
+// and records their approvals when approve is set.
+func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.Issued, []store.Action) {
 	b.Helper()
-	out := make([]store.Issued, n)
-	for i, a := range benchActions(b, n) {
+	actions := benchActions(b, from, benchBatch)
+	out := make([]store.Issued, len(actions))
+	for i, a := range actions {
 		is, err := h.Store.Issue(ctx, signedIn, a, now)
 		if err != nil {
 			b.Fatal(err)
 		}
 		out[i] = is
+		if approve {
+			if _, err := h.Store.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
-	return out
+	return out, actions
 }
