@@ -1,0 +1,31 @@
+package identity_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+func ExampleParseAuthorization() {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer eyJhbGciOi.eyJzdWIiOi.Qp4w")
+	token, err := identity.ParseAuthorization(h)
+	fmt.Println(token, err)
+
+	// A token combined with other credentials is refused (poppy-core
+	// hardening).
+	h.Set("Authorization", "Bearer abc, Basic dXNlcjpwdw==")
+	_, err = identity.ParseAuthorization(h)
+	fmt.Println(errors.Is(err, identity.ErrMalformedAuthorization), errors.Is(err, identity.ErrInvalid))
+	// Output:
+	// eyJhbGciOi.eyJzdWIiOi.Qp4w <nil>
+	// true true
+}
+
+func ExampleATH() {
+	// The ath claim binds a Session JWT to its access token.
+	fmt.Println(identity.ATH("eyJhbGciOi.eyJzdWIiOi.Qp4w"))
+	// Output: Qx2gqpH984MAfLBVJ0dA-dNS7J4vKE54aPLoD3jWnz8
+}
