@@ -1,0 +1,300 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+)
+
+var (
+	base  = time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	owner = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
+)
+
+func at(d time.Duration) time.Time { return base.Add(d) }
+
+func action(key, terms string, life time.Duration) store.Action {
+	return store.Action{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
+}
+
+func approval(is store.Issued) store.Approval {
+	return store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}
+}
+
+// scenario drives every kind of key the scripts write: waiting, approved,
+// performed, not performed, unknown, a busy action, capped revisions and a
+// jti marker. It returns the longest time any record must be kept, from
+// the scenario's now.
+func scenario(t *testing.T, st store.Store, retention time.Duration) time.Duration {
+	t.Helper()
+	ctx := t.Context()
+	now := at(0)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(is store.Issued) {
+		t.Helper()
+		rep, err := st.Record(ctx, owner, is.Ref, approval(is), now, store.RecordOptions{})
+		must(err)
+		if rep.Result != store.Recorded {
+			t.Fatalf("Record: %v", rep.Result)
+		}
+	}
+	take := func(a store.Action) *store.Claim {
+		t.Helper()
+		res, err := st.Take(ctx, owner, a, now)
+		must(err)
+		if res.Claim == nil {
+			t.Fatalf("Take: %+v", res)
+		}
+		return res.Claim
+	}
+	longest := 2 * time.Hour
+	for i, out := range []store.Outcome{0, store.Done, store.NotDone, store.Unknown} {
+		a := action(fmt.Sprint("k", i), `{"v":1}`, longest)
+		is, err := st.Issue(ctx, owner, a, now)
+		must(err)
+		record(is)
+		if out != 0 {
+			must(st.Finish(ctx, *take(a), out, now))
+		}
+	}
+	// A busy action: two approvals, one taken.
+	a := action("busy", `{}`, time.Minute)
+	r1, err := st.Issue(ctx, owner, a, now)
+	must(err)
+	record(r1)
+	a.ExpiresAt = at(2 * time.Minute)
+	r2, err := st.Issue(ctx, owner, a, now)
+	must(err)
+	record(r2)
+	take(a)
+	// 40 revisions of one operation (capped at 32).
+	for i := range 40 {
+		_, err := st.Issue(ctx, owner, action("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
+		must(err)
+	}
+	// A signed-out owner and a waiting operation.
+	_, err = st.Issue(ctx, store.Owner{Agent: "agent-a", User: "user-1"}, action("out", `{}`, time.Minute), now)
+	must(err)
+	_, err = st.UseOnce(ctx, "jti-1", at(5*time.Minute), now)
+	must(err)
+	return max(longest, retention)
+}
+
+// TestTTL: every key the scripts create has a TTL, and none outlives what
+// it keeps by more than the minute's grace (DESIGN "The store": nothing
+// grows without bound; W139).
+func TestTTL(t *testing.T) {
+	t.Parallel()
+	c := redistest.Server(t)
+	const retention = time.Hour
+	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "ttl:"})
+	longest := scenario(t, st, retention)
+
+	keys, err := c.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	const grace = time.Minute
+	for _, k := range keys {
+		ttl, err := c.PTTL(t.Context(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > longest+grace {
+			t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, longest+grace)
+		}
+		switch {
+		case len(k) > 4 && k[:4] != "ttl:":
+			t.Errorf("%s: not under the prefix", k)
+		default:
+			for _, kind := range []string{":op:", ":act:", ":apr:", "jti:"} {
+				if contains(k, kind) {
+					kinds[kind]++
+				}
+			}
+		}
+	}
+	// 4 + 1 + 1 + 1 operations, 7 actions, the approvals of 2 actions with
+	// live ones (k0, busy), 1 marker.
+	want := map[string]int{":op:": 7, ":act:": 7, ":apr:": 2, "jti:": 1}
+	for kind, n := range want {
+		if kinds[kind] != n {
+			t.Errorf("%d %s keys, want %d (keys: %q)", kinds[kind], kind, n, keys)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// counter is a go-redis hook that counts the commands sent to Redis.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestOneRoundTrip: each method is one command, so the Gate's 403 path and
+// its performing path each start with a single round trip (store package
+// doc). With Load, the first call of each is one too.
+func TestOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := redistest.Server(t)
+	var hook counter
+	c.AddHook(&hook)
+	st := redisstore.New(c, redisstore.Options{})
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	a := action("k", `{}`, time.Hour)
+	count := func(name string, f func() error) {
+		t.Helper()
+		before := hook.n.Load()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := hook.n.Load() - before; n != 1 {
+			t.Errorf("%s: %d commands, want 1", name, n)
+		}
+	}
+	var is store.Issued
+	var claim *store.Claim
+	count("Issue", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
+	count("Take (issues)", func() error {
+		res, err := st.Take(ctx, owner, a, at(0))
+		if err == nil && res.Issued == nil {
+			err = fmt.Errorf("want issued, got %+v", res)
+		}
+		return err
+	})
+	count("Lookup", func() error { _, _, err := st.Lookup(ctx, owner, is.Ref, at(0)); return err })
+	count("Record", func() error {
+		_, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
+		return err
+	})
+	count("Take (claims)", func() error {
+		res, err := st.Take(ctx, owner, a, at(0))
+		if err == nil && res.Claim == nil {
+			err = fmt.Errorf("want a claim, got %+v", res)
+		}
+		claim = res.Claim
+		return err
+	})
+	count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
+	count("UseOnce", func() error { _, err := st.UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
+}
+
+// TestDeadline: with the store down, a call fails by the context's
+// deadline even with go-redis's default dial retries (package doc: set
+// ContextTimeoutEnabled), and it is a store error, never a result.
+func TestDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	st := redisstore.New(c, redisstore.Options{})
+	is, err := st.Issue(t.Context(), owner, action("k", `{}`, time.Hour), at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err = st.Lookup(ctx, owner, is.Ref, at(time.Second))
+	if err == nil {
+		t.Fatal("Lookup while down: no error")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Lookup while down took %v with a 300ms deadline", d)
+	}
+	if !contains(err.Error(), "redisstore: lookup:") {
+		t.Errorf("error %q does not say where", err)
+	}
+}
+
+// TestOddData: records another program (or a bug) left malformed are not
+// found, never a panic or a claim.
+func TestOddData(t *testing.T) {
+	t.Parallel()
+	mr, c := redistest.Mini(t)
+	st := redisstore.New(c, redisstore.Options{})
+	ctx := t.Context()
+	a := action("k", `{}`, time.Hour)
+	is, err := st.Issue(ctx, owner, a, at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var opKey, aprKey string
+	for _, k := range mr.Keys() {
+		switch {
+		case contains(k, ":op:"):
+			opKey = k
+		case contains(k, ":apr:"):
+			aprKey = k
+		}
+	}
+	for _, f := range []struct{ field, value string }{
+		{"state", "exploded"}, {"k", "soon"}, {"x:" + is.Operation.Revision, "-"},
+		{"a:" + is.Operation.Revision, "{not json"}, {"cur", "nope"}, {"al", "   "},
+	} {
+		t.Run(f.field, func(t *testing.T) {
+			saved := mr.HGet(opKey, f.field)
+			mr.HSet(opKey, f.field, f.value)
+			defer mr.HSet(opKey, f.field, saved)
+			mr.ZAdd(aprKey, 0, "garbage-without-space")
+			if _, _, err := st.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil {
+				t.Errorf("Lookup: %v", err)
+			}
+			if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{}); err != nil {
+				t.Errorf("Record: %v", err)
+			}
+			if _, err := st.Issue(ctx, owner, a, at(time.Second)); err != nil {
+				t.Errorf("Issue: %v", err)
+			}
+			if err := st.Finish(ctx, store.Claim{Owner: owner, Operation: is.Operation, Token: "t"}, store.Done, at(time.Second)); !errors.Is(err, store.ErrClaimLost) {
+				t.Errorf("Finish: %v, want ErrClaimLost", err)
+			}
+		})
+	}
+	// With the data restored, the approval is still taken exactly once.
+	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take: %+v, %v", res, err)
+	}
+}
