@@ -29,6 +29,7 @@
     form.addEventListener("submit", function (ev) {
       ev.preventDefault();
       var date = form.elements.date.value;
+      var gaveUp = "";
       button.disabled = true;
       setStatus(status, "", "Saving…");
       send("/api/deliveries/" + encodeURIComponent(id), {
@@ -42,6 +43,9 @@
         onApproved: function () {
           setStatus(status, "", "Approved in your agent. Changing the date…");
         },
+        onGiveUp: function (reason) {
+          gaveUp = reason || "timeout";
+        },
       }).then(function (res) {
         return res.json().catch(function () { return {}; }).then(function (body) {
           if (res.ok) {
@@ -50,7 +54,11 @@
             return;
           }
           if (res.status === 403 && body.error === "approval_required") {
-            setStatus(status, "waiting", "Waiting for approval in your agent…");
+            if (gaveUp) {
+              setStatus(status, "error", "The date was not changed: no approval came from your agent. Try again.");
+            } else {
+              setStatus(status, "waiting", "Waiting for approval in your agent…");
+            }
             return;
           }
           setStatus(status, "error", body.message || "The date could not be changed (" + res.status + ").");

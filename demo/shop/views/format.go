@@ -2,7 +2,6 @@
 package views
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
@@ -51,15 +50,4 @@ func differenceText(m shopdb.Money) string {
 	return "same price"
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }
-
 func tileClass(p string) string { return "tile tile--" + p }
-
-func familyOf(products []shopdb.Product, slug string) string {
-	for _, p := range products {
-		if p.Slug == slug {
-			return p.Family
-		}
-	}
-	return ""
-}
