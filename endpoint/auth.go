@@ -1,0 +1,71 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// IdentityAuthenticator is the kit's default Authenticator: the Session JWT
+// verified by webkit/identity (poppy-core choice 1) and, when the request
+// carries one, the access token (choice 2), which must have been issued to
+// the Session's agent and then names the account the Session is signed in
+// to. The endpoint requires no scope (§4, W71).
+type IdentityAuthenticator struct {
+	Verifier *identity.Verifier
+	// AccessTokens verifies access tokens; nil refuses every request that
+	// carries one (the website then has no signed-in Sessions).
+	AccessTokens identity.AccessTokens
+}
+
+// Authenticate implements Authenticator.
+func (a IdentityAuthenticator) Authenticate(ctx context.Context, r *http.Request) (webkit.Session, error) {
+	values := r.Header.Values(webkit.HeaderSession)
+	if len(values) != 1 || values[0] == "" {
+		return webkit.Session{}, fmt.Errorf("%w: exactly one Poppy-Session header is required", ErrUnauthenticated)
+	}
+	var token string
+	if len(r.Header.Values("Authorization")) > 0 {
+		t, err := identity.ParseAuthorization(r.Header)
+		if err != nil {
+			return webkit.Session{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		}
+		token = t
+	}
+	s, err := a.Verifier.VerifySession(ctx, values[0], token) // also checks ath against the token
+	if err != nil {
+		return webkit.Session{}, classify(err, ErrUnauthenticated)
+	}
+	session := webkit.Session{ID: s.SID, Agent: s.ClientID, User: s.User}
+	if token == "" {
+		return session, nil
+	}
+	if a.AccessTokens == nil {
+		return webkit.Session{}, fmt.Errorf("%w: this website accepts no access tokens", ErrInvalidToken)
+	}
+	at, err := a.AccessTokens.VerifyAccessToken(ctx, token)
+	if err != nil {
+		return webkit.Session{}, classify(err, ErrInvalidToken)
+	}
+	if err := identity.CheckAccessToken(s, at); err != nil {
+		return webkit.Session{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	if at.Account == "" {
+		return webkit.Session{}, fmt.Errorf("%w: the access token names no account (sub)", ErrInvalidToken)
+	}
+	session.Account = at.Account
+	return session, nil
+}
+
+// classify maps identity's two failures to the endpoint's: keys or replay
+// store unreachable → ErrUnavailable (503), anything else → invalid.
+func classify(err error, invalid error) error {
+	if errors.Is(err, identity.ErrUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: %w", invalid, err)
+}

@@ -1,0 +1,375 @@
+// Package endpoint is the agent-facing operations endpoint of a website
+// (operations-v3 §4 and §6 "Websites", §7): the URL listed as `endpoint` in
+// poppy.json, usually /poppy/operations. The Personal Agent POSTs a ref taken
+// from its browser's Poppy-Operation header to get the operation, then POSTs
+// it again with Poppy-Approval to approve it, and later to look up its status.
+//
+// The endpoint never performs anything: it records approvals, and the Gate
+// (package webkit) performs the action when the browser repeats its request.
+//
+//	ep := endpoint.New(kit, auth)
+//	ep.Decline = func(ctx context.Context, d endpoint.DeclineRequest) *webkit.Decline { … }
+//	mux.Handle("POST /poppy/operations", ep)
+package endpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+)
+
+// MaxBodyBytes is the largest request body the endpoint reads: {"ref": …}
+// with a 2048-character ref fits easily.
+const MaxBodyBytes = 4 << 10
+
+// RetryAfter is the Retry-After value (seconds) of the endpoint's 503s.
+const RetryAfter = 2
+
+// Authenticator verifies the Session header and the access token of a
+// request, as an API does (§4: "The endpoint checks the Session header and
+// the access token as an API does"; W70). The default is built from
+// webkit/identity (see IdentityAuthenticator); a website whose identity
+// provider verifies Poppy Sessions plugs in its own.
+//
+// Errors: wrap ErrUnauthenticated for a missing, invalid or foreign Session
+// (401 invalid_session), ErrInvalidToken for a bad access token (401
+// invalid_token), ErrUnavailable when it cannot tell now, e.g. the agent's
+// keys cannot be fetched (503 with Retry-After, never 401).
+type Authenticator interface {
+	// Authenticate returns the Session the request was sent in: its sid,
+	// agent and User from the Session header and, when an access token came
+	// with it, the account (Extensions are not used here).
+	Authenticate(ctx context.Context, r *http.Request) (webkit.Session, error)
+}
+
+// Errors an Authenticator wraps.
+var (
+	ErrUnauthenticated = errors.New("endpoint: invalid session")
+	ErrInvalidToken    = errors.New("endpoint: invalid access token")
+	ErrUnavailable     = errors.New("endpoint: verification unavailable")
+)
+
+// DeclineRequest is what the website's decline hook sees: the approval, the
+// revision it approves, and the Session that sent it (§6 "Declining an
+// approval").
+type DeclineRequest struct {
+	Operation webkit.Operation
+	Approval  webkit.Approval
+	Session   webkit.Session
+}
+
+// Endpoint is the operations endpoint, an http.Handler.
+type Endpoint struct {
+	Store store.Store
+	Auth  Authenticator
+	// Decline, when set, is asked once checks 1–3 pass whether the website
+	// declines the approval (§6, W123). It returns nil to accept it. It
+	// must put nothing in Reason that the Session couldn't already see
+	// (W130). A declined approval is never recorded (W134).
+	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
+	Clock   func() time.Time
+	Logger  *slog.Logger
+}
+
+// New returns the endpoint for the kit's store and clock.
+func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
+	return &Endpoint{Store: kit.Store, Auth: auth, Clock: kit.Clock, Logger: kit.Logger}
+}
+
+// ServeHTTP answers one request, in the order of checks the spec gives:
+// method, version, extension, body, Session and access token, then checks
+// 1–3 of §6 (through the store, atomically).
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost { // W69
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request", "the operations endpoint takes POST only")
+		return
+	}
+	if err := checkVersion(r.Header.Values(webkit.HeaderVersion)); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	// W14: a request that doesn't declare operations v3 gets no operation.
+	ext, err := webkit.ParseExtensions(r.Header.Values(webkit.HeaderExtensions))
+	if err != nil || !ext.Operations() {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
+		return
+	}
+	ref, err := readRef(w, r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	session, err := e.Auth.Authenticate(r.Context(), r) // W70
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		e.log().Warn("opsgate endpoint: cannot verify the Session now", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+		writeError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the Session cannot be verified now; try again")
+		return
+	case errors.Is(err, ErrInvalidToken):
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		writeError(w, http.StatusUnauthorized, "invalid_token", "the access token is not valid for this Session")
+		return
+	case err != nil:
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_session"})
+		return
+	}
+	owner := session.Owner()
+
+	values := r.Header.Values(webkit.HeaderApproval)
+	if len(values) == 0 {
+		e.lookup(w, r.Context(), owner, ref)
+		return
+	}
+	approval, err := webkit.ParseApproval(values)
+	if err != nil { // W78, W84: nothing recorded
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	e.approve(w, r.Context(), session, ref, approval)
+}
+
+// lookup answers a ref without an approval (§4, §6 "Looking up an approved
+// operation").
+func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner store.Owner, ref string) {
+	rec, found, err := e.Store.Lookup(ctx, owner, ref, e.now())
+	if err != nil {
+		e.storeDown(w, err)
+		return
+	}
+	if !found { // W74, W76
+		writeInvalidRequest(w)
+		return
+	}
+	if rec.Owner.Account != owner.Account { // §3
+		if rec.Owner.Account != "" && owner.Account == "" {
+			writeChallenge(w) // W44, W73
+			return
+		}
+		writeInvalidRequest(w) // W77
+		return
+	}
+	switch rec.Status {
+	case store.Approved, store.Performing, store.Performed: // W105–W109
+		writeStatus(w, rec.Current.ID, rec.Status)
+	default:
+		if rec.Expired { // W75
+			writeInvalidRequest(w)
+			return
+		}
+		writeApprovalRequired(w, rec.Current) // W72
+	}
+}
+
+// approve makes checks 1–3 and records the approval (§6 "What the Company
+// checks"): the store answers as the first failing check says (W111).
+func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a webkit.Approval) {
+	owner := session.Owner()
+	statement := a.Statement()
+	now := e.now()
+	if e.Decline != nil {
+		// W124: the website declines only once checks 1–3 pass.
+		reply, err := e.Store.Record(ctx, owner, ref, statement, now, store.RecordOptions{CheckOnly: true})
+		if err != nil {
+			e.storeDown(w, err)
+			return
+		}
+		if reply.Result == store.Recorded {
+			d := e.Decline(ctx, DeclineRequest{Operation: webkit.OperationFrom(reply.Operation), Approval: a, Session: session})
+			if d != nil {
+				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
+				return
+			}
+		} else {
+			e.answer(w, a, reply)
+			return
+		}
+	}
+	reply, err := e.Store.Record(ctx, owner, ref, statement, now, store.RecordOptions{})
+	if err != nil {
+		e.storeDown(w, err)
+		return
+	}
+	e.answer(w, a, reply)
+}
+
+func (e *Endpoint) answer(w http.ResponseWriter, a webkit.Approval, reply store.RecordReply) {
+	switch reply.Result {
+	case store.Recorded, store.AlreadyRecorded: // W90, W91; §7 the same answer again
+		w.WriteHeader(http.StatusNoContent)
+	case store.SignInRequired: // W44 (check 1)
+		writeChallenge(w)
+	case store.IsPerforming: // W113, W143
+		writeStatus(w, a.OperationID, store.Performing)
+	case store.IsPerformed: // W113, W136
+		writeStatus(w, a.OperationID, store.Performed)
+	case store.RevisionMismatch: // W100
+		if reply.Operation.Revision == a.Revision { // W122: never answer with the revision it names
+			e.log().Error("opsgate endpoint: store answered a check-3 failure with the approval's own revision", "operation_id", a.OperationID)
+			writeInvalidRequest(w)
+			return
+		}
+		writeApprovalRequired(w, reply.Operation)
+	case store.OperationExpired: // W101
+		writeInvalidRequest(w)
+	default: // store.NotFound: check 1 (W112, W77)
+		writeInvalidRequest(w)
+	}
+}
+
+func (e *Endpoint) storeDown(w http.ResponseWriter, err error) {
+	e.log().Error("opsgate endpoint: store unavailable", "err", err)
+	w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+	writeError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "try again shortly")
+}
+
+func (e *Endpoint) now() time.Time {
+	if e.Clock != nil {
+		return e.Clock()
+	}
+	return time.Now()
+}
+
+func (e *Endpoint) log() *slog.Logger {
+	if e.Logger != nil {
+		return e.Logger
+	}
+	return slog.Default()
+}
+
+// checkVersion accepts Poppy-Version major 1 (poppy-core choice 4).
+func checkVersion(values []string) error {
+	if len(values) != 1 {
+		return errors.New("Poppy-Version: exactly one value of major version 1 is required, such as 1.0")
+	}
+	v := strings.TrimSpace(values[0])
+	major, _, _ := strings.Cut(v, ".")
+	if major != "1" {
+		return fmt.Errorf("Poppy-Version: %.20q is not supported; this endpoint speaks 1.x", v)
+	}
+	return nil
+}
+
+// readRef reads the body {"ref": "…"} strictly: a JSON object of at most
+// MaxBodyBytes with exactly one "ref" member that is a valid ref (W59, W74).
+// Other members are ignored; a duplicated "ref" is invalid.
+func readRef(w http.ResponseWriter, r *http.Request) (string, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return "", errors.New("body: Content-Type must be application/json")
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		return "", fmt.Errorf("body: larger than %d bytes or unreadable", MaxBodyBytes)
+	}
+	ref, err := parseRefBody(body)
+	if err != nil {
+		return "", err
+	}
+	if !store.ValidRef(ref) {
+		return "", errors.New(`body: "ref" must be 1 to 2048 characters of A-Z a-z 0-9 - _ .`)
+	}
+	return ref, nil
+}
+
+func parseRefBody(body []byte) (string, error) {
+	if !json.Valid(body) {
+		return "", errors.New(`body: not JSON; send {"ref": "…"}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, _ := dec.Token(); t != json.Delim('{') {
+		return "", errors.New(`body: must be a JSON object {"ref": "…"}`)
+	}
+	var ref string
+	seen := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", fmt.Errorf("body: %w", err)
+		}
+		name, _ := t.(string)
+		if name != "ref" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", fmt.Errorf("body: %w", err)
+			}
+			continue
+		}
+		if seen {
+			return "", errors.New(`body: member "ref" appears twice`)
+		}
+		seen = true
+		if err := dec.Decode(&ref); err != nil {
+			return "", errors.New(`body: member "ref" must be a string`)
+		}
+	}
+	if !seen {
+		return "", errors.New(`body: member "ref" is missing`)
+	}
+	return ref, nil
+}
+
+type operationJSON = webkit.Operation
+
+func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
+	// W47, W48; W49: no WWW-Authenticate.
+	writeJSON(w, http.StatusForbidden, struct {
+		Error     string        `json:"error"`
+		Operation operationJSON `json:"operation"`
+	}{"approval_required", webkit.OperationFrom(op)})
+}
+
+func writeStatus(w http.ResponseWriter, operationID string, s store.Status) {
+	writeJSON(w, http.StatusOK, map[string]string{"operation_id": operationID, "status": string(s)})
+}
+
+func writeDecline(w http.ResponseWriter, a webkit.Approval, d *webkit.Decline) {
+	// W127: the approval's operation_id and revision, whatever the hook set.
+	d.OperationID, d.Revision = a.OperationID, a.Revision
+	writeJSON(w, http.StatusForbidden, struct { // W133
+		Error string `json:"error"`
+		*webkit.Decline
+	}{"approval_declined", d})
+}
+
+// writeChallenge is the sign-in challenge (poppy-core choice 5).
+func writeChallenge(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer error="sign_in_required"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign_in_required"})
+}
+
+func writeInvalidRequest(w http.ResponseWriter) {
+	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_request"})
+}
+
+func writeError(w http.ResponseWriter, status int, code, description string) {
+	writeJSON(w, status, map[string]string{"error": code, "error_description": description})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":"server_error"}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(b)
+}
