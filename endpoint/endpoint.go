@@ -282,7 +282,7 @@ func readRef(w http.ResponseWriter, r *http.Request) (string, error) {
 		return "", err
 	}
 	if !store.ValidRef(ref) {
-		return "", errors.New(`body: "ref" must be 1 to 2048 characters of A-Z a-z 0-9 - _ .`)
+		return "", errors.New(`body: "ref" must be 1 to 2048 characters from A-Z, a-z, 0-9, "-", "_" and "."`)
 	}
 	return ref, nil
 }
