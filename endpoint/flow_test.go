@@ -6,10 +6,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -587,4 +590,56 @@ func sessionRequest(jwt, body, approval string) *http.Request {
 		r.Header.Set(webkit.HeaderApproval, approval)
 	}
 	return r
+}
+
+// rawSignatureChecks does only the cryptography of one Session JWT: the
+// delegation's ES256 signature with the agent's key and the JWT's with the
+// delegated key, as BenchmarkApproval's "signatures" beside its requests.
+func rawSignatureChecks(b *testing.B, jwt string, agentKey *ecdsa.PublicKey) {
+	parts := strings.Split(jwt, ".")
+	header, _ := base64.RawURLEncoding.DecodeString(parts[0])
+	var h struct {
+		Dlg string `json:"poppy_dlg"`
+	}
+	json.Unmarshal(header, &h)
+	dparts := strings.Split(h.Dlg, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(dparts[1])
+	var d struct {
+		Cnf struct {
+			JWK json.RawMessage `json:"jwk"`
+		} `json:"cnf"`
+	}
+	json.Unmarshal(payload, &d)
+	delegated, err := identity.ParseJWK(d.Cnf.JWK)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dkey := delegated.Key.(*ecdsa.PublicKey)
+	check := func(key *ecdsa.PublicKey, compact []string) bool {
+		sig, _ := base64.RawURLEncoding.DecodeString(compact[2])
+		sum := sha256.Sum256([]byte(compact[0] + "." + compact[1]))
+		r, s := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
+		return ecdsa.Verify(key, sum[:], r, s)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if !check(agentKey, dparts) || !check(dkey, parts) {
+			b.Fatal("signature does not verify")
+		}
+	}
+}
+
+func BenchmarkApprovalSignatures(b *testing.B) {
+	a := newAgent(b)
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	json.Unmarshal(a.keys.JWKS(), &set)
+	k, err := identity.ParseJWK(set.Keys[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	jwt, _ := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	rawSignatureChecks(b, jwt, k.Key.(*ecdsa.PublicKey))
 }
