@@ -139,11 +139,13 @@ func requiredID(dict *httpsfv.Dictionary, name string, valid func(string) bool, 
 
 // FormatOperationHeader returns the Poppy-Operation value for the website's
 // 403 (§4, W53, W57): a Dictionary with the Strings sid and ref. ref must be
-// 1 to 2048 characters of A–Z a–z 0–9 - _ . (W59), and sid an ID (poppy-core
-// choice 6).
+// 1 to 2048 characters of A–Z a–z 0–9 - _ . (W59), and sid ValidSID.
 func FormatOperationHeader(sid, ref string) (string, error) {
-	if err := checkIDMember(sid, true); err != nil {
-		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
+	switch {
+	case sid == "":
+		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: errMemberMissing}
+	case !ValidSID(sid):
+		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: errSIDValue}
 	}
 	if ref == "" {
 		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errMemberMissing}
@@ -166,7 +168,7 @@ func ParseOperationHeader(values []string) (sid, ref string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	if sid, err = requiredID(dict, "sid", store.ValidID, errIDValue); err != nil {
+	if sid, err = requiredID(dict, "sid", ValidSID, errSIDValue); err != nil {
 		return "", "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
 	}
 	if ref, err = requiredID(dict, "ref", store.ValidRef, errRefValue); err != nil {

@@ -252,7 +252,7 @@ func TestParseOperationHeader(t *testing.T) {
 		{name: "W57 ref missing", values: []string{`sid="s"`}, member: "ref", is: ErrMissingMember},
 		{name: "W57 sid missing", values: []string{`ref="r"`}, member: "sid", is: ErrMissingMember},
 		{name: "W57 no header", values: nil, member: "sid", is: ErrMissingMember},
-		{name: "W57 sid not an ID", values: []string{`sid="s.1", ref="r"`}, member: "sid", is: ErrBadValue},
+		{name: "W57 sid with a space", values: []string{`sid="s 1", ref="r"`}, member: "sid", is: ErrBadValue},
 		{name: "W57 not a Dictionary", values: []string{`"s", "r"`}, is: ErrMalformed},
 		{name: "W57 HTML is not a Dictionary", values: []string{`<p>ref="x"</p>`}, is: ErrMalformed},
 	}
@@ -286,7 +286,8 @@ func TestFormatOperationHeader(t *testing.T) {
 		{"W59 ref bad character", "ses_1", `a"b`, "", "ref", ErrBadValue},
 		{"W59 ref empty", "ses_1", "", "", "ref", ErrMissingMember},
 		{"W58 sid empty", "", "r", "", "sid", ErrMissingMember},
-		{"W58 sid not an ID", "ses 1", "r", "", "sid", ErrBadValue},
+		{"W58 sid of 256 characters", strings.Repeat("s", 256), "r", "", "sid", ErrBadValue},
+		{"W58 sid with a space", "ses 1", "r", "", "sid", ErrBadValue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

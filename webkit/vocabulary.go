@@ -267,7 +267,24 @@ var (
 	errApprovedAtValue = memberReason{ErrBadValue, "must be Unix seconds from 0 to 999999999999999"}
 	errIDValue         = memberReason{ErrBadValue, "must be 1 to 255 characters of A-Z a-z 0-9 - _"}
 	errRefValue        = memberReason{ErrBadValue, "must be 1 to 2048 characters of A-Z a-z 0-9 - _ ."}
+	errSIDValue        = memberReason{ErrBadValue, "must be 1 to 255 characters of visible ASCII"}
 )
+
+// ValidSID reports whether s can be a Session's sid in Poppy-Operation: 1 to
+// 255 characters of visible ASCII (the kit's choice, matching what
+// webkit/identity accepts in a Session JWT, so that every Session it
+// verifies can be named in an RFC 9651 String).
+func ValidSID(s string) bool {
+	if len(s) == 0 || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
 
 // checkIDMember checks an ID of spec 8.2 (poppy-core choice 6); "" is missing when
 // required and absent otherwise.
