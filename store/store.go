@@ -22,6 +22,27 @@
 // move time. Backend TTLs only collect garbage; they are always at least as
 // long as the records must be kept.
 //
+// Rules every implementation shares (the conformance suite, store/storetest,
+// pins each of them down):
+//
+//   - expires_at is kept in whole seconds (UTC), as it goes out in RFC 3339,
+//     and is inclusive: an approval at exactly expires_at is accepted (W18).
+//   - An operation is remembered until a "remember until" instant: its
+//     latest revision's expires_at while it waits, the expires_at of every
+//     approved revision, now+Retention while performing (renewed when the
+//     outcome is unknown), and max(approved revision's expires_at,
+//     now+Retention) once performed (§7 W137, W138). Past it, the operation
+//     is not found, whether or not the backend has deleted it yet.
+//   - A revision that was ever approved is never reused for a new request,
+//     so an operation whose approval was used up without performing gets a
+//     new revision to approve (W98).
+//   - An operation keeps at most 32 revisions; beyond that the oldest
+//     never-approved one is dropped.
+//   - An answer to an approval never names the approval's revision (W122):
+//     in the one case where the current revision is the named one (an
+//     approval that names another operation), Record issues a fresh revision
+//     with the same terms, even with CheckOnly.
+//
 // States of an operation: waiting → approved → performing → performed, and
 // performing → waiting when the action was not performed. "approved" is not
 // stored: an operation is approved while it has a recorded approval that is
@@ -154,8 +175,9 @@ func (r RecordResult) String() string {
 
 // RecordOptions change how Record works.
 type RecordOptions struct {
-	// CheckOnly makes the checks and records nothing, so that the website's
-	// decline hook can run after the checks pass (§6 "Declining").
+	// CheckOnly makes the checks and records no approval, so that the
+	// website's decline hook can run after the checks pass (§6
+	// "Declining"). It may still issue a fresh revision (see W122 above).
 	CheckOnly bool
 }
 
