@@ -1,0 +1,515 @@
+// Package refagent is opsgate's reference Personal Agent: the agent's side
+// of the Poppy `operations` extension v3 on a website (operations-v3.md §4
+// "Websites", §5, §6 "Websites", §7, §8.2), written to be read by agent
+// developers and driven by the e2e tests.
+//
+// An Agent
+//
+//   - holds its keys (identity.AgentKeys) and serves its own Client ID
+//     Metadata Document and JWKS on a loopback HTTP server (the demo shop
+//     accepts http agents on localhost and 127.0.0.1);
+//   - reads the Company's /.well-known/poppy.json and uses the extension
+//     only when it lists operations version 3 (A03, A04);
+//   - joins its Chromium to a Session (poppy-core choice 3), declaring
+//     `"operations";v="3"` (A02), signed out or signed in with an access
+//     token for the demo account;
+//   - takes a reference only from the Poppy-Operation header of a response
+//     its own browser received, read from the browser's network events,
+//     when the response comes from the Company's origin and its sid names a
+//     Session the agent joined that browser to (A08–A12), never from page
+//     content (A09);
+//   - fetches the operation at the Company's endpoint with a fresh
+//     Poppy-Session JWT per request (A13, A14), shows the Company's name,
+//     the summary as plain text and the terms (A05, A07, A18, A19, A22),
+//     checks them against the action its browser took and against each
+//     other (A27, A28), and asks a Decider: the user at the terminal, a
+//     standing instruction, or a test;
+//   - sends the approval to the endpoint only (A31–A40), has the browser
+//     repeat the request (A41), and on a new reference looks up the earlier
+//     one first (A47–A51).
+//
+// It prints each step to Config.Log. It never prints the Poppy-Session
+// header, an access token, a join assertion or a cookie.
+package refagent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Shop is the Company's origin, such as "http://localhost:8080". The
+	// agent reads its poppy.json and sends references only to the endpoint
+	// it lists (A12).
+	Shop string
+	// Browser is a chromedp context (a tab) the agent drives: its browser
+	// is the one the agent joins to its Sessions. Required.
+	Browser context.Context
+	// Listen is where the agent serves its metadata document and JWKS;
+	// "" is 127.0.0.1:0 (any free port on loopback).
+	Listen string
+	// Name is the agent's client_name.
+	Name string
+	// User is the agent's pairwise User ID at this Company (sub); "" makes
+	// a random one. Every Session of the agent uses it, so that any of them
+	// can approve an operation another returned (§3 "Who can approve it").
+	User string
+	// Account is the demo account a signed-in join asks a token for; ""
+	// is "acct_demo".
+	Account string
+	// TokenPath is the demo shop's token endpoint, DEMO ONLY: a real
+	// Company issues tokens after the person signs in. "" is /demo/token.
+	TokenPath string
+	// Clock is the time for iat, exp and approved_at; nil is time.Now.
+	// Tests that move the shop's clock give the agent the same one.
+	Clock func() time.Time
+	// HTTPClient talks to the Company; nil is a client with a 15 s timeout.
+	HTTPClient *http.Client
+	// Log gets every step, for a developer to follow; nil discards them.
+	Log io.Writer
+}
+
+// Session is one of the agent's Poppy Sessions with the Company.
+type Session struct {
+	SID      string
+	SignedIn bool // it sends the access token with its requests (A14)
+}
+
+// Discovery is what the agent read in the Company's poppy.json (§2).
+type Discovery struct {
+	Name       string // the Company's name, shown to the user (A18)
+	Operations bool   // operations with version "3" is listed (A03, A04)
+	Endpoint   string // the operations endpoint
+	Join       string // web.browser_session_endpoint
+}
+
+// Agent is the reference Personal Agent. Its methods are safe for
+// concurrent use, except that one tab must not be driven by two goroutines
+// at once (a chromedp rule).
+type Agent struct {
+	cfg      Config
+	origin   string
+	clientID string
+	base     string // the agent's own server, http://127.0.0.1:port
+	keys     *identity.AgentKeys
+	ln       net.Listener
+	srv      *http.Server
+	disc     Discovery
+
+	mu        sync.Mutex
+	dlg       *identity.Delegation
+	token     string // the access token; a credential, never printed
+	sessions  map[string]*Session
+	joined    map[string]bool     // sids this browser was joined to (A10)
+	joinPages map[string]joinPage // single-use join pages by handle
+	tabs      []*tab              // every tab the agent watches
+	refs      []*Reference        // accepted references, in arrival order
+	ignored   []string            // why headers were ignored (A09–A11)
+	responses []Response          // the browser's responses, for outcomes
+	approvals []*sentApproval     // approvals recorded by the endpoint (204)
+	declined  map[string]bool     // operation_id|revision|approver of declined approvals (A42)
+	cautious  map[string]string   // action → why a user must decide (A26, A43)
+	refsUsed  map[string]bool     // approval references sent (A36, A37)
+	seen      map[string]bool     // request IDs whose header was handled
+	wake      chan struct{}       // closed and replaced when refs or responses change
+}
+
+type joinPage struct {
+	action, assertion, token string
+	expires                  time.Time
+}
+
+// ErrNotSupported: the Company does not list operations v3, so the agent
+// uses its website without the extension and leaves approval to it (A03).
+var ErrNotSupported = errors.New("refagent: the Company does not support operations v3")
+
+// New starts the agent: its keys, its server, the Company's poppy.json and
+// the watch on its browser's network events.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	u, err := url.Parse(cfg.Shop)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("refagent: Shop must be an origin such as http://localhost:8080, got %q", cfg.Shop)
+	}
+	if cfg.Browser == nil || chromedp.FromContext(cfg.Browser) == nil {
+		return nil, errors.New("refagent: Config.Browser must be a chromedp context")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Name == "" {
+		cfg.Name = "opsgate reference agent"
+	}
+	if cfg.User == "" {
+		cfg.User = "usr_" + randomID(16)
+	}
+	if cfg.Account == "" {
+		cfg.Account = "acct_demo"
+	}
+	if cfg.TokenPath == "" {
+		cfg.TokenPath = "/demo/token"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 15 * time.Second}
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	a := &Agent{
+		cfg:       cfg,
+		origin:    u.Scheme + "://" + u.Host,
+		sessions:  map[string]*Session{},
+		joined:    map[string]bool{},
+		joinPages: map[string]joinPage{},
+		declined:  map[string]bool{},
+		cautious:  map[string]string{},
+		refsUsed:  map[string]bool{},
+		seen:      map[string]bool{},
+		wake:      make(chan struct{}),
+	}
+
+	// The agent's own server: its metadata document (its client_id URL)
+	// and JWKS (poppy-core choice 1), and the join pages.
+	a.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("refagent: listen: %w", err)
+	}
+	a.base = "http://" + a.ln.Addr().String()
+	a.clientID = a.base + "/agent.json"
+	a.keys, err = identity.NewAgentKeys(a.clientID, "ES256")
+	if err != nil {
+		a.ln.Close()
+		return nil, err
+	}
+	a.keys.Clock = cfg.Clock
+	a.srv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 5 * time.Second}
+	go a.srv.Serve(a.ln)
+	a.step("agent %q is %s (metadata and JWKS served on loopback)", cfg.Name, a.clientID)
+
+	if err := a.discover(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if _, err := a.watch(cfg.Browser, "tab 1"); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close stops the agent's server. It leaves the browser to its owner.
+func (a *Agent) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return a.srv.Shutdown(ctx)
+}
+
+// ClientID is the agent's client_id: the URL of its metadata document.
+func (a *Agent) ClientID() string { return a.clientID }
+
+// Discovery is what the agent read in the Company's poppy.json.
+func (a *Agent) Discovery() Discovery { return a.disc }
+
+// Browser is the chromedp context of the agent's first tab.
+func (a *Agent) Browser() context.Context { return a.cfg.Browser }
+
+// Origin is the Company's origin.
+func (a *Agent) Origin() string { return a.origin }
+
+func (a *Agent) now() time.Time { return a.cfg.Clock() }
+
+// step prints one step of the protocol for the developer.
+func (a *Agent) step(format string, args ...any) {
+	fmt.Fprintf(a.cfg.Log, "agent: "+format+"\n", args...)
+}
+
+func (a *Agent) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /agent.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(a.keys.Metadata(a.base+"/jwks.json", a.cfg.Name))
+	})
+	mux.HandleFunc("GET /jwks.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(a.keys.JWKS())
+	})
+	mux.HandleFunc("GET /join/{handle}", a.serveJoinPage)
+	return mux
+}
+
+// --- poppy.json (§2) ---
+
+func (a *Agent) discover(ctx context.Context) error {
+	u := a.origin + "/.well-known/poppy.json"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	res, err := a.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("refagent: poppy.json: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("refagent: poppy.json: %s", res.Status)
+	}
+	var doc struct {
+		Name       string `json:"name"`
+		Extensions struct {
+			Operations []struct {
+				Version  string `json:"version"`
+				Endpoint string `json:"endpoint"`
+			} `json:"operations"`
+		} `json:"extensions"`
+		Web struct {
+			BrowserSessionEndpoint string `json:"browser_session_endpoint"`
+		} `json:"web"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&doc); err != nil {
+		return fmt.Errorf("refagent: poppy.json: %w", err)
+	}
+	a.disc = Discovery{Name: doc.Name, Join: doc.Web.BrowserSessionEndpoint}
+	if a.disc.Name == "" {
+		a.disc.Name = a.origin
+	}
+	for _, e := range doc.Extensions.Operations {
+		// A04: only version "3" (major 3) is support for v3.
+		if major, _, _ := strings.Cut(e.Version, "."); major == "3" && e.Endpoint != "" {
+			a.disc.Operations, a.disc.Endpoint = true, e.Endpoint
+			break
+		}
+	}
+	if a.disc.Operations {
+		a.step("%s lists operations v3: endpoint %s, browser join %s", u, a.disc.Endpoint, a.disc.Join)
+	} else {
+		// A03: use the website without the extension; the Company
+		// handles approval itself.
+		a.step("%s does not list operations v3: the agent will not use the extension (A03)", u)
+	}
+	return nil
+}
+
+// --- Sessions, tokens and signing (poppy-core choices 1–3) ---
+
+// NewSession starts a Session of the agent with the Company, signed in or
+// out, without joining a browser to it. Every Session shares the agent's
+// User ID, so each can approve the others' signed-out operations (§3).
+func (a *Agent) NewSession(ctx context.Context, signedIn bool) (*Session, error) {
+	if signedIn {
+		if _, err := a.accessToken(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s := &Session{SID: "ses_" + randomID(16), SignedIn: signedIn}
+	a.mu.Lock()
+	a.sessions[s.SID] = s
+	a.mu.Unlock()
+	return s, nil
+}
+
+// accessToken gets (once) an access token for the demo account from the
+// demo shop's token endpoint: DEMO ONLY, a real Company issues it after
+// the person signs in.
+func (a *Agent) accessToken(ctx context.Context) (string, error) {
+	a.mu.Lock()
+	tok := a.token
+	a.mu.Unlock()
+	if tok != "" {
+		return tok, nil
+	}
+	form := url.Values{"client_id": {a.clientID}, "account": {a.cfg.Account}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.origin+a.cfg.TokenPath, strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := a.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("refagent: demo token: %w", err)
+	}
+	defer res.Body.Close()
+	var body struct {
+		AccessToken string `json:"access_token"`
+		Error       string `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&body)
+	if res.StatusCode != http.StatusOK || body.AccessToken == "" {
+		return "", fmt.Errorf("refagent: demo token: %s %s", res.Status, body.Error)
+	}
+	a.mu.Lock()
+	a.token = body.AccessToken
+	a.mu.Unlock()
+	a.step("signed in: got an access token for %s from %s (not shown: it is a credential)", a.cfg.Account, a.cfg.TokenPath)
+	return body.AccessToken, nil
+}
+
+// delegation returns the current delegated key, renewing it when it has
+// less than 5 minutes left (poppy-core choice 1: at most 24 h).
+func (a *Agent) delegation() (*identity.Delegation, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dlg != nil && a.dlg.ExpiresAt.Sub(a.now()) > 5*time.Minute {
+		return a.dlg, nil
+	}
+	d, err := a.keys.Delegate(time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	d.Clock = a.cfg.Clock
+	a.dlg = d
+	return d, nil
+}
+
+// sessionHeader signs a fresh Poppy-Session JWT for one request (aud = the
+// Company's origin; ath binds the access token when signed in).
+func (a *Agent) sessionHeader(s *Session, token string) (string, error) {
+	d, err := a.delegation()
+	if err != nil {
+		return "", err
+	}
+	return d.SessionJWT(identity.SessionClaims{Audience: a.origin, SID: s.SID, User: a.cfg.User, AccessToken: token})
+}
+
+// --- The browser join (poppy-core choice 3) ---
+
+// JoinOptions says how to join the browser.
+type JoinOptions struct {
+	// SignedIn joins with an access token for the demo account (W54).
+	SignedIn bool
+	// NoExtension leaves operations out of the join's declaration: the
+	// Company then returns no operations to this browser (W11). Only tests
+	// want this; the agent declares it whenever the Company supports it (A02).
+	NoExtension bool
+	// ReturnTo is the path on the shop the join lands on; "" is "/".
+	ReturnTo string
+}
+
+// Join joins the agent's browser to a new Session: the agent serves a
+// single-use page with the join form (assertion and, signed in,
+// access_token: never in a URL), the browser submits it to the Company's
+// browser_session_endpoint, which answers 303 to return_to.
+func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
+	if a.disc.Join == "" {
+		return nil, errors.New("refagent: the Company lists no web.browser_session_endpoint")
+	}
+	s, err := a.NewSession(ctx, opts.SignedIn)
+	if err != nil {
+		return nil, err
+	}
+	token := ""
+	if s.SignedIn {
+		token, _ = a.accessToken(ctx)
+	}
+	ext := ""
+	if a.disc.Operations && !opts.NoExtension {
+		ext = webkit.Extensions{"operations": "3"}.Header() // A02
+	}
+	returnTo := a.origin + "/"
+	if opts.ReturnTo != "" {
+		returnTo = a.origin + opts.ReturnTo
+	}
+	d, err := a.delegation()
+	if err != nil {
+		return nil, err
+	}
+	assertion, err := d.BrowserAssertion(identity.BrowserClaims{
+		SessionClaims: identity.SessionClaims{Audience: a.disc.Join, SID: s.SID, User: a.cfg.User, AccessToken: token},
+		ReturnTo:      returnTo,
+		Extensions:    ext,
+	})
+	if err != nil {
+		return nil, err
+	}
+	handle := randomID(20)
+	a.mu.Lock()
+	a.joinPages[handle] = joinPage{action: a.disc.Join, assertion: assertion, token: token, expires: time.Now().Add(time.Minute)}
+	a.mu.Unlock()
+
+	decl := ext
+	if decl == "" {
+		decl = "nothing"
+	}
+	a.step("joining the browser to Session %s (signed in: %v, declaring %s) at %s", s.SID, s.SignedIn, decl, a.disc.Join)
+	// The sid counts as joined to this browser from the moment the browser
+	// posts the form (A10); a refused join leaves it unused.
+	a.mu.Lock()
+	a.joined[s.SID] = true
+	a.mu.Unlock()
+	if err := chromedp.Do(a.cfg.Browser, chromedp.Navigate(a.base+"/join/"+handle)); err != nil {
+		return nil, fmt.Errorf("refagent: join page: %w", err)
+	}
+	res, err := chromedp.RunResponse(a.cfg.Browser, chromedp.Click(chromedp.ID("join"), chromedp.NodeVisible))
+	if err != nil {
+		return nil, fmt.Errorf("refagent: join: %w", err)
+	}
+	if res == nil || res.Status != http.StatusOK || !strings.HasPrefix(res.URL, a.origin+"/") {
+		status := int64(0)
+		if res != nil {
+			status = res.Status
+		}
+		a.mu.Lock()
+		delete(a.joined, s.SID)
+		a.mu.Unlock()
+		return nil, fmt.Errorf("refagent: the join was refused (status %d)", status)
+	}
+	a.step("browser joined to Session %s; it is at %s", s.SID, res.URL)
+	return s, nil
+}
+
+var joinTemplate = template.Must(template.New("join").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Joining your agent's Session</title>
+<meta name="referrer" content="no-referrer"></head>
+<body style="font-family: system-ui, sans-serif; margin: 3rem;">
+<h1>Joining your agent's Session…</h1>
+<form id="join-form" method="post" action="{{.Action}}" enctype="application/x-www-form-urlencoded">
+<input type="hidden" name="assertion" value="{{.Assertion}}">
+{{if .Token}}<input type="hidden" name="access_token" value="{{.Token}}">{{end}}
+<button id="join" type="submit">Continue to the shop</button>
+</form></body></html>`))
+
+// serveJoinPage serves a join form once. The page holds the assertion
+// and token in its body, never in a URL (poppy-core choice 3).
+func (a *Agent) serveJoinPage(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	p, ok := a.joinPages[r.PathValue("handle")]
+	delete(a.joinPages, r.PathValue("handle"))
+	a.mu.Unlock()
+	if !ok || time.Now().After(p.expires) {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	_ = joinTemplate.Execute(w, struct{ Action, Assertion, Token string }{p.action, p.assertion, p.token})
+}
+
+// randomID returns n random characters of the spec 8.2 ID alphabet.
+func randomID(n int) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}

@@ -1,0 +1,192 @@
+package refagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/webkit"
+)
+
+// Decision is a Decider's answer.
+type Decision struct {
+	Approve bool
+	// Approver is user (the user approved, A20) or agent (on the user's
+	// standing instruction, A23).
+	Approver webkit.Approver
+	// InputType is how the user answered ("typed", "tap", "voice"); only
+	// with user (A35). No personal data (A38).
+	InputType string
+	// At is when it was approved (approved_at, A34); zero is now.
+	At time.Time
+}
+
+// Decider decides whether a revision is approved (§5). Only the agent's own
+// interface or the user's own instruction decides: never text from the
+// Company or a page (A20, A21, A23).
+type Decider interface {
+	Decide(ctx context.Context, q Question) (Decision, error)
+}
+
+// DeciderFunc is a Decider from a func, for tests.
+type DeciderFunc func(ctx context.Context, q Question) (Decision, error)
+
+// Decide implements Decider.
+func (f DeciderFunc) Decide(ctx context.Context, q Question) (Decision, error) { return f(ctx, q) }
+
+// Prompt asks the user at the terminal (a user approval, A18–A20, A22):
+// it shows the Company's name, the summary as plain text, the terms and
+// any difference the agent found, and reads y or n.
+type Prompt struct {
+	In  io.Reader
+	Out io.Writer
+	r   *bufio.Reader
+}
+
+// Name names the decider in the agent's log.
+func (p *Prompt) Name() string { return "the user (terminal)" }
+
+// Decide implements Decider.
+func (p *Prompt) Decide(ctx context.Context, q Question) (Decision, error) {
+	if p.r == nil {
+		p.r = bufio.NewReader(p.In)
+	}
+	fmt.Fprintf(p.Out, "\n%s\nApprove? [y/N] ", q.Text())
+	line, err := p.r.ReadString('\n')
+	if err != nil && line == "" {
+		return Decision{}, fmt.Errorf("refagent: reading the answer: %w", err)
+	}
+	if ans := strings.ToLower(strings.TrimSpace(line)); ans == "y" || ans == "yes" {
+		return Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "typed"}, nil
+	}
+	return Decision{}, nil
+}
+
+// Rule is one standing instruction from the user, given on the command
+// line: "exchange<=100USD" means "approve any exchange whose price
+// difference is at most 100 USD".
+type Rule struct {
+	// Kind must be a segment of the path the browser's request went to,
+	// such as "exchange" for POST /orders/…/items/…/exchange.
+	Kind     string
+	Max      *big.Rat
+	Currency string
+	Text     string
+}
+
+var ruleRE = regexp.MustCompile(`^\s*([a-z][a-z0-9-]*)\s*<=\s*([0-9]+(?:\.[0-9]{1,2})?)\s*([A-Z]{3})\s*$`)
+
+// ParseRule parses "kind<=amountCUR", such as "exchange<=100USD".
+func ParseRule(s string) (Rule, error) {
+	m := ruleRE.FindStringSubmatch(s)
+	if m == nil {
+		return Rule{}, fmt.Errorf("refagent: standing instruction %q: write kind<=amountCURRENCY, such as exchange<=100USD", s)
+	}
+	max, _ := new(big.Rat).SetString(m[2])
+	return Rule{Kind: m[1], Max: max, Currency: m[3], Text: strings.TrimSpace(s)}, nil
+}
+
+// moneyMembers are the terms' members a rule's limit applies to, in order.
+var moneyMembers = []string{"price_difference", "fee", "price", "amount", "total"}
+
+// covers reports whether the rule covers the terms: true or false, or
+// unsure when the agent can't tell (A25).
+func (r Rule) covers(q Question) (ok, sure bool, why string) {
+	u, err := url.Parse(strings.TrimPrefix(q.Action, strings.SplitN(q.Action, " ", 2)[0]+" "))
+	if err != nil || !containsSegment(u.Path, r.Kind) {
+		return false, true, "not a " + r.Kind
+	}
+	var terms map[string]json.RawMessage
+	if json.Unmarshal(q.Operation.Terms, &terms) != nil {
+		return false, false, "the terms can't be read"
+	}
+	for _, name := range moneyMembers {
+		raw, ok := terms[name]
+		if !ok {
+			continue
+		}
+		var m struct{ Amount, Currency string }
+		if json.Unmarshal(raw, &m) != nil || m.Amount == "" {
+			return false, false, name + " is not an amount of money"
+		}
+		if m.Currency != r.Currency {
+			return false, false, fmt.Sprintf("%s is in %s, the instruction in %s", name, m.Currency, r.Currency)
+		}
+		amt, ok := new(big.Rat).SetString(m.Amount)
+		if !ok {
+			return false, false, name + " is not a number"
+		}
+		if amt.Cmp(r.Max) > 0 {
+			return false, true, fmt.Sprintf("%s %s %s is more than %s", name, m.Amount, m.Currency, r.Text)
+		}
+		return true, true, fmt.Sprintf("%s %s %s is within %s", name, m.Amount, m.Currency, r.Text)
+	}
+	return false, false, "the terms have no amount the instruction can be checked against"
+}
+
+func containsSegment(path, seg string) bool {
+	for _, s := range strings.Split(path, "/") {
+		if s == seg {
+			return true
+		}
+	}
+	return false
+}
+
+// Standing approves as the agent (approver "agent", no input_type, A35)
+// when one of the user's standing instructions covers the terms (A23,
+// A24), and otherwise asks Ask, the user (A25, A26, A43). With a nil Ask
+// it approves nothing else.
+type Standing struct {
+	Rules []Rule
+	Ask   Decider
+	Log   io.Writer
+}
+
+// Name names the decider in the agent's log.
+func (s *Standing) Name() string { return "the standing instructions" }
+
+// Decide implements Decider.
+func (s *Standing) Decide(ctx context.Context, q Question) (Decision, error) {
+	say := func(format string, args ...any) {
+		if s.Log != nil {
+			fmt.Fprintf(s.Log, "agent: "+format+"\n", args...)
+		}
+	}
+	reason := ""
+	switch {
+	case !q.AgentMayApprove:
+		reason = q.Why
+	case len(q.Differences) > 0:
+		reason = "the agent found differences to point out (A27, A28)"
+	default:
+		for _, r := range s.Rules {
+			ok, sure, why := r.covers(q)
+			if ok {
+				say("standing instruction %q covers it: %s; approving as the agent (A24)", r.Text, why)
+				return Decision{Approve: true, Approver: webkit.ApproverAgent}, nil
+			}
+			if !sure {
+				reason = "can't tell whether " + r.Text + " covers it: " + why + " (A25)"
+			} else if reason == "" {
+				reason = why
+			}
+		}
+		if reason == "" {
+			reason = "no standing instruction covers it"
+		}
+	}
+	if s.Ask == nil {
+		say("not approving: %s", reason)
+		return Decision{}, nil
+	}
+	say("asking the user: %s", reason)
+	return s.Ask.Decide(ctx, q)
+}
