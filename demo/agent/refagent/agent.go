@@ -226,6 +226,9 @@ func (a *Agent) Close() error {
 // ClientID is the agent's client_id: the URL of its metadata document.
 func (a *Agent) ClientID() string { return a.clientID }
 
+// User is the agent's pairwise User ID at the Company (every Session's sub).
+func (a *Agent) User() string { return a.cfg.User }
+
 // Discovery is what the agent read in the Company's poppy.json.
 func (a *Agent) Discovery() Discovery { return a.disc }
 

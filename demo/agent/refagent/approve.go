@@ -24,6 +24,11 @@ const (
 	NotApproved      = "not_approved"      // the decider did not approve: not performed (A17)
 	NotPerformed     = "not_performed"     // the repeated request did not perform it
 	AlreadyPerformed = "already_performed" // an earlier operation for the action was performed (A51)
+	// EarlierPending: the operation holds an unused approval of an earlier
+	// revision for this action, and the endpoint answers the new reference
+	// with that status, not with the new terms: nothing can be approved
+	// until that approval is used or expires.
+	EarlierPending = "earlier_approval_pending"
 )
 
 // Outcome is how one Approve ended.
@@ -117,6 +122,14 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		switch {
 		case ans.Status == "performed":
 			out.Result, out.OperationID = AlreadyPerformed, ans.OperationID
+			return out, nil
+		case ans.Status == "approved" && !a.approvedRef(r.Ref) && a.hasApproval(r.Action()):
+			// The approval the operation holds is the agent's earlier one,
+			// for other terms (the browser's request got a new reference).
+			// The endpoint shows the status, not the new revision, so there
+			// is nothing the agent could show the user or approve (§5).
+			a.step("operation %s holds the agent's unused approval of earlier terms; the endpoint shows no new terms until it is used or expires: approving nothing now", ans.OperationID)
+			out.Result, out.OperationID = EarlierPending, ans.OperationID
 			return out, nil
 		case ans.Status != "":
 			// Approved (in another Session) or performing: no new
@@ -278,6 +291,31 @@ func (a *Agent) approval(op webkit.Operation, dec Decision) webkit.Approval {
 	}
 	a.mu.Unlock()
 	return ap
+}
+
+// approvedRef reports whether the agent's approval was recorded for ref.
+func (a *Agent) approvedRef(ref string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.approvals {
+		if s.ref == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// hasApproval reports whether the agent has an unsettled recorded approval
+// for action.
+func (a *Agent) hasApproval(action string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.approvals {
+		if s.action == action && !s.closed && !s.performed {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) recordApproval(r *Reference, s *Session, ap webkit.Approval) {
