@@ -1,0 +1,298 @@
+// Command load is opsgate's load tool: several web servers (Kits) share one
+// store, many joined browsers ask for gated actions, their approvals are
+// recorded, and every browser then repeats its approved request many times
+// at once across all the servers. It reports throughput and latency for
+// each phase and checks that every operation was performed exactly once
+// (operations-v3 §7). It only talks to servers it starts on loopback, and
+// stops by itself.
+//
+//	go run ./demo/load                      # embedded miniredis
+//	go run ./demo/load -redis redis://127.0.0.1:6379/0 -browsers 500
+//	go run ./demo/load -store memory        # one process, one Memory store
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+)
+
+func main() {
+	var (
+		storeKind = flag.String("store", "redis", "redis (embedded miniredis unless -redis) or memory (then -servers is 1)")
+		redisURL  = flag.String("redis", "", "a Redis URL to use instead of an embedded miniredis")
+		servers   = flag.Int("servers", 4, "web servers sharing the store")
+		browsers  = flag.Int("browsers", 200, "joined browsers, one operation each")
+		repeats   = flag.Int("repeats", 8, "concurrent repeats of each approved request")
+		ordinary  = flag.Int("ordinary", 5000, "requests from ordinary browsers")
+		workers   = flag.Int("concurrency", 32, "requests in flight at once")
+		limit     = flag.Duration("timeout", 2*time.Minute, "stop after this long whatever happens")
+	)
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *limit)
+	defer cancel()
+	if err := run(ctx, config{*storeKind, *redisURL, *servers, *browsers, *repeats, *ordinary, *workers}); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	store, redisURL                              string
+	servers, browsers, repeats, ordinary, workers int
+}
+
+var keys = [][]byte{[]byte("load-tool-hash-key-0123456789abc"), []byte("load-tool-encryption-key-0123456")}
+
+func run(ctx context.Context, c config) error {
+	stores, closeStores, err := openStores(c)
+	if err != nil {
+		return err
+	}
+	defer closeStores()
+
+	var performed sync.Map // operation_id → *atomic.Int32
+	var total atomic.Int32
+	urls := make([]string, len(stores))
+	var kits []*webkit.Kit
+	for i, st := range stores {
+		kit := webkit.New(keys...)
+		kit.Store = st
+		kit.Logger = slog.New(slog.DiscardHandler)
+		kit.Sessions.(*webkit.CookieSessions).Insecure = true
+		kits = append(kits, kit)
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if claim, ok := webkit.ClaimOf(r); ok {
+				n, _ := performed.LoadOrStore(claim.Operation.ID, new(atomic.Int32))
+				n.(*atomic.Int32).Add(1)
+				total.Add(1)
+			}
+			io.WriteString(w, "exchanged\n")
+		})))
+		srv := httptest.NewServer(mux)
+		defer srv.Close()
+		urls[i] = srv.URL
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers, MaxConnsPerHost: c.workers}}
+	pick := func() string { return urls[rand.IntN(len(urls))] }
+
+	fmt.Printf("opsgate load: %d web servers on a shared %s store, %d browsers, %d repeats each, %d in flight\n\n",
+		len(urls), c.store, c.browsers, c.repeats, c.workers)
+	fmt.Printf("%-26s %8s %10s %10s %10s  %s\n", "phase", "requests", "req/s", "p50", "p99", "answers")
+
+	// Ordinary browsers pass straight through (W07).
+	res := phase(ctx, c.workers, c.ordinary, func(i int) (int, error) {
+		return post(ctx, client, pick(), fmt.Sprintf("ord_plain_%d", i%50), nil)
+	})
+	res.print("ordinary browser")
+
+	// Joined browsers: each gets 403 with a ref (W53).
+	cookies := make([]*http.Cookie, c.browsers)
+	sessions := make([]webkit.Session, c.browsers)
+	for i := range cookies {
+		sessions[i] = webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: webkit.Extensions{"operations": "3"}}
+		rec := httptest.NewRecorder()
+		if err := kits[0].Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), sessions[i]); err != nil {
+			return err
+		}
+		cookies[i] = rec.Result().Cookies()[0]
+	}
+	refs := make([]string, c.browsers)
+	res = phase(ctx, c.workers, c.browsers, func(i int) (int, error) {
+		return post(ctx, client, pick(), fmt.Sprintf("ord_%d", i), cookies[i], func(h http.Header) {
+			_, refs[i], _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+		})
+	})
+	res.print("joined: 403 + ref")
+
+	// The agents' approvals, recorded as the endpoint records them (W90).
+	start := time.Now()
+	for i, ref := range refs {
+		id, _ := store.ParseRef(ref)
+		rec, found, err := stores[0].Lookup(ctx, sessions[i].Owner(), ref, time.Now())
+		if err != nil || !found {
+			return fmt.Errorf("lookup of browser %d's ref %q: found %v, %v", i, ref, found, err)
+		}
+		reply, err := stores[0].Record(ctx, sessions[i].Owner(), ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, time.Now(), store.RecordOptions{})
+		if err != nil || reply.Result != store.Recorded {
+			return fmt.Errorf("record for browser %d: %v, %v", i, reply.Result, err)
+		}
+	}
+	fmt.Printf("%-26s %8d %10.0f\n", "approvals recorded", len(refs), float64(len(refs))/time.Since(start).Seconds())
+
+	// Every browser repeats its approved request many times at once,
+	// across all servers: exactly one of them performs (§7 W135).
+	res = phase(ctx, c.workers, c.browsers*c.repeats, func(i int) (int, error) {
+		b := i % c.browsers
+		return post(ctx, client, pick(), fmt.Sprintf("ord_%d", b), cookies[b])
+	})
+	res.print("approved: repeats")
+
+	twice := 0
+	performed.Range(func(_, v any) bool {
+		if v.(*atomic.Int32).Load() > 1 {
+			twice++
+		}
+		return true
+	})
+	fmt.Printf("\nperformed %d of %d approved operations; %d performed more than once\n", total.Load(), c.browsers, twice)
+	if twice > 0 || int(total.Load()) != c.browsers {
+		return errors.New("at most once, exactly once per approval: FAILED")
+	}
+	fmt.Println("at most once: ok")
+	return nil
+}
+
+func describe(r *http.Request) (webkit.Action, error) {
+	order := r.PathValue("order")
+	return webkit.Action{
+		Key:     "exchange:" + order,
+		Terms:   map[string]any{"order_id": order, "replacement_sku": r.PostFormValue("sku"), "price_difference": map[string]string{"amount": "70.00", "currency": "USD"}},
+		Summary: "Exchange the jacket on order " + order + " for $70.00 more.",
+	}, nil
+}
+
+func openStores(c config) ([]store.Store, func(), error) {
+	if c.store == "memory" {
+		return []store.Store{store.NewMemory()}, func() {}, nil
+	}
+	if c.store != "redis" {
+		return nil, nil, fmt.Errorf("-store %q: want redis or memory", c.store)
+	}
+	var opts *redis.Options
+	closeAll := []func(){}
+	if c.redisURL != "" {
+		o, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-redis: %w", err)
+		}
+		opts = o
+	} else {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, nil, err
+		}
+		closeAll = append(closeAll, mr.Close)
+		opts = &redis.Options{Addr: mr.Addr()}
+	}
+	opts.ContextTimeoutEnabled = true
+	var stores []store.Store
+	prefix := fmt.Sprintf("opsgate-load-%d:", time.Now().UnixNano()) // a fresh run on a shared Redis; every key has a TTL
+	for range max(c.servers, 1) { // one client each, as separate web servers have
+		cl := redis.NewClient(opts)
+		closeAll = append(closeAll, func() { cl.Close() })
+		stores = append(stores, redisstore.New(cl, redisstore.Options{Prefix: prefix}))
+	}
+	return stores, func() {
+		for _, f := range slices.Backward(closeAll) {
+			f()
+		}
+	}, nil
+}
+
+func post(ctx context.Context, client *http.Client, base, order string, cookie *http.Cookie, seen ...func(http.Header)) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/orders/"+order+"/exchange", strings.NewReader(url.Values{"sku": {"stormline-insulated-m"}}.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	for _, f := range seen {
+		f(res.Header)
+	}
+	return res.StatusCode, nil
+}
+
+type result struct {
+	n         int
+	elapsed   time.Duration
+	latencies []time.Duration
+	statuses  map[int]int
+	errors    int
+}
+
+// phase runs n requests with at most workers in flight.
+func phase(ctx context.Context, workers, n int, do func(i int) (int, error)) result {
+	r := result{n: n, latencies: make([]time.Duration, n), statuses: map[int]int{}}
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				status, err := do(i)
+				r.latencies[i] = time.Since(t)
+				mu.Lock()
+				if err != nil {
+					r.errors++
+				} else {
+					r.statuses[status]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	return r
+}
+
+func (r result) print(name string) {
+	slices.Sort(r.latencies)
+	q := func(p float64) time.Duration {
+		if len(r.latencies) == 0 {
+			return 0
+		}
+		return r.latencies[min(len(r.latencies)-1, int(p*float64(len(r.latencies))))].Round(time.Microsecond)
+	}
+	var answers []string
+	for _, s := range slices.Sorted(func(yield func(int) bool) {
+		for s := range r.statuses {
+			if !yield(s) {
+				return
+			}
+		}
+	}) {
+		answers = append(answers, fmt.Sprintf("%d×%d", r.statuses[s], s))
+	}
+	if r.errors > 0 {
+		answers = append(answers, fmt.Sprintf("%d errors", r.errors))
+	}
+	fmt.Printf("%-26s %8d %10.0f %10v %10v  %s\n", name, r.n, float64(r.n)/r.elapsed.Seconds(), q(0.5), q(0.99), strings.Join(answers, " "))
+}
