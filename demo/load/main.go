@@ -199,7 +199,8 @@ func openStores(c config) ([]store.Store, func(), error) {
 	opts.ContextTimeoutEnabled = true
 	var stores []store.Store
 	prefix := fmt.Sprintf("opsgate-load-%d:", time.Now().UnixNano()) // a fresh run on a shared Redis; every key has a TTL
-	for range max(c.servers, 1) {                                    // one client each, as separate web servers have
+	// One client each, as separate web servers have.
+	for range max(c.servers, 1) {
 		cl := redis.NewClient(opts)
 		closeAll = append(closeAll, func() { cl.Close() })
 		stores = append(stores, redisstore.New(cl, redisstore.Options{Prefix: prefix}))
