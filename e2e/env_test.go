@@ -290,7 +290,7 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
 	if err != nil {
 		t.Errorf("screenshot %s: %v", name, err)
 		return

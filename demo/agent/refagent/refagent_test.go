@@ -1,0 +1,139 @@
+package refagent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/webkit"
+)
+
+func exchangeQuestion(amount string, action string) Question {
+	terms := `{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"` + amount + `","currency":"USD"}}`
+	return Question{
+		Operation:       webkit.Operation{OperationID: "op_1", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
+		Action:          action,
+		AgentMayApprove: true,
+	}
+}
+
+const exchangeAction = "POST http://shop.test/orders/ord_7Hk2/items/itm_4Qa/exchange"
+
+func TestA24StandingInstruction(t *testing.T) {
+	r, err := ParseRule("exchange<=100USD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	user := DeciderFunc(func(context.Context, Question) (Decision, error) {
+		asked++
+		return Decision{Approve: true, Approver: webkit.ApproverUser}, nil
+	})
+	s := &Standing{Rules: []Rule{r}, Ask: user}
+	for _, tc := range []struct {
+		name     string
+		q        Question
+		approver webkit.Approver
+	}{
+		{"A24 covered: 70.00 USD", exchangeQuestion("70.00", exchangeAction), webkit.ApproverAgent},
+		{"A24 refund is covered", exchangeQuestion("-30.00", exchangeAction), webkit.ApproverAgent},
+		{"A24 over the limit asks the user", exchangeQuestion("100.01", exchangeAction), webkit.ApproverUser},
+		{"A24 another kind of action asks the user", exchangeQuestion("10.00", "POST http://shop.test/account/subscription/cancel"), webkit.ApproverUser},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := s.Decide(t.Context(), tc.q)
+			if err != nil || !d.Approve || d.Approver != tc.approver || (d.Approver == webkit.ApproverAgent && d.InputType != "") {
+				t.Fatalf("decision %+v, %v; want approver %s", d, err, tc.approver)
+			}
+		})
+	}
+	t.Run("A26 A43 only the user after an agent approval or a decline", func(t *testing.T) {
+		q := exchangeQuestion("10.00", exchangeAction)
+		q.AgentMayApprove, q.Why = false, "declined"
+		if d, _ := s.Decide(t.Context(), q); d.Approver != webkit.ApproverUser {
+			t.Fatalf("decision %+v", d)
+		}
+	})
+	t.Run("A25 can't tell: another currency", func(t *testing.T) {
+		q := exchangeQuestion("10.00", exchangeAction)
+		q.Operation.Terms = json.RawMessage(`{"price_difference":{"amount":"10.00","currency":"EUR"}}`)
+		if d, _ := (&Standing{Rules: []Rule{r}}).Decide(t.Context(), q); d.Approve {
+			t.Fatalf("approved without a covering instruction: %+v", d)
+		}
+	})
+	for _, bad := range []string{"exchange<100USD", "exchange<=100", "<=1USD", "exchange<=1.234USD"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted", bad)
+		}
+	}
+}
+
+func TestA07PlainText(t *testing.T) {
+	s := "Exchange **it** [here](http://evil.example) ![x](http://evil.example/p.png) <img src=x onerror=alert(1)>\x1b[31mred\x1b[0m\u0007"
+	got := PlainText(s)
+	for _, want := range []string{"[here](http://evil.example)", "![x](http://evil.example/p.png)", "<img src=x onerror=alert(1)>", "**it**"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("PlainText dropped %q: %q", want, got)
+		}
+	}
+	if strings.ContainsAny(got, "\x1b\a") {
+		t.Errorf("PlainText kept control characters: %q", got)
+	}
+}
+
+func TestA27A28Checks(t *testing.T) {
+	terms := json.RawMessage(`{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"70.00","currency":"USD"}}`)
+	r := &Reference{Method: "POST", URL: "http://shop.test/orders/ord_7Hk2/items/itm_4Qa/exchange", Body: []byte("replacement_sku=stormline-insulated-m")}
+	if d := checkAction(r, terms); len(d) != 0 {
+		t.Errorf("A27: the same action flagged: %v", d)
+	}
+	r.Body = []byte("replacement_sku=stormline-insulated-l")
+	if d := checkAction(r, terms); len(d) != 1 || !strings.Contains(d[0], "stormline-insulated-l") {
+		t.Errorf("A27: another size not flagged: %v", d)
+	}
+	r.URL = "http://shop.test/orders/ord_OTHER/items/itm_4Qa/exchange"
+	if d := checkAction(r, terms); len(d) != 2 {
+		t.Errorf("A27: another order not flagged: %v", d)
+	}
+	if d := checkSummary("Exchange it for $70.00 more.", terms); len(d) != 0 {
+		t.Errorf("A28: %v", d)
+	}
+	if d := checkSummary("Exchange it for free.", terms); len(d) != 1 {
+		t.Errorf("A28: a summary without the amount not flagged: %v", d)
+	}
+	dates := json.RawMessage(`{"new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`)
+	if d := checkSummary("Move it to Saturday, 7 November 2026. No fee ($0.00).", dates); len(d) != 0 {
+		t.Errorf("A28: %v", d)
+	}
+	if d := checkSummary("Move it to Friday, 6 November 2026. No fee ($0.00).", dates); len(d) != 1 {
+		t.Errorf("A28: a wrong date not flagged: %v", d)
+	}
+}
+
+func TestA33A39Approval(t *testing.T) {
+	a := &Agent{cfg: Config{Clock: time.Now}, refsUsed: map[string]bool{}}
+	op := webkit.Operation{OperationID: "op_1", Revision: "r1"}
+	ag := a.approval(op, Decision{Approve: true, Approver: webkit.ApproverAgent, InputType: "tap"})
+	us := a.approval(op, Decision{Approve: true, Approver: webkit.ApproverUser})
+	if ag.InputType != "" || us.InputType != "typed" || ag.ApprovedAt.IsZero() || us.ApprovedAt.IsZero() {
+		t.Errorf("A35, A39: agent %+v, user %+v", ag, us)
+	}
+	if ag.Reference == us.Reference || !strings.HasPrefix(ag.Reference, "apr_") {
+		t.Errorf("A36: references %q %q", ag.Reference, us.Reference)
+	}
+	for _, ap := range []webkit.Approval{ag, us} {
+		if err := ap.Validate(); err != nil {
+			t.Errorf("A32, A40: %+v: %v", ap, err)
+		}
+		h, err := ap.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := webkit.ParseApproval([]string{h})
+		if err != nil || back.Approver != ap.Approver || back.Reference != ap.Reference {
+			t.Errorf("A40: %q parses as %+v, %v", h, back, err)
+		}
+	}
+}
