@@ -33,8 +33,19 @@ type (
 // what content negotiation reads.
 func NoStore(h http.Header) {
 	h.Set("Cache-Control", "no-store")
-	h.Add("Vary", "Accept")
-	h.Add("Vary", "Sec-Fetch-Dest")
+	addVary(h, "Accept")
+	addVary(h, "Sec-Fetch-Dest")
+}
+
+func addVary(h http.Header, name string) {
+	for _, v := range h.Values("Vary") {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f == "*" || strings.EqualFold(f, name) {
+				return
+			}
+		}
+	}
+	h.Add("Vary", name)
 }
 
 // WantsJSON reports whether r accepts JSON over HTML (§4 W66): a page load

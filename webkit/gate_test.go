@@ -126,7 +126,10 @@ func newGateEnv(t testing.TB, st store.Store, c *clock) *gateEnv {
 	e.h = k.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.runs.Add(1)
 		if cl, ok := ClaimOf(r); ok {
-			e.claim <- cl
+			select {
+			case e.claim <- cl:
+			default: // benchmarks don't read them
+			}
 		}
 		body, _ := io.ReadAll(r.Body) // restored for the handler
 		w.Header().Set("Content-Type", "text/plain")

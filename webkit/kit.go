@@ -136,6 +136,7 @@ func sealCodecs(keys [][]byte) []securecookie.Codec {
 	for _, c := range codecs {
 		if sc, ok := c.(*securecookie.SecureCookie); ok {
 			sc.MaxAge(int(maxWait / time.Second))
+			sc.SetSerializer(securecookie.JSONEncoder{})
 		}
 	}
 	return codecs

@@ -1,7 +1,6 @@
 package webkit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,10 +35,11 @@ const (
 )
 
 // CookieSessions keeps a browser's binding in one encrypted and
-// authenticated cookie (gorilla/sessions' CookieStore, securecookie): the
-// Session's sid, agent, User, account, declared extensions and when it was
-// joined. The cookie is HttpOnly, SameSite=Lax, Secure unless Insecure is
-// set, and lasts MaxAge. Change the fields before serving.
+// authenticated cookie (gorilla/securecookie codecs as gorilla/sessions'
+// CookieStore makes them, gorilla/sessions cookie options, JSON inside):
+// the Session's sid, agent, User, account, declared extensions and when it
+// was joined. The cookie is HttpOnly, SameSite=Lax, Secure unless Insecure
+// is set, and lasts MaxAge. Change the fields before serving.
 //
 // The cookie's value is a credential of the browser's join: the kit never
 // logs it.
@@ -49,7 +49,7 @@ type CookieSessions struct {
 	// Path and Domain scope the cookie; "" Path is "/".
 	Path, Domain string
 	// MaxAge bounds a binding's life; 0 is DefaultJoinMaxAge. It is checked
-	// against the join time in the cookie as well as by the browser.
+	// against the join time inside the cookie as well as by the browser.
 	MaxAge time.Duration
 	// Insecure drops the Secure attribute, for local development over
 	// plain http only.
@@ -71,6 +71,9 @@ func NewCookieSessions(keys ...[]byte) *CookieSessions {
 			// The binding's age is checked against its join time, on the
 			// injectable clock, in SessionOf; not here on the wall clock.
 			sc.MaxAge(0)
+			// JSON, not gob: a gob decoder compiles its types for every
+			// cookie, which was most of a joined request's cost.
+			sc.SetSerializer(securecookie.JSONEncoder{})
 		}
 	}
 	return &CookieSessions{codecs: codecs}
@@ -86,8 +89,8 @@ type cookieSession struct {
 	JoinedAt   int64             `json:"joined"` // Unix seconds
 }
 
-// the key of the binding in the gorilla session's values.
-const bindingValue = "b"
+// maxJoinCookie bounds the cookie value decoded (securecookie's own limit).
+const maxJoinCookie = 4096
 
 func (c *CookieSessions) name() string {
 	if c.Name != "" {
@@ -110,25 +113,20 @@ func (c *CookieSessions) now() time.Time {
 	return time.Now()
 }
 
-// store returns a gorilla CookieStore with the current options. It is made
-// per Bind and per joined request: it is small, and fields may change.
-func (c *CookieSessions) store() *sessions.CookieStore {
+// options are the cookie's attributes, from the current fields.
+func (c *CookieSessions) options() *sessions.Options {
 	path := c.Path
 	if path == "" {
 		path = "/"
 	}
-	s := &sessions.CookieStore{
-		Codecs: c.codecs,
-		Options: &sessions.Options{
-			Path:     path,
-			Domain:   c.Domain,
-			MaxAge:   int(c.maxAge() / time.Second),
-			Secure:   !c.Insecure,
-			HttpOnly: true,
-			SameSite: http.SameSiteLaxMode,
-		},
+	return &sessions.Options{
+		Path:     path,
+		Domain:   c.Domain,
+		MaxAge:   int(c.maxAge() / time.Second),
+		Secure:   !c.Insecure,
+		HttpOnly: true,
+		SameSite: http.SameSiteLaxMode,
 	}
-	return s
 }
 
 // hasCookie reports, without allocating, whether r carries a cookie named
@@ -157,7 +155,8 @@ func (c *CookieSessions) SessionOf(r *http.Request) (Session, bool) {
 	if !ok {
 		return Session{}, false
 	}
-	if age := c.now().Sub(joined); age < 0-time.Minute || age > c.maxAge() {
+	// A minute of clock skew between web servers is forgiven.
+	if age := c.now().Sub(joined); age < -time.Minute || age > c.maxAge() {
 		return Session{}, false
 	}
 	return s, true
@@ -173,13 +172,12 @@ func (c *CookieSessions) JoinedAt(r *http.Request) (time.Time, bool) {
 }
 
 func (c *CookieSessions) read(r *http.Request) (Session, time.Time, bool) {
-	gs, err := c.store().New(r, c.name())
-	if err != nil || gs.IsNew {
+	ck, err := r.Cookie(c.name())
+	if err != nil || len(ck.Value) > maxJoinCookie {
 		return Session{}, time.Time{}, false
 	}
-	raw, _ := gs.Values[bindingValue].(string)
 	var cs cookieSession
-	if json.Unmarshal([]byte(raw), &cs) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
+	if securecookie.DecodeMulti(c.name(), ck.Value, &cs, c.codecs...) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
 		return Session{}, time.Time{}, false
 	}
 	return Session{
@@ -201,33 +199,25 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 	case s.User == "":
 		return errors.New("webkit: bind: Session.User is empty")
 	}
-	raw, err := json.Marshal(cookieSession{
+	value, err := securecookie.EncodeMulti(c.name(), cookieSession{
 		ID:         s.ID,
 		Agent:      s.Agent,
 		User:       s.User,
 		Account:    s.Account,
 		Extensions: s.Extensions,
 		JoinedAt:   c.now().Unix(),
-	})
+	}, c.codecs...)
 	if err != nil {
-		return fmt.Errorf("webkit: bind: %w", err)
-	}
-	st := c.store()
-	gs := sessions.NewSession(st, c.name())
-	opts := *st.Options
-	gs.Options = &opts
-	gs.Values[bindingValue] = string(raw)
-	if err := st.Save(r, w, gs); err != nil {
 		return fmt.Errorf("webkit: bind: cookie %s: %w", c.name(), err)
 	}
+	http.SetCookie(w, sessions.NewCookie(c.name(), value, c.options()))
 	return nil
 }
 
 // Unbind removes the binding: the cookie expires now.
 func (c *CookieSessions) Unbind(w http.ResponseWriter, r *http.Request) error {
-	st := c.store()
-	opts := *st.Options
+	opts := c.options()
 	opts.MaxAge = -1
-	http.SetCookie(w, sessions.NewCookie(c.name(), "", &opts))
+	http.SetCookie(w, sessions.NewCookie(c.name(), "", opts))
 	return nil
 }

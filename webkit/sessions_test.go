@@ -1,0 +1,171 @@
+package webkit
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func bindCookie(t *testing.T, c *CookieSessions, s Session) *http.Cookie {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	if err := c.Bind(rec, httptest.NewRequest("GET", "/", nil), s); err != nil {
+		t.Fatal(err)
+	}
+	cs := rec.Result().Cookies()
+	if len(cs) != 1 {
+		t.Fatalf("%d cookies", len(cs))
+	}
+	return cs[0]
+}
+
+func sessionOf(c *CookieSessions, cookies ...*http.Cookie) (Session, bool) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.AddCookie(&http.Cookie{Name: "other", Value: "x"})
+	for _, ck := range cookies {
+		r.AddCookie(ck)
+	}
+	return c.SessionOf(r)
+}
+
+func TestCookieSessionsRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := NewCookieSessions(testKeys...)
+	ck := bindCookie(t, c, sesIn)
+	got, ok := sessionOf(c, ck)
+	if !ok || !reflect.DeepEqual(got, sesIn) {
+		t.Fatalf("SessionOf = %+v %v, want %+v", got, ok, sesIn)
+	}
+	// The cookie's attributes (issue 3): HttpOnly, Secure, SameSite=Lax,
+	// bounded lifetime.
+	if ck.Name != JoinCookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.MaxAge != int(DefaultJoinMaxAge/time.Second) || ck.Path != "/" {
+		t.Errorf("cookie attributes: %+v", ck)
+	}
+	// Encrypted: nothing of the Session is readable in it.
+	for _, s := range []string{sesIn.ID, sesIn.Account, sesIn.User, "operations"} {
+		if strings.Contains(ck.Value, s) {
+			t.Errorf("cookie shows %q", s)
+		}
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.AddCookie(ck)
+	if at, ok := c.JoinedAt(r); !ok || time.Since(at) > time.Minute {
+		t.Errorf("JoinedAt = %v %v", at, ok)
+	}
+}
+
+func TestCookieSessionsRefuses(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := NewCookieSessions(testKeys...)
+	c.Clock = clk.Now
+	ck := bindCookie(t, c, sesOut)
+
+	tampered := *ck
+	tampered.Value = ck.Value[:len(ck.Value)-2] + "AA"
+	other := NewCookieSessions([]byte("another hash key of 32 bytes...."), []byte("another enc key of 32 bytes....."))
+
+	tests := []struct {
+		name    string
+		c       *CookieSessions
+		cookies []*http.Cookie
+		move    time.Duration
+	}{
+		{"no cookie", c, nil, 0},
+		{"tampered", c, []*http.Cookie{&tampered}, 0},
+		{"other keys", other, []*http.Cookie{ck}, 0},
+		{"empty value", c, []*http.Cookie{{Name: JoinCookieName, Value: ""}}, 0},
+		{"garbage", c, []*http.Cookie{{Name: JoinCookieName, Value: "not-a-cookie"}}, 0},
+		{"past MaxAge on the clock", c, []*http.Cookie{ck}, DefaultJoinMaxAge + time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk.Add(tt.move)
+			defer clk.Add(-tt.move)
+			if s, ok := sessionOf(tt.c, tt.cookies...); ok {
+				t.Errorf("SessionOf = %+v, want none", s)
+			}
+		})
+	}
+	if _, ok := sessionOf(c, ck); !ok {
+		t.Error("the good cookie no longer works")
+	}
+}
+
+func TestCookieSessionsKeyRotation(t *testing.T) {
+	t.Parallel()
+	oldPair := testKeys
+	newPair := [][]byte{[]byte("new hash key of thirty-two bytes"), []byte("new encryption key of 32 bytes!!")}
+	old := NewCookieSessions(oldPair...)
+	ck := bindCookie(t, old, sesIn)
+	rotated := NewCookieSessions(append(append([][]byte{}, newPair...), oldPair...)...)
+	if _, ok := sessionOf(rotated, ck); !ok {
+		t.Fatal("a cookie under the old keys is refused after rotation")
+	}
+	fresh := bindCookie(t, rotated, sesIn)
+	if _, ok := sessionOf(old, fresh); ok {
+		t.Error("new cookies are still written with the old keys")
+	}
+	if _, ok := sessionOf(NewCookieSessions(newPair...), fresh); !ok {
+		t.Error("new cookie not readable with the new keys alone")
+	}
+}
+
+func TestCookieSessionsOptionsAndUnbind(t *testing.T) {
+	t.Parallel()
+	c := NewCookieSessions(testKeys...)
+	c.Insecure, c.MaxAge, c.Name, c.Path = true, time.Hour, "join", "/shop"
+	ck := bindCookie(t, c, sesOut)
+	if ck.Secure || ck.MaxAge != 3600 || ck.Name != "join" || ck.Path != "/shop" {
+		t.Errorf("%+v", ck)
+	}
+	rec := httptest.NewRecorder()
+	if err := c.Unbind(rec, httptest.NewRequest("GET", "/", nil)); err != nil {
+		t.Fatal(err)
+	}
+	gone := rec.Result().Cookies()
+	if len(gone) != 1 || gone[0].MaxAge >= 0 || gone[0].Name != "join" || gone[0].Value != "" {
+		t.Errorf("Unbind cookie %+v", gone)
+	}
+}
+
+func TestCookieSessionsBindNeedsIDs(t *testing.T) {
+	t.Parallel()
+	c := NewCookieSessions(testKeys...)
+	for _, s := range []Session{{Agent: "a", User: "u"}, {ID: "s", User: "u"}, {ID: "s", Agent: "a"}} {
+		if err := c.Bind(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), s); err == nil {
+			t.Errorf("Bind(%+v) = nil", s)
+		}
+	}
+}
+
+func TestHasCookie(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   bool
+	}{
+		{"", false},
+		{"opsgate_join=abc", true},
+		{"a=1; opsgate_join=abc; b=2", true},
+		{"a=1;opsgate_join=abc", true},
+		{"xopsgate_join=abc", false},
+		{"opsgate_join_x=abc", false},
+		{"opsgate_join", false},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if tt.header != "" {
+			r.Header.Set("Cookie", tt.header)
+		}
+		if got := hasCookie(r, JoinCookieName); got != tt.want {
+			t.Errorf("hasCookie(%q) = %v", tt.header, got)
+		}
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Cookie", "a=1; b=2; session=xyz")
+	if n := testing.AllocsPerRun(100, func() { hasCookie(r, JoinCookieName) }); n != 0 {
+		t.Errorf("hasCookie allocates %v", n)
+	}
+}
