@@ -163,7 +163,16 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		return
 	}
 	switch rec.Status {
-	case store.Approved, store.Performing, store.Performed: // W105–W109
+	case store.Approved:
+		// The ref of newer terms than the approved ones (§3 "New terms"):
+		// its revision needs an approval of its own, so the agent gets it
+		// (W72, W34) rather than the status of an older revision's approval.
+		if newerTermsThanApproved(rec, ref, e.now()) {
+			writeApprovalRequired(w, rec.Current)
+			return
+		}
+		writeStatus(w, rec.Current.ID, rec.Status) // W105, W106
+	case store.Performing, store.Performed: // W107–W109
 		writeStatus(w, rec.Current.ID, rec.Status)
 	default:
 		if rec.Expired { // W75
@@ -172,6 +181,21 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		}
 		writeApprovalRequired(w, rec.Current) // W72
 	}
+}
+
+// newerTermsThanApproved reports whether ref names the operation's current
+// revision, unexpired, and no approval was ever recorded for that revision.
+func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
+	_, rev, _ := strings.Cut(ref, ".")
+	if rev != rec.Current.Revision || now.After(rec.Current.ExpiresAt) {
+		return false
+	}
+	for _, a := range rec.Approvals {
+		if a.Revision == rev {
+			return false
+		}
+	}
+	return true
 }
 
 // approve makes checks 1–3 and records the approval (§6 "What the Company

@@ -294,6 +294,29 @@ func TestApproval(t *testing.T) {
 			t.Errorf("lookup = %s", res.raw)
 		}
 	})
+	t.Run("W34 W72 the ref of newer terms asks for their approval while an older revision's waits", func(t *testing.T) {
+		f := newFixture(t)
+		m := f.issue("out", "k", `{"size":"M"}`)
+		f.post("out", m.Ref, approvalOf(m.Operation.ID, m.Operation.Revision, "")).expect(t, 204, "")
+		l := f.issue("out", "k", `{"size":"L"}`)
+		if l.Operation.ID != m.Operation.ID || l.Operation.Revision == m.Operation.Revision {
+			t.Fatalf("new terms: %s/%s after %s/%s", l.Operation.ID, l.Operation.Revision, m.Operation.ID, m.Operation.Revision)
+		}
+		res := f.post("out", l.Ref, "")
+		res.expect(t, 403, "approval_required")
+		if got := res.operation(t); got["revision"] != l.Operation.Revision || !strings.Contains(fmt.Sprint(got["terms"]), "L") {
+			t.Fatalf("operation = %v, want the L revision", got)
+		}
+		// The M ref still reports its approval waiting (W106).
+		if res := f.post("out", m.Ref, ""); res.status != 200 || res.body["status"] != "approved" {
+			t.Fatalf("M ref: %d %s", res.status, res.raw)
+		}
+		// Once the L revision is approved too, its ref reports approved.
+		f.post("out", l.Ref, approvalOf(l.Operation.ID, l.Operation.Revision, "")).expect(t, 204, "")
+		if res := f.post("out", l.Ref, ""); res.status != 200 || res.body["status"] != "approved" {
+			t.Fatalf("L ref after its approval: %d %s", res.status, res.raw)
+		}
+	})
 	t.Run("repeated approval: 204 again, nothing new recorded", func(t *testing.T) {
 		f := newFixture(t)
 		iss := f.issue("out", "k", jacket)
