@@ -38,7 +38,9 @@ type Action struct {
 
 // Describe reads a request and returns the action it asks for. It returns
 // ErrNotGated for a request that needs no approval (it then passes
-// through), and any other error for a request it can't read (400). It may
+// through), and any other error for a request it can't read: 400
+// {"error":"invalid_request","detail":<the error's text>}, so word it for
+// the client. It may
 // read the body (r.ParseForm, r.FormValue): the Gate restores it for the
 // handler. It must not have effects.
 type Describe func(r *http.Request) (Action, error)

@@ -12,15 +12,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"golang.org/x/net/html"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -798,7 +801,7 @@ func TestContinueFidelity(t *testing.T) {
 		form [][2]string
 	}{
 		{"plain", [][2]string{{"order", "ord_7"}, {"size", "M"}}},
-		{"unicode", [][2]string{{"order", "ord_7"}, {"size", "M"}, {"note", "Größe 😀 日本語 ‮rtl"}, {"名前", "値"}}},
+		{"unicode", [][2]string{{"order", "ord_7"}, {"size", "M"}, {"note", "Größe 😀 日本語 \u202ertl"}, {"名前", "値"}}},
 		{"repeated keys keep their order", [][2]string{{"order", "ord_7"}, {"tag", "b"}, {"size", "M"}, {"tag", "a"}, {"tag", "b"}}},
 		{"hostile values stay inert", [][2]string{{"order", "ord_7"}, {"size", `"><script>alert(1)</script>`}, {`"><img src=x onerror=alert(1)>`, `'&amp;<!--`}, {"x", "</form><form action=//evil>"}}},
 		{"reserved characters", [][2]string{{"order", "ord_7"}, {"a&b=c", "1+1=2 & 50% ?#/"}, {"empty", ""}, {"sp ace", "  lead and trail  "}}},
@@ -1224,4 +1227,146 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+// ---- a real browser: auto-continue (W93), fetch.js, and CSP ----
+
+const chromiumPath = "/usr/bin/chromium"
+
+// TestBrowserAutoContinue drives Chromium: the waiting page's script makes
+// the request again once the approval is recorded (§6 W93), and
+// opsgate.fetch does the same for a fetch-driven page (W149), under a
+// Content-Security-Policy that allows no inline script or style.
+func TestBrowserAutoContinue(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		testenv.Missing(t, "chromium", err.Error())
+	}
+	k := New(testKeys...)
+	k.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	k.Sessions.(*CookieSessions).Insecure = true // plain http on loopback
+	var runs atomic.Int64
+	exchange := k.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if strings.Contains(r.Header.Get("Accept"), "application/json") {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"exchanged":%q}`, r.PostFormValue("size"))
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Done</title><p id="done">exchanged to %s</p>`, html.EscapeString(r.PostFormValue("size")))
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("/exchange", exchange)
+	mux.Handle(DefaultBasePath, k.Handler())
+	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
+		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
+			t.Error(err)
+		}
+		fmt.Fprint(w, `<!doctype html><title>joined</title><p id="joined">joined</p>`)
+	})
+	mux.HandleFunc("/order", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<!doctype html><meta charset="utf-8"><title>Order</title>
+<form method="post" action="/exchange?from=order"><input name="order" value="ord_7"><input name="size" value="L &quot;&gt;&lt;b&gt;✓"><input name="submit" value="shadow"><button id="go">Exchange</button></form>`)
+	})
+	mux.HandleFunc("/spa", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<!doctype html><title>SPA</title><div id="out"></div>
+<script src="/_opsgate/fetch.js"></script><script src="/app.js"></script>`)
+	})
+	mux.HandleFunc("/app.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprint(w, `
+function show(id, text) { const p = document.createElement("p"); p.id = id; p.textContent = text; document.getElementById("out").append(p); }
+opsgate.fetch("/exchange", {
+  method: "POST",
+  headers: { Accept: "application/json" },
+  body: new URLSearchParams({ order: "ord_8", size: "S" }),
+}, { onWaiting(ref) { show("spa-waiting", ref); }, onApproved() { show("spa-approved", "approved"); } })
+  .then(r => r.json()).then(b => show("spa-done", JSON.stringify(b)));
+`)
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'")
+		mux.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	dir := t.TempDir()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(dir),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	defer cancelAlloc()
+	tab, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	tab, cancelTimeout := context.WithTimeout(tab, 60*time.Second)
+	defer cancelTimeout()
+	if err := chromedp.Do(tab); err != nil { // start it
+		t.Fatal(err)
+	}
+	consoleCtx, stopConsole := context.WithCancel(tab)
+	defer stopConsole()
+	console := chromedp.Console(consoleCtx) // CSP violations and script errors land here
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(tab, steps...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+
+	// approve records an approval of the waiting operation for form, as
+	// the endpoint would: the same action gives its current ref (W19).
+	env := &gateEnv{t: t, kit: k, clock: &clock{}}
+	approve := func(form string) {
+		env.clock.ns.Store(time.Now().UnixNano())
+		env.record(sesIn, env.issueForm(sesIn, form))
+	}
+
+	do(
+		chromedp.Navigate(srv.URL+"/join"),
+		chromedp.WaitVisible(chromedp.CSS("#joined")),
+		chromedp.Navigate(srv.URL+"/order"),
+		chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")),
+	)
+	if title := text("#opsgate-waiting h1"); title != "Waiting for approval" || runs.Load() != 0 {
+		t.Fatalf("title %q, runs %d", title, runs.Load())
+	}
+	approve(url.Values{"order": {"ord_7"}, "size": {`L "><b>✓`}, "submit": {"shadow"}}.Encode())
+	do(chromedp.WaitVisible(chromedp.CSS("#done"))) // waiting.js pressed Continue itself
+	if done := text("#done"); done != `exchanged to L "><b>✓` || runs.Load() != 1 {
+		t.Errorf("auto-continue: %q, runs %d", done, runs.Load())
+	}
+
+	do(
+		chromedp.Navigate(srv.URL+"/spa"),
+		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
+	)
+	if ref := text("#spa-waiting"); !store.ValidRef(ref) {
+		t.Errorf("onWaiting got ref %q", ref)
+	}
+	approve("order=ord_8&size=S")
+	do(chromedp.WaitVisible(chromedp.CSS("#spa-done")))
+	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 2 {
+		t.Errorf("opsgate.fetch: %q, runs %d", got, runs.Load())
+	}
+
+	// The 403s are logged as failed loads; a CSP violation or an exception
+	// in the kit's scripts is a failure.
+	time.AfterFunc(300*time.Millisecond, stopConsole) // end the queue's reading
+	for m, err := range console {
+		if err != nil {
+			break
+		}
+		if m.Type == chromedp.ConsoleException || strings.Contains(m.Text, "Content Security Policy") {
+			t.Errorf("browser console %s: %s", m.Type, m.Text)
+		}
+	}
 }
