@@ -1370,3 +1370,80 @@ opsgate.fetch("/exchange", {
 		}
 	}
 }
+
+// ---- busy (W145) and replaceable pages ----
+
+func TestGateBusy(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			if be.name == "redis" {
+				sharedRedis(t)
+			}
+			c := newClock()
+			e := newGateEnv(t, be.make(t), c)
+			// Two revisions of equal terms, both approved; one is taken and
+			// its operation is still being performed.
+			a := e.issue(sesIn, "ord_7", "M")
+			c.Add(e.kit.lifetime()/2 + time.Second)
+			b := e.issue(sesIn, "ord_7", "M")
+			e.record(sesIn, a)
+			e.record(sesIn, b)
+			res, err := e.kit.Store.Take(context.Background(), sesIn.Owner(), mustAction(t, e.kit, formM), c.Now())
+			if err != nil || res.Claim == nil {
+				t.Fatalf("take: %+v %v", res, err)
+			}
+			rec := e.do(e.request(joinedIn, formM, "application/json"))
+			if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || e.runs.Load() != 0 {
+				t.Errorf("W145: %d Retry-After %q runs %d", rec.Code, rec.Header().Get("Retry-After"), e.runs.Load())
+			}
+			if _, ref := refOf(t, rec); ref != "" || strings.Contains(rec.Body.String(), "fail") {
+				t.Errorf("W142: busy answered %q with ref %q", rec.Body, ref)
+			}
+		})
+	}
+}
+
+func TestGateReplaceablePages(t *testing.T) {
+	reasons := make(chan error, 3)
+	page := func(status int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			reasons <- FailureReason(r)
+			if v, ok := WaitingOf(r); ok && v.Continue.Method != "POST" {
+				t.Errorf("WaitingOf: %+v", v)
+			}
+			w.WriteHeader(status)
+		})
+	}
+	e := newGateEnv(t, store.NewMemory(), newClock())
+	e.kit.Waiting, e.kit.ExtensionRequired, e.kit.Unavailable = page(403), page(403), page(503)
+	tests := []struct {
+		name    string
+		browser browser
+		store   store.Store
+		want    error
+	}{
+		{"Waiting", joinedIn, nil, ErrApprovalRequired},
+		{"ExtensionRequired", joinedNoExt, nil, ErrExtensionRequired},
+		{"Unavailable", joinedIn, failingStore{store.NewMemory()}, ErrStoreUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.store != nil {
+				e.kit.Store = tt.store
+			}
+			rec := e.do(e.request(tt.browser, formM, "text/html"))
+			if got := <-reasons; !errors.Is(got, tt.want) {
+				t.Errorf("FailureReason = %v, want %v", got, tt.want)
+			}
+			if tt.want == ErrApprovalRequired && rec.Header().Get(HeaderOperation) == "" {
+				t.Error("Poppy-Operation not set before the replacement page")
+			}
+			if e.runs.Load() != 0 {
+				t.Error("handler ran")
+			}
+		})
+	}
+	if FailureReason(httptest.NewRequest("GET", "/", nil)) != nil {
+		t.Error("FailureReason outside the Gate")
+	}
+}
