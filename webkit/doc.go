@@ -1,6 +1,33 @@
 // Package webkit is what a website imports first to speak the Poppy
 // `operations` extension v3 (operations-v3 §4 "Websites", §6 "Websites").
 //
+// # The Gate
+//
+// A [Kit] ([New] gives working defaults) wraps each handler with a business
+// effect:
+//
+//	kit := webkit.New(hashKey, encryptionKey) // the same keys on every instance
+//	kit.Store = redisstore.New(client, redisstore.Options{}) // shared by every instance
+//	mux.Handle("POST /orders/{order}/exchange", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+//		return webkit.Action{
+//			Key:     "exchange:" + r.PathValue("order"),
+//			Terms:   map[string]string{"order_id": r.PathValue("order"), "size": r.PostFormValue("size")},
+//			Summary: "Exchange the jacket on order " + r.PathValue("order") + " for size " + r.PostFormValue("size") + ".",
+//		}, nil
+//	})(exchangeHandler))
+//	mux.Handle(webkit.DefaultBasePath, kit.Handler()) // waiting.js, fetch.js, the status route
+//
+// An ordinary browser passes straight through. A browser joined to a
+// Session (the kit's [Join], or the website's own login calling
+// [Sessions].Bind) is refused with 403 and a Poppy-Operation header until
+// the Personal Agent's approval of exactly these terms is recorded at the
+// operations endpoint (package endpoint); the same request then runs the
+// handler once, in one atomic step of the store (§7). [ClaimOf] gives the
+// handler the approved operation; [SetOutcome] states its outcome.
+//
+// [Discovery] builds the poppy.json fragment (§2). The endpoint package's
+// Example wires a whole website.
+//
 // # Vocabulary
 //
 // The protocol's nouns are plain Go types with the spec's JSON shapes:
