@@ -1178,3 +1178,41 @@ var _ = add("W144 a store that is down fails every call quickly, without a hang 
 		}
 	}
 })
+
+// ---- Additions: W27 and W140 ----
+
+var _ = add("W26 W27 a reworded summary keeps the revision and its words", func(t *testing.T, e *env) {
+	a := action(t, "exchange:ord_9", `{"size":"M"}`)
+	first := e.issue(signedOut, a, at(0))
+	a.Summary = "Exchange it, reworded."
+	again := e.issue(signedOut, a, at(time.Minute))
+	if again.Operation.Revision != first.Operation.Revision {
+		t.Fatalf("W27: a reworded summary made revision %s from %s", again.Operation.Revision, first.Operation.Revision)
+	}
+	// W26: what the revision said when it was returned is what it says now.
+	if again.Operation.Summary != first.Operation.Summary || !again.Operation.ExpiresAt.Equal(first.Operation.ExpiresAt) {
+		t.Errorf("W26: revision changed: %+v → %+v", first.Operation, again.Operation)
+	}
+})
+
+var _ = add("W140 a retry after the operation is forgotten is not performed again", func(t *testing.T, e *env) {
+	a := action(t, "exchange:ord_forgotten", `{"size":"M"}`)
+	is := e.issue(signedOut, a, at(0))
+	e.approve(signedOut, is, at(time.Minute))
+	e.finish(e.claim(signedOut, a, at(2*time.Minute)), store.Done, at(2*time.Minute))
+	// Far past expires_at and the retention: the store may have forgotten it.
+	later := at(2*time.Minute + store.DefaultRetention + lifetime + time.Hour)
+	if e.h.Advance != nil {
+		e.h.Advance(later.Sub(base))
+	}
+	// The same approval again: never recorded for the old operation.
+	reply := e.record(signedOut, is.Ref, approvalOf(is.Operation), later)
+	if reply.Result == store.Recorded || reply.Result == store.AlreadyRecorded {
+		t.Fatalf("the approval of a forgotten operation was recorded: %v", reply.Result)
+	}
+	// The browser's retry is a new request: a new operation, nothing claimed.
+	iss := e.noClaim(signedOut, a, later)
+	if iss.Operation.ID == is.Operation.ID {
+		t.Errorf("W140: the forgotten operation %s was issued again", is.Operation.ID)
+	}
+})
