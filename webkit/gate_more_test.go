@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/store"
 )
 
 // TestSIDOfAnyVerifiedSession: every sid webkit/identity accepts (visible
@@ -30,5 +32,28 @@ func TestSIDOfAnyVerifiedSession(t *testing.T) {
 		if w.Code != http.StatusForbidden || err != nil || got != sid {
 			t.Errorf("sid %q: status %d, Poppy-Operation sid %q, err %v", sid, w.Code, got, err)
 		}
+	}
+}
+
+// TestApprovalNeverThroughTheBrowser: a page's request that carries a
+// Poppy-Approval header (any script in the Session can send one) is handled
+// as a request without an approval: 403 with a ref, the handler not run,
+// nothing recorded (§6 "Websites", §8.2; W86, W87).
+func TestApprovalNeverThroughTheBrowser(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, store.NewMemory(), newClock())
+	iss := e.issue(sesOut, "ord_1", "M")
+	r := e.request(joinedOut, "order=ord_1&size=M", "application/json")
+	hdr, err := Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: ApproverUser}.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set(HeaderApproval, hdr)
+	rec := e.do(r)
+	if rec.Code != http.StatusForbidden || rec.Header().Get(HeaderOperation) == "" || e.runs.Load() != 0 {
+		t.Fatalf("W86: status %d, Poppy-Operation %q, handler runs %d", rec.Code, rec.Header().Get(HeaderOperation), e.runs.Load())
+	}
+	if got := e.lookup(sesOut, iss.Ref); got.Status != store.Waiting || len(got.Approvals) != 0 {
+		t.Fatalf("W86: the browser's Poppy-Approval was recorded: %+v", got)
 	}
 }
