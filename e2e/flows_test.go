@@ -62,7 +62,7 @@ func assertExchangedOnce(t *testing.T, e *env, sku string) {
 	}
 }
 
-// 1. Exchange by form: 403 waiting page with Continue → agent approval
+// 1. (W08: the whole of support, end to end.) Exchange by form: 403 waiting page with Continue → agent approval
 // under a standing instruction → Continue → performed once; the endpoint
 // reports performed.
 func TestExchangeByForm(t *testing.T) {

@@ -77,7 +77,10 @@ type Endpoint struct {
 	// Decline, when set, is asked once checks 1–3 pass whether the website
 	// declines the approval (§6, W123). It returns nil to accept it. It
 	// must put nothing in Reason that the Session couldn't already see
-	// (W130). A declined approval is never recorded (W134).
+	// (W130), and Reason is short plain language for the User (W128). A
+	// declined approval is never recorded (W134). On a website this is the
+	// only place an approval is declined, never at the browser's request
+	// (W132).
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
 	Clock   func() time.Time
 	Logger  *slog.Logger
@@ -249,7 +252,7 @@ func (e *Endpoint) answer(w http.ResponseWriter, a webkit.Approval, reply store.
 		writeApprovalRequired(w, reply.Operation)
 	case store.OperationExpired: // W101
 		writeInvalidRequest(w)
-	default: // store.NotFound: check 1 (W112, W77)
+	default: // store.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
 		writeInvalidRequest(w)
 	}
 }
@@ -351,7 +354,7 @@ func parseRefBody(body []byte) (string, error) {
 type operationJSON = webkit.Operation
 
 func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
-	// W47, W48; W49: no WWW-Authenticate.
+	// W47, W48; W49: no WWW-Authenticate; W51: no other members.
 	writeJSON(w, http.StatusForbidden, struct {
 		Error     string        `json:"error"`
 		Operation operationJSON `json:"operation"`

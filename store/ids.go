@@ -84,6 +84,8 @@ func NewRevision(expiresAt time.Time) string {
 func NewToken() string { return random(22) }
 
 // MakeRef returns the ref of an operation's revision: "<operation_id>.<revision>".
+// The Company chooses the form of ref (W60); naming the revision lets the
+// endpoint tell a ref of newer terms from an approved one.
 func MakeRef(operationID, revision string) string { return operationID + "." + revision }
 
 // ParseRef returns the operation_id a ref names. ok is false for a ref that
@@ -126,7 +128,8 @@ var ErrTermsNotObject = errors.New("terms must be a JSON object")
 
 // CanonicalTerms returns terms as canonical JSON: object members sorted by
 // key, no insignificant space, numbers as written. Terms that mean the same
-// give the same bytes (§6 check 3 compares meaning, not bytes: W118).
+// give the same bytes (§6 check 3 compares meaning, not bytes: W118; the
+// order of JSON members is a difference the kit ignores, W119).
 func CanonicalTerms(terms []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(terms))
 	dec.UseNumber()

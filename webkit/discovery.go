@@ -14,7 +14,8 @@ import (
 type Discovery struct {
 	// Endpoint is the HTTPS URL of the operations endpoint (/poppy/operations).
 	// Empty: the website returns no operations (W05), and the entry has no
-	// endpoint.
+	// endpoint; the website then mounts neither endpoint nor Gate and
+	// handles approval itself (W06).
 	Endpoint string
 	// BrowserSessionEndpoint is the join endpoint's HTTPS URL. Required with
 	// Endpoint (§2 MUST, W04).

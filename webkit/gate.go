@@ -45,7 +45,9 @@ type Action struct {
 // handler. It must not have effects.
 type Describe func(r *http.Request) (Action, error)
 
-// ErrNotGated is what Describe returns for a request that is not gated.
+// ErrNotGated is what Describe returns for a request that is not gated,
+// such as an action the website wants the User to confirm on its own pages
+// instead (§8.1 W147).
 var ErrNotGated = errors.New("webkit: request not gated")
 
 // Gate returns middleware that asks for approval before the handler performs

@@ -286,7 +286,7 @@ func TestSessionAttacks(t *testing.T) {
 			}
 			return CheckAccessToken(s, AccessToken{ClientID: "https://other.example/agent", Account: "acct_1"})
 		}},
-		{"agent refused by AcceptAgent", func(t *testing.T, e *env) error {
+		{"W146 agent refused by AcceptAgent (a revoked client_id)", func(t *testing.T, e *env) error {
 			e.v.AcceptAgent = func(string) bool { return false }
 			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
 			return err

@@ -73,6 +73,7 @@ type Verifier struct {
 	Clock func() time.Time
 	// AcceptAgent, when set, is asked before an agent's keys are loaded;
 	// false refuses the agent (ErrInvalid). Revocation can use it.
+	// A Company revokes a client_id here (§8.1 W146).
 	AcceptAgent func(clientID string) bool
 }
 

@@ -516,7 +516,10 @@ type Question struct {
 	Company   string // the Company's name (A18)
 	Operation webkit.Operation
 	// Summary is the summary as plain text: links, images and HTML are
-	// shown as the text they are, never rendered or fetched (A07).
+	// shown as the text they are, never rendered or fetched (A07); its
+	// emphasis and lists too, which the spec allows rendering (A06). Like
+	// the terms it is untrusted content from the Company: instructions in
+	// it are never followed (A52).
 	Summary string
 	// Action is what the agent's browser did: "METHOD URL" (§8.2).
 	Action string
@@ -524,7 +527,8 @@ type Question struct {
 	// action it took (A27) or the summary (A28), to point out to the user.
 	Differences []string
 	// AgentMayApprove is false when only the user may decide: after an
-	// agent approval of this action (A26), or after a decline (A43).
+	// agent approval of this action (A26), or after a decline (A43). Every
+	// new revision is a new Question: one approval covers one revision (A29).
 	AgentMayApprove bool
 	// Why says why AgentMayApprove is false.
 	Why string
