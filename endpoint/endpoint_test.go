@@ -467,6 +467,17 @@ func TestRetries(t *testing.T) {
 			}
 		})
 	}
+	t.Run("W111 check 2 beats check 3", func(t *testing.T) {
+		f := newFixture(t)
+		iss := f.issue("out", "k", jacket)
+		f.post("out", iss.Ref, approvalOf(iss.Operation.ID, iss.Operation.Revision, "")).expect(t, 204, "")
+		f.perform("out", "k", jacket, store.Done)
+		res := f.post("out", iss.Ref, approvalOf(iss.Operation.ID, "1791487200-never-returned", ""))
+		res.expect(t, 200, "")
+		if res.body["status"] != "performed" {
+			t.Errorf("a performed operation with a bad revision: %s, want the check-2 answer", res.raw)
+		}
+	})
 	t.Run("W109 W137 performed is remembered past expires_at", func(t *testing.T) {
 		f := newFixture(t)
 		iss := f.issue("out", "k", jacket)
