@@ -63,7 +63,7 @@ func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
 // IssueAccessToken signs a demo access token for clientID and account, as
 // POST /demo/token does (for tests and the reference agent in-process).
 func (s *Server) IssueAccessToken(clientID, account string) (string, error) {
-	return identity.IssueAccessToken(s.issuer, s.issuerID, s.origin, clientID, account, TokenLifetime)
+	return identity.IssueAccessTokenAt(s.issuer, s.issuerID, s.origin, clientID, account, s.cfg.Clock(), TokenLifetime)
 }
 
 // poppyJSON serves /.well-known/poppy.json: the Company's name and the kit's

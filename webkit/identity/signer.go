@@ -236,6 +236,13 @@ func sign(alg string, key crypto.Signer, header map[string]any, claims jwt.Claim
 // follows issuerKey's type: ES256 (P-256), ES384 (P-384), EdDSA, or RS256.
 // The demo's authorization server and tests use it.
 func IssueAccessToken(issuerKey crypto.Signer, kid, issuer, clientID, account string, lifetime time.Duration) (string, error) {
+	return IssueAccessTokenAt(issuerKey, kid, issuer, clientID, account, time.Now(), lifetime)
+}
+
+// IssueAccessTokenAt is IssueAccessToken issued at now: for an authorization
+// server, or a test, whose clock is injected, so that the token's iat and
+// exp agree with the clock that verifies it.
+func IssueAccessTokenAt(issuerKey crypto.Signer, kid, issuer, clientID, account string, now time.Time, lifetime time.Duration) (string, error) {
 	var alg string
 	switch k := issuerKey.Public().(type) {
 	case *ecdsa.PublicKey:
@@ -248,7 +255,6 @@ func IssueAccessToken(issuerKey crypto.Signer, kid, issuer, clientID, account st
 	if alg == "" {
 		return "", fmt.Errorf("identity: issuer key type %T is not supported", issuerKey.Public())
 	}
-	now := time.Now()
 	claims := jwt.MapClaims{
 		"iss":       issuer,
 		"sub":       account,
