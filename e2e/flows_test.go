@@ -518,3 +518,31 @@ fetch("/test/plain").then(r => r.text()).then(t => document.body.insertAdjacentH
 		t.Errorf("the real reference: %+v", r)
 	}
 }
+
+// 10. The user withdraws an approval before the agent sends it: nothing
+// is sent, the operation still waits, nothing is performed (A30, A17).
+func TestWithdrawnBeforeSending(t *testing.T) {
+	e := newEnv(t)
+	a, tab := e.newAgent(t)
+	s := join(t, a, refagent.JoinOptions{})
+
+	do(t, refagent.ExchangeItem(tab, e.url, order, item, insulM))
+	waitingPage(t, tab)
+	ref := lastRef(t, a)
+	before := e.endpointCalls.Load()
+	withdrawn := refagent.DeciderFunc(func(_ context.Context, q refagent.Question) (refagent.Decision, error) {
+		return refagent.Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "tap", Withdrawn: func() bool { return true }}, nil
+	})
+	out, err := a.Approve(ctxTimeout(t, 30*time.Second), withdrawn)
+	if err != nil || out.Result != refagent.NotApproved || len(out.Asked) != 1 {
+		t.Fatalf("A30: outcome %+v, %v", out, err)
+	}
+	if calls := e.endpointCalls.Load() - before; calls != 1 { // the lookup only, never the approval
+		t.Errorf("A30: %d requests reached the endpoint, want 1 (the lookup)", calls)
+	}
+	ans, err := a.Lookup(ctxTimeout(t, 10*time.Second), ref.Ref, s)
+	if err != nil || ans.HTTPStatus != http.StatusForbidden || ans.Error != "approval_required" {
+		t.Errorf("the operation after a withdrawn approval: %+v, %v", ans, err)
+	}
+	assertNotExchanged(t, e)
+}

@@ -178,6 +178,11 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 				out.Result = NotApproved
 				return out, nil
 			}
+			if dec.Withdrawn != nil && dec.Withdrawn() { // A30
+				a.step("the approval was withdrawn before it was sent: not sending it; the action was not performed (A30)")
+				out.Result = NotApproved
+				return out, nil
+			}
 			out.Approver = ap.Approver
 			ans, err := a.sendApproval(ctx, r.Ref, s, ap)
 			if err != nil {

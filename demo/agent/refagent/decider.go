@@ -26,6 +26,10 @@ type Decision struct {
 	InputType string
 	// At is when it was approved (approved_at, A34); zero is now.
 	At time.Time
+	// Withdrawn, when set, reports whether the user has since withdrawn
+	// the approval, or the instruction it rests on. The agent asks it
+	// right before sending, and sends nothing once it is true (A30).
+	Withdrawn func() bool
 }
 
 // Decider decides whether a revision is approved (§5). Only the agent's own
