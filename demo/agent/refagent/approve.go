@@ -25,9 +25,10 @@ const (
 	NotPerformed     = "not_performed"     // the repeated request did not perform it
 	AlreadyPerformed = "already_performed" // an earlier operation for the action was performed (A51)
 	// EarlierPending: the operation holds an unused approval of an earlier
-	// revision for this action, and the endpoint answers the new reference
-	// with that status, not with the new terms: nothing can be approved
-	// until that approval is used or expires.
+	// revision for this action, and the Company's endpoint answers the new
+	// reference with that status, not with the new terms: nothing can be
+	// approved until that approval is used or expires. (opsgate's own
+	// endpoint answers with the new terms instead; other Companies may not.)
 	EarlierPending = "earlier_approval_pending"
 )
 
@@ -126,8 +127,9 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		case ans.Status == "approved" && !a.approvedRef(r.Ref) && a.hasApproval(r.Action()):
 			// The approval the operation holds is the agent's earlier one,
 			// for other terms (the browser's request got a new reference).
-			// The endpoint shows the status, not the new revision, so there
-			// is nothing the agent could show the user or approve (§5).
+			// This endpoint shows the status, not the new revision (opsgate's
+			// shows the new revision), so there is nothing the agent could
+			// show the user or approve (§5).
 			a.step("operation %s holds the agent's unused approval of earlier terms; the endpoint shows no new terms until it is used or expires: approving nothing now", ans.OperationID)
 			out.Result, out.OperationID = EarlierPending, ans.OperationID
 			return out, nil
