@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -388,15 +389,9 @@ func writeError(w http.ResponseWriter, status int, code, description string) {
 	writeJSON(w, status, map[string]string{"error": code, "error_description": description})
 }
 
+// writeJSON answers the agent: never cached, written as the kit's pages
+// write JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = []byte(`{"error":"server_error"}`)
-		status = http.StatusInternalServerError
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b)
+	w.Header().Set("Cache-Control", "no-store")
+	pages.WriteJSON(w, status, v)
 }
