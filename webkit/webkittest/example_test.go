@@ -1,0 +1,148 @@
+package webkittest_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+
+	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/webkittest"
+)
+
+// exchanges counts the exchanges the handler performed.
+var exchanges atomic.Int32
+
+// newShop wires a website as production does, around the harness's Site:
+// the Gate on its exchange handler, the browser join and the operations
+// endpoint, verifying with the harness's agents.
+func newShop(decline func(context.Context, endpoint.DeclineRequest) *webkit.Decline) *webkittest.Site {
+	site := webkittest.New("https://shop.example")
+	kit := webkit.New([]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210"))
+	kit.Store = store.NewMemory()
+	kit.Logger = slog.New(slog.DiscardHandler)
+	verifier := site.Verifier(kit.Store)
+
+	ep := endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: site.AccessTokens()})
+	ep.Decline = decline
+	mux := http.NewServeMux()
+	mux.Handle("POST /poppy/operations", ep)
+	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: site.JoinURL, Verifier: verifier, AccessTokens: site.AccessTokens()})
+
+	describe := func(r *http.Request) (webkit.Action, error) {
+		size := r.PostFormValue("size")
+		return webkit.Action{
+			Key:     "exchange:" + r.PathValue("order"),
+			Terms:   map[string]any{"order_id": r.PathValue("order"), "size": size, "price_difference": map[string]string{"amount": "0.00", "currency": "USD"}},
+			Summary: "Exchange the jacket on order " + r.PathValue("order") + " for size " + size + ", at no extra cost ($0.00).",
+		}, nil
+	}
+	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exchanges.Add(1)
+		fmt.Fprintf(w, "exchanged for size %s", r.PostFormValue("size"))
+	})))
+	site.Handler = mux
+	return site
+}
+
+// A joined browser's gated request waits for the agent's approval; once
+// the agent approves, the browser's repeat performs the action, once,
+// however many times it is repeated.
+func Example() {
+	exchanges.Store(0)
+	site := newShop(nil)
+	session := site.NewAgent().Session("usr_1")
+	browser, err := session.Join()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	res := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"L"}})
+	fmt.Println("browser:", res.StatusCode, "ref given:", res.Ref != "", "performed:", exchanges.Load())
+
+	look := session.Lookup(res.Ref)
+	fmt.Println("lookup:", look.StatusCode, look.Error, look.Operation.Summary)
+
+	fmt.Println("approve:", session.Approve(res.Ref).StatusCode)
+
+	again := browser.Again() // the waiting page's Continue
+	fmt.Println("continue:", again.StatusCode, string(again.Body))
+
+	for _, r := range browser.AgainConcurrently(5) {
+		if r.StatusCode == http.StatusOK {
+			fmt.Println("performed again!")
+		}
+	}
+	fmt.Println("performed:", exchanges.Load(), "status:", session.Lookup(res.Ref).Status)
+	// Output:
+	// browser: 403 ref given: true performed: 0
+	// lookup: 403 approval_required Exchange the jacket on order ord_7 for size L, at no extra cost ($0.00).
+	// approve: 204
+	// continue: 200 exchanged for size L
+	// performed: 1 status: performed
+}
+
+// A website declines an approval in its endpoint's decline hook: the agent
+// gets approval_declined with the reason, and nothing is recorded.
+func Example_decline() {
+	exchanges.Store(0)
+	site := newShop(func(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline {
+		if d.Approval.Approver != webkit.ApproverAgent {
+			return nil
+		}
+		// The reason says nothing the Session couldn't already see (W130).
+		return &webkit.Decline{Reason: "The account holder decides exchanges themselves."}
+	})
+	session := site.NewAgent().Session("usr_1")
+	browser, _ := session.Join()
+	ref := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"M"}}).Ref
+
+	ans := session.ApproveAs(ref, webkit.ApproverAgent)
+	fmt.Println("agent approval:", ans.StatusCode, ans.Error, ans.Decline.Reason)
+	fmt.Println("still waiting:", session.Lookup(ref).Error)
+	fmt.Println("continue:", browser.Again().StatusCode, "performed:", exchanges.Load())
+
+	fmt.Println("user approval:", session.Approve(ref).StatusCode)
+	fmt.Println("continue:", browser.Again().StatusCode, "performed:", exchanges.Load())
+	// Output:
+	// agent approval: 403 approval_declined The account holder decides exchanges themselves.
+	// still waiting: approval_required
+	// continue: 403 performed: 0
+	// user approval: 204
+	// continue: 200 performed: 1
+}
+
+// A browser joined signed in makes the account's operations: a signed-out
+// Session of the same User meets the sign-in challenge, and an ordinary
+// browser is never gated.
+func Example_signedIn() {
+	exchanges.Store(0)
+	site := newShop(nil)
+	agent := site.NewAgent()
+	signedIn := agent.SignedInSession("usr_1", "acct_1")
+	browser, err := signedIn.Join()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ref := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}}).Ref
+
+	fmt.Println("signed out:", agent.Session("usr_1").Lookup(ref).Error)
+	fmt.Println("another User:", agent.SignedInSession("usr_2", "acct_1").Lookup(ref).Error)
+	fmt.Println("signed in:", signedIn.Approve(ref).StatusCode)
+	fmt.Println("continue:", browser.Again().StatusCode)
+
+	ordinary := site.Browser().PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}})
+	fmt.Println("ordinary browser:", ordinary.StatusCode, "performed:", exchanges.Load())
+	// Output:
+	// signed out: sign_in_required
+	// another User: invalid_request
+	// signed in: 204
+	// continue: 200
+	// ordinary browser: 200 performed: 2
+}

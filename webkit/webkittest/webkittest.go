@@ -1,0 +1,551 @@
+// Package webkittest is an httptest-style harness for a website's own tests
+// of its gated handlers: it plays the Personal Agent and the agent's
+// browser in-process, with no network and no real browser, so that a test
+// can issue an operation, look it up, approve it, repeat the request,
+// check that the action was performed once, meet a decline, signed in or
+// signed out.
+//
+// The website under test is an ordinary http.Handler with its Gate, the
+// browser join (webkit.Join) and the operations endpoint mounted as in
+// production. The harness talks to it over HTTP, as a real agent and its
+// browser do, through an in-memory transport: requests go straight to the
+// handler. Its agents are real ones: each has its own signing key, a
+// delegation, Session JWTs and browser join assertions, and serves its
+// metadata document and key set in-process to the Resolver the harness
+// gives the website (Site.Resolver), so the website's real verification
+// runs.
+//
+//	site := webkittest.New("https://shop.example")
+//	verifier := site.Verifier(kit.Store)
+//	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: site.JoinURL, Verifier: verifier, AccessTokens: site.AccessTokens()})
+//	mux.Handle("POST /poppy/operations", endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: site.AccessTokens()}))
+//	site.Handler = mux
+//
+//	s := site.NewAgent().Session("usr_1")
+//	b := s.Join()                        // a browser joined to the Session
+//	res := b.PostForm("/orders/7/exchange", url.Values{"size": {"L"}})
+//	s.Approve(res.Ref)                   // look up, then approve as the user
+//	b.Again()                            // Continue: the handler runs once
+//
+// The harness lives under webkit because it needs only the kit's protocol
+// vocabulary and agent identity: it reaches the operations endpoint over
+// HTTP, so it never imports package endpoint, and imports stay one-way.
+//
+// Failures of the harness itself (a key that cannot sign) panic, as
+// httptest.NewServer does; everything the website answers is returned for
+// the test to check.
+package webkittest
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// Default paths of the join and the operations endpoint on the site.
+const (
+	DefaultJoinPath     = "/poppy/join"
+	DefaultEndpointPath = "/poppy/operations"
+)
+
+// Site is the website under test, as the harness's agents and browsers
+// reach it.
+type Site struct {
+	// Origin is the website's origin, the aud of every Session JWT, such as
+	// "https://shop.example".
+	Origin string
+	// JoinURL and EndpointURL are where the site mounts the browser join
+	// and the operations endpoint; New sets them to the default paths on
+	// Origin.
+	JoinURL, EndpointURL string
+	// Handler serves the whole site. Set it before the first request.
+	Handler http.Handler
+	// Clock is the time of the agents' tokens and of the verifiers the
+	// harness makes; nil is time.Now. Give the site's Kit the same clock.
+	Clock func() time.Time
+	// IssueAccessToken issues the access token of a signed-in Session: by
+	// default an RFC 9068 token from the harness's own issuer, which
+	// AccessTokens verifies. A site with its own authorization server sets
+	// its own.
+	IssueAccessToken func(clientID, account string) (string, error)
+
+	issuerKey crypto.Signer
+	issuerKID string
+
+	mu       sync.Mutex
+	agents   map[string]*Agent // by host of the client_id
+	resolver *identity.Resolver
+}
+
+// New returns a Site for origin ("https://shop.example"). Set Handler
+// before sending anything.
+func New(origin string) *Site {
+	origin = strings.TrimRight(origin, "/")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: issuer key: %v", err))
+	}
+	s := &Site{
+		Origin:      origin,
+		JoinURL:     origin + DefaultJoinPath,
+		EndpointURL: origin + DefaultEndpointPath,
+		issuerKey:   key,
+		issuerKID:   "webkittest",
+		agents:      map[string]*Agent{},
+	}
+	s.IssueAccessToken = func(clientID, account string) (string, error) {
+		return identity.IssueAccessTokenAt(s.issuerKey, s.issuerKID, s.Origin, clientID, account, s.now(), time.Hour)
+	}
+	return s
+}
+
+func (s *Site) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
+}
+
+// Resolver is the agent-identity resolver for the site's Verifier: it
+// fetches the harness's agents' metadata and keys in-process. Their
+// client_ids are https URLs on hosts under .webkittest.invalid, so no
+// address check is relaxed (the Resolver's AllowLocal stays off). The
+// same Resolver is returned on every call, so its cache is shared.
+func (s *Site) Resolver() *identity.Resolver {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resolver == nil {
+		// A RoundTripper that is not an *http.Transport is used as it is:
+		// the Resolver's hook for a transport that does its own checks.
+		// This one reaches only the harness's agents.
+		s.resolver = &identity.Resolver{HTTPClient: s.AgentClient(), Clock: s.Clock}
+	}
+	return s.resolver
+}
+
+// AgentClient is the HTTP client that fetches the harness's agents'
+// metadata and keys in-process, for a site that builds its own Resolver
+// (identity.Resolver's HTTPClient). It reaches nothing else.
+func (s *Site) AgentClient() *http.Client {
+	return &http.Client{Transport: agentTransport{s}}
+}
+
+// Verifier is a Session JWT and join assertion verifier for the site:
+// Origin as the audience, the harness's Resolver, replay on st.
+func (s *Site) Verifier(st store.Store) *identity.Verifier {
+	return &identity.Verifier{Origin: s.Origin, Resolver: s.Resolver(), Replay: st, Clock: s.Clock}
+}
+
+// AccessTokens verifies the access tokens the default IssueAccessToken
+// issues: give it to the site's endpoint and join.
+func (s *Site) AccessTokens() *identity.JWTAccessTokens {
+	return &identity.JWTAccessTokens{Issuer: s.Origin, Keys: map[string]crypto.PublicKey{s.issuerKID: s.issuerKey.Public()}, Clock: s.Clock}
+}
+
+// Browser is an ordinary browser, joined to no Session: the Gate lets its
+// requests through.
+func (s *Site) Browser() *Browser {
+	jar, _ := cookiejar.New(nil)
+	return &Browser{site: s, client: &http.Client{
+		Jar:       jar,
+		Transport: siteTransport{s},
+		// A browser follows redirects, but the test sees each answer.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// NewAgent makes a Personal Agent with its own ES256 key, at client_id
+// https://agent-<random>.webkittest.invalid/client.
+func (s *Site) NewAgent() *Agent {
+	host := "agent-" + strings.ToLower(rand.Text()[:10]) + ".webkittest.invalid"
+	keys, err := identity.NewAgentKeys("https://"+host+"/client", "ES256")
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: agent key: %v", err))
+	}
+	keys.Clock = s.Clock
+	a := &Agent{site: s, host: host, Keys: keys}
+	s.mu.Lock()
+	s.agents[host] = a
+	s.mu.Unlock()
+	return a
+}
+
+// Agent is a Personal Agent. Keys is its long-term key; Rotate it to test
+// a key change.
+type Agent struct {
+	Keys *identity.AgentKeys
+
+	site *Site
+	host string
+	mu   sync.Mutex
+	dlg  *identity.Delegation
+}
+
+// ClientID is the agent's client_id.
+func (a *Agent) ClientID() string { return a.Keys.ClientID }
+
+func (a *Agent) delegation() *identity.Delegation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dlg == nil || !a.site.now().Add(time.Minute).Before(a.dlg.ExpiresAt) {
+		d, err := a.Keys.Delegate(time.Hour)
+		if err != nil {
+			panic(fmt.Sprintf("webkittest: delegation: %v", err))
+		}
+		a.dlg = d
+	}
+	return a.dlg
+}
+
+// Session starts a signed-out Session for the pairwise User ID user, with
+// a new random sid.
+func (a *Agent) Session(user string) *Session {
+	return &Session{Agent: a, SID: "ses_" + rand.Text()[:16], User: user}
+}
+
+// SignedInSession starts a Session for user signed in to account: it
+// carries an access token from the site's IssueAccessToken.
+func (a *Agent) SignedInSession(user, account string) *Session {
+	s := a.Session(user)
+	tok, err := a.site.IssueAccessToken(a.ClientID(), account)
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: access token: %v", err))
+	}
+	s.Account, s.AccessToken = account, tok
+	return s
+}
+
+// Session is one of an agent's Sessions.
+type Session struct {
+	Agent *Agent
+	SID   string
+	User  string
+	// Account and AccessToken are set for a signed-in Session.
+	Account     string
+	AccessToken string
+}
+
+// Declared is what a join declares by default: the operations extension,
+// version 3.
+const Declared = `"operations";v="3"`
+
+// Join joins a new browser to the Session through the site's join,
+// declaring the operations extension (version 3). It returns an error when
+// the site refuses the join.
+func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(Declared) }
+
+// JoinDeclaring joins a new browser declaring extensions (a
+// Poppy-Extensions value; "" declares none).
+func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
+	site := s.Agent.site
+	assertion, err := s.Agent.delegation().BrowserAssertion(identity.BrowserClaims{
+		SessionClaims: identity.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.User, AccessToken: s.AccessToken, Lifetime: 30 * time.Second},
+		ReturnTo:      site.Origin + "/",
+		Extensions:    extensions,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: join assertion: %v", err))
+	}
+	form := url.Values{"assertion": {assertion}}
+	if s.AccessToken != "" {
+		form.Set("access_token", s.AccessToken)
+	}
+	b := site.Browser()
+	b.Session = s
+	res := b.send(http.MethodPost, site.JoinURL, "application/x-www-form-urlencoded", "text/html", []byte(form.Encode()))
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	if res.StatusCode != http.StatusSeeOther {
+		return nil, fmt.Errorf("webkittest: the join answered %d: %s", res.StatusCode, bytes.TrimSpace(res.Body))
+	}
+	b.last = nil // the join is not a request to repeat
+	return b, nil
+}
+
+// Browser is a browser with its own cookies: ordinary (Site.Browser) or
+// joined to a Session (Session.Join).
+type Browser struct {
+	// Session is the Session the browser is joined to; nil for an ordinary
+	// browser.
+	Session *Session
+
+	site   *Site
+	client *http.Client
+	mu     sync.Mutex
+	last   *request
+}
+
+type request struct {
+	method, url, contentType, accept string
+	body                             []byte
+}
+
+// Response is the site's answer to a browser's request.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+	// Ref is the ref of a Poppy-Operation naming the browser's own
+	// Session's sid (an agent ignores any other, A10); "" when there is
+	// none.
+	Ref string
+	// Err is set when the request could not be sent, or the handler
+	// panicked.
+	Err error
+}
+
+// PostForm posts form to path on the site, as a page's form does (Accept:
+// text/html).
+func (b *Browser) PostForm(path string, form url.Values) *Response {
+	return b.send(http.MethodPost, b.site.Origin+path, "application/x-www-form-urlencoded", "text/html", []byte(form.Encode()))
+}
+
+// PostJSON posts the JSON body to path, as a page's script does (Accept:
+// application/json).
+func (b *Browser) PostJSON(path, body string) *Response {
+	return b.send(http.MethodPost, b.site.Origin+path, "application/json", "application/json", []byte(body))
+}
+
+// Get loads path, as a page.
+func (b *Browser) Get(path string) *Response {
+	return b.send(http.MethodGet, b.site.Origin+path, "", "text/html", nil)
+}
+
+// Again makes the browser's last request again: the waiting page's
+// Continue, a reload, a double-click.
+func (b *Browser) Again() *Response {
+	b.mu.Lock()
+	last := b.last
+	b.mu.Unlock()
+	if last == nil {
+		return &Response{Err: errors.New("webkittest: no request to repeat")}
+	}
+	return b.send(last.method, last.url, last.contentType, last.accept, last.body)
+}
+
+// AgainConcurrently makes the last request again n times at once, as
+// several tabs or servers would, and returns the answers in no order.
+func (b *Browser) AgainConcurrently(n int) []*Response {
+	out := make([]*Response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i] = b.Again() })
+	}
+	wg.Wait()
+	return out
+}
+
+func (b *Browser) send(method, target, contentType, accept string, body []byte) *Response {
+	b.mu.Lock()
+	b.last = &request{method, target, contentType, accept, body}
+	b.mu.Unlock()
+	req, err := http.NewRequest(method, target, bytes.NewReader(body))
+	if err != nil {
+		return &Response{Err: err}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", accept)
+	res, err := b.client.Do(req)
+	if err != nil {
+		return &Response{Err: err}
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err}
+	if b.Session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
+		if sid, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.Session.SID {
+			out.Ref = ref
+		}
+	}
+	return out
+}
+
+// Answer is the operations endpoint's answer to the agent.
+type Answer struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+	// Error is the body's "error": "approval_required", "approval_declined",
+	// "invalid_request", "sign_in_required", …; "" for none.
+	Error string
+	// Operation is the operation of an approval_required answer.
+	Operation *webkit.Operation
+	// Status is the status answer's "status": "approved", "performing" or
+	// "performed".
+	Status string
+	// Decline is the body of an approval_declined answer.
+	Decline *webkit.Decline
+	// Err is set when the request could not be sent.
+	Err error
+}
+
+// Lookup sends the ref to the endpoint with no approval (§6 "Looking up").
+func (s *Session) Lookup(ref string) *Answer { return s.send(ref, "") }
+
+// Approve looks the ref up and approves the revision it returns as the
+// user: the whole of what an agent does once its user says yes. It returns
+// the lookup's answer when that is not approval_required (already
+// approved, performed, refused), else the approval's answer.
+func (s *Session) Approve(ref string) *Answer { return s.ApproveAs(ref, webkit.ApproverUser) }
+
+// ApproveAs is Approve with the approver given: webkit.ApproverAgent for
+// an approval the agent gives under a standing instruction, which a site
+// may decline.
+func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Answer {
+	look := s.Lookup(ref)
+	if look.Err != nil || look.Operation == nil {
+		return look
+	}
+	a := webkit.Approval{OperationID: look.Operation.OperationID, Revision: look.Operation.Revision, Approver: approver, ApprovedAt: s.Agent.site.now()}
+	if approver == webkit.ApproverUser {
+		a.InputType = "tap"
+	}
+	return s.Send(ref, a)
+}
+
+// Send sends the ref with the approval a in Poppy-Approval.
+func (s *Session) Send(ref string, a webkit.Approval) *Answer {
+	h, err := a.Header()
+	if err != nil {
+		return &Answer{Err: err}
+	}
+	return s.send(ref, h)
+}
+
+func (s *Session) send(ref, approval string) *Answer {
+	site := s.Agent.site
+	jwt, err := s.Agent.delegation().SessionJWT(identity.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.User, AccessToken: s.AccessToken})
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
+	}
+	body, _ := json.Marshal(map[string]string{"ref": ref})
+	req, err := http.NewRequest(http.MethodPost, site.EndpointURL, bytes.NewReader(body))
+	if err != nil {
+		return &Answer{Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webkit.HeaderSession, jwt)
+	req.Header.Set(webkit.HeaderVersion, "1.0")
+	req.Header.Set(webkit.HeaderExtensions, Declared) // A01
+	if s.AccessToken != "" {
+		req.Header.Set("Authorization", "Bearer "+s.AccessToken)
+	}
+	if approval != "" {
+		req.Header.Set(webkit.HeaderApproval, approval)
+	}
+	res, err := (&http.Client{Transport: siteTransport{site}}).Do(req)
+	if err != nil {
+		return &Answer{Err: err}
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	ans := &Answer{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err}
+	var v struct {
+		Error     string            `json:"error"`
+		Operation *webkit.Operation `json:"operation"`
+		Status    string            `json:"status"`
+	}
+	if json.Unmarshal(raw, &v) == nil {
+		ans.Error, ans.Operation, ans.Status = v.Error, v.Operation, v.Status
+		if v.Error == "approval_declined" {
+			var d webkit.Decline
+			if json.Unmarshal(raw, &d) == nil {
+				ans.Decline = &d
+			}
+		}
+	}
+	return ans
+}
+
+// siteTransport serves requests to the site's origin with its Handler,
+// in-process.
+type siteTransport struct{ site *Site }
+
+func (t siteTransport) RoundTrip(req *http.Request) (res *http.Response, err error) {
+	u, err := url.Parse(t.site.Origin)
+	if err != nil || req.URL.Scheme != u.Scheme || req.URL.Host != u.Host {
+		return nil, fmt.Errorf("webkittest: %s is not on the site %s", req.URL.Redacted(), t.site.Origin)
+	}
+	if t.site.Handler == nil {
+		return nil, errors.New("webkittest: Site.Handler is not set")
+	}
+	return serve(t.site.Handler, req)
+}
+
+// serve runs h for req as a server would, and returns its response.
+func serve(h http.Handler, req *http.Request) (res *http.Response, err error) {
+	var body []byte
+	if req.Body != nil {
+		body, err = io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	sr := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), bytes.NewReader(body))
+	sr.Header = req.Header.Clone()
+	sr.Host = req.URL.Host
+	sr.RemoteAddr = "192.0.2.1:4711"
+	if req.URL.Scheme == "https" {
+		sr.TLS = &tls.ConnectionState{HandshakeComplete: true, ServerName: req.URL.Hostname()}
+	} else {
+		sr.TLS = nil
+	}
+	w := httptest.NewRecorder()
+	defer func() {
+		// A server recovers a handler's panic and drops the connection: the
+		// client sees an error, never a made-up status.
+		if p := recover(); p != nil {
+			res, err = nil, fmt.Errorf("webkittest: the handler for %s %s panicked: %v", req.Method, req.URL.Path, p)
+		}
+	}()
+	h.ServeHTTP(w, sr)
+	res = w.Result()
+	res.Request = req
+	return res, nil
+}
+
+// agentTransport serves the harness's agents' metadata documents and key
+// sets.
+type agentTransport struct{ site *Site }
+
+func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.site.mu.Lock()
+	a := t.site.agents[req.URL.Host]
+	t.site.mu.Unlock()
+	if a == nil || req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("webkittest: no agent at %s", req.URL.Redacted())
+	}
+	return serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/client":
+			w.Write(a.Keys.Metadata("https://"+a.host+"/jwks", "webkittest agent"))
+		case "/jwks":
+			w.Write(a.Keys.JWKS())
+		default:
+			http.NotFound(w, r)
+		}
+	}), req)
+}

@@ -1,0 +1,76 @@
+package webkittest_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/webkittest"
+)
+
+// TestRefOnlyForOwnSession: a Poppy-Operation naming another Session's sid
+// gives the browser no ref (A10), as a real agent would ignore it.
+func TestRefOnlyForOwnSession(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	site.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, _ := webkit.FormatOperationHeader("ses_someone_else", "op_1.1-a")
+		w.Header().Set(webkit.HeaderOperation, v)
+		w.WriteHeader(http.StatusForbidden)
+	})
+	s := site.NewAgent().Session("usr_1")
+	b := site.Browser()
+	b.Session = s
+	if res := b.PostForm("/x", url.Values{}); res.StatusCode != 403 || res.Ref != "" {
+		t.Fatalf("A10: status %d, ref %q", res.StatusCode, res.Ref)
+	}
+}
+
+// TestJoinRefused: a site that refuses the join gives an error, not a
+// browser that looks joined.
+func TestJoinRefused(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	site.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no joins here", http.StatusUnauthorized)
+	})
+	if _, err := site.NewAgent().Session("usr_1").Join(); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("err = %v, want the 401", err)
+	}
+}
+
+// TestHandlerPanicIsAnError: a panicking handler gives the test an error,
+// as a server dropping the connection would, never a made-up status.
+func TestHandlerPanicIsAnError(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	site.Handler = http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
+	res := site.Browser().Get("/")
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "panicked") {
+		t.Fatalf("status %d, err %v", res.StatusCode, res.Err)
+	}
+}
+
+// TestOtherHostsUnreachable: the Resolver reaches only the harness's
+// agents, in-process: nothing leaves the process.
+func TestOtherHostsUnreachable(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	site.Handler = http.NotFoundHandler()
+	if res := site.Browser().Get("/"); res.StatusCode != http.StatusNotFound {
+		t.Errorf("the site: %d %v", res.StatusCode, res.Err)
+	}
+	if _, err := site.Resolver().Agent(t.Context(), "https://agent.example/client"); err == nil {
+		t.Error("the Resolver loaded an agent the harness does not have")
+	}
+	a := site.NewAgent()
+	if _, err := site.Resolver().Agent(t.Context(), a.ClientID()); err != nil {
+		t.Errorf("the harness's agent: %v", err)
+	}
+}
+
+// TestAgainWithoutRequest: Again before any request is an error.
+func TestAgainWithoutRequest(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	if res := site.Browser().Again(); res.Err == nil {
+		t.Error("Again with no earlier request did not fail")
+	}
+}
