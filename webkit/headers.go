@@ -182,20 +182,36 @@ func ParseOperationHeader(values []string) (sid, ref string, err error) {
 // input_type and reference are Strings and approved_at an Integer.
 //
 // operation_id, revision and approver are required (W78), and approver is
-// "user" or "agent". Optional members may be missing (W82), any input_type is
-// accepted (W83), and members the kit doesn't know are ignored (W85), so a
-// later version can add members. With "agent", input_type is dropped
-// whatever it holds, because the Company ignores it there (W80).
+// "user" or "agent"; a missing or malformed required member refuses the
+// header. Optional members may be missing (W82), any input_type is accepted
+// (W83), and members the kit doesn't know are ignored (W85), so a later
+// version can add members. A malformed optional member (approved_at that is
+// not a non-negative Integer, an input_type or reference that is not a
+// String, a reference with characters an ID can't have) is treated as
+// absent, never as a reason to refuse the approval (§6 "MUST NOT reject …
+// because an optional member is missing"): [ParseApprovalReport] says which.
+// With "agent", input_type is dropped whatever it holds, because the Company
+// ignores it there (W80).
 func ParseApproval(values []string) (Approval, error) {
+	a, _, err := ParseApprovalReport(values)
+	return a, err
+}
+
+// ParseApprovalReport is [ParseApproval] that also returns the optional
+// members it treated as absent because they were malformed, so that the
+// endpoint can say so in its log.
+func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, err error) {
 	dict, err := parseHeaderDictionary(HeaderApproval, values)
 	if err != nil {
-		return Approval{}, err
+		return Approval{}, nil, err
 	}
-	fail := func(member string, err error) (Approval, error) {
-		return Approval{}, &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+	fail := func(member string, err error) (Approval, []*HeaderError, error) {
+		return Approval{}, nil, &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+	}
+	ignore := func(member string, err error) {
+		ignored = append(ignored, &HeaderError{Header: HeaderApproval, Member: member, Err: err})
 	}
 
-	var a Approval
 	if a.OperationID, err = requiredID(dict, "operation_id", store.ValidID, errIDValue); err != nil {
 		return fail("operation_id", err)
 	}
@@ -213,33 +229,37 @@ func ParseApproval(values []string) (Approval, error) {
 	}
 	a.Approver = Approver(approver)
 
+	// W82: the optional members below are read when well formed and
+	// otherwise treated as absent.
 	if m, ok := dict.Get("approved_at"); ok {
 		item, _ := m.(httpsfv.Item)
-		sec, ok := item.Value.(int64)
-		if !ok {
-			return fail("approved_at", errNotInteger)
+		switch sec, ok := item.Value.(int64); {
+		case !ok:
+			ignore("approved_at", errNotInteger)
+		case sec < 0:
+			ignore("approved_at", errApprovedAtValue)
+		default:
+			a.ApprovedAt = time.Unix(sec, 0).UTC()
 		}
-		if sec < 0 {
-			return fail("approved_at", errApprovedAtValue)
-		}
-		a.ApprovedAt = time.Unix(sec, 0).UTC()
 	}
 
 	if a.Approver == ApproverUser { // W80: with agent, not even its type matters
 		if a.InputType, _, err = dictionaryString(dict, "input_type"); err != nil {
-			return fail("input_type", err)
+			a.InputType = ""
+			ignore("input_type", err) // W83: an input_type of another type is not recognised, not refused
 		}
 	}
 
 	reference, present, err := dictionaryString(dict, "reference")
 	switch {
 	case err != nil:
-		return fail("reference", err)
+		ignore("reference", err)
 	case present && !store.ValidID(reference):
-		return fail("reference", errIDValue)
+		ignore("reference", errIDValue)
+	default:
+		a.Reference = reference
 	}
-	a.Reference = reference
-	return a, nil
+	return a, ignored, nil
 }
 
 // Header returns the Poppy-Approval value for this approval (§6), in the

@@ -123,15 +123,6 @@ func TestParseApproval(t *testing.T) {
 		{"W84 operation_id a Boolean", []string{`operation_id, revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
 		{"W84 revision an Integer", []string{`operation_id="op_1", revision=1, approver="user"`}, Approval{}, "revision", ErrWrongType},
 		{"W84 approver a Token", []string{`operation_id="op_1", revision="r1", approver=user`}, Approval{}, "approver", ErrWrongType},
-		{"W84 approved_at a String", []string{base + `, approved_at="1791487260"`}, Approval{}, "approved_at", ErrWrongType},
-		{"W84 approved_at a Decimal", []string{base + `, approved_at=1791487260.5`}, Approval{}, "approved_at", ErrWrongType},
-		{"W84 approved_at a Date", []string{base + `, approved_at=@1791487260`}, Approval{}, "approved_at", ErrWrongType},
-		{"W84 approved_at an Inner List", []string{base + `, approved_at=(1)`}, Approval{}, "approved_at", ErrWrongType},
-		{"approved_at negative", []string{base + `, approved_at=-1`}, Approval{}, "approved_at", ErrBadValue},
-		{"W84 input_type a Token with user", []string{base + `, input_type=tap`}, Approval{}, "input_type", ErrWrongType},
-		{"W84 reference a Byte Sequence", []string{base + `, reference=:AAAA:`}, Approval{}, "reference", ErrWrongType},
-		{"reference bad characters", []string{base + `, reference="apr.1"`}, Approval{}, "reference", ErrBadValue},
-		{"reference empty", []string{base + `, reference=""`}, Approval{}, "reference", ErrBadValue},
 		{"W78 operation_id missing", []string{`revision="r1", approver="user"`}, Approval{}, "operation_id", ErrMissingMember},
 		{"W78 revision missing", []string{`operation_id="op_1", approver="user"`}, Approval{}, "revision", ErrMissingMember},
 		{"W78 approver missing", []string{`operation_id="op_1", revision="r1"`}, Approval{}, "approver", ErrMissingMember},
@@ -549,4 +540,53 @@ func TestApprovalHeaderTooLong(t *testing.T) {
 	a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: strings.Repeat("t", MaxHeaderBytes)}
 	_, err := a.Header()
 	wantErr(t, err, HeaderApproval, "", ErrMalformed)
+}
+
+// §6: "MUST NOT reject or decline an approval because an optional member is
+// missing or because it doesn't recognize the input_type". A malformed
+// optional member is treated as absent, and reported.
+func TestParseApprovalMalformedOptionalMembers(t *testing.T) {
+	const base = `operation_id="op_1", revision="r1", approver="user"`
+	minimal := Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
+	tests := []struct {
+		name   string
+		header string
+		member string
+		is     error
+	}{
+		{"W82 approved_at negative", base + `, approved_at=-1`, "approved_at", ErrBadValue},
+		{"W82 approved_at a String", base + `, approved_at="1791487260"`, "approved_at", ErrWrongType},
+		{"W82 approved_at a Decimal", base + `, approved_at=1791487260.5`, "approved_at", ErrWrongType},
+		{"W82 approved_at a Date", base + `, approved_at=@1791487260`, "approved_at", ErrWrongType},
+		{"W82 approved_at an Inner List", base + `, approved_at=(1)`, "approved_at", ErrWrongType},
+		{"W83 input_type a Token", base + `, input_type=tap`, "input_type", ErrWrongType},
+		{"W83 input_type a Boolean", base + `, input_type=?1`, "input_type", ErrWrongType},
+		{"W82 reference a Byte Sequence", base + `, reference=:AAAA:`, "reference", ErrWrongType},
+		{"W82 reference with a dot", base + `, reference="a.b"`, "reference", ErrBadValue},
+		{"W82 reference empty", base + `, reference=""`, "reference", ErrBadValue},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ignored, err := ParseApprovalReport([]string{tt.header})
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if got != minimal {
+				t.Fatalf("got %+v, want %+v (the malformed member absent)", got, minimal)
+			}
+			if len(ignored) != 1 {
+				t.Fatalf("ignored %v, want one member reported", ignored)
+			}
+			wantErr(t, ignored[0], HeaderApproval, tt.member, tt.is)
+			if a, err := ParseApproval([]string{tt.header}); err != nil || a != minimal {
+				t.Fatalf("ParseApproval = %+v, %v", a, err)
+			}
+		})
+	}
+	t.Run("W82 well-formed optional members beside a malformed one are kept", func(t *testing.T) {
+		got, ignored, err := ParseApprovalReport([]string{base + `, approved_at=-5, input_type="voice", reference="apr_1"`})
+		if err != nil || len(ignored) != 1 || got.InputType != "voice" || got.Reference != "apr_1" || !got.ApprovedAt.IsZero() {
+			t.Fatalf("got %+v, ignored %v, err %v", got, ignored, err)
+		}
+	})
 }
