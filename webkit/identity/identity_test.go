@@ -64,6 +64,7 @@ type agentServer struct {
 	jwksHits  atomic.Int64
 	down      atomic.Bool
 	metadata  atomic.Pointer[[]byte] // overrides the metadata when set
+	jwks      atomic.Pointer[[]byte] // overrides the key set when set
 	jwksDelay chan struct{}          // when set, /jwks waits on it
 }
 
@@ -91,6 +92,10 @@ func newAgentServer(t testing.TB, alg string, clk *clock) *agentServer {
 				<-a.jwksDelay
 			}
 			w.Header().Set("Content-Type", "application/json")
+			if j := a.jwks.Load(); j != nil {
+				w.Write(*j)
+				return
+			}
 			w.Write(a.keys.JWKS())
 		case "/redirect":
 			http.Redirect(w, r, "/agent", http.StatusFound)

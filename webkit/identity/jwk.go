@@ -47,8 +47,20 @@ type PublicKey struct {
 // never none, never HMAC.
 var signingAlgs = []string{"ES256", "ES384", "EdDSA", "PS256", "RS256"}
 
-// minRSABits refuses weak RSA keys (RFC 7518 §3.3 requires 2048 bits).
-const minRSABits = 2048
+// The RSA keys accepted: a modulus of 2048 bits (RFC 7518 §3.3) to 4096
+// bits, and the public exponent 65537. The upper bound and the fixed
+// exponent bound the CPU an RSA signature check costs: the verifier checks
+// any signature a request carries, and a 65,536-bit modulus with a large
+// exponent made one junk request cost most of a second.
+const (
+	minRSABits  = 2048
+	maxRSABits  = 4096
+	rsaExponent = 65537
+)
+
+// maxJWKBytes bounds one JWK before it is parsed: a 4096-bit modulus is 683
+// base64url characters, so nothing usable is larger.
+const maxJWKBytes = 4096
 
 // Fits reports whether k may verify a JWS with alg. The choice (poppy-core
 // choice 1, "kid and alg both matching"): when the JWK has an alg it must
@@ -78,9 +90,20 @@ func keyFits(key crypto.PublicKey, alg string) bool {
 	case ed25519.PublicKey:
 		return alg == "EdDSA" && len(key) == ed25519.PublicKeySize
 	case *rsa.PublicKey:
-		return (alg == "RS256" || alg == "PS256") && key.N.BitLen() >= minRSABits
+		return (alg == "RS256" || alg == "PS256") && rsaSizeOK(key)
 	}
 	return false
+}
+
+// rsaSizeOK reports whether key is one this package verifies with: see
+// minRSABits. It is checked again here, for keys that did not come from a
+// JWK.
+func rsaSizeOK(key *rsa.PublicKey) bool {
+	if key.N == nil {
+		return false
+	}
+	bits := key.N.BitLen()
+	return bits >= minRSABits && bits <= maxRSABits && key.E == rsaExponent
 }
 
 var b64 = base64.RawURLEncoding
@@ -88,6 +111,9 @@ var b64 = base64.RawURLEncoding
 // ParseJWK parses one public JWK. It refuses private keys, unknown key types
 // and curves, and keys whose use or key_ops exclude verifying.
 func ParseJWK(raw []byte) (PublicKey, error) {
+	if len(raw) > maxJWKBytes {
+		return PublicKey{}, fmt.Errorf("JWK: longer than %d bytes", maxJWKBytes)
+	}
 	var j JWK
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return PublicKey{}, fmt.Errorf("JWK: %v", err)
@@ -145,14 +171,21 @@ func (j *JWK) PublicKey() (PublicKey, error) {
 		}
 		pk.Key = ed25519.PublicKey(x)
 	case "RSA":
-		n, errN := b64.DecodeString(j.N)
-		e, errE := b64.DecodeString(j.E)
-		if errN != nil || errE != nil || len(n) == 0 || len(e) == 0 || len(e) > 4 || n[0] == 0 {
-			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA n or e is malformed", j.Kid)
+		// The sizes are checked on the encoded text first, so that an
+		// oversized modulus is refused before it is decoded or used.
+		if len(j.N) > b64.EncodedLen(maxRSABits/8) || len(j.N) < b64.EncodedLen(minRSABits/8) {
+			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA modulus is not %d–%d bits", j.Kid, minRSABits, maxRSABits)
 		}
-		key := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-		if key.N.BitLen() < minRSABits || key.E < 3 || key.E%2 == 0 {
-			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA key is too weak", j.Kid)
+		if j.E != "AQAB" { // 65537, the only exponent accepted (see maxRSABits)
+			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA exponent is not 65537", j.Kid)
+		}
+		n, err := b64.DecodeString(j.N)
+		if err != nil || len(n) == 0 || n[0] == 0 {
+			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA n is malformed", j.Kid)
+		}
+		key := &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: rsaExponent}
+		if !rsaSizeOK(key) || key.N.Bit(0) == 0 {
+			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA modulus is not an odd number of %d–%d bits", j.Kid, minRSABits, maxRSABits)
 		}
 		pk.Key = key
 	default:

@@ -2,11 +2,14 @@ package identity
 
 import (
 	"context"
+	"crypto"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -58,6 +61,9 @@ type BrowserAssertion struct {
 	// Extensions is the extensions claim as sent, in the Poppy-Extensions
 	// syntax (poppy-core choice 4); "" when absent. The caller parses it.
 	Extensions string
+	// ID is the assertion's jti. CheckBrowserAssertion does not use it up:
+	// the caller does, with UseBrowserAssertion, once the join can succeed.
+	ID string
 }
 
 // Verifier verifies Session JWTs and browser join assertions.
@@ -73,9 +79,24 @@ type Verifier struct {
 	Clock func() time.Time
 	// AcceptAgent, when set, is asked before an agent's keys are loaded;
 	// false refuses the agent (ErrInvalid). Revocation can use it.
-	// A Company revokes a client_id here (§8.1 W146).
+	// A Company revokes a client_id here (§8.1 W146). It is asked on every
+	// verification, cached delegation or not.
 	AcceptAgent func(clientID string) bool
+	// MaxDelegations bounds the delegation cache: 0 means
+	// DefaultMaxDelegations; a negative value turns the cache off. See
+	// delegationCache.
+	MaxDelegations int
+
+	dlg delegationCache
 }
+
+// DefaultMaxDelegations is the default bound of each half of the
+// delegation cache (verified and failed delegations).
+const DefaultMaxDelegations = 10000
+
+// failedDelegationTTL is how long a failed delegation is remembered: as long
+// as a failed key load (poppy-core "Hardening").
+const failedDelegationTTL = 30 * time.Second
 
 // agentClaims are the claims of a Session JWT and of a browser assertion.
 type agentClaims struct {
@@ -107,6 +128,9 @@ func (v *Verifier) now() time.Time {
 func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Session, error) {
 	var c agentClaims
 	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
+	if err == nil {
+		err = v.useOnce(ctx, c.Issuer, c.ID, s.ExpiresAt)
+	}
 	if err != nil {
 		return Session{}, fmt.Errorf("Session JWT: %w", err)
 	}
@@ -117,6 +141,21 @@ func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string)
 // (poppy-core choice 3). audience is the join endpoint's URL; accessToken is
 // the form's access_token, or "" for a signed-out join.
 func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
+	b, err := v.CheckBrowserAssertion(ctx, assertion, audience, accessToken)
+	if err != nil {
+		return BrowserAssertion{}, err
+	}
+	if err := v.UseBrowserAssertion(ctx, b); err != nil {
+		return BrowserAssertion{}, err
+	}
+	return b, nil
+}
+
+// CheckBrowserAssertion makes every check of VerifyBrowserAssertion but the
+// last: the jti is not used up. A join calls it, makes its own checks, and
+// calls UseBrowserAssertion only once the join can succeed, so that an
+// assertion refused for another reason is not spent.
+func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
 	var c agentClaims
 	s, err := v.verify(ctx, assertion, TypBrowser, audience, MaxBrowserLifetime, accessToken, &c)
 	if err != nil {
@@ -133,12 +172,37 @@ func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audien
 	if c.Extensions != nil {
 		b.Extensions = *c.Extensions
 	}
+	b.ID = c.ID
 	return b, nil
 }
 
-// verify makes the checks common to a Session JWT and a browser assertion.
-// The jti is used up last, so that a token failing another check does not
-// take room in the replay store.
+// UseBrowserAssertion uses up the jti of an assertion CheckBrowserAssertion
+// accepted: ErrInvalid when it was used before (a replay).
+func (v *Verifier) UseBrowserAssertion(ctx context.Context, b BrowserAssertion) error {
+	if err := v.useOnce(ctx, b.ClientID, b.ID, b.ExpiresAt); err != nil {
+		return fmt.Errorf("browser assertion: %w", err)
+	}
+	return nil
+}
+
+// useOnce uses up jti of iss until its token can no longer verify.
+func (v *Verifier) useOnce(ctx context.Context, iss, jti string, exp time.Time) error {
+	if jti == "" {
+		return invalid("jti is missing")
+	}
+	first, err := v.Replay.UseOnce(ctx, "jti:"+iss+":"+jti, exp.Add(Leeway), v.now())
+	if err != nil {
+		return fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
+	}
+	if !first {
+		return invalid("jti was used before (replay)")
+	}
+	return nil
+}
+
+// verify makes the checks common to a Session JWT and a browser assertion,
+// all but the jti: the caller uses it up last (useOnce), so that a token
+// failing another check does not take room in the replay store.
 func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifetime time.Duration, accessToken string, c *agentClaims) (Session, error) {
 	if v.Resolver == nil || v.Replay == nil || aud == "" {
 		return Session{}, fmt.Errorf("identity: Verifier needs Resolver, Replay and an audience")
@@ -224,13 +288,6 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 			return Session{}, invalid("ath does not match the access token")
 		}
 	}
-	first, err := v.Replay.UseOnce(ctx, "jti:"+c.Issuer+":"+c.ID, exp.Add(Leeway), now)
-	if err != nil {
-		return Session{}, fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
-	}
-	if !first {
-		return Session{}, invalid("jti was used before (replay)")
-	}
 	return Session{
 		ClientID:  c.Issuer,
 		User:      c.Subject,
@@ -243,14 +300,82 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 
 type delegation struct {
 	clientID string
-	key      PublicKey
+	key      PublicKey // the delegated key, cnf.jwk
 	agent    *Agent
+	// What the cache re-checks on every use: the agent's key that signed
+	// the delegation (kid, alg and the key itself) and the expiry.
+	kid, alg  string
+	signer    crypto.PublicKey
+	expiresAt time.Time
 }
 
 // delegation verifies a poppy_dlg (poppy-core choice 1): signed by one of
 // the agent's long-term keys, chosen by kid and alg both, at most 24 h long,
 // not expired, vouching for cnf.jwk.
+//
+// Through the cache: a delegation that failed is refused again for 30 s
+// without a signature check, so replaying junk costs a hash and a map
+// lookup; a verified one is not checked again until its exp, but exp,
+// AcceptAgent and the agent's current key set (a revoked or rotated key) are
+// checked on every use.
 func (v *Verifier) delegation(ctx context.Context, compact string, now time.Time) (delegation, error) {
+	if v.MaxDelegations < 0 {
+		return v.verifyDelegation(ctx, compact, now)
+	}
+	key := sha256.Sum256([]byte(compact))
+	if d, err, ok := v.dlg.get(key, now); ok {
+		if err != nil {
+			return delegation{}, err
+		}
+		return v.recheck(ctx, key, d, now)
+	}
+	d, err := v.verifyDelegation(ctx, compact, now)
+	switch {
+	case err == nil:
+		v.dlg.putVerified(key, d, v.maxDelegations())
+	case errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnavailable):
+		// ErrUnavailable is not the delegation's fault; the Resolver
+		// remembers it for the agent.
+		v.dlg.putFailed(key, err, now, v.maxDelegations())
+	}
+	return d, err
+}
+
+func (v *Verifier) maxDelegations() int {
+	if v.MaxDelegations > 0 {
+		return v.MaxDelegations
+	}
+	return DefaultMaxDelegations
+}
+
+// recheck makes, for a cached verified delegation, the checks that can
+// change after it verified.
+func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now time.Time) (delegation, error) {
+	if !now.Before(d.expiresAt.Add(Leeway)) {
+		err := invalid("delegation is expired")
+		v.dlg.putFailed(key, err, now, v.maxDelegations())
+		return delegation{}, err
+	}
+	if v.AcceptAgent != nil && !v.AcceptAgent(d.clientID) {
+		return delegation{}, invalid("agent %s is not accepted", d.clientID)
+	}
+	// The agent's current keys: a key removed from its key set (revoked or
+	// rotated out) stops its delegations once the Resolver reloads, cached
+	// or not.
+	k, a, err := v.Resolver.Key(ctx, d.clientID, d.kid, d.alg)
+	if err != nil {
+		return delegation{}, err
+	}
+	if eq, ok := k.Key.(interface{ Equal(crypto.PublicKey) bool }); !ok || !eq.Equal(d.signer) {
+		v.dlg.drop(key)
+		return delegation{}, invalid("kid %q of %s is now another key", d.kid, d.clientID)
+	}
+	d.agent = a
+	return d, nil
+}
+
+// verifyDelegation verifies a delegation without the cache.
+func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now time.Time) (delegation, error) {
 	var c delegationClaims
 	var d delegation
 	var keyErr error
@@ -284,7 +409,7 @@ func (v *Verifier) delegation(ctx context.Context, compact string, now time.Time
 			keyErr = err
 			return nil, err
 		}
-		d.agent = a
+		d.agent, d.kid, d.alg, d.signer = a, kid, t.Method.Alg(), k.Key
 		return k.Key, nil
 	})
 	if keyErr != nil {
@@ -306,8 +431,77 @@ func (v *Verifier) delegation(ctx context.Context, compact string, now time.Time
 	if err != nil {
 		return delegation{}, invalid("cnf.jwk: %v", err)
 	}
-	d.clientID, d.key = c.Issuer, key
+	d.clientID, d.key, d.expiresAt = c.Issuer, key, c.ExpiresAt.Time
 	return d, nil
+}
+
+// delegationCache remembers delegations by the SHA-256 of their exact
+// compact form (a 32-byte key stands for a string of up to 16 KiB).
+// Verified and failed delegations are kept apart, each bounded, so junk
+// fills only the failed half and never evicts a verified delegation.
+type delegationCache struct {
+	mu       sync.Mutex
+	verified map[[32]byte]delegation
+	failed   map[[32]byte]failedDelegation
+}
+
+type failedDelegation struct {
+	err   error
+	until time.Time
+}
+
+// get returns the cached delegation or failure for key; ok is false when
+// there is none (or it has expired).
+func (c *delegationCache) get(key [32]byte, now time.Time) (delegation, error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.failed[key]; ok {
+		if now.Before(f.until) {
+			return delegation{}, fmt.Errorf("%w (remembered for %v)", f.err, failedDelegationTTL), true
+		}
+		delete(c.failed, key)
+	}
+	d, ok := c.verified[key]
+	return d, nil, ok
+}
+
+func (c *delegationCache) putVerified(key [32]byte, d delegation, max int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.verified == nil {
+		c.verified = make(map[[32]byte]delegation)
+	}
+	evictOne(c.verified, max)
+	c.verified[key] = d
+}
+
+func (c *delegationCache) putFailed(key [32]byte, err error, now time.Time, max int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed == nil {
+		c.failed = make(map[[32]byte]failedDelegation)
+	}
+	delete(c.verified, key)
+	evictOne(c.failed, max)
+	c.failed[key] = failedDelegation{err: err, until: now.Add(failedDelegationTTL)}
+}
+
+func (c *delegationCache) drop(key [32]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.verified, key)
+}
+
+// evictOne makes room for one entry in m, bounded by max: an arbitrary
+// entry goes (map iteration order is random), which costs O(1) whatever
+// fills the map.
+func evictOne[V any](m map[[32]byte]V, max int) {
+	for k := range m {
+		if len(m) < max {
+			return
+		}
+		delete(m, k)
+	}
 }
 
 // checkHeader checks typ (RFC 7515 §4.1.9: case-insensitive, "application/"

@@ -3,11 +3,16 @@ package identity
 import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 var benchAlgs = []string{"ES256", "EdDSA"}
@@ -94,5 +99,109 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkJunkSignature: issue 10 "Keys": what a request with a garbage
+// signature costs against the largest key accepted, a 4096-bit RSA key with
+// e = 65537 (target ≤ 2 ms of CPU). "fresh" sends a new junk delegation
+// every time, so each one is verified; "replayed" sends the same one, which
+// the delegation cache refuses with a lookup; "cnf.jwk" is a valid
+// delegation vouching for a 4096-bit key and a Session JWT with a garbage
+// signature.
+func BenchmarkJunkSignature(b *testing.B) {
+	clk := newClock()
+	a := newAgentServer(b, "ES256", clk)
+	d, err := a.keys.Delegate(time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &env{clk: clk, a: a, v: a.verifier(clk, newReplay()), d: d}
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(a.keys.JWKS(), &set); err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := json.Marshal(rsaJWK("rsa4096", 4096, "AQAB"))
+	set.Keys = append(set.Keys, raw)
+	body, _ := json.Marshal(set)
+	a.jwks.Store(&body)
+	run := func(b *testing.B, token func(i int) string) {
+		tokens := make([]string, b.N)
+		for i := range tokens {
+			tokens[i] = token(i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := e.v.VerifySession(b.Context(), tokens[i], ""); !errors.Is(err, ErrInvalid) {
+				b.Fatalf("err = %v, want ErrInvalid", err)
+			}
+		}
+	}
+	b.Run("RSA4096/fresh-delegation", func(b *testing.B) {
+		run(b, func(int) string { return sessionWith(b, e, junkDelegation(e, "rsa4096", "RS256", 512)) })
+	})
+	b.Run("RSA4096/replayed-delegation", func(b *testing.B) {
+		dlg := junkDelegation(e, "rsa4096", "RS256", 512)
+		run(b, func(int) string { return sessionWith(b, e, dlg) })
+	})
+	b.Run("RSA4096/cnf.jwk", func(b *testing.B) {
+		now := clk.Now()
+		dlg, err := sign("ES256", a.keys.key, map[string]any{"typ": TypDelegation, "kid": a.keys.Kid()}, jwt.MapClaims{
+			"iss": a.clientID, "cnf": map[string]any{"jwk": rsaJWK("", 4096, "AQAB")}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hdr := b64json(map[string]any{"alg": "RS256", "typ": TypSession, "poppy_dlg": dlg})
+		run(b, func(int) string {
+			sig := make([]byte, 512)
+			rand.Read(sig)
+			return hdr + "." + b64json(e.claims()) + "." + b64.EncodeToString(sig)
+		})
+	})
+}
+
+// BenchmarkDelegationCache: issue 10 "Delegation cache": a valid Session
+// JWT's verification with the cache (the delegation's signature is checked
+// once) and without it (MaxDelegations < 0: checked every time).
+func BenchmarkDelegationCache(b *testing.B) {
+	for _, alg := range benchAlgs {
+		for _, cached := range []bool{true, false} {
+			name := alg + "/cached"
+			if !cached {
+				name = alg + "/uncached"
+			}
+			b.Run(name, func(b *testing.B) {
+				clk := newClock()
+				a := newAgentServer(b, alg, clk)
+				v := a.verifier(clk, newReplay())
+				if !cached {
+					v.MaxDelegations = -1
+				}
+				d, err := a.keys.Delegate(time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tokens := make([]string, b.N+1)
+				for i := range tokens {
+					if tokens[i], err = d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := v.VerifySession(b.Context(), tokens[b.N], ""); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					if _, err := v.VerifySession(b.Context(), tokens[i], ""); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
