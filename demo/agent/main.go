@@ -7,7 +7,9 @@
 //	go run ./demo/agent                               # exchange; asks you
 //	go run ./demo/agent -approve 'exchange<=100USD'   # approves it itself
 //	go run ./demo/agent -do delivery -date 2026-11-07
-//	go run ./demo/agent -do cancel -signed-in         # declined for the agent
+//	go run ./demo/agent -do cancel -signed-in         # you approve the cancellation
+//	go run ./demo/agent -do cancel -signed-in -approver agent  # the agent approves; the shop declines
+//	go run ./demo/agent -approve 'cancel<=100USD' -do cancel -signed-in
 //	go run ./demo/agent -show                         # watch the browser
 package main
 
@@ -56,7 +58,9 @@ func run() error {
 	delivery := flag.String("delivery", "del_2Wn8", "delivery: the delivery")
 	date := flag.String("date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD")
 	var standing rules
-	flag.Var(&standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves any exchange whose price difference is at most 100 USD, as the agent")
+	flag.Var(&standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount")
+	approver := flag.String("approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
 	waitPage := flag.Bool("no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
 	show := flag.Bool("show", false, "show the browser window instead of running headless")
 	chromium := flag.String("chromium", "", "the Chromium or Chrome binary; default: found on the PATH")
@@ -83,7 +87,10 @@ func run() error {
 		return fmt.Errorf("starting Chromium: %w", err)
 	}
 
-	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(*shop, "/"), Browser: tab, Listen: *listen, Log: os.Stdout})
+	if *approver != "user" && *approver != "agent" {
+		return fmt.Errorf("-approver %q: choose user or agent", *approver)
+	}
+	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(*shop, "/"), Browser: tab, Listen: *listen, Log: os.Stdout, StepTimeout: *timeout})
 	if err != nil {
 		return err
 	}
@@ -99,24 +106,38 @@ func run() error {
 
 	origin := a.Origin()
 	fmt.Printf("agent: the browser does %q on %s\n", *do, origin)
+	actx, cancelAction := context.WithTimeout(tab, *timeout)
+	// kind is the path segment of the action's request, which a standing
+	// instruction names.
+	kind := *do
 	switch *do {
 	case "exchange":
-		err = refagent.ExchangeItem(tab, origin, *order, *item, *sku)
+		err = refagent.ExchangeItem(actx, origin, *order, *item, *sku)
 	case "delivery":
-		err = refagent.ChangeDeliveryDate(tab, origin, *delivery, *date)
+		kind = "deliveries"
+		err = refagent.ChangeDeliveryDate(actx, origin, *delivery, *date)
 	case "cancel":
 		if !*signedIn {
+			cancelAction()
 			return errors.New("-do cancel needs -signed-in: only the account holder cancels the subscription")
 		}
-		err = refagent.CancelSubscription(tab, origin)
+		err = refagent.CancelSubscription(actx, origin)
 	default:
+		cancelAction()
 		return fmt.Errorf("-do %q: choose exchange, delivery or cancel", *do)
 	}
+	cancelAction()
 	if err != nil {
-		return err
+		return fmt.Errorf("the browser could not do %q on %s within %s: %w", *do, origin, *timeout, err)
 	}
 
 	var decider refagent.Decider = &refagent.Prompt{In: os.Stdin, Out: os.Stdout}
+	if *approver == "agent" {
+		// The user's instruction is this command line: do this action
+		// and approve it as the agent (A23), whatever its amounts. A new
+		// revision after it, or after a decline, goes to the user (A26, A43).
+		standing = append(standing, refagent.Rule{Kind: kind, Text: "-do " + *do + " -approver agent"})
+	}
 	if len(standing) > 0 {
 		decider = &refagent.Standing{Rules: standing, Ask: decider, Log: os.Stdout}
 	}
@@ -131,6 +152,9 @@ func run() error {
 		return err
 	}
 	fmt.Printf("\nagent: result: %s (operation %s, revision %s, approver %q, references %v)\n", out.Result, out.OperationID, out.Revision, out.Approver, out.Refs)
+	if out.Result == refagent.Declined {
+		fmt.Println("agent: the shop declined the approval: the action was NOT performed (A44). Approve it yourself (-approver user), or follow the shop's alternative above.")
+	}
 	if loc, err := chromedp.Run(tab, chromedp.Location()); err == nil {
 		fmt.Printf("agent: the browser is at %s\n", loc)
 	}

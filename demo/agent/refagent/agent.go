@@ -82,6 +82,11 @@ type Config struct {
 	Clock func() time.Time
 	// HTTPClient talks to the Company; nil is a client with a 15 s timeout.
 	HTTPClient *http.Client
+	// StepTimeout bounds each step that waits on the Company or the
+	// browser: a page load, the join, a reference to arrive, a Continue.
+	// 0 is 30 s. Approve as a whole is bounded by its context, or by
+	// 5 minutes when the context has no deadline.
+	StepTimeout time.Duration
 	// Log gets every step, for a developer to follow; nil discards them.
 	Log io.Writer
 }
@@ -173,6 +178,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = 30 * time.Second
 	}
 	a := &Agent{
 		cfg:       cfg,
@@ -457,12 +465,14 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 	a.mu.Lock()
 	a.joined[s.SID] = true
 	a.mu.Unlock()
-	if err := chromedp.Do(a.cfg.Browser, chromedp.Navigate(a.base+"/join/"+handle)); err != nil {
-		return nil, fmt.Errorf("refagent: join page: %w", err)
+	jctx, cancel := context.WithTimeout(a.cfg.Browser, a.cfg.StepTimeout)
+	defer cancel()
+	if err := chromedp.Do(jctx, chromedp.Navigate(a.base+"/join/"+handle)); err != nil {
+		return nil, fmt.Errorf("refagent: join page (within %s): %w", a.cfg.StepTimeout, err)
 	}
-	res, err := chromedp.RunResponse(a.cfg.Browser, chromedp.Click(chromedp.ID("join"), chromedp.NodeVisible))
+	res, err := chromedp.RunResponse(jctx, chromedp.Click(chromedp.ID("join"), chromedp.NodeVisible))
 	if err != nil {
-		return nil, fmt.Errorf("refagent: join: %w", err)
+		return nil, fmt.Errorf("refagent: join: the browser got no answer from %s within %s: %w", a.disc.Join, a.cfg.StepTimeout, err)
 	}
 	if res == nil || res.Status != http.StatusOK || !strings.HasPrefix(res.URL, a.origin+"/") {
 		status := int64(0)
@@ -472,6 +482,9 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 		a.mu.Lock()
 		delete(a.joined, s.SID)
 		a.mu.Unlock()
+		if status == http.StatusUnauthorized {
+			return nil, fmt.Errorf("refagent: the join was refused (status 401): %w", ErrSessionRefused)
+		}
 		return nil, fmt.Errorf("refagent: the join was refused (status %d)", status)
 	}
 	a.step("browser joined to Session %s; it is at %s", s.SID, res.URL)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/url"
 	"slices"
@@ -101,9 +102,19 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 	if !a.disc.Operations {
 		return out, ErrNotSupported // A03
 	}
-	r, err := a.NextReference(ctx)
+	if _, ok := ctx.Deadline(); !ok {
+		// Every wait is bounded: a misconfigured site must not hold the
+		// agent forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.StepTimeout)
+	r, err := a.NextReference(rctx)
+	cancel()
 	if err != nil {
-		return out, err
+		return out, fmt.Errorf("%w (waited %s: the browser's request got no 403 with a Poppy-Operation header for a Session the agent joined; "+
+			"is the action gated, did the join declare operations v3, and is the site's origin %s?)", err, a.cfg.StepTimeout, a.origin)
 	}
 	for round := 0; round < 10; round++ {
 		out.Refs = append(out.Refs, r.Ref)
@@ -555,7 +566,9 @@ func (a *Agent) question(r *Reference, op webkit.Operation) Question {
 	}
 	a.mu.Unlock()
 	q.Differences = append(checkAction(r, op.Terms), checkSummary(op.Summary, op.Terms)...)
-	a.step("the operation, as the user sees it:\n%s", indent(q.Text(), "    "))
+	// The terms are shown once, by whoever decides: the Prompt shows them
+	// to the user, Standing prints them when it decides itself.
+	a.step("got operation %s revision %s (%d difference(s) to point out)", op.OperationID, op.Revision, len(q.Differences))
 	return q
 }
 
@@ -690,7 +703,7 @@ func checkSummary(summary string, terms json.RawMessage) []string {
 		switch {
 		case strings.HasSuffix(key, ".amount") || key == "amount":
 			amt := strings.TrimPrefix(v, "-")
-			if !strings.Contains(summary, amt) {
+			if !strings.Contains(summary, amt) && !(isZero(amt) && saysNoCost(summary)) {
 				diffs = append(diffs, fmt.Sprintf("the terms say %s = %s, the summary doesn't mention that amount (A28)", key, v))
 			}
 		case len(v) == 10 && v[4] == '-' && v[7] == '-':
@@ -704,6 +717,28 @@ func checkSummary(summary string, terms json.RawMessage) []string {
 		}
 	}
 	return diffs
+}
+
+// isZero reports whether a decimal amount is zero ("0", "0.00").
+func isZero(amount string) bool {
+	r, ok := new(big.Rat).SetString(amount)
+	return ok && r.Sign() == 0
+}
+
+// noCost are the ways a summary says that an amount is zero without
+// writing it, as the demo's same-price exchange does ("at no extra cost").
+var noCost = []string{"no extra cost", "no additional cost", "no cost", "no fee", "no charge", "free of charge", "$0 ", "$0."}
+
+// saysNoCost reports whether summary says in words that nothing is charged
+// or refunded, which agrees with a zero amount in the terms (A28).
+func saysNoCost(summary string) bool {
+	l := strings.ToLower(summary) + " "
+	for _, p := range noCost {
+		if strings.Contains(l, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func indent(s, prefix string) string {

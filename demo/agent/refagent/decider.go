@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,65 +75,121 @@ func (p *Prompt) Decide(ctx context.Context, q Question) (Decision, error) {
 }
 
 // Rule is one standing instruction from the user, given on the command
-// line: "exchange<=100USD" means "approve any exchange whose price
-// difference is at most 100 USD".
+// line: "exchange<=100USD" means "approve any exchange in which every amount
+// of money is at most 100 USD", and "cancel" alone means "approve the
+// cancellation I asked for, whatever its amounts".
 type Rule struct {
 	// Kind must be a segment of the path the browser's request went to,
 	// such as "exchange" for POST /orders/…/items/…/exchange.
-	Kind     string
+	Kind string
+	// Max is the largest amount the instruction covers, in Currency; nil
+	// covers any amount (the user asked for this action and told the agent
+	// to approve it).
 	Max      *big.Rat
 	Currency string
 	Text     string
 }
 
-var ruleRE = regexp.MustCompile(`^\s*([a-z][a-z0-9-]*)\s*<=\s*([0-9]+(?:\.[0-9]{1,2})?)\s*([A-Z]{3})\s*$`)
+var ruleRE = regexp.MustCompile(`^\s*([a-z][a-z0-9-]*)\s*(?:<=\s*([0-9]+(?:\.[0-9]{1,2})?)\s*([A-Z]{3}))?\s*$`)
 
-// ParseRule parses "kind<=amountCUR", such as "exchange<=100USD".
+// ParseRule parses "kind<=amountCUR", such as "exchange<=100USD", or
+// "kind" alone for any amount.
 func ParseRule(s string) (Rule, error) {
 	m := ruleRE.FindStringSubmatch(s)
 	if m == nil {
-		return Rule{}, fmt.Errorf("refagent: standing instruction %q: write kind<=amountCURRENCY, such as exchange<=100USD", s)
+		return Rule{}, fmt.Errorf("refagent: standing instruction %q: write kind<=amountCURRENCY, such as exchange<=100USD, or a kind alone, such as cancel", s)
 	}
-	max, _ := new(big.Rat).SetString(m[2])
-	return Rule{Kind: m[1], Max: max, Currency: m[3], Text: strings.TrimSpace(s)}, nil
+	r := Rule{Kind: m[1], Currency: m[3], Text: strings.TrimSpace(s)}
+	if m[2] != "" {
+		r.Max, _ = new(big.Rat).SetString(m[2])
+	}
+	return r, nil
 }
 
-// moneyMembers are the terms' members a rule's limit applies to, in order.
-var moneyMembers = []string{"price_difference", "fee", "price", "amount", "total"}
+// money is one amount of money in the terms: an object with a string
+// amount and a currency, wherever it sits ("price_difference", "refund",
+// "fee", or a key the agent has never seen).
+type money struct {
+	path, amount, currency string
+}
+
+// moneyIn finds every amount of money in the terms, so that a rule is
+// checked against all of them, not only the ones it knows by name (A24).
+func moneyIn(raw json.RawMessage) ([]money, bool) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return nil, false
+	}
+	var out []money
+	var walk func(p string, v any)
+	walk = func(p string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			amt, okA := v["amount"]
+			cur, okC := v["currency"].(string)
+			if okA && okC {
+				s, _ := amt.(string)
+				if f, isNum := amt.(float64); isNum {
+					s = fmt.Sprint(f)
+				}
+				out = append(out, money{path: p, amount: s, currency: cur})
+				return
+			}
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				np := k
+				if p != "" {
+					np = p + "." + k
+				}
+				walk(np, v[k])
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", p, i), e)
+			}
+		}
+	}
+	walk("", v)
+	return out, true
+}
 
 // covers reports whether the rule covers the terms: true or false, or
-// unsure when the agent can't tell (A25).
+// unsure when the agent can't tell (A25). Every amount of money in the
+// terms must be within the rule's limit and in its currency.
 func (r Rule) covers(q Question) (ok, sure bool, why string) {
 	u, err := url.Parse(strings.TrimPrefix(q.Action, strings.SplitN(q.Action, " ", 2)[0]+" "))
 	if err != nil || !containsSegment(u.Path, r.Kind) {
 		return false, true, "not a " + r.Kind
 	}
-	var terms map[string]json.RawMessage
-	if json.Unmarshal(q.Operation.Terms, &terms) != nil {
+	amounts, readable := moneyIn(q.Operation.Terms)
+	if !readable {
 		return false, false, "the terms can't be read"
 	}
-	for _, name := range moneyMembers {
-		raw, ok := terms[name]
+	if r.Max == nil {
+		return true, true, "the user asked the agent to approve this " + r.Kind + " whatever its amounts"
+	}
+	if len(amounts) == 0 {
+		return false, false, "the terms have no amount the instruction can be checked against"
+	}
+	var within []string
+	for _, m := range amounts {
+		if m.currency != r.Currency {
+			return false, false, fmt.Sprintf("%s is in %s, the instruction in %s", m.path, m.currency, r.Currency)
+		}
+		amt, ok := new(big.Rat).SetString(m.amount)
 		if !ok {
-			continue
-		}
-		var m struct{ Amount, Currency string }
-		if json.Unmarshal(raw, &m) != nil || m.Amount == "" {
-			return false, false, name + " is not an amount of money"
-		}
-		if m.Currency != r.Currency {
-			return false, false, fmt.Sprintf("%s is in %s, the instruction in %s", name, m.Currency, r.Currency)
-		}
-		amt, ok := new(big.Rat).SetString(m.Amount)
-		if !ok {
-			return false, false, name + " is not a number"
+			return false, false, m.path + " is not a number"
 		}
 		if amt.Cmp(r.Max) > 0 {
-			return false, true, fmt.Sprintf("%s %s %s is more than %s", name, m.Amount, m.Currency, r.Text)
+			return false, true, fmt.Sprintf("%s %s %s is more than %s", m.path, m.amount, m.currency, r.Text)
 		}
-		return true, true, fmt.Sprintf("%s %s %s is within %s", name, m.Amount, m.Currency, r.Text)
+		within = append(within, fmt.Sprintf("%s %s %s", m.path, m.amount, m.currency))
 	}
-	return false, false, "the terms have no amount the instruction can be checked against"
+	return true, true, strings.Join(within, ", ") + " within " + r.Text
 }
 
 func containsSegment(path, seg string) bool {
@@ -164,6 +221,9 @@ func (s *Standing) Decide(ctx context.Context, q Question) (Decision, error) {
 			fmt.Fprintf(s.Log, "agent: "+format+"\n", args...)
 		}
 	}
+	// The terms are shown once: here when Standing decides itself, or by
+	// Ask when the user decides.
+	show := func() { say("the operation, as the user sees it:\n%s", indent(q.Text(), "    ")) }
 	reason := ""
 	switch {
 	case !q.AgentMayApprove:
@@ -174,6 +234,7 @@ func (s *Standing) Decide(ctx context.Context, q Question) (Decision, error) {
 		for _, r := range s.Rules {
 			ok, sure, why := r.covers(q)
 			if ok {
+				show()
 				say("standing instruction %q covers it: %s; approving as the agent (A24)", r.Text, why)
 				return Decision{Approve: true, Approver: webkit.ApproverAgent}, nil
 			}
@@ -188,6 +249,7 @@ func (s *Standing) Decide(ctx context.Context, q Question) (Decision, error) {
 		}
 	}
 	if s.Ask == nil {
+		show()
 		say("not approving: %s", reason)
 		return Decision{}, nil
 	}

@@ -34,6 +34,13 @@ var (
 	// ErrSignInRequired: the Session is signed out and the operation
 	// belongs to an account (§3, the sign-in challenge).
 	ErrSignInRequired = errors.New("refagent: the operation belongs to an account: sign in (sign_in_required)")
+	// ErrSessionRefused: the Company refused the agent's Session (401).
+	// The usual cause while developing is a key change: a verifier
+	// reloads an agent's keys at most every 30 s, so a rerun with new keys
+	// under the same client_id is refused until then.
+	ErrSessionRefused = errors.New("the site did not accept the agent's Session (401 invalid_session); " +
+		"if the agent's keys changed in the last 30 s (a rerun on the same -listen address makes new keys), wait and retry: " +
+		"the site reloads an agent's keys at most every 30 s")
 )
 
 // Lookup sends ref to the Company's endpoint in Session s, without an
@@ -91,7 +98,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	res, err := a.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return Answer{}, fmt.Errorf("refagent: endpoint: %w", err)
+		return Answer{}, fmt.Errorf("refagent: endpoint %s did not answer: %w", a.disc.Endpoint, err)
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(res.Body, 256<<10))
@@ -131,6 +138,9 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	if ans.Error == "sign_in_required" {
 		return ans, ErrSignInRequired
+	}
+	if res.StatusCode == http.StatusUnauthorized {
+		return ans, fmt.Errorf("refagent: endpoint %s: %w", a.disc.Endpoint, ErrSessionRefused)
 	}
 	return ans, nil
 }

@@ -137,3 +137,90 @@ func TestA33A39Approval(t *testing.T) {
 		}
 	}
 }
+
+// The demo's terms carry three kinds of amount: an exchange's
+// price_difference, a cancellation's refund and a date change's fee. A
+// rule checks every amount in the terms, whatever its key (A24), and a
+// kind alone covers any amount.
+func TestA24RulesKnowEveryAmount(t *testing.T) {
+	cancelQ := func(refund, currency string) Question {
+		terms := `{"subscription_id":"sub_5Kd1","plan":"Trail Box, monthly","effective_date":"2026-10-08","refund":{"amount":"` + refund + `","currency":"` + currency + `"}}`
+		return Question{
+			Operation:       webkit.Operation{OperationID: "op_c", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
+			Action:          "POST http://shop.test/account/subscription/cancel",
+			AgentMayApprove: true,
+		}
+	}
+	deliveryQ := Question{
+		Operation:       webkit.Operation{OperationID: "op_d", Revision: "r1", Terms: json.RawMessage(`{"delivery_id":"del_2Wn8","new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`), ExpiresAt: time.Now().Add(time.Minute)},
+		Action:          "POST http://shop.test/api/deliveries/del_2Wn8",
+		AgentMayApprove: true,
+	}
+	twoAmounts := exchangeQuestion("10.00", exchangeAction)
+	twoAmounts.Operation.Terms = json.RawMessage(`{"price_difference":{"amount":"10.00","currency":"USD"},"shipping":{"amount":"150.00","currency":"USD"}}`)
+	for _, tc := range []struct {
+		name, rule string
+		q          Question
+		want       bool
+	}{
+		{"refund within the limit", "cancel<=100USD", cancelQ("12.00", "USD"), true},
+		{"refund over the limit", "cancel<=5USD", cancelQ("12.00", "USD"), false},
+		{"refund in another currency", "cancel<=100USD", cancelQ("12.00", "EUR"), false},
+		{"fee of a date change", "deliveries<=0USD", deliveryQ, true},
+		{"every amount counts, not the first", "exchange<=100USD", twoAmounts, false},
+		{"a kind alone covers any amount", "cancel", cancelQ("999.00", "USD"), true},
+		{"a kind alone covers only its kind", "cancel", exchangeQuestion("1.00", exchangeAction), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseRule(tc.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := (&Standing{Rules: []Rule{r}}).Decide(t.Context(), tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Approve != tc.want || (d.Approve && d.Approver != webkit.ApproverAgent) {
+				t.Fatalf("%s: decision %+v, want approve=%v as the agent", tc.rule, d, tc.want)
+			}
+		})
+	}
+}
+
+// A28: a zero amount written in words ("at no extra cost", the demo's
+// same-price exchange) agrees with the terms; a missing non-zero amount
+// does not.
+func TestA28ZeroAmountInWords(t *testing.T) {
+	zero := json.RawMessage(`{"price_difference":{"amount":"0.00","currency":"USD"}}`)
+	if d := checkSummary("Exchange the Stormline Jacket (M) on order ord_7Hk2 for the Stormline Jacket (L), at no extra cost.", zero); len(d) != 0 {
+		t.Errorf("a same-price exchange flagged: %v", d)
+	}
+	if d := checkSummary("Exchange the jacket for a larger one.", zero); len(d) != 1 {
+		t.Errorf("a summary silent about the cost not flagged: %v", d)
+	}
+	if d := checkSummary("Exchange it at no extra cost.", json.RawMessage(`{"price_difference":{"amount":"5.00","currency":"USD"}}`)); len(d) != 1 {
+		t.Errorf("no extra cost against 5.00 not flagged: %v", d)
+	}
+}
+
+// The terms are shown once: Standing prints them when it decides itself,
+// and leaves them to Ask (the Prompt) when the user decides.
+func TestTermsShownOnce(t *testing.T) {
+	var log, prompt strings.Builder
+	q := exchangeQuestion("500.00", exchangeAction)
+	r, _ := ParseRule("exchange<=100USD")
+	s := &Standing{Rules: []Rule{r}, Log: &log, Ask: &Prompt{In: strings.NewReader("n\n"), Out: &prompt}}
+	if _, err := s.Decide(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String()+prompt.String(), "Terms (operation"); n != 1 {
+		t.Fatalf("the terms were shown %d times:\n%s\n%s", n, log.String(), prompt.String())
+	}
+	log.Reset()
+	if _, err := (&Standing{Rules: []Rule{r}, Log: &log}).Decide(t.Context(), exchangeQuestion("5.00", exchangeAction)); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String(), "Terms (operation"); n != 1 {
+		t.Fatalf("an agent approval showed the terms %d times:\n%s", n, log.String())
+	}
+}
