@@ -91,14 +91,25 @@ func MakeRef(operationID, revision string) string { return operationID + "." + r
 // ParseRef returns the operation_id a ref names. ok is false for a ref that
 // is malformed or not of this kit's form, which is then simply not found.
 func ParseRef(ref string) (operationID string, ok bool) {
+	id, _, ok := SplitRef(ref)
+	return id, ok
+}
+
+// SplitRef returns the operation_id and the revision a ref names. ok is
+// false for a ref that is malformed or not of this kit's form. A store
+// answers a well-formed ref whose revision it never returned for that
+// operation as not found too: §4 gives "any other reference" the same 400 as
+// a made-up one, so `<real operation_id>.madeUp` reveals nothing and
+// records nothing.
+func SplitRef(ref string) (operationID, revision string, ok bool) {
 	if !ValidRef(ref) {
-		return "", false
+		return "", "", false
 	}
 	id, rev, found := strings.Cut(ref, ".")
 	if !found || !ValidID(id) || !ValidID(rev) {
-		return "", false
+		return "", "", false
 	}
-	return id, true
+	return id, rev, true
 }
 
 // Slot returns the digest of an owner's agent and User that every record of

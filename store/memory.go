@@ -73,6 +73,7 @@ type memOperation struct {
 type memRevision struct {
 	op       Operation
 	approved bool // an approval of it was recorded (used up or not)
+	used     bool // its approval was used up by a browser request
 }
 
 // memAction is one owner's action: its current operation, and the approvals
@@ -276,6 +277,7 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			}
 			// W95: the first recorded match; W96: only it is used up.
 			a.live = slices.Delete(a.live, i, i+1)
+			r.used = true
 			op.state = memPerforming
 			op.token, op.claimed = NewToken(), l.revision
 			op.keep(now.Add(m.retention())) // W138
@@ -328,6 +330,15 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
+		// W90, W122: the used-up revision can't be approved again, so the
+		// operation offers the same terms under a fresh revision, with the
+		// same expires_at: Lookup then names a revision an approval can
+		// still use, and the next request with these terms reuses it.
+		if r := op.revisions[op.claimed]; r != nil && op.current == op.claimed && !now.After(r.op.ExpiresAt) {
+			fresh := r.op
+			fresh.Revision = NewRevision(fresh.ExpiresAt)
+			op.add(&memRevision{op: fresh})
+		}
 	case Unknown:
 		// W142, W138: still performing, and kept while it is; the claim
 		// stays held so that the outcome can be reported once known.
@@ -341,14 +352,10 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		return Record{}, false, err
 	}
 	defer m.mu.Unlock()
-	id, ok := ParseRef(ref)
-	if !ok {
-		return Record{}, false, nil
-	}
 	slot := Slot(owner.Agent, owner.User)
-	op := m.op(slot, id, now)
+	id, op := m.refOp(slot, ref, now)
 	if op == nil {
-		return Record{}, false, nil
+		return Record{}, false, nil // W74
 	}
 	cur := op.revisions[op.current].op
 	rec := Record{Owner: op.owner, Current: cur, Status: Waiting, Approvals: slices.Clone(op.approvals)}
@@ -388,12 +395,8 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{}, err
 	}
 	defer m.mu.Unlock()
-	id, ok := ParseRef(ref)
-	if !ok {
-		return RecordReply{Result: NotFound}, nil // W74
-	}
 	slot := Slot(owner.Agent, owner.User)
-	op := m.op(slot, id, now)
+	id, op := m.refOp(slot, ref, now)
 	if op == nil {
 		return RecordReply{Result: NotFound}, nil // W74, W45
 	}
@@ -411,10 +414,13 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	case memPerformed:
 		return RecordReply{Result: IsPerformed}, nil
 	}
-	// Check 3: a revision returned for this operation (W114, W116) and not
-	// expired (W115, W18: expires_at itself is still accepted).
+	// Check 3: a revision returned for this operation (W114, W116), not
+	// expired (W115, W18: expires_at itself is still accepted), and not used
+	// up: a used-up approval can never apply again, so answering it
+	// "already recorded" would be a 204 that records nothing usable (W90,
+	// W91); it gets a revision that can still be approved instead (W122).
 	r := op.revisions[approval.Revision]
-	if approval.OperationID != id || r == nil || now.After(r.op.ExpiresAt) {
+	if approval.OperationID != id || r == nil || now.After(r.op.ExpiresAt) || r.used {
 		cur := op.revisions[op.current]
 		if now.After(cur.op.ExpiresAt) {
 			return RecordReply{Result: OperationExpired}, nil // W101
@@ -446,6 +452,22 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	}
 	a.live = append(a.live, memLive{op: id, revision: r.op.Revision})
 	return RecordReply{Result: Recorded, Operation: r.op}, nil
+}
+
+// refOp returns the operation a ref names, or nil when the ref is malformed,
+// its operation unknown or forgotten, or its revision not one the operation
+// keeps: a ref the Company never returned is not found (§4 "Any other
+// reference", W74).
+func (m *Memory) refOp(slot, ref string, now time.Time) (string, *memOperation) {
+	id, rev, ok := SplitRef(ref)
+	if !ok {
+		return "", nil
+	}
+	op := m.op(slot, id, now)
+	if op == nil || op.revisions[rev] == nil {
+		return "", nil
+	}
+	return id, op
 }
 
 func (m *Memory) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {

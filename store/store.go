@@ -36,6 +36,21 @@
 //   - A revision that was ever approved is never reused for a new request,
 //     so an operation whose approval was used up without performing gets a
 //     new revision to approve (W98).
+//   - An approval whose revision was used up (taken by a request that then
+//     did not perform) fails check 3: Record answers RevisionMismatch with a
+//     revision that can still be approved, never AlreadyRecorded, which would
+//     be a 204 that records nothing usable (W90, W91, W122). Finish(NotDone)
+//     therefore makes the operation's current revision a fresh one with the
+//     same terms, summary and expires_at, so Lookup offers it and the next
+//     request with those terms reuses it.
+//   - A revision that a later one replaced (other terms) still passes check
+//     3 while it has not expired: §6 lets a Company fail it (W120), and the
+//     kit doesn't, so an agent can approve the terms it showed the User; the
+//     approval applies only to requests with those terms (W37).
+//   - A ref is "<operation_id>.<revision>" ([MakeRef]). A ref whose revision
+//     the operation does not keep (never returned for it, or dropped beyond
+//     the cap below) is not found, like a made-up one (§4 "Any other
+//     reference", W74).
 //   - An operation keeps at most 32 revisions; beyond that the oldest
 //     never-approved one is dropped.
 //   - An answer to an approval never names the approval's revision (W122):
@@ -142,8 +157,9 @@ const (
 	// Recorded: checks 1–3 passed and the approval is now recorded (or, with
 	// RecordOptions.CheckOnly, would be).
 	Recorded RecordResult = iota + 1
-	// AlreadyRecorded: this revision's approval was recorded before; nothing
-	// new is recorded (§7 "one that says the same").
+	// AlreadyRecorded: this revision's approval was recorded before and is
+	// still waiting for the browser's request (neither used up nor
+	// expired); nothing new is recorded (§7 "one that says the same").
 	AlreadyRecorded
 	// NotFound: no such operation for this agent and User, or it belongs to
 	// another account, or a signed-in Session met a signed-out operation
@@ -156,8 +172,9 @@ const (
 	// IsPerformed: check 2 failed; the operation has been performed.
 	IsPerformed
 	// RevisionMismatch: check 3 failed (a revision never returned for this
-	// operation, an expired one, or another operation's); the answer is the
-	// operation's current revision, which never equals the approval's.
+	// operation, an expired one, one whose approval was used up, or another
+	// operation's); the answer is the operation's current revision, which
+	// never equals the approval's (W122).
 	RevisionMismatch
 	// OperationExpired: check 3 failed and the operation has expired: the
 	// answer is invalid_request (W101).
@@ -207,7 +224,9 @@ const (
 	// Done: the action took effect; the operation is performed.
 	Done Outcome = iota + 1
 	// NotDone: the action did not take effect; the operation goes back to
-	// waiting and its approval stays used up (W98).
+	// waiting and its approval stays used up (W98). When the used-up
+	// revision was the current one, a fresh revision with the same terms
+	// and expires_at becomes current, so there is one to approve (W90).
 	NotDone
 	// Unknown: the website does not know whether it took effect; the
 	// operation stays performing and is never reported as failed (W142).
@@ -272,8 +291,9 @@ type Store interface {
 	Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error
 
 	// Lookup finds the operation of ref for a Session of owner.Agent and
-	// owner.User. found is false for an unknown or malformed ref, or one of
-	// another agent or User. The caller compares Record.Owner.Account with
+	// owner.User. found is false for an unknown or malformed ref, one whose
+	// revision the operation does not keep (W74), or one of another agent or
+	// User. The caller compares Record.Owner.Account with
 	// the Session's (§3).
 	Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (rec Record, found bool, err error)
 

@@ -1,10 +1,10 @@
 -- finish.lua (after lib.lua): Store.Finish (§7).
 -- KEYS: operation key.
 -- ARGV: base, operation_id, claim token, outcome ('done', 'notdone',
---       'unknown'), now, now + retention.
+--       'unknown'), now, now + retention, random part of a fresh revision.
 -- Returns 1, or 0 when the claim is no longer held.
 local op, base, opID, token, outcome, now, retained = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k')
+local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur')
 if f[1] ~= 'performing' or not f[2] or f[2] ~= token or gone(f[6], now) then
   return 0
 end
@@ -28,6 +28,17 @@ elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
   redis.call('HDEL', op, 'claim', 'ap')
+  -- W90, W122: the used-up revision can't be approved again, so the
+  -- operation offers the same terms under a fresh revision with the same
+  -- expires_at: Lookup then names a revision an approval can still use,
+  -- and the next request with these terms reuses it.
+  local ap = f[3]
+  if ap and f[7] == ap then
+    local r = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap)
+    if r[1] and r[3] and cmp(now, r[3]) <= 0 then
+      add_revision(op, opID, revision_name(r[3], ARGV[7]), r[1], r[2] or '', r[3])
+    end
+  end
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known.

@@ -112,6 +112,15 @@ local function add_revision(op, opID, rev, terms, summary, x)
     'cur', rev, 'order', table.concat(revs, ' '))
 end
 
+-- revision_name names a fresh revision expiring at x (Unix ns) as
+-- store.NewRevision does: its Unix seconds, '-', the random suffix the
+-- caller made.
+local function revision_name(x, suffix)
+  local sec = '0'
+  if #x > 9 then sec = string.sub(x, 1, #x - 9) end
+  return sec .. '-' .. suffix
+end
+
 -- issue returns the operation for an action: {opID, revision, summary,
 -- terms, expires}. The action's current operation while it is open (W19,
 -- W20), else newOp (W141); its current revision while it is reusable, else

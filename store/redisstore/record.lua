@@ -3,14 +3,20 @@
 -- KEYS: operation key.
 -- ARGV: base, account, operation_id (of the ref), approval operation_id,
 --       approval revision, now, approval JSON, check only ('1' or '0'),
---       random part of a fresh revision (see W122 below).
+--       random part of a fresh revision (see W122 below), the ref's
+--       revision.
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op, base, acct, opID = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local apOp, apRev, now, approval, checkOnly = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local f = redis.call('HMGET', op, 'state', 'acct', 'akey', 'cur', 'k')
+local f = redis.call('HMGET', op, 'state', 'acct', 'akey', 'cur', 'k', 't:' .. ARGV[10])
 local state, owner, akey, cur = f[1], f[2], f[3], f[4]
 if not state or not owner or not akey or not cur or gone(f[5], now) then
   return {'notfound'} -- W74, W45
+end
+if not f[6] then
+  -- The ref names a revision this operation never returned (or no longer
+  -- keeps): §4 "Any other reference" is not found, and records nothing.
+  return {'notfound'} -- W74
 end
 -- Check 1 (§3 "Who can approve it").
 if owner ~= acct then
@@ -22,16 +28,20 @@ if state == 'performing' then return {'performing'} end
 if state == 'performed' then return {'performed'} end
 if state ~= 'open' then return {'notfound'} end
 -- Check 3: a revision returned for this very operation (W114, W116), not
--- expired (W115; W18: expires_at itself is accepted).
+-- expired (W115; W18: expires_at itself is accepted), and not used up: a
+-- used-up approval never applies again, so "already recorded" would be a
+-- 204 that records nothing usable (W90, W91); it gets a revision that can
+-- still be approved instead (W122).
 local c = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur)
 if not c[1] or not c[3] then
   return {'notfound'}
 end
-local x = false
+local x, used = false, false
 if apOp == opID then
-  x = redis.call('HGET', op, 'x:' .. apRev)
+  local a = redis.call('HMGET', op, 'x:' .. apRev, 'u:' .. apRev)
+  x, used = a[1], a[2]
 end
-if not x or cmp(now, x) > 0 then
+if not x or cmp(now, x) > 0 or used then
   if cmp(now, c[3]) > 0 then
     return {'expired'} -- W101
   end
@@ -39,9 +49,7 @@ if not x or cmp(now, x) > 0 then
     -- Only reachable with another operation's id (W116): the answer must
     -- still not name the approval's revision (W122), so the same terms get
     -- a fresh revision, named as store.NewRevision names one.
-    local sec = '0'
-    if #c[3] > 9 then sec = string.sub(c[3], 1, #c[3] - 9) end
-    cur = sec .. '-' .. ARGV[9]
+    cur = revision_name(c[3], ARGV[9])
     add_revision(op, opID, cur, c[1], c[2] or '', c[3])
   end
   return {'mismatch', opID, cur, c[2] or '', c[1], c[3]} -- W100, W122

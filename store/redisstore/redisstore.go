@@ -257,7 +257,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	if err := ctx.Err(); err != nil {
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
-	opID, ok := store.ParseRef(ref)
+	opID, refRev, ok := store.SplitRef(ref)
 	if !ok {
 		return store.RecordReply{Result: store.NotFound}, nil // W74
 	}
@@ -268,7 +268,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	}
 	v, err := recordScript.Run(ctx, s.client, []string{base + "op:" + opID},
 		base, owner.Account, opID, approval.OperationID, approval.Revision, ns(now),
-		encodeApproval(approval, now), checkOnly, revisionSuffix()).StringSlice()
+		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev).StringSlice()
 	if err != nil {
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
@@ -321,7 +321,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
-		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention))).Int()
+		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix()).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
@@ -337,13 +337,18 @@ func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now t
 	if err := ctx.Err(); err != nil {
 		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 	}
-	opID, ok := store.ParseRef(ref)
+	opID, refRev, ok := store.SplitRef(ref)
 	if !ok {
 		return store.Record{}, false, nil // W74
 	}
 	h, err := s.client.HGetAll(ctx, s.base(owner.Agent, owner.User)+"op:"+opID).Result()
 	if err != nil {
 		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+	}
+	if _, ok := h["t:"+refRev]; !ok {
+		// A revision this operation never returned (or no longer keeps):
+		// §4 "Any other reference" is not found (W74).
+		return store.Record{}, false, nil
 	}
 	rec, ok := record(h, opID, now)
 	if !ok {

@@ -404,9 +404,16 @@ var _ = add("revisions of one operation are capped at 32, dropping the oldest ne
 	// Kept: the approved revision 0 and the latest 31 (10…40).
 	e.wantRecord(signedIn, revs[0].Ref, approvalOf(revs[0].Operation), now, store.AlreadyRecorded)
 	for _, i := range []int{1, 9} {
-		rep := e.wantRecord(signedIn, revs[i].Ref, approvalOf(revs[i].Operation), now, store.RevisionMismatch)
+		// A dropped revision fails check 3 (W114), and its own ref is one
+		// the operation no longer knows: not found, as any ref the
+		// Company never returned (W74).
+		rep := e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[i].Operation), now, store.RevisionMismatch)
 		if rep.Operation.Revision != revs[40].Operation.Revision {
 			t.Errorf("revision %d: mismatch answers %s, want the current %s", i, rep.Operation.Revision, revs[40].Operation.Revision)
+		}
+		e.wantRecord(signedIn, revs[i].Ref, approvalOf(revs[i].Operation), now, store.NotFound)
+		if _, found := e.lookup(signedIn, revs[i].Ref, now); found {
+			t.Errorf("revision %d: its ref is still found", i)
 		}
 	}
 	e.wantRecord(signedIn, revs[10].Ref, approvalOf(revs[10].Operation), now, store.Recorded)
@@ -417,11 +424,15 @@ var _ = add("revisions of one operation are capped at 32, dropping the oldest ne
 
 var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.T, e *env) {
 	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
+	other := e.issue(signedIn, action(t, "other", `{}`), at(0))
 	id := is.Operation.ID
 	for _, ref := range []string{
 		"", ".", "x", id, id + ".", "." + is.Operation.Revision,
 		"op_00000000000000000000." + is.Operation.Revision,
 		id + ".rev.extra", id + ".re v", id + ".rev\n", is.Ref + "\x00",
+		// §4 "Any other reference": a real operation_id with a revision
+		// never returned for it, or returned for another operation.
+		id + ".madeUp", id + "." + other.Operation.Revision, id + ".1791487200-AAAAAAAAAAAAAAAA",
 		strings.Repeat("a", store.MaxRefLength+1),
 		strings.Repeat("a", 300) + "." + is.Operation.Revision,
 	} {
@@ -433,7 +444,25 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 			t.Errorf("Lookup ref %q: found", ref)
 		}
 	}
-	e.status(signedIn, is.Ref, at(time.Second), store.Waiting)
+	// Nothing was recorded through them.
+	if rec := e.status(signedIn, is.Ref, at(time.Second), store.Waiting); len(rec.Approvals) != 0 {
+		t.Errorf("approvals recorded through bad refs: %+v", rec.Approvals)
+	}
+	e.noClaim(signedIn, action(t, "k", `{}`), at(2*time.Second))
+})
+
+var _ = add("W74 W34 every revision returned for an operation makes a ref that is found", func(t *testing.T, e *env) {
+	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
+	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(time.Second))
+	for _, is := range []store.Issued{r1, r2} {
+		rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+		if !sameOperation(rec.Current, r2.Operation) {
+			t.Errorf("Lookup %s: current %+v, want the latest %+v", is.Ref, rec.Current, r2.Operation)
+		}
+	}
+	// The ref of one revision carries the approval of another revision of
+	// the same operation (check 3 compares the approval with the operation).
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r1.Operation), at(3*time.Second), store.Recorded)
 })
 
 var _ = add("W45 W76 W104 another agent or User finds nothing", func(t *testing.T, e *env) {
@@ -494,12 +523,116 @@ var _ = add("W100 W114 W122 a revision never returned: mismatch with the current
 	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
 })
 
-var _ = add("W115 W120 an expired revision while a newer one is current: mismatch", func(t *testing.T, e *env) {
+var _ = add("W115 an expired revision while a newer one is current: mismatch", func(t *testing.T, e *env) {
 	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
 	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(6*time.Minute))
 	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), r1.Operation.ExpiresAt.Add(time.Second), store.RevisionMismatch)
 	if !sameOperation(rep.Operation, r2.Operation) {
 		t.Errorf("answered %+v, want the current %+v", rep.Operation, r2.Operation)
+	}
+})
+
+var _ = add("W120 a replaced revision still passes check 3 (the MAY is not taken), and only its own terms take it", func(t *testing.T, e *env) {
+	// The kit does not take §6 check 3's option to fail a replaced revision:
+	// an agent may approve the terms it showed the User while the page
+	// already asks for others, and each approval applies only to requests
+	// with its own terms, once (W37).
+	a1, a2 := action(t, "k", `{"size":"M"}`), action(t, "k", `{"size":"L"}`)
+	r1 := e.issue(signedIn, a1, at(0))
+	r2 := e.issue(signedIn, a2, at(time.Second))
+	if r2.Operation.ID != r1.Operation.ID || r2.Operation.Revision == r1.Operation.Revision {
+		t.Fatalf("r2 %+v does not replace r1 %+v", r2.Operation, r1.Operation)
+	}
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(2*time.Second), store.Recorded)
+	if !sameOperation(rep.Operation, r1.Operation) {
+		t.Errorf("recorded %+v, want the replaced revision %+v", rep.Operation, r1.Operation)
+	}
+	rec := e.status(signedIn, r2.Ref, at(3*time.Second), store.Approved)
+	if !sameOperation(rec.Current, r2.Operation) {
+		t.Errorf("current %+v, want r2 %+v", rec.Current, r2.Operation)
+	}
+	// r2's terms do not take r1's approval (W117) and get r2 again.
+	if got := e.noClaim(signedIn, a2, at(4*time.Second)); got.Operation.Revision != r2.Operation.Revision {
+		t.Errorf("r2's terms: issued %s, want r2 %s", got.Operation.Revision, r2.Operation.Revision)
+	}
+	c := e.claim(signedIn, a1, at(5*time.Second))
+	if c.Operation.Revision != r1.Operation.Revision {
+		t.Errorf("took %s, want r1 %s", c.Operation.Revision, r1.Operation.Revision)
+	}
+	e.finish(c, store.Done, at(6*time.Second))
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), at(7*time.Second), store.IsPerformed)
+})
+
+var _ = add("W90 W91 W122 an approval used up without performing fails check 3, with a revision that can still be approved", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"v":1}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(c, store.NotDone, at(3*time.Second))
+
+	// Lookup offers a revision other than the used-up one, with the same
+	// terms and expires_at.
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Waiting)
+	cur := rec.Current
+	if cur.ID != is.Operation.ID || cur.Revision == is.Operation.Revision ||
+		string(cur.Terms) != string(is.Operation.Terms) || !cur.ExpiresAt.Equal(is.Operation.ExpiresAt) {
+		t.Fatalf("after not done: current %+v, want a fresh revision of %+v", cur, is.Operation)
+	}
+	if rec.Expired {
+		t.Errorf("after not done: reported expired")
+	}
+	// The used-up revision, through either ref: check 3 fails, and the
+	// answer names the revision Lookup offers, never the named one.
+	for _, ref := range []string{is.Ref, store.MakeRef(cur.ID, cur.Revision)} {
+		for _, check := range []bool{false, true} {
+			rep, err := e.client(2).Record(e.ctx(), signedIn, ref, approvalOf(is.Operation), at(5*time.Second), store.RecordOptions{CheckOnly: check})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Result != store.RevisionMismatch || rep.Operation.Revision == is.Operation.Revision {
+				t.Fatalf("used-up revision via %s (check only %v): %v %+v, want a mismatch with another revision", ref, check, rep.Result, rep.Operation)
+			}
+			if !sameOperation(rep.Operation, cur) {
+				t.Errorf("mismatch answers %+v, want Lookup's %+v", rep.Operation, cur)
+			}
+		}
+	}
+	// Nothing was recorded, and the browser's next request with the same
+	// terms is answered with that same revision (no loop).
+	if rec := e.status(signedIn, is.Ref, at(6*time.Second), store.Waiting); len(rec.Approvals) != 1 {
+		t.Errorf("approvals = %+v, want only the used-up one", rec.Approvals)
+	}
+	if got := e.noClaim(signedIn, a, at(7*time.Second)); !sameOperation(got.Operation, cur) {
+		t.Errorf("next request: issued %+v, want Lookup's %+v", got.Operation, cur)
+	}
+	// It can be approved and then performs.
+	fresh := store.Issued{Operation: cur, Ref: store.MakeRef(cur.ID, cur.Revision)}
+	e.approve(signedIn, fresh, at(8*time.Second))
+	e.wantRecord(signedIn, fresh.Ref, approvalOf(cur), at(9*time.Second), store.AlreadyRecorded)
+	e.status(signedIn, is.Ref, at(9*time.Second), store.Approved)
+	c = e.claim(signedIn, a, at(10*time.Second))
+	if c.Operation.Revision != cur.Revision {
+		t.Errorf("took %s, want %s", c.Operation.Revision, cur.Revision)
+	}
+	e.finish(c, store.Done, at(11*time.Second))
+	e.status(signedIn, is.Ref, at(12*time.Second), store.Performed)
+})
+
+var _ = add("W98 W90 not done after the revision expired: nothing left to approve, the operation has expired", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	late := is.Operation.ExpiresAt.Add(time.Second)
+	e.finish(c, store.NotDone, late)
+	if rec, found := e.lookup(signedIn, is.Ref, late); found && (!rec.Expired || rec.Status != store.Waiting) {
+		t.Errorf("after not done past expires_at: %+v, want expired and waiting (or not found)", rec)
+	}
+	if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), late); rep.Result != store.OperationExpired && rep.Result != store.NotFound {
+		t.Errorf("approval past expires_at: %v, want operation expired (or not found)", rep.Result)
+	}
+	if got := e.noClaim(signedIn, a, late); got.Operation.Revision == is.Operation.Revision || !got.Operation.ExpiresAt.After(late) {
+		t.Errorf("next request: %+v, want a new live revision", got.Operation)
 	}
 })
 
@@ -594,8 +727,9 @@ var _ = add("W135 W136 recording the same revision again records nothing new", f
 	}
 	c := e.claim(signedIn, a, at(4*time.Second))
 	e.finish(c, store.NotDone, at(5*time.Second))
-	// The one approval is used up; sending it again revives nothing (W98).
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(6*time.Second), store.AlreadyRecorded)
+	// The one approval is used up; sending it again revives nothing (W98)
+	// and fails check 3 (W90, W122).
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(6*time.Second), store.RevisionMismatch)
 	if got := e.noClaim(signedIn, a, at(7*time.Second)); got.Operation.Revision == is.Operation.Revision {
 		t.Errorf("after the approval was used: issued the used revision %s again", got.Operation.Revision)
 	}
