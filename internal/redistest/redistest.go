@@ -52,18 +52,23 @@ func binary(name string) (string, error) {
 type Instance struct {
 	Addr string // 127.0.0.1:port
 
-	cmd      *exec.Cmd
-	stopOnce sync.Once
-	exited   chan struct{}
+	bin  string   // the redis-server binary
+	args []string // its arguments, for Restart
+	dir  string   // its working directory, where AOF and RDB files live
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd     // the current process
+	exited  chan struct{} // closed when the current process has exited
+	stopped bool          // Stop was called: no Restart
 }
 
 // Stop stops the server now, for tests of a store that is down. It is safe to
 // call more than once; the test's cleanup calls it too.
 func (i *Instance) Stop() {
-	i.stopOnce.Do(func() {
-		_ = i.cmd.Process.Kill()
-		<-i.exited
-	})
+	i.mu.Lock()
+	i.stopped = true
+	i.mu.Unlock()
+	i.Kill()
 }
 
 // Client returns a new client of the server, closed when the test ends.
@@ -110,7 +115,8 @@ func Start(t testing.TB) *Instance {
 }
 
 // launch starts one redis-server on port with extra arguments and waits for it.
-func launch(t testing.TB, bin string, port int, extra ...string) (*Instance, error) {
+// Later arguments override earlier ones, so extra can turn persistence on.
+func launch(t Host, bin string, port int, extra ...string) (*Instance, error) {
 	dir := t.TempDir()
 	args := append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
@@ -118,16 +124,38 @@ func launch(t testing.TB, bin string, port int, extra ...string) (*Instance, err
 		"--daemonize", "no", "--loglevel", "warning",
 		"--logfile", filepath.Join(dir, "redis.log"),
 	}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	i := &Instance{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: args, dir: dir}
+	if err := i.spawn(); err != nil {
 		return nil, err
 	}
-	i := &Instance{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(i.exited) }()
 	t.Cleanup(i.Stop)
+	return i, i.waitUp()
+}
 
+// spawn starts the server's process.
+func (i *Instance) spawn() error {
+	cmd := exec.Command(i.bin, i.args...)
+	cmd.Dir = i.dir
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	i.mu.Lock()
+	i.cmd, i.exited = cmd, exited
+	i.mu.Unlock()
+	return nil
+}
+
+// waitUp waits until the server answers PING (a server loading its AOF
+// answers LOADING, which is not yet up).
+func (i *Instance) waitUp() error {
+	dir := i.dir
+	port := i.Addr[strings.LastIndexByte(i.Addr, ':')+1:]
+	i.mu.Lock()
+	exited := i.exited
+	i.mu.Unlock()
 	c := redis.NewClient(&redis.Options{Addr: i.Addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
@@ -136,17 +164,17 @@ func launch(t testing.TB, bin string, port int, extra ...string) (*Instance, err
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return i, nil
+			return nil
 		}
 		select {
-		case <-i.exited:
+		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(string(log)))
+			return fmt.Errorf("redis-server on port %s exited: %s", port, strings.TrimSpace(string(log)))
 		default:
 		}
 		if time.Now().After(deadline) {
 			i.Stop()
-			return nil, fmt.Errorf("redis-server on port %d: no PING answer: %w", port, err)
+			return fmt.Errorf("redis-server on port %s: no PING answer: %w", port, err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
 	}
