@@ -106,4 +106,3 @@ func TestClusterWithReplicas(t *testing.T) {
 		}
 	}
 }
-
