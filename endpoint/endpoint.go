@@ -85,17 +85,25 @@ type Endpoint struct {
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
 	Clock   func() time.Time
 	Logger  *slog.Logger
+	// Observer sees each answer (webkit.Event, route "endpoint"); New
+	// takes the Kit's.
+	Observer webkit.Observer
 }
 
 // New returns the endpoint for the kit's store and clock.
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
-	return &Endpoint{Store: kit.Store, Auth: auth, Clock: kit.Clock, Logger: kit.Logger}
+	return &Endpoint{Store: webkit.ObserveStore(kit.Store, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
 }
 
 // ServeHTTP answers one request, in the order of checks the spec gives:
 // method, version, extension, body, Session and access token, then checks
 // 1–3 of §6 (through the store, atomically).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e.Observer != nil {
+		ow := &observedWriter{ResponseWriter: w}
+		defer func() { e.Observer.Observe(r.Context(), ow.event()) }()
+		w = ow
+	}
 	if r.Method != http.MethodPost { // W69
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request", "the operations endpoint takes POST only")
@@ -108,6 +116,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// W14: a request that doesn't declare operations v3 gets no operation.
 	ext, err := webkit.ParseExtensions(r.Header.Values(webkit.HeaderExtensions))
 	if err != nil || !ext.Operations() {
+		note(w, "extension_required", "")
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
 		return
 	}
@@ -124,11 +133,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the Session cannot be verified now; try again")
 		return
 	case errors.Is(err, ErrInvalidToken):
+		note(w, "unauthenticated", "token")
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 		writeError(w, http.StatusUnauthorized, "invalid_token", "the access token is not valid for this Session")
 		return
 	case err != nil:
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_session"})
+		writeInvalidSession(w)
 		return
 	}
 	owner := session.Owner()
@@ -138,10 +148,13 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.lookup(w, r.Context(), owner, ref)
 		return
 	}
-	approval, err := webkit.ParseApproval(values)
+	approval, ignored, err := webkit.ParseApprovalReport(values)
 	if err != nil { // W78, W84: nothing recorded
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
+	}
+	for _, m := range ignored { // W82, W83: treated as absent, never refused
+		e.log().Info("opsgate endpoint: ignored a malformed optional member of Poppy-Approval", "member", m.Member, "reason", m.Err.Error())
 	}
 	e.approve(w, r.Context(), session, ref, approval)
 }
@@ -155,6 +168,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		return
 	}
 	if !found { // W74, W76
+		note(w, "not_found", "")
 		writeInvalidRequest(w)
 		return
 	}
@@ -163,6 +177,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 			writeChallenge(w) // W44, W73
 			return
 		}
+		note(w, "not_found", "")
 		writeInvalidRequest(w) // W77
 		return
 	}
@@ -180,6 +195,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		writeStatus(w, rec.Current.ID, rec.Status)
 	default:
 		if rec.Expired { // W75
+			note(w, "not_found", "")
 			writeInvalidRequest(w)
 			return
 		}
@@ -218,11 +234,12 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		if reply.Result == store.Recorded {
 			d := e.Decline(ctx, DeclineRequest{Operation: webkit.OperationFrom(reply.Operation), Approval: a, Session: session})
 			if d != nil {
+				note(w, "declined", "")
 				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
 				return
 			}
 		} else {
-			e.answer(w, a, reply)
+			e.answer(w, ref, a, reply)
 			return
 		}
 	}
@@ -231,19 +248,36 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		e.storeDown(w, err)
 		return
 	}
-	e.answer(w, a, reply)
+	e.answer(w, ref, a, reply)
 }
 
-func (e *Endpoint) answer(w http.ResponseWriter, a webkit.Approval, reply store.RecordReply) {
+// refOperationID is the operation_id of a ref (<operation_id>.<revision>).
+func refOperationID(ref string) string {
+	id, _, _ := strings.Cut(ref, ".")
+	return id
+}
+
+func (e *Endpoint) answer(w http.ResponseWriter, ref string, a webkit.Approval, reply store.RecordReply) {
+	switch reply.Result { // for the Observer: which check of §6 failed
+	case store.IsPerforming, store.IsPerformed:
+		note(w, "refused", "check2")
+	case store.RevisionMismatch, store.OperationExpired:
+		note(w, "refused", "check3")
+	case store.NotFound:
+		note(w, "refused", "check1")
+	}
 	switch reply.Result {
 	case store.Recorded, store.AlreadyRecorded: // W90, W91; §7 the same answer again
 		w.WriteHeader(http.StatusNoContent)
 	case store.SignInRequired: // W44 (check 1)
 		writeChallenge(w)
+	// Check 2 is about the ref's operation (§6 "at endpoint, the reference is
+	// the operation's"): its answer names that operation, whatever the
+	// approval names (W113).
 	case store.IsPerforming: // W113, W143
-		writeStatus(w, a.OperationID, store.Performing)
+		writeStatus(w, refOperationID(ref), store.Performing)
 	case store.IsPerformed: // W113, W136
-		writeStatus(w, a.OperationID, store.Performed)
+		writeStatus(w, refOperationID(ref), store.Performed)
 	case store.RevisionMismatch: // W100
 		if reply.Operation.Revision == a.Revision { // W122: never answer with the revision it names
 			e.log().Error("opsgate endpoint: store answered a check-3 failure with the approval's own revision", "operation_id", a.OperationID)
@@ -259,6 +293,7 @@ func (e *Endpoint) answer(w http.ResponseWriter, a webkit.Approval, reply store.
 }
 
 func (e *Endpoint) storeDown(w http.ResponseWriter, err error) {
+	note(w, "unavailable", "store")
 	e.log().Error("opsgate endpoint: store unavailable", "err", err)
 	w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
 	writeError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "try again shortly")
@@ -375,8 +410,17 @@ func writeDecline(w http.ResponseWriter, a webkit.Approval, d *webkit.Decline) {
 	}{"approval_declined", d})
 }
 
+// writeInvalidSession answers a missing, invalid, ended or foreign Session.
+// Every 401 carries a challenge (RFC 9110 §15.5.2), so the kit names the
+// Poppy-Session scheme with the same error code.
+func writeInvalidSession(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_session"})
+}
+
 // writeChallenge is the sign-in challenge (poppy-core choice 5).
 func writeChallenge(w http.ResponseWriter) {
+	note(w, "challenge", "")
 	w.Header().Set("WWW-Authenticate", `Bearer error="sign_in_required"`)
 	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign_in_required"})
 }

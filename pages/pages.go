@@ -157,6 +157,25 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.UnavailablePage(Unavailable{StyleURL: styleURL}))
 }
 
+// WriteOutcomeUnknown answers 503 with Retry-After for an action whose
+// outcome is not known yet: the website's handler failed or panicked while
+// performing it (§7 W142, W143). It may have taken effect, so the answer
+// never says it failed; the operation stays performing until the website
+// knows, and a retry never performs it twice.
+func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, styleURL string) {
+	NoStore(w.Header())
+	secs := int(retryAfter / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	if WantsJSON(r) {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "outcome_unknown"})
+		return
+	}
+	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.OutcomeUnknownPage(Unavailable{StyleURL: styleURL}))
+}
+
 // WriteBadRequest answers 400 invalid_request for a request the website's
 // describe could not read; detail is the website's own message.
 func WriteBadRequest(w http.ResponseWriter, detail string) {

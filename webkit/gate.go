@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,18 @@ type Action struct {
 	// Lifetime is how long a new revision may be approved; 0 is
 	// Kit.Lifetime (W39).
 	Lifetime time.Duration
+	// Kind names the kind of action, such as "exchange", for the Observer's
+	// metrics: a small fixed set the website chooses, never an ID. ""
+	// is "other".
+	Kind string
+}
+
+// kind is a's label for the Observer: never the key, which holds IDs.
+func (a Action) kind() string {
+	if a.Kind == "" {
+		return "other"
+	}
+	return a.Kind
 }
 
 // Describe reads a request and returns the action it asks for. It returns
@@ -71,14 +84,17 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 	if describe == nil {
 		panic("webkit: Gate: describe is nil")
 	}
+	k.mustCheck() // keys New refused: stop the website while it is wired
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, joined := k.sessions().SessionOf(r)
 			if !joined { // an ordinary browser: no store, no body read (W07)
+				k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "not_joined"})
 				next.ServeHTTP(w, r)
 				return
 			}
 			if k.OwnLogin != nil && k.OwnLogin(r, s) { // §4 W56: own approval flow
+				k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "own_login"})
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -92,6 +108,7 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, describe Describe, next http.Handler) {
 	body, err := k.readBody(r)
 	if err != nil {
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
 		if errors.Is(err, ErrBodyTooLarge) {
 			pages.WriteTooLarge(w)
 			return
@@ -103,20 +120,24 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	act, err := describe(r)
 	restoreBody(r, body) // describe may have read it: the handler reads it again
 	if errors.Is(err, ErrNotGated) {
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "not_gated"})
 		next.ServeHTTP(w, r)
 		return
 	}
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
 	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
 		if k.OwnFlowOnMissingExtension {
+			k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "own_flow", Kind: act.kind()})
 			next.ServeHTTP(w, r)
 			return
 		}
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "extension_required", Kind: act.kind()})
 		k.extensionRequired(w, withFailure(r, ErrExtensionRequired))
 		return
 	}
@@ -124,6 +145,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request", Kind: act.kind()})
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
@@ -133,16 +155,19 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	switch {
 	case err != nil:
 		k.storeFailed(r, "take", err)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
 	case res.Claim != nil:
-		k.perform(w, r, next, res.Claim, act.Key)
+		k.perform(w, r, next, res.Claim, act.kind())
 	case res.Busy: // §7 W143, W145: never as if it failed
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "busy", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, ErrBusy))
 	case res.Issued != nil:
-		k.askApproval(w, r, s, res.Issued, body, act.Key)
+		k.askApproval(w, r, s, res.Issued, body, act.kind())
 	default:
 		err := errors.New("store: Take returned neither claim, issued nor busy")
 		k.storeFailed(r, "take", err)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
 	}
 }
@@ -205,15 +230,16 @@ func (k *Kit) storeAction(a Action) (store.Action, error) {
 	return store.Action{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
 }
 
+// storeFailed logs a store failure; the Observer has seen it as a
+// StoreStep with its error.
 func (k *Kit) storeFailed(r *http.Request, op string, err error) {
-	k.observer().StoreError(r.Context(), op, err)
 	k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
 		slog.String("op", op), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 }
 
 // askApproval answers 403 with the operation's ref (§4 W53): the waiting
 // page or {"error":"approval_required"}, never the operation (W64).
-func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.Issued, body []byte, key string) {
+func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.Issued, body []byte, kind string) {
 	hdr, err := FormatOperationHeader(s.ID, iss.Ref)
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: can't write Poppy-Operation",
@@ -221,7 +247,7 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		http.Error(w, "server error", http.StatusInternalServerError)
 		return
 	}
-	k.observer().OperationIssued(r.Context(), key)
+	k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(HeaderOperation, hdr)
 	pages.NoStore(w.Header())
 
@@ -231,7 +257,8 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		ScriptURL: base + "waiting.js",
 		StyleURL:  base + "opsgate.css",
 	}
-	if handle, err := securecookie.EncodeMulti(waitHandleName, iss.Ref, k.sealCodecs()...); err == nil {
+	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
+	if handle, err := securecookie.EncodeMulti(waitHandleName, page, k.sealCodecs()...); err == nil {
 		v.StatusURL = base + "status?w=" + url.QueryEscape(handle)
 	}
 	ctx := context.WithValue(r.Context(), waitingKey{}, &v)
@@ -289,11 +316,17 @@ const finishTimeout = 10 * time.Second
 // perform runs the handler once for a taken approval and finishes the claim
 // (§6 W97, §7): status < 400 performed, 4xx not performed (W98), 5xx or a
 // panic unknown (W142); SetOutcome overrides the status.
-func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, key string) {
-	k.observer().ApprovalTaken(r.Context(), key)
+//
+// When the outcome is unknown the browser never sees the handler's failure:
+// a 5xx the handler writes is held back, and the Gate answers 503 with
+// Retry-After and the kit's "not known yet" answer instead (Kit.OutcomeUnknown;
+// §7 W142, W143). A panic before anything was written is answered the same
+// way and logged; a panic after the response began goes on up, so that the
+// server aborts the half-written response.
+func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, kind string) {
 	p := &performing{claim: *claim}
 	r = r.WithContext(context.WithValue(r.Context(), performingKey{}, p))
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, p: p, header: w.Header().Clone()}
 	panicked := true
 	defer func() {
 		outcome := store.Unknown
@@ -303,8 +336,23 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 		if o := store.Outcome(p.outcome.Load()); o != 0 && !panicked {
 			outcome = o
 		}
-		k.finish(r, p.claim, outcome, key)
-		// a panic goes on up after the outcome is recorded
+		var rec any
+		if panicked {
+			rec = recover()
+		}
+		k.finish(r, p.claim, outcome, kind)
+		switch {
+		case panicked && (sw.wrote || rec == http.ErrAbortHandler):
+			panic(rec) // the response began: let the server abort it
+		case panicked:
+			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: the handler panicked while performing; its outcome is unknown",
+				slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(rec)), slog.String("stack", string(debug.Stack())))
+			sw.restoreHeader()
+			k.outcomeUnknown(w, withFailure(r, ErrOutcomeUnknown))
+		case sw.held:
+			sw.restoreHeader()
+			k.outcomeUnknown(w, withFailure(r, ErrOutcomeUnknown))
+		}
 	}()
 	next.ServeHTTP(sw, r)
 	panicked = false
@@ -321,7 +369,7 @@ func outcomeOf(status int) store.Outcome {
 	}
 }
 
-func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, key string) {
+func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, kind string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
 	defer cancel()
 	if err := k.store().Finish(ctx, claim, outcome, k.now()); err != nil {
@@ -329,27 +377,47 @@ func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, 
 		// leaves the operation performing, never performed twice.
 		k.storeFailed(r, "finish", err)
 	}
+	// An approval was used up (§6 W96); the outcome says what it became.
 	switch outcome {
 	case store.Done:
-		k.observer().Performed(r.Context(), key)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "performed", Kind: kind})
 	case store.NotDone:
-		k.observer().NotPerformed(r.Context(), key)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "not_performed", Kind: kind})
 	default:
-		k.observer().Unknown(r.Context(), key)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unknown", Kind: kind})
 	}
 }
 
 // statusWriter records the handler's final status. It keeps Flush and
 // Unwrap, so http.ResponseController reaches the server's writer.
+//
+// A 5xx status, unless the handler stated its outcome with SetOutcome, is
+// held back with everything written after it: the outcome is unknown, and
+// the Gate answers for it (W142).
 type statusWriter struct {
 	http.ResponseWriter
+	p      *performing
+	header http.Header // the headers before the handler ran
 	status int
+	wrote  bool // something reached the client's response
+	held   bool // a 5xx the client will not see
 }
 
 func (w *statusWriter) WriteHeader(code int) {
+	if w.held {
+		return
+	}
 	// 1xx other than 101 are informational: the final status comes later.
-	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols || code < 100) {
+	final := code >= 200 || code == http.StatusSwitchingProtocols || code < 100
+	if w.status == 0 && final {
 		w.status = code
+		if code >= 500 && w.p.outcome.Load() == 0 {
+			w.held = true
+			return
+		}
+	}
+	if final {
+		w.wrote = true
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -358,6 +426,10 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	if w.held {
+		return len(b), nil
+	}
+	w.wrote = true
 	return w.ResponseWriter.Write(b)
 }
 
@@ -365,7 +437,21 @@ func (w *statusWriter) Flush() {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	if w.held {
+		return
+	}
+	w.wrote = true
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// restoreHeader puts back the headers as they were before the handler ran,
+// so the handler's failure headers don't go out with the Gate's answer.
+func (w *statusWriter) restoreHeader() {
+	h := w.ResponseWriter.Header()
+	clear(h)
+	for k, v := range w.header {
+		h[k] = v
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -25,9 +26,16 @@ const (
 )
 
 // Kit is a website's configuration of operations on its web pages
-// (operations-v3 §4 "Websites", §6 "Websites"). [New] returns one with
+// (§4 "Websites", §6 "Websites"; see RULES.md). [New] returns one with
 // working defaults; change its exported fields before serving. A Kit is
 // safe for concurrent use once it serves.
+//
+// A zero Kit works safely, as one process: at first use it takes an
+// in-memory store and join cookies under random keys, and logs a warning
+// once, since joins then end with the process and other instances can't
+// read them. A Kit from New with unusable keys fails loudly: [Kit.Check]
+// returns the error, and Gate and Handler panic with it when the website
+// is wired, before any request is served.
 //
 // Every instance of a website that shares one Store performs each operation
 // at most once (§7); instances must also share the cookie keys given to
@@ -50,7 +58,10 @@ type Kit struct {
 	// Logger gets the kit's logs; nil is slog.Default(). The kit never logs
 	// Poppy-Session, Authorization, the join cookie or a request body.
 	Logger *slog.Logger
-	// Observer counts what the Gate does; nil observes nothing.
+	// Observer sees what the Gate, the status route and (through
+	// Kit.Observe) the endpoint and the join do, and each store step's
+	// latency; nil observes nothing. See webkit/metrics/prometheus and
+	// webkit/metrics/otel.
 	Observer Observer
 	// MaxBody is the longest gated request body the Gate reads, to replay it
 	// in Continue and hand it to the handler; longer bodies get 413.
@@ -84,6 +95,13 @@ type Kit struct {
 	// being performed (ErrBusy). Nothing was performed. nil: 503 with
 	// Retry-After (§7 W143).
 	Unavailable http.Handler
+	// OutcomeUnknown answers a performed request whose outcome is unknown:
+	// the handler answered 5xx or panicked before writing anything (§7
+	// W142, W143). The operation stays performing; the browser must not be
+	// told the action failed. nil: 503 with Retry-After and the kit's "not
+	// known yet" page, or {"error":"outcome_unknown"} for a script that
+	// accepts JSON. FailureReason(r) is ErrOutcomeUnknown.
+	OutcomeUnknown http.Handler
 	// OwnFlowOnMissingExtension hands a gated request from a Session that
 	// did not declare operations v3 to the wrapped handler, the website's
 	// own approval flow, instead of refusing it (§2 W12).
@@ -92,6 +110,11 @@ type Kit struct {
 	// seal encrypts the waiting page's handle on its ref (W64).
 	seal     []securecookie.Codec
 	sealOnce sync.Once
+	// err is what New found wrong with its keys (Check).
+	err error
+	// zeroSessions are the join cookies of a Kit built without New.
+	zeroOnce     sync.Once
+	zeroSessions Sessions
 }
 
 // Reasons a Gate did not hand a request to the handler, as FailureReason
@@ -101,16 +124,21 @@ var (
 	ErrApprovalRequired  = errors.New("webkit: the action waits for approval")
 	ErrStoreUnavailable  = errors.New("webkit: the store is unavailable")
 	ErrBusy              = errors.New("webkit: the operation is being performed")
+	ErrOutcomeUnknown    = errors.New("webkit: the action's outcome is not known yet")
 	ErrDescribe          = errors.New("webkit: describe could not read the request")
 	ErrBodyTooLarge      = errors.New("webkit: request body too large")
 )
 
-// New returns a Kit with working defaults: the in-memory store, join
-// cookies (CookieSessions) and waiting-page handles protected by keys, a
-// 10-minute revision lifetime, 1 MiB bodies, routes under /_opsgate/.
+// New returns a Kit with working defaults, filled in so that they can be
+// read: the in-memory store, join cookies (CookieSessions) and waiting-page
+// handles protected by keys, a 10-minute revision lifetime, 1 MiB bodies,
+// routes under BasePath /_opsgate/.
 //
 // keys are securecookie pairs: a hash key (32 or 64 bytes) and an encryption
 // key (16, 24 or 32 bytes), then older pairs still accepted, for rotation.
+// Keys of other lengths, or a hash key without its encryption key, are an
+// error that [Kit.Check] returns (and Gate and Handler panic with): a short
+// key would protect the join cookie far less than it seems to.
 // With no keys New generates random ones: joins and waiting pages then last
 // only as long as the process, and instances don't understand each other's,
 // so give every instance of a website the same keys.
@@ -118,10 +146,56 @@ func New(keys ...[]byte) *Kit {
 	if len(keys) == 0 {
 		keys = [][]byte{randomKey(64), randomKey(32)}
 	}
-	return &Kit{
-		Store:    store.NewMemory(),
-		Sessions: NewCookieSessions(keys...),
-		seal:     sealCodecs(keys),
+	k := &Kit{
+		Store:      store.NewMemory(),
+		MaxBody:    DefaultMaxBody,
+		Lifetime:   DefaultLifetime,
+		BasePath:   DefaultBasePath,
+		RetryAfter: DefaultRetryAfter,
+	}
+	if k.err = CheckKeys(keys...); k.err != nil {
+		return k
+	}
+	k.Sessions = NewCookieSessions(keys...)
+	k.seal = sealCodecs(keys)
+	return k
+}
+
+// ErrKeys is wrapped by the error of keys that can't protect the kit's
+// cookies.
+var ErrKeys = errors.New("webkit: cookie keys")
+
+// CheckKeys reports whether keys are securecookie pairs New can use: each
+// pair a hash key of 32 or 64 bytes and an encryption key of 16, 24 or 32.
+func CheckKeys(keys ...[]byte) error {
+	if len(keys) == 0 || len(keys)%2 != 0 {
+		return fmt.Errorf("%w: want pairs of a hash key and an encryption key, got %d keys", ErrKeys, len(keys))
+	}
+	for i := 0; i < len(keys); i += 2 {
+		if n := len(keys[i]); n != 32 && n != 64 {
+			return fmt.Errorf("%w: pair %d: hash key is %d bytes, want 32 or 64", ErrKeys, i/2+1, n)
+		}
+		if n := len(keys[i+1]); n != 16 && n != 24 && n != 32 {
+			return fmt.Errorf("%w: pair %d: encryption key is %d bytes, want 16, 24 or 32", ErrKeys, i/2+1, n)
+		}
+	}
+	return nil
+}
+
+// Check reports what makes the Kit unusable: keys New refused. A zero Kit
+// checks out (it uses random keys; see Kit).
+func (k *Kit) Check() error {
+	if k == nil {
+		return errors.New("webkit: Kit is nil")
+	}
+	return k.err
+}
+
+// mustCheck panics with Check's error: Gate and Handler are called while
+// the website is wired, so a bad Kit stops it before it serves.
+func (k *Kit) mustCheck() {
+	if err := k.Check(); err != nil {
+		panic(err)
 	}
 }
 
@@ -152,18 +226,30 @@ var (
 )
 
 func (k *Kit) store() store.Store {
-	if k.Store != nil {
-		return k.Store
+	s := k.Store
+	if s == nil {
+		defaultStoreOnce.Do(func() { defaultStore = store.NewMemory() })
+		s = defaultStore
 	}
-	defaultStoreOnce.Do(func() { defaultStore = store.NewMemory() })
-	return defaultStore
+	if k.Observer != nil { // each step's latency and errors
+		return observedStore{Store: s, s: s, o: k.Observer}
+	}
+	return s
 }
 
 func (k *Kit) sessions() Sessions {
 	if k.Sessions != nil {
 		return k.Sessions
 	}
-	return noSessions{}
+	if k.err != nil { // New refused the keys: nobody is joined
+		return noSessions{}
+	}
+	// A zero Kit: join cookies under random keys, for this process only.
+	k.zeroOnce.Do(func() {
+		k.logger().Warn("opsgate: Kit built without webkit.New: join cookies use random keys and last only as long as this process; use New with keys shared by every instance")
+		k.zeroSessions = NewCookieSessions(randomKey(64), randomKey(32))
+	})
+	return k.zeroSessions
 }
 
 func (k *Kit) now() time.Time {
@@ -178,13 +264,6 @@ func (k *Kit) logger() *slog.Logger {
 		return k.Logger
 	}
 	return slog.Default()
-}
-
-func (k *Kit) observer() Observer {
-	if k.Observer != nil {
-		return k.Observer
-	}
-	return NopObserver{}
 }
 
 func (k *Kit) maxBody() int64 {
@@ -231,8 +310,8 @@ func (k *Kit) sealCodecs() []securecookie.Codec {
 	return k.seal
 }
 
-// noSessions is the Sessions of a Kit built without New: no browser is
-// joined, so every request passes through.
+// noSessions is the Sessions of a Kit whose keys New refused: no browser
+// is joined, and a join fails.
 type noSessions struct{}
 
 func (noSessions) SessionOf(*http.Request) (Session, bool) { return Session{}, false }
@@ -273,6 +352,14 @@ func (k *Kit) unavailable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pages.WriteUnavailable(w, r, k.retryAfter(), k.basePath()+"opsgate.css")
+}
+
+func (k *Kit) outcomeUnknown(w http.ResponseWriter, r *http.Request) {
+	if k.OutcomeUnknown != nil {
+		k.OutcomeUnknown.ServeHTTP(w, r)
+		return
+	}
+	pages.WriteOutcomeUnknown(w, r, k.retryAfter(), k.basePath()+"opsgate.css")
 }
 
 func (k *Kit) waiting(w http.ResponseWriter, r *http.Request) {

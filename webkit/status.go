@@ -1,7 +1,9 @@
 package webkit
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -25,7 +27,11 @@ var staticTypes = map[string]string{
 // Handler serves the kit's browser-facing routes under Kit.BasePath
 // (default /_opsgate/); mount it there:
 //
-//	mux.Handle(kit.BasePath, kit.Handler()) // or DefaultBasePath
+//	mux.Handle(kit.BasePath, kit.Handler()) // New sets BasePath
+//
+// On chi, mount it as r.Handle(kit.BasePath+"*", …); on gorilla/mux as
+// r.PathPrefix(kit.BasePath).Handler(…). The endpoint package's Mount
+// serves it, with the endpoint and the join, on any router.
 //
 // Routes:
 //   - GET waiting.js: the waiting page's auto-continue (§6 W93).
@@ -38,6 +44,7 @@ var staticTypes = map[string]string{
 // Files are served from the binary, so a Content-Security-Policy of
 // script-src 'self' holds: the kit writes no inline script or style.
 func (k *Kit) Handler() http.Handler {
+	k.mustCheck()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := strings.CutPrefix(r.URL.Path, k.basePath())
 		if !ok {
@@ -81,29 +88,33 @@ func (k *Kit) Handler() http.Handler {
 // operation". It never returns the operation.
 func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	pages.NoStore(w.Header())
-	notFound := func() { pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"}) }
+	notFound := func() {
+		k.Observe(r.Context(), Event{Route: RouteStatus, Outcome: "not_found"})
+		pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
+	}
 	s, joined := k.sessions().SessionOf(r)
 	if !joined {
 		notFound()
 		return
 	}
 	q := r.URL.Query()
-	ref := q.Get("ref")
+	page := waitHandle{Ref: q.Get("ref")}
 	if h := q.Get("w"); h != "" && len(h) <= 4096 {
-		if err := securecookie.DecodeMulti(waitHandleName, h, &ref, k.sealCodecs()...); err != nil {
+		if err := securecookie.DecodeMulti(waitHandleName, h, &page, k.sealCodecs()...); err != nil {
 			notFound()
 			return
 		}
 	}
+	ref := page.Ref
 	if !store.ValidRef(ref) {
 		notFound()
 		return
 	}
 	rec, found, err := k.store().Lookup(r.Context(), s.Owner(), ref, k.now())
 	if err != nil {
-		k.observer().StoreError(r.Context(), "lookup", err)
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
 			slog.String("op", "lookup"), slog.String("error", err.Error()))
+		k.Observe(r.Context(), Event{Route: RouteStatus, Outcome: "unavailable"})
 		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
 		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
 		return
@@ -113,10 +124,50 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		notFound()
 		return
 	}
-	switch rec.Status {
+	status := rec.Status
+	if status == store.Approved && !approvalApplies(rec, page) {
+		// W93: the waiting page repeats its request on "approved", so it
+		// hears it only when an approval applies to its own request (the
+		// same terms); an approval of other terms for the same operation
+		// would make it resubmit, get 403 again, and loop.
+		status = store.Waiting
+	}
+	switch status {
 	case store.Waiting, store.Approved, store.Performing, store.Performed:
-		pages.WriteJSON(w, http.StatusOK, map[string]string{"status": string(rec.Status)})
+		k.Observe(r.Context(), Event{Route: RouteStatus, Outcome: string(status)})
+		pages.WriteJSON(w, http.StatusOK, map[string]string{"status": string(status)})
 	default:
 		notFound()
 	}
+}
+
+// waitHandle is what a waiting page's status URL carries, sealed: its ref,
+// and the digest of its request's terms.
+type waitHandle struct {
+	Ref   string `json:"r"`
+	Terms string `json:"t,omitempty"`
+}
+
+// termsDigest identifies canonical terms in a wait handle.
+func termsDigest(terms []byte) string {
+	sum := sha256.Sum256(terms)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// approvalApplies reports whether one of rec's approvals that waits for the
+// browser would be taken by the page's request, as Take would judge it
+// (§6 check 3): an approval of the page's own revision, or of the current
+// revision when its terms are the page's.
+func approvalApplies(rec store.Record, page waitHandle) bool {
+	_, rev, _ := strings.Cut(page.Ref, ".")
+	sameTerms := page.Terms != "" && termsDigest(rec.Current.Terms) == page.Terms
+	for _, a := range rec.Approvals {
+		if !a.UsedAt.IsZero() {
+			continue
+		}
+		if a.Revision == rev || (a.Revision == rec.Current.Revision && sameTerms) {
+			return true
+		}
+	}
+	return false
 }
