@@ -187,7 +187,7 @@ func TestRequestChecks(t *testing.T) {
 		{"trailing data after the object", "out", `{"ref":"a.b"} {}`, nil, 400, "invalid_request"},
 		{"Content-Type text/plain", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, 400, "invalid_request"},
 		{"W70 no Poppy-Session", "", `{"ref":"a.b"}`, nil, 401, "invalid_session"},
-		{"W70 W148 unknown Session", "forged", `{"ref":"a.b"}`, nil, 401, "invalid_session"},
+		{"W70 unknown Session", "forged", `{"ref":"a.b"}`, nil, 401, "invalid_session"},
 		{"agent keys unavailable is 503, never 401", "keys-down", `{"ref":"a.b"}`, nil, 503, "temporarily_unavailable"},
 		{"access token of another agent", "bad-token", `{"ref":"a.b"}`, nil, 401, "invalid_token"},
 		{"W74 unknown ref", "out", `{"ref":"op_nope.123-abc"}`, nil, 400, "invalid_request"},

@@ -38,7 +38,7 @@ func TestSIDOfAnyVerifiedSession(t *testing.T) {
 // TestApprovalNeverThroughTheBrowser: a page's request that carries a
 // Poppy-Approval header (any script in the Session can send one) is handled
 // as a request without an approval: 403 with a ref, the handler not run,
-// nothing recorded (§6 "Websites", §8.2; W86, W87).
+// nothing recorded (§6 "Websites", §8.2; W86).
 func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, store.NewMemory(), newClock())

@@ -1,0 +1,103 @@
+package endpoint_test
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// W46: a recorded approval of a website operation applies to a browser
+// joined to any Session that can approve it: the operation is returned in
+// Session 1, approved in Session 2, and performed by the browser of
+// Session 3, all of the same agent and User.
+func TestApprovalAppliesToAnotherSessionsBrowser(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, _ := open(t)
+			var runs atomic.Int32
+			s := newShop(t, st, tokenKey(t), &runs)
+			a := newAgent(t)
+			b1 := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
+			r := ref(t, b1.exchange(s, "ord_7Hk2", "L"), "ses_1")
+
+			_, body, _ := a.call(t, s, r, agentRequest{sid: "ses_2", user: "usr_1"})
+			op := body["operation"].(map[string]any)
+			if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_2", user: "usr_1", approval: userApproval(op)}); status != http.StatusNoContent {
+				t.Fatalf("approval in Session 2: %d %v", status, body)
+			}
+			b3 := joinBrowser(t, s, a, "ses_3", "usr_1", "", `"operations";v="3"`)
+			if res := b3.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusOK || runs.Load() != 1 {
+				t.Fatalf("W46 Session 3's browser: %d, runs %d", res.StatusCode, runs.Load())
+			}
+			// Session 1's browser repeating gets a new operation, never a
+			// second performance (§7).
+			if res := b1.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusForbidden || runs.Load() != 1 {
+				t.Fatalf("Session 1's browser after: %d, runs %d", res.StatusCode, runs.Load())
+			}
+			if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != string(store.Performed) {
+				t.Fatalf("lookup: %d %v", status, body)
+			}
+			// Another User's browser never takes it (W45).
+			b4 := joinBrowser(t, s, a, "ses_4", "usr_2", "", `"operations";v="3"`)
+			if res := b4.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusForbidden || runs.Load() != 1 {
+				t.Fatalf("another User's browser: %d, runs %d", res.StatusCode, runs.Load())
+			}
+		})
+	}
+}
+
+// W148: the sid in Poppy-Operation isn't a credential. A Session JWT of the
+// right shape, naming the agent's client_id and the browser's sid, but
+// signed through a delegation by a key the agent never published, is
+// refused, and nothing is recorded.
+func TestForgedSessionJWT(t *testing.T) {
+	var runs atomic.Int32
+	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	a := newAgent(t)
+	b := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
+	r := ref(t, b.exchange(s, "ord_7Hk2", "L"), "ses_1")
+	_, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"})
+	op := body["operation"].(map[string]any)
+
+	forger, err := identity.NewAgentKeys(a.clientID(), "ES256") // same client_id, keys not in its JWKS
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlg, err := forger.Delegate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwt, err := dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(jwt, ".") != 2 {
+		t.Fatalf("not a compact JWS: %q", jwt)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/poppy/operations", strings.NewReader(`{"ref":"`+r+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webkit.HeaderSession, jwt)
+	req.Header.Set(webkit.HeaderVersion, "1.0")
+	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	req.Header.Set(webkit.HeaderApproval, userApproval(op))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized || res.Header.Get("WWW-Authenticate") != `Poppy-Session error="invalid_session"` {
+		t.Fatalf("forged Session JWT: %d %q, want 401 with the Poppy-Session challenge", res.StatusCode, res.Header.Get("WWW-Authenticate"))
+	}
+	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != http.StatusForbidden {
+		t.Fatalf("W148: after the forged approval: %d %v, want 403 approval_required (nothing recorded)", status, body)
+	}
+	if res := b.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusForbidden || runs.Load() != 0 {
+		t.Fatalf("W148: the browser's repeat performed: %d, runs %d", res.StatusCode, runs.Load())
+	}
+}
