@@ -61,10 +61,19 @@ const (
 	defaultRefresh     = 5 * time.Minute
 	defaultMaxDocument = 64 << 10
 	defaultMaxAgents   = 10000
-	connectTimeout     = 3 * time.Second
-	totalTimeout       = 10 * time.Second
 	maxURLLength       = 2048
 	maxKeys            = 100
+)
+
+// Defaults of the Resolver's bounds on outbound fetches.
+const (
+	// DefaultFetchTimeout bounds a load of an agent (its metadata document
+	// and key set, dialling and reading included), so that a slow-drip
+	// server holds a request for at most this long.
+	DefaultFetchTimeout = 3 * time.Second
+	// DefaultMaxFetches bounds the outbound fetches in flight at once, for
+	// all agents together.
+	DefaultMaxFetches = 32
 )
 
 // Resolver loads and caches agents' metadata documents and key sets. The
@@ -76,7 +85,7 @@ type Resolver struct {
 	// connect timeout) and no proxy, because a proxy would hide the address
 	// that is dialled. Any other RoundTripper is used as it is and must do
 	// its own address checks. Redirects are never followed and every
-	// request ends within 10 s whatever the client says.
+	// load ends within FetchTimeout whatever the client says.
 	HTTPClient *http.Client
 	// AllowLocal is for local development: http:// is allowed on
 	// localhost, 127.0.0.1 and [::1], and loopback, private and link-local
@@ -92,21 +101,40 @@ type Resolver struct {
 	// again; 0 means 5 minutes.
 	RefreshAfter time.Duration
 	// MaxAgents bounds the cache, since anyone can send any client_id; 0
-	// means 10000. Beyond it, arbitrary entries are dropped.
+	// means 10000. Agents that loaded and failed loads are kept apart, each
+	// within MaxAgents: made-up client_ids fill only the failures, and never
+	// evict an agent that loaded. Beyond MaxAgents, the agent used least
+	// recently goes.
 	MaxAgents int
+	// FetchTimeout bounds each load of an agent, both documents together,
+	// from waiting for a fetch slot to the last byte; 0 means
+	// DefaultFetchTimeout (3 s). A load that runs out is ErrUnavailable.
+	FetchTimeout time.Duration
+	// MaxFetches bounds the outbound fetches in flight at once, for all
+	// agents together; 0 means DefaultMaxFetches. Concurrent requests for
+	// one agent share one load, which takes one slot per document.
+	MaxFetches int
 
-	once   sync.Once
-	client *http.Client
-	group  singleflight.Group
-	mu     sync.Mutex
-	agents map[string]*agentEntry
+	once     sync.Once
+	client   *http.Client
+	slots    chan struct{}
+	group    singleflight.Group
+	mu       sync.Mutex
+	agents   map[string]*agentEntry // agents that loaded
+	failures map[string]failedLoad  // client_ids whose last load failed
 }
 
 type agentEntry struct {
-	agent      *Agent    // last good load; nil when none
-	failure    error     // last failed load; nil after a success
+	agent      *Agent    // last good load
+	failure    error     // last failed reload (ErrUnavailable); nil after a success
 	failedAt   time.Time // when failure happened
 	reloadedAt time.Time // last key set load, for reloadInterval
+	usedAt     time.Time // last use, for eviction
+}
+
+type failedLoad struct {
+	err error
+	at  time.Time
 }
 
 func (r *Resolver) now() time.Time {
@@ -125,24 +153,27 @@ func (r *Resolver) Agent(ctx context.Context, clientID string) (*Agent, error) {
 	}
 	now := r.now()
 	r.mu.Lock()
-	e := r.agents[clientID]
-	if e != nil {
+	if e := r.agents[clientID]; e != nil {
+		e.usedAt = now
 		refresh := r.RefreshAfter
 		if refresh <= 0 {
 			refresh = defaultRefresh
 		}
-		if e.agent != nil && now.Before(e.agent.LoadedAt.Add(refresh)) {
+		if now.Before(e.agent.LoadedAt.Add(refresh)) {
 			r.mu.Unlock()
 			return e.agent, nil
 		}
 		if e.failure != nil && now.Before(e.failedAt.Add(failureTTL)) {
 			a, err := e.agent, e.failure
 			r.mu.Unlock()
-			if a != nil && errors.Is(err, ErrUnavailable) && now.Before(a.LoadedAt.Add(staleTTL)) {
+			if now.Before(a.LoadedAt.Add(staleTTL)) {
 				return a, nil
 			}
 			return nil, fmt.Errorf("%w (remembered for %v)", err, failureTTL)
 		}
+	} else if f, ok := r.failures[clientID]; ok && now.Before(f.at.Add(failureTTL)) {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w (remembered for %v)", f.err, failureTTL)
 	}
 	r.mu.Unlock()
 
@@ -184,7 +215,7 @@ func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (PublicKe
 	now := r.now()
 	r.mu.Lock()
 	e := r.agents[clientID]
-	due := e != nil && e.agent != nil && !now.Before(e.reloadedAt.Add(reloadInterval))
+	due := e != nil && !now.Before(e.reloadedAt.Add(reloadInterval))
 	r.mu.Unlock()
 	if !due {
 		return PublicKey{}, nil, invalid("unknown kid %q for %s", kid, clientID)
@@ -230,11 +261,11 @@ func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (PublicKe
 }
 
 // share runs load once for all concurrent callers with the same key. The
-// load is detached from any one caller's cancellation (it has its own 10 s
-// limit); a caller whose context ends stops waiting.
+// load is detached from any one caller's cancellation (it has its own
+// FetchTimeout); a caller whose context ends stops waiting.
 func (r *Resolver) share(ctx context.Context, key string, load func(context.Context) (*Agent, error)) (*Agent, error) {
 	ch := r.group.DoChan(key, func() (any, error) {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), totalTimeout)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.fetchTimeout())
 		defer cancel()
 		return load(lctx)
 	})
@@ -249,38 +280,85 @@ func (r *Resolver) share(ctx context.Context, key string, load func(context.Cont
 	}
 }
 
+func (r *Resolver) fetchTimeout() time.Duration {
+	if r.FetchTimeout > 0 {
+		return r.FetchTimeout
+	}
+	return DefaultFetchTimeout
+}
+
+func (r *Resolver) maxAgents() int {
+	if r.MaxAgents > 0 {
+		return r.MaxAgents
+	}
+	return defaultMaxAgents
+}
+
+// store records the outcome of a load of clientID.
 func (r *Resolver) store(clientID string, a *Agent, err error) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.agents == nil {
 		r.agents = make(map[string]*agentEntry)
+		r.failures = make(map[string]failedLoad)
 	}
 	e := r.agents[clientID]
-	if e == nil {
-		max := r.MaxAgents
-		if max <= 0 {
-			max = defaultMaxAgents
+	switch {
+	case err == nil:
+		delete(r.failures, clientID)
+		if e == nil {
+			r.evictAgent()
+			e = &agentEntry{}
+			r.agents[clientID] = e
 		}
-		for k := range r.agents {
-			if len(r.agents) < max {
-				break
-			}
-			delete(r.agents, k)
-		}
-		e = &agentEntry{}
-		r.agents[clientID] = e
-	}
-	if err != nil {
+		e.agent, e.failure, e.reloadedAt, e.usedAt = a, nil, now, now
+	case e != nil && errors.Is(err, ErrUnavailable):
+		// The keys loaded before stay in use, up to staleTTL.
 		e.failure, e.failedAt = err, now
-		if !errors.Is(err, ErrUnavailable) {
-			// An invalid document is the agent's current word: its old keys
-			// are not kept.
-			e.agent = nil
+	default:
+		// An invalid document is the agent's current word: its old keys
+		// are not kept.
+		delete(r.agents, clientID)
+		if len(r.failures) >= r.maxAgents() {
+			r.evictFailures(now)
 		}
+		r.failures[clientID] = failedLoad{err: err, at: now}
+	}
+}
+
+// evictAgent makes room for one agent: the one used least recently goes.
+// It scans the cache, which only a load that succeeded (two fetches, within
+// MaxFetches) can make it do.
+func (r *Resolver) evictAgent() {
+	if len(r.agents) < r.maxAgents() {
 		return
 	}
-	e.agent, e.failure, e.reloadedAt = a, nil, now
+	var oldest string
+	var at time.Time
+	for id, e := range r.agents {
+		if oldest == "" || e.usedAt.Before(at) {
+			oldest, at = id, e.usedAt
+		}
+	}
+	delete(r.agents, oldest)
+}
+
+// evictFailures makes room among the failures: the expired ones go, and
+// when none has expired, an arbitrary half, in O(1) per entry. A failure
+// forgotten early is only fetched again sooner, within MaxFetches.
+func (r *Resolver) evictFailures(now time.Time) {
+	for id, f := range r.failures {
+		if !now.Before(f.at.Add(failureTTL)) {
+			delete(r.failures, id)
+		}
+	}
+	for id := range r.failures {
+		if len(r.failures) < r.maxAgents()/2 {
+			break
+		}
+		delete(r.failures, id)
+	}
 }
 
 // metadata is the Client ID Metadata Document (poppy-core choice 1).
@@ -356,10 +434,26 @@ func (r *Resolver) fetch(ctx context.Context, u, what string, v any) error {
 		return invalid("%s %s: %v", what, u, err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := r.httpClient().Do(req)
+	client := r.httpClient()
+	// One slot of MaxFetches, for all agents together: a flood of made-up
+	// client_ids waits here (and runs out of FetchTimeout) instead of
+	// opening connections without bound.
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	case <-ctx.Done():
+		return unavailable("%s %s: no fetch slot free: %v", what, u, ctx.Err())
+	}
+	resp, err := client.Do(req)
 	if err != nil {
-		if errors.Is(err, errRefusedAddress) {
+		var dnsErr *net.DNSError
+		switch {
+		case errors.Is(err, errRefusedAddress):
 			return invalid("%s %s: %v", what, u, err)
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			// NXDOMAIN: the host does not exist, which is the client_id's
+			// fault, not an outage (a timeout or a refused connection is).
+			return invalid("%s %s: host not found", what, u)
 		}
 		return unavailable("%s %s: %v", what, u, err)
 	}
@@ -406,16 +500,21 @@ func (r *Resolver) httpClient() *http.Client {
 			rt = t
 		}
 		if base != nil {
-			d := &net.Dialer{Timeout: connectTimeout, Control: r.checkDial}
+			d := &net.Dialer{Timeout: r.fetchTimeout(), Control: r.checkDial}
 			base.DialContext = d.DialContext
 			base.DialTLSContext = nil
 			base.Proxy = nil
 			base.MaxResponseHeaderBytes = 16 << 10
 			rt = base
 		}
+		max := r.MaxFetches
+		if max <= 0 {
+			max = DefaultMaxFetches
+		}
+		r.slots = make(chan struct{}, max)
 		r.client = &http.Client{
 			Transport: rt,
-			Timeout:   totalTimeout,
+			Timeout:   r.fetchTimeout(),
 			// A redirect could lead to another host or a private address.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
@@ -446,23 +545,70 @@ func (r *Resolver) checkDial(network, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach private IPv4
-	netip.MustParsePrefix("64:ff9b:1::/48"),
+// specialIPv4 is the IANA IPv4 Special-Purpose Address Registry (RFC 6890
+// and its updates), with multicast and the rest of 240.0.0.0/4. None of it
+// is where an agent's documents live; some of it reaches private networks.
+var specialIPv4 = prefixes(
+	"0.0.0.0/8",       // "this network" (RFC 791)
+	"10.0.0.0/8",      // private (RFC 1918)
+	"100.64.0.0/10",   // shared address space, carrier-grade NAT (RFC 6598)
+	"127.0.0.0/8",     // loopback
+	"169.254.0.0/16",  // link-local, cloud metadata services
+	"172.16.0.0/12",   // private
+	"192.0.0.0/24",    // IETF protocol assignments (RFC 6890)
+	"192.0.2.0/24",    // documentation TEST-NET-1 (RFC 5737)
+	"192.31.196.0/24", // AS112-v4 (RFC 7535)
+	"192.52.193.0/24", // AMT (RFC 7450)
+	"192.88.99.0/24",  // deprecated 6to4 relay anycast (RFC 7526)
+	"192.168.0.0/16",  // private
+	"192.175.48.0/24", // direct delegation AS112 service (RFC 7534)
+	"198.18.0.0/15",   // benchmarking (RFC 2544)
+	"198.51.100.0/24", // documentation TEST-NET-2
+	"203.0.113.0/24",  // documentation TEST-NET-3
+	"224.0.0.0/4",     // multicast
+	"240.0.0.0/4",     // reserved, and 255.255.255.255 broadcast
+)
+
+// globalIPv6 is the only IPv6 space dialled: global unicast (IANA IPv6
+// Address Space registry). Everything outside it is refused: ::/128,
+// ::1/128, IPv4-compatible ::a.b.c.d (::/96), NAT64 64:ff9b::/96 and
+// 64:ff9b:1::/48 (which reach IPv4, private included), discard-only
+// 100::/64, ULA fc00::/7, link-local fe80::/10, site-local fec0::/10,
+// multicast ff00::/8. IPv4-mapped ::ffff:a.b.c.d is checked as IPv4.
+var globalIPv6 = netip.MustParsePrefix("2000::/3")
+
+// specialIPv6 is the part of 2000::/3 in the IANA IPv6 Special-Purpose
+// Address Registry.
+var specialIPv6 = prefixes(
+	"2001::/23",         // IETF protocol assignments: Teredo 2001::/32, benchmarking, ORCHID, …
+	"2001:db8::/32",     // documentation (RFC 3849)
+	"2002::/16",         // 6to4 (RFC 3056): embeds any IPv4 address
+	"2620:4f:8000::/48", // direct delegation AS112 service
+	"3fff::/20",         // documentation (RFC 9637)
+)
+
+func prefixes(ss ...string) []netip.Prefix {
+	ps := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		ps[i] = netip.MustParsePrefix(s)
+	}
+	return ps
 }
 
+// publicAddr reports whether ip may be dialled: a public unicast address,
+// outside every special-purpose range.
 func publicAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
-		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+	ip = ip.Unmap().WithZone("")
+	var special []netip.Prefix
+	switch {
+	case ip.Is4():
+		special = specialIPv4
+	case ip.Is6() && globalIPv6.Contains(ip):
+		special = specialIPv6
+	default:
 		return false
 	}
-	for _, p := range nonPublic {
+	for _, p := range special {
 		if p.Contains(ip) {
 			return false
 		}
