@@ -25,6 +25,7 @@ import (
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop"
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -116,6 +117,8 @@ type env struct {
 	// actionPosts counts the browser's POSTs to gated routes, by path.
 	mu          sync.Mutex
 	actionPosts map[string]int
+	// lastAgent is the agent newAgent made last: db reads its sandbox.
+	lastAgent *refagent.Agent
 }
 
 func newEnv(t *testing.T) *env {
@@ -180,7 +183,23 @@ func (e *env) newAgent(t *testing.T) (*refagent.Agent, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
+	e.mu.Lock()
+	e.lastAgent = a
+	e.mu.Unlock()
 	return a, tab
+}
+
+// db is the demo data that the test's (last made) agent sees: its User's
+// own sandbox, which every browser joined to one of its Sessions shares.
+func (e *env) db(t *testing.T) *shopdb.DB {
+	t.Helper()
+	e.mu.Lock()
+	a := e.lastAgent
+	e.mu.Unlock()
+	if a == nil {
+		t.Fatal("no agent yet: the shop's data is per agent")
+	}
+	return e.shop.Sandbox(a.ClientID(), a.User())
 }
 
 // testLog writes the agent's steps to the test log, line by line, until

@@ -31,7 +31,7 @@ const (
 // item4Qa returns the jacket line of the demo order and the order.
 func item4Qa(t *testing.T, e *env) (shopdb.Item, shopdb.Order) {
 	t.Helper()
-	o, ok := e.shop.DB().Order(shopdb.DemoAccount, order)
+	o, ok := e.db(t).Order(shopdb.DemoAccount, order)
 	if !ok {
 		t.Fatal("demo order missing")
 	}
@@ -139,7 +139,7 @@ func TestDeliveryDateFromFetchPage(t *testing.T) {
 	e := newEnv(t)
 	a, tab := e.newAgent(t)
 	join(t, a, refagent.JoinOptions{})
-	d0, _ := e.shop.DB().Delivery(shopdb.DemoAccount, "del_2Wn8")
+	d0, _ := e.db(t).Delivery(shopdb.DemoAccount, "del_2Wn8")
 	newDay := shopdb.Day(e.clock.Now()).AddDate(0, 0, 9)
 	if newDay.Equal(d0.Date) {
 		newDay = newDay.AddDate(0, 0, 1)
@@ -165,7 +165,7 @@ func TestDeliveryDateFromFetchPage(t *testing.T) {
 		t.Errorf("A27, A28: questions %+v", q)
 	}
 	waitText(t, tab, `[data-role="status"]`, "Done: the delivery now arrives on")
-	d, _ := e.shop.DB().Delivery(shopdb.DemoAccount, "del_2Wn8")
+	d, _ := e.db(t).Delivery(shopdb.DemoAccount, "del_2Wn8")
 	if !d.Date.Equal(newDay) || len(d.Changes) != 1 {
 		t.Fatalf("delivery after the change: %s with %d changes, want %s once", d.Date, len(d.Changes), newDay)
 	}
@@ -371,7 +371,7 @@ func TestCancelSubscription(t *testing.T) {
 	if out.Result != refagent.Declined || out.Decline == nil || out.Decline.Reason == "" {
 		t.Fatalf("the agent approval: %+v, want declined with a reason", out)
 	}
-	if sub, _ := e.shop.DB().Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
+	if sub, _ := e.db(t).Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
 		t.Fatalf("declined, yet the subscription is %s", sub.Status)
 	}
 
@@ -389,7 +389,7 @@ func TestCancelSubscription(t *testing.T) {
 	if out.Result != refagent.Performed || out.Approver != webkit.ApproverUser {
 		t.Fatalf("the user approval: %+v", out)
 	}
-	sub, _ := e.shop.DB().Subscription(shopdb.DemoAccount)
+	sub, _ := e.db(t).Subscription(shopdb.DemoAccount)
 	if sub.Status != shopdb.SubscriptionCancelled || sub.CancelledOn.IsZero() {
 		t.Fatalf("subscription after the user approval: %+v", sub)
 	}
@@ -446,7 +446,7 @@ func TestOwnLoginAndUndeclaredExtension(t *testing.T) {
 		if !strings.Contains(body, `"error":"extension_required"`) || !strings.Contains(body, `"extension":"operations"`) {
 			t.Errorf("W12: body %s", body)
 		}
-		d, _ := e.shop.DB().Delivery(shopdb.DemoAccount, "del_2Wn8")
+		d, _ := e.db(t).Delivery(shopdb.DemoAccount, "del_2Wn8")
 		if len(d.Changes) != 0 {
 			t.Errorf("the delivery changed without the extension: %+v", d.Changes)
 		}

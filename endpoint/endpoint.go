@@ -65,6 +65,13 @@ var (
 // DeclineRequest is what the website's decline hook sees: the approval, the
 // revision it approves, and the Session that sent it (§6 "Declining an
 // approval").
+//
+// The hook's Reason and Alternative go to the agent as they are, so they
+// must carry nothing the Session couldn't already see (W130): say what the
+// User can do instead in words that hold for any Session ("Only the
+// account holder can cancel the subscription."), never the rule or score
+// that decided it, nor another account's or User's data. Give no reason
+// code (W131): none is sent.
 type DeclineRequest struct {
 	Operation webkit.Operation
 	Approval  webkit.Approval

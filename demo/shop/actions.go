@@ -66,16 +66,20 @@ func (s *Server) mayPerform(r *http.Request, terms any) error {
 
 // --- Exchange an item (the spec's jacket example, §3) ---
 
-// ExchangeTerms are the terms of an exchange.
+// ExchangeTerms are the terms of an exchange. CurrentSKU is what the item
+// is before the exchange: an item can be exchanged back and forth, and
+// "for the L" from the M is another action than from the S (W30), which an
+// approval of one must not cover.
 type ExchangeTerms struct {
 	OrderID         string `json:"order_id"`
 	ItemID          string `json:"item_id"`
+	CurrentSKU      string `json:"current_sku"`
 	ReplacementSKU  string `json:"replacement_sku"`
 	PriceDifference Amount `json:"price_difference"`
 }
 
 func exchangeTerms(p shopdb.ExchangePlan) ExchangeTerms {
-	return ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+	return ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, CurrentSKU: p.From.ID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
 }
 
 // exchangeSummary says the terms in plain language, with the amount (W28,
@@ -88,7 +92,9 @@ func exchangeSummary(p shopdb.ExchangePlan) string {
 	case d < 0:
 		s += fmt.Sprintf(", for %s less, refunded to the card used for the order.", -d)
 	default:
-		s += ", at no extra cost."
+		// The amount in words and in figures: the terms carry "0.00", and
+		// the summary says everything the terms do (W31).
+		s += fmt.Sprintf(", at no extra cost (%s).", d)
 	}
 	return s
 }
@@ -101,7 +107,7 @@ func (s *Server) planExchange(r *http.Request) (shopdb.ExchangePlan, error) {
 	if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
 		return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
 	}
-	return s.db.PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+	return s.dbOf(r).PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
 }
 
 func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
@@ -122,7 +128,7 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 		err = s.mayPerform(r, exchangeTerms(plan))
 	}
 	if err == nil {
-		_, err = s.db.Exchange(s.viewerOf(r).Account, plan, s.now())
+		_, err = s.dbOf(r).Exchange(s.viewerOf(r).Account, plan, s.now())
 	}
 	if err != nil {
 		s.renderOrder(w, r, statusOf(err), "The exchange was not made. "+sentence(err))
@@ -158,7 +164,7 @@ func (s *Server) planCancel(r *http.Request) (shopdb.CancelPlan, error) {
 	if !v.SignedIn {
 		return shopdb.CancelPlan{}, errSignInRequired
 	}
-	return s.db.PlanCancel(v.Account, s.now())
+	return s.dbOf(r).PlanCancel(v.Account, s.now())
 }
 
 func (s *Server) describeCancel(r *http.Request) (webkit.Action, error) {
@@ -185,13 +191,76 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		err = s.mayPerform(r, cancelTerms(plan))
 	}
 	if err == nil {
-		_, err = s.db.CancelSubscription(s.viewerOf(r).Account, plan, s.now())
+		_, err = s.dbOf(r).CancelSubscription(s.viewerOf(r).Account, plan, s.now())
 	}
 	if err != nil {
 		s.renderSubscription(w, r, statusOf(err), "The subscription was not cancelled. "+sentence(err))
 		return
 	}
 	http.Redirect(w, r, "/account/subscription?cancelled=1", http.StatusSeeOther)
+}
+
+// --- Resubscribe (an account's operation, like the cancellation) ---
+
+// ResubscribeTerms are the terms of a resubscription: a new paid month of
+// the plan from StartDate, Price charged today and on RenewsOn.
+type ResubscribeTerms struct {
+	SubscriptionID string `json:"subscription_id"`
+	Plan           string `json:"plan"`
+	StartDate      string `json:"start_date"`
+	RenewsOn       string `json:"renews_on"`
+	Price          Amount `json:"price"`
+}
+
+func resubscribeTerms(p shopdb.ResubscribePlan) ResubscribeTerms {
+	return ResubscribeTerms{SubscriptionID: p.SubscriptionID, Plan: p.Plan, StartDate: p.StartDate.Format(dateLayout), RenewsOn: p.RenewsOn.Format(dateLayout), Price: amountOf(p.Price)}
+}
+
+func resubscribeSummary(p shopdb.ResubscribePlan) string {
+	const long = "Monday, 2 January 2006"
+	return fmt.Sprintf("Resubscribe to the %s subscription (%s) from %s. %s is charged to the card on file today, and again every month from %s.",
+		p.Plan, p.SubscriptionID, p.StartDate.Format(long), p.Price, p.RenewsOn.Format(long))
+}
+
+func (s *Server) planResubscribe(r *http.Request) (shopdb.ResubscribePlan, error) {
+	v := s.viewerOf(r)
+	if !v.SignedIn {
+		return shopdb.ResubscribePlan{}, errSignInRequired
+	}
+	return s.dbOf(r).PlanResubscribe(v.Account, s.now())
+}
+
+func (s *Server) describeResubscribe(r *http.Request) (webkit.Action, error) {
+	plan, err := s.planResubscribe(r)
+	if err != nil {
+		return webkit.Action{}, webkit.ErrNotGated // signed out or already active: the handler says so
+	}
+	return webkit.Action{
+		Key:     "resubscribe:" + plan.SubscriptionID,
+		Terms:   resubscribeTerms(plan),
+		Summary: resubscribeSummary(plan),
+	}, nil
+}
+
+func (s *Server) resubscribe(w http.ResponseWriter, r *http.Request) {
+	plan, err := s.planResubscribe(r)
+	if errors.Is(err, errSignInRequired) {
+		s.message(w, r, http.StatusForbidden, "Sign in to resubscribe",
+			"Only the account holder can resubscribe. Sign in first, then resubscribe on the subscription page.",
+			views.SignInButton("/account/subscription"))
+		return
+	}
+	if err == nil {
+		err = s.mayPerform(r, resubscribeTerms(plan))
+	}
+	if err == nil {
+		_, err = s.dbOf(r).Resubscribe(s.viewerOf(r).Account, plan, s.now())
+	}
+	if err != nil {
+		s.renderSubscription(w, r, statusOf(err), "The subscription was not renewed. "+sentence(err))
+		return
+	}
+	http.Redirect(w, r, "/account/subscription?resubscribed=1", http.StatusSeeOther)
 }
 
 // --- Change a delivery date (a fetch-driven page, JSON) ---
@@ -246,7 +315,7 @@ func (s *Server) planReschedule(r *http.Request) (shopdb.ReschedulePlan, error) 
 	if err != nil {
 		return shopdb.ReschedulePlan{}, fmt.Errorf("%w: date must be a day written YYYY-MM-DD, such as 2026-11-07", errBadRequest)
 	}
-	return s.db.PlanReschedule(s.viewerOf(r).Account, r.PathValue("id"), day, s.now())
+	return s.dbOf(r).PlanReschedule(s.viewerOf(r).Account, r.PathValue("id"), day, s.now())
 }
 
 func (s *Server) describeReschedule(r *http.Request) (webkit.Action, error) {
@@ -281,7 +350,7 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 	}
 	var d shopdb.Delivery
 	if err == nil {
-		d, err = s.db.Reschedule(s.viewerOf(r).Account, plan, s.now())
+		d, err = s.dbOf(r).Reschedule(s.viewerOf(r).Account, plan, s.now())
 	}
 	if err != nil {
 		status := statusOf(err)

@@ -33,12 +33,14 @@ func DeclineAgentCancel(subscriptionURL string) func(op webkit.Operation, a webk
 }
 
 // isCancellation reports whether op's terms are a subscription
-// cancellation's (CancelTerms).
+// cancellation's (CancelTerms): a resubscription names the subscription
+// too, but has no effective date.
 func isCancellation(op webkit.Operation) bool {
 	var t struct {
 		SubscriptionID *string `json:"subscription_id"`
+		EffectiveDate  *string `json:"effective_date"`
 	}
-	return json.Unmarshal(op.Terms, &t) == nil && t.SubscriptionID != nil
+	return json.Unmarshal(op.Terms, &t) == nil && t.SubscriptionID != nil && t.EffectiveDate != nil
 }
 
 // declineHook plugs DeclineAgentCancel into the operations endpoint.

@@ -62,7 +62,7 @@ func (s *Server) ownLogin(r *http.Request) string {
 	if err := s.login.Decode(loginCookie, c.Value, &acct); err != nil {
 		return ""
 	}
-	if _, ok := s.db.Account(acct); !ok {
+	if _, ok := s.dbOf(r).Account(acct); !ok {
 		return ""
 	}
 	return acct
@@ -71,7 +71,7 @@ func (s *Server) ownLogin(r *http.Request) string {
 func (s *Server) chrome(r *http.Request, v viewer, title, active string) views.Chrome {
 	c := views.Chrome{Title: title, Active: active, Login: v.Login, Path: r.URL.Path}
 	if v.SignedIn {
-		if a, ok := s.db.Account(v.Account); ok {
+		if a, ok := s.dbOf(r).Account(v.Account); ok {
 			c.Customer = a.Name
 		}
 	}
@@ -101,11 +101,11 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request, what string) {
 
 func (s *Server) home(w http.ResponseWriter, r *http.Request) {
 	v := s.viewerOf(r)
-	render(w, r, http.StatusOK, views.Home(s.chrome(r, v, "Shop", "shop"), s.db.Products()))
+	render(w, r, http.StatusOK, views.Home(s.chrome(r, v, "Shop", "shop"), s.dbOf(r).Products()))
 }
 
 func (s *Server) product(w http.ResponseWriter, r *http.Request) {
-	p, ok := s.db.Product(r.PathValue("slug"))
+	p, ok := s.dbOf(r).Product(r.PathValue("slug"))
 	if !ok {
 		s.notFound(w, r, "that product")
 		return
@@ -116,9 +116,9 @@ func (s *Server) product(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) account(w http.ResponseWriter, r *http.Request) {
 	v := s.viewerOf(r)
-	acct, _ := s.db.Account(v.Account)
-	av := views.AccountView{Account: acct, Orders: s.db.Orders(v.Account), SignedIn: v.SignedIn}
-	if sub, ok := s.db.Subscription(v.Account); ok {
+	acct, _ := s.dbOf(r).Account(v.Account)
+	av := views.AccountView{Account: acct, Orders: s.dbOf(r).Orders(v.Account), SignedIn: v.SignedIn, Agent: v.Joined, Reset: r.URL.Query().Has("reset")}
+	if sub, ok := s.dbOf(r).Subscription(v.Account); ok {
 		av.Subscription = &sub
 	}
 	render(w, r, http.StatusOK, views.AccountPage(s.chrome(r, v, "Your account", "account"), av))
@@ -130,14 +130,14 @@ func (s *Server) order(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderOrder(w http.ResponseWriter, r *http.Request, status int, errText string) {
 	v := s.viewerOf(r)
-	o, ok := s.db.Order(v.Account, r.PathValue("order"))
+	o, ok := s.dbOf(r).Order(v.Account, r.PathValue("order"))
 	if !ok {
 		s.notFound(w, r, "that order")
 		return
 	}
 	ov := views.OrderView{Order: o, Options: map[string][]shopdb.SKU{}, Exchanged: r.URL.Query().Get("exchanged"), Error: errText}
 	for _, it := range o.Items {
-		ov.Options[it.ID] = s.db.ExchangeOptions(it.SKU)
+		ov.Options[it.ID] = s.dbOf(r).ExchangeOptions(it.SKU)
 	}
 	render(w, r, status, views.OrderPage(s.chrome(r, v, "Order "+o.ID, "account"), ov))
 }
@@ -148,15 +148,19 @@ func (s *Server) subscription(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) renderSubscription(w http.ResponseWriter, r *http.Request, status int, errText string) {
 	v := s.viewerOf(r)
-	sub, ok := s.db.Subscription(v.Account)
+	sub, ok := s.dbOf(r).Subscription(v.Account)
 	if !ok {
 		s.notFound(w, r, "a subscription on this account")
 		return
 	}
 	sv := views.SubscriptionView{Subscription: sub, SignedIn: v.SignedIn, Cancelled: r.URL.Query().Has("cancelled") && sub.Status == shopdb.SubscriptionCancelled, Error: errText}
-	if plan, err := s.db.PlanCancel(v.Account, s.now()); err == nil {
+	if plan, err := s.dbOf(r).PlanCancel(v.Account, s.now()); err == nil {
 		sv.Plan = &plan
 	}
+	if plan, err := s.dbOf(r).PlanResubscribe(v.Account, s.now()); err == nil {
+		sv.Resubscribe = &plan
+	}
+	sv.Resubscribed = r.URL.Query().Has("resubscribed") && sub.Status == shopdb.SubscriptionActive
 	render(w, r, status, views.SubscriptionPage(s.chrome(r, v, "Subscription", "account"), sv))
 }
 
@@ -164,7 +168,7 @@ func (s *Server) deliveries(w http.ResponseWriter, r *http.Request) {
 	v := s.viewerOf(r)
 	today := shopdb.Day(s.now())
 	dv := views.DeliveriesView{
-		Deliveries: s.db.Deliveries(v.Account),
+		Deliveries: s.dbOf(r).Deliveries(v.Account),
 		Earliest:   today.AddDate(0, 0, shopdb.EarliestDays).Format(dateLayout),
 		Latest:     today.AddDate(0, 0, shopdb.LatestDays).Format(dateLayout),
 	}

@@ -42,6 +42,7 @@ const (
 	PathJoin       = "/poppy/join"       // web.browser_session_endpoint
 	PathOperations = "/poppy/operations" // the operations endpoint (§4, §6)
 	PathToken      = "/demo/token"       // the demo authorization server
+	PathReset      = "/demo/reset"       // restores the browser's sandbox
 )
 
 // Config configures a Server.
@@ -65,22 +66,30 @@ type Config struct {
 	AllowLocal bool
 	// HTTPClient fetches agents' metadata and keys; nil is the default.
 	HTTPClient *http.Client
+	// MaxSandboxes bounds the copies of the demo data kept at once (one per
+	// agent's User, one for browsers without an agent); 0 is
+	// shopdb.DefaultMaxSandboxes. SandboxIdle is how long an unused one is
+	// kept; 0 is shopdb.DefaultSandboxIdle (a day).
+	MaxSandboxes int
+	SandboxIdle  time.Duration
 }
 
 // Server is the demo shop.
 type Server struct {
-	cfg      Config
-	origin   string
-	db       *shopdb.DB
-	kit      *webkit.Kit
-	login    *securecookie.SecureCookie
-	secure   bool // BaseURL is https: cookies are Secure
-	verifier *identity.Verifier
-	tokens   *identity.JWTAccessTokens
-	issuer   crypto.Signer
-	issuerID string // kid of issuer
-	ops      *endpoint.Endpoint
-	handler  http.Handler
+	cfg    Config
+	origin string
+	// sandboxes hold each agent User's own copy of the demo data (see
+	// sandboxKey).
+	sandboxes *shopdb.Sandboxes
+	kit       *webkit.Kit
+	login     *securecookie.SecureCookie
+	secure    bool // BaseURL is https: cookies are Secure
+	verifier  *identity.Verifier
+	tokens    *identity.JWTAccessTokens
+	issuer    crypto.Signer
+	issuerID  string // kid of issuer
+	ops       *endpoint.Endpoint
+	handler   http.Handler
 }
 
 // NewServer builds the shop, seeded with the demo account, around cfg.
@@ -105,10 +114,10 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errors.New("shop: Keys must hold a hash key and an encryption key")
 	}
 	s := &Server{
-		cfg:    cfg,
-		origin: u.Scheme + "://" + u.Host,
-		db:     shopdb.New(cfg.Clock()),
-		secure: u.Scheme == "https",
+		cfg:       cfg,
+		origin:    u.Scheme + "://" + u.Host,
+		sandboxes: &shopdb.Sandboxes{Max: cfg.MaxSandboxes, Idle: cfg.SandboxIdle},
+		secure:    u.Scheme == "https",
 	}
 	cfg.BaseURL = s.origin
 
@@ -159,8 +168,19 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Kit is the shop's kit: tests bind browsers with Kit().Sessions.
 func (s *Server) Kit() *webkit.Kit { return s.kit }
 
-// DB is the shop's data, for tests to check the effect of an action.
-func (s *Server) DB() *shopdb.DB { return s.db }
+// DB is the data that browsers joined to no agent's Session see (people
+// trying the shop themselves), for tests to check the effect of an action.
+func (s *Server) DB() *shopdb.DB { return s.sandboxes.Get(publicSandbox, s.now()) }
+
+// Sandbox is the data of the agent agent's User user: what every browser
+// joined to one of its Sessions sees and changes, signed in or not. It is
+// seeded on first use.
+func (s *Server) Sandbox(agent, user string) *shopdb.DB {
+	return s.sandboxes.Get(agentSandbox(agent, user), s.now())
+}
+
+// Sandboxes is the number of copies of the demo data the shop keeps.
+func (s *Server) Sandboxes() int { return s.sandboxes.Len() }
 
 // URL returns the absolute URL of path on the shop.
 func (s *Server) URL(path string) string { return s.origin + path }
@@ -190,6 +210,7 @@ func (s *Server) routes() http.Handler {
 	// asks for; the handler performs exactly that.
 	mux.Handle("POST /orders/{order}/items/{item}/exchange", gate(s.describeExchange)(http.HandlerFunc(s.exchange)))
 	mux.Handle("POST /account/subscription/cancel", gate(s.describeCancel)(http.HandlerFunc(s.cancel)))
+	mux.Handle("POST /account/subscription/resubscribe", gate(s.describeResubscribe)(http.HandlerFunc(s.resubscribe)))
 	mux.Handle("POST /api/deliveries/{id}", gate(s.describeReschedule)(http.HandlerFunc(s.reschedule)))
 
 	// The kit's browser-facing routes: waiting.js, fetch.js, status.
@@ -200,6 +221,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST "+PathJoin, &webkit.Join{Kit: s.kit, URL: s.origin + PathJoin, Verifier: s.verifier, AccessTokens: s.tokens})
 	mux.Handle(PathOperations, s.ops)
 	mux.HandleFunc("POST "+PathToken, s.issueToken)
+	mux.HandleFunc("POST "+PathReset, s.reset)
 
 	// CSRF: browsers' cross-origin POSTs are refused, except the join, which
 	// the agent's browser posts from wherever it is and which carries its

@@ -309,7 +309,7 @@ func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	if strings.Contains(body, ref) {
 		t.Error("the waiting page shows the ref")
 	}
-	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
 		t.Fatal("the exchange was performed without approval")
 	}
 
@@ -320,7 +320,7 @@ func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("lookup %q: %v %v", ref, found, err)
 	}
-	wantTerms := `{"item_id":"itm_4Qa","order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`
+	wantTerms := `{"current_sku":"stormline-m","item_id":"itm_4Qa","order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`
 	if string(rec.Current.Terms) != wantTerms {
 		t.Errorf("terms %s\nwant  %s", rec.Current.Terms, wantTerms)
 	}
@@ -337,7 +337,7 @@ func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	if res, _ := post(); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("Continue: %d, want 303", res.StatusCode)
 	}
-	o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2")
+	o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2")
 	if o.Items[0].SKU != "stormline-insulated-m" || len(o.Charges) != 1 {
 		t.Fatalf("after Continue: %+v, charges %+v", o.Items[0], o.Charges)
 	}
@@ -349,7 +349,7 @@ func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	if res, _ := post(); res.StatusCode < 400 {
 		t.Errorf("repeat: %d, want a refusal", res.StatusCode)
 	}
-	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); len(o.Charges) != 1 {
+	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); len(o.Charges) != 1 {
 		t.Errorf("performed twice: charges %+v", o.Charges)
 	}
 }
@@ -371,7 +371,7 @@ func TestJoinedBrowserDeliveryJSON(t *testing.T) {
 	if res.StatusCode != http.StatusBadRequest || res.Header.Get(webkit.HeaderOperation) != "" {
 		t.Errorf("joined bad date: %d %s", res.StatusCode, body)
 	}
-	if d, _ := s.DB().Delivery(shopdb.DemoAccount, "del_2Wn8"); len(d.Changes) != 0 {
+	if d, _ := s.Sandbox(agentSession.Agent, agentSession.User).Delivery(shopdb.DemoAccount, "del_2Wn8"); len(d.Changes) != 0 {
 		t.Error("changed without approval")
 	}
 }
@@ -395,7 +395,7 @@ func TestJoinedWithoutExtensionGetsExtensionRequired(t *testing.T) {
 	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "extension_required") || res.Header.Get(webkit.HeaderOperation) != "" {
 		t.Fatalf("no extension: %d %s", res.StatusCode, body)
 	}
-	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
 		t.Fatal("performed")
 	}
 }
@@ -422,7 +422,7 @@ func TestSignedInJoinCancelIsAccountOperation(t *testing.T) {
 	if res.StatusCode != http.StatusForbidden || res.Header.Get(webkit.HeaderOperation) != "" {
 		t.Errorf("signed-out joined cancel: %d %q", res.StatusCode, res.Header.Get(webkit.HeaderOperation))
 	}
-	if sub, _ := s.DB().Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
+	if sub, _ := s.Sandbox(agentSession.Agent, agentSession.User).Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
 		t.Error("cancelled without approval")
 	}
 }

@@ -165,14 +165,72 @@ func Day(t time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
+// MaxHistory bounds each list of past changes the database keeps (an
+// item's exchanges, an order's charges, a delivery's date changes): an
+// agent may repeat an action all day, and the oldest entries go first.
+const MaxHistory = 20
+
+// appendBounded appends v to list, keeping at most MaxHistory entries.
+func appendBounded[T any](list []T, v T) []T {
+	list = append(list, v)
+	if n := len(list) - MaxHistory; n > 0 {
+		list = slices.Delete(list, 0, n)
+	}
+	return list
+}
+
+// The catalog is the same in every database and never changes once built,
+// so every database shares one (products and SKUs are returned as copies).
+var (
+	catalogOnce     sync.Once
+	catalogProducts []Product
+	catalogSKUs     map[string]SKU
+)
+
+func catalog() ([]Product, map[string]SKU) {
+	catalogOnce.Do(func() { catalogProducts, catalogSKUs = buildCatalog() })
+	return catalogProducts, catalogSKUs
+}
+
 // New returns the database seeded with the catalog and the demo account,
 // with dates around now.
 func New(now time.Time) *DB {
 	db := &DB{
-		skus:          map[string]SKU{},
 		accounts:      map[string]Account{},
 		subscriptions: map[string]*Subscription{},
 	}
+	db.products, db.skus = catalog()
+	db.accounts[DemoAccount] = Account{ID: DemoAccount, Name: "Jordan Rivera", Email: "jordan@example.com"}
+	today := Day(now)
+	item := func(id, sku string) Item {
+		s := db.skus[sku]
+		return Item{ID: id, SKU: s.ID, Name: s.Name, Price: s.Price}
+	}
+	db.orders = []*Order{
+		{
+			ID: "ord_7Hk2", Account: DemoAccount, PlacedAt: today.AddDate(0, 0, -12).Add(10 * time.Hour), Status: "Delivered",
+			Items: []Item{item("itm_4Qa", "stormline-m"), item("itm_6Rb", "merino-socks-2-pack")},
+		},
+		{
+			ID: "ord_9Lm3", Account: DemoAccount, PlacedAt: today.AddDate(0, 0, -2).Add(15 * time.Hour), Status: "On its way",
+			Items: []Item{item("itm_9Tc", "summit-daypack-22-l"), item("itm_2Vd", "trailhead-boots-10")},
+		},
+	}
+	start := today.AddDate(0, 0, -10)
+	db.subscriptions[DemoAccount] = &Subscription{
+		ID: "sub_5Kd1", Account: DemoAccount, Plan: "Trail Box, monthly", Price: 2900,
+		Status: SubscriptionActive, PeriodStart: start, RenewsOn: start.AddDate(0, 1, 0),
+	}
+	db.deliveries = []*Delivery{{
+		ID: "del_2Wn8", OrderID: "ord_9Lm3", Account: DemoAccount,
+		Date: today.AddDate(0, 0, 4), Window: "8 am to 12 pm",
+		Address: "14 Alder Lane, Portland, OR 97205",
+	}}
+	return db
+}
+
+func buildCatalog() ([]Product, map[string]SKU) {
+	db := &DB{skus: map[string]SKU{}}
 	add := func(p Product, sizes []string, price []Money) {
 		for i, size := range sizes {
 			id := p.Slug
@@ -213,33 +271,7 @@ func New(now time.Time) *DB {
 		Description: "Merino wool with a reinforced heel and toe. Sold as a pack of two pairs.",
 	}, []string{"2 pack"}, []Money{2400})
 
-	db.accounts[DemoAccount] = Account{ID: DemoAccount, Name: "Jordan Rivera", Email: "jordan@example.com"}
-	today := Day(now)
-	item := func(id, sku string) Item {
-		s := db.skus[sku]
-		return Item{ID: id, SKU: s.ID, Name: s.Name, Price: s.Price}
-	}
-	db.orders = []*Order{
-		{
-			ID: "ord_7Hk2", Account: DemoAccount, PlacedAt: today.AddDate(0, 0, -12).Add(10 * time.Hour), Status: "Delivered",
-			Items: []Item{item("itm_4Qa", "stormline-m"), item("itm_6Rb", "merino-socks-2-pack")},
-		},
-		{
-			ID: "ord_9Lm3", Account: DemoAccount, PlacedAt: today.AddDate(0, 0, -2).Add(15 * time.Hour), Status: "On its way",
-			Items: []Item{item("itm_9Tc", "summit-daypack-22-l"), item("itm_2Vd", "trailhead-boots-10")},
-		},
-	}
-	start := today.AddDate(0, 0, -10)
-	db.subscriptions[DemoAccount] = &Subscription{
-		ID: "sub_5Kd1", Account: DemoAccount, Plan: "Trail Box, monthly", Price: 2900,
-		Status: SubscriptionActive, PeriodStart: start, RenewsOn: start.AddDate(0, 1, 0),
-	}
-	db.deliveries = []*Delivery{{
-		ID: "del_2Wn8", OrderID: "ord_9Lm3", Account: DemoAccount,
-		Date: today.AddDate(0, 0, 4), Window: "8 am to 12 pm",
-		Address: "14 Alder Lane, Portland, OR 97205",
-	}}
-	return db
+	return db.products, db.skus
 }
 
 func boolRank(b bool) int {
@@ -430,10 +462,10 @@ func (db *DB) Exchange(account string, plan ExchangePlan, now time.Time) (Exchan
 		return Exchange{}, fmt.Errorf("exchange of %s: %w", plan.ItemID, ErrConflict)
 	}
 	ex := Exchange{OrderID: plan.OrderID, ItemID: plan.ItemID, From: plan.From, To: plan.To, PriceDifference: plan.PriceDifference, At: now}
-	it.Exchanges = append(it.Exchanges, ex)
+	it.Exchanges = appendBounded(it.Exchanges, ex)
 	it.SKU, it.Name, it.Price = plan.To.ID, plan.To.Name, plan.To.Price
 	if plan.PriceDifference != 0 {
-		o.Charges = append(o.Charges, Charge{
+		o.Charges = appendBounded(o.Charges, Charge{
 			Label:  "Exchange of the " + plan.From.Name + " for the " + plan.To.Name,
 			Amount: plan.PriceDifference,
 			At:     now,
@@ -503,6 +535,55 @@ func (db *DB) CancelSubscription(account string, plan CancelPlan, now time.Time)
 	s.Status = SubscriptionCancelled
 	s.CancelledOn = plan.EffectiveDate
 	s.Refund = plan.Refund
+	return *s, nil
+}
+
+// ResubscribePlan is exactly what resubscribing does: a new paid month of
+// the same plan, from today, charged today.
+type ResubscribePlan struct {
+	SubscriptionID string
+	Plan           string
+	Price          Money     // charged today, and each month after
+	StartDate      time.Time // a day: today
+	RenewsOn       time.Time // a day: the next charge
+}
+
+// PlanResubscribe works out resubscribing an account's cancelled
+// subscription today, so that cancelling and resubscribing can be done
+// again and again.
+func (db *DB) PlanResubscribe(account string, now time.Time) (ResubscribePlan, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	s, ok := db.subscriptions[account]
+	if !ok {
+		return ResubscribePlan{}, fmt.Errorf("subscription: %w", ErrNotFound)
+	}
+	if s.Status != SubscriptionCancelled {
+		return ResubscribePlan{}, fmt.Errorf("subscription %s is %s: %w", s.ID, s.Status, ErrInvalid)
+	}
+	return resubscribePlan(s, now), nil
+}
+
+func resubscribePlan(s *Subscription, now time.Time) ResubscribePlan {
+	today := Day(now)
+	return ResubscribePlan{SubscriptionID: s.ID, Plan: s.Plan, Price: s.Price, StartDate: today, RenewsOn: today.AddDate(0, 1, 0)}
+}
+
+// Resubscribe performs plan. ErrConflict when the subscription is no longer
+// cancelled or the plan no longer matches today's terms.
+func (db *DB) Resubscribe(account string, plan ResubscribePlan, now time.Time) (Subscription, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	s, ok := db.subscriptions[account]
+	if !ok || s.ID != plan.SubscriptionID {
+		return Subscription{}, fmt.Errorf("subscription %q: %w", plan.SubscriptionID, ErrNotFound)
+	}
+	if s.Status != SubscriptionCancelled || resubscribePlan(s, now) != plan {
+		return Subscription{}, fmt.Errorf("resubscription of %s: %w", s.ID, ErrConflict)
+	}
+	s.Status = SubscriptionActive
+	s.PeriodStart, s.RenewsOn = plan.StartDate, plan.RenewsOn
+	s.CancelledOn, s.Refund = time.Time{}, 0
 	return *s, nil
 }
 
@@ -586,7 +667,7 @@ func (db *DB) Reschedule(account string, plan ReschedulePlan, now time.Time) (De
 	if !d.Date.Equal(plan.From) {
 		return Delivery{}, fmt.Errorf("delivery %s: %w", d.ID, ErrConflict)
 	}
-	d.Changes = append(d.Changes, DateChange{From: d.Date, To: plan.To, At: now})
+	d.Changes = appendBounded(d.Changes, DateChange{From: d.Date, To: plan.To, At: now})
 	d.Date = plan.To
 	c := *d
 	c.Changes = slices.Clone(d.Changes)

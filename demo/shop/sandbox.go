@@ -1,0 +1,43 @@
+package shop
+
+import (
+	"net/http"
+
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
+)
+
+// Sandboxes: many agents share one running demo, and each must be able to
+// run its flows again and again without meeting another agent's changes.
+// So every agent's User (a Session's sub; the same whether its browser is
+// joined signed in to the demo account or signed out) gets its own copy of
+// the demo data on first visit. Browsers joined to no Session (people
+// trying the shop themselves) share one copy. Copies unused for a day are
+// forgotten, and their number is capped (least recently used first).
+
+// publicSandbox is the key of the copy that browsers joined to no Session
+// share; agentSandbox keys can't collide with it (they hold a newline).
+const publicSandbox = "public"
+
+func agentSandbox(agent, user string) string { return "agent\n" + agent + "\n" + user }
+
+// sandboxKey is the key of the data r sees: its browser's Session's agent
+// and User when it is joined, the shared copy otherwise.
+func (s *Server) sandboxKey(r *http.Request) string {
+	if sess, joined := s.kit.Sessions.SessionOf(r); joined {
+		return agentSandbox(sess.Agent, sess.User)
+	}
+	return publicSandbox
+}
+
+// dbOf is the sandbox r sees and changes.
+func (s *Server) dbOf(r *http.Request) *shopdb.DB {
+	return s.sandboxes.Get(s.sandboxKey(r), s.now())
+}
+
+// reset restores the browser's sandbox to the seeded demo data: the agent
+// User's copy for a joined browser, the shared one otherwise. It is a demo
+// control with no business effect, so it is not gated.
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	s.sandboxes.Reset(s.sandboxKey(r), s.now())
+	http.Redirect(w, r, "/account?reset=1", http.StatusSeeOther)
+}

@@ -1,0 +1,223 @@
+package shop
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/webkittest"
+)
+
+// newHarnessShop is the shop with agents and joined browsers from
+// webkittest: real joins, Session JWTs and the real endpoint, in-process.
+func newHarnessShop(t *testing.T) (*Server, *webkittest.Site, *clock) {
+	t.Helper()
+	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	site := webkittest.New("https://shop.test")
+	site.Clock = c.Now
+	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.AgentClient()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	site.Handler = s.Handler()
+	site.IssueAccessToken = s.IssueAccessToken // the demo's own authorization server
+	return s, site, c
+}
+
+func joinAs(t *testing.T, sess *webkittest.Session) *webkittest.Browser {
+	t.Helper()
+	b, err := sess.Join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// perform runs one gated action through its whole flow: the browser's
+// request waits (403 with a ref), the agent approves as the user, and the
+// browser's Continue performs it.
+func perform(t *testing.T, sess *webkittest.Session, b *webkittest.Browser, res *webkittest.Response) *webkittest.Response {
+	t.Helper()
+	if res.Err != nil || res.StatusCode != 403 || res.Ref == "" {
+		t.Fatalf("the gated request: %d %v, ref %q: %s", res.StatusCode, res.Err, res.Ref, res.Body)
+	}
+	if ans := sess.Approve(res.Ref); ans.StatusCode != 204 {
+		t.Fatalf("approval: %d %s", ans.StatusCode, ans.Body)
+	}
+	again := b.Again()
+	if again.Err != nil || again.StatusCode >= 400 {
+		t.Fatalf("Continue: %d %v: %s", again.StatusCode, again.Err, again.Body)
+	}
+	if look := sess.Lookup(res.Ref); look.Status != "performed" {
+		t.Fatalf("after Continue: %d %s", look.StatusCode, look.Body)
+	}
+	return again
+}
+
+func exchangeTo(b *webkittest.Browser, sku string) *webkittest.Response {
+	return b.PostForm("/orders/ord_7Hk2/items/itm_4Qa/exchange", url.Values{"replacement_sku": {sku}})
+}
+
+// TestSandboxPerAgentUser: each agent's User has its own copy of the demo
+// data; its signed-in and signed-out Sessions share it; browsers with no
+// agent see neither.
+func TestSandboxPerAgentUser(t *testing.T) {
+	t.Parallel()
+	s, site, _ := newHarnessShop(t)
+	a, b := site.NewAgent(), site.NewAgent()
+	sa, sb := a.Session("usr_1"), b.Session("usr_1") // the same sub at two agents
+	ba, bb := joinAs(t, sa), joinAs(t, sb)
+
+	perform(t, sa, ba, exchangeTo(ba, "stormline-insulated-m"))
+	item := func(db *shopdb.DB) string {
+		o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2")
+		return o.Items[0].SKU
+	}
+	if got := item(s.Sandbox(a.ClientID(), "usr_1")); got != "stormline-insulated-m" {
+		t.Fatalf("agent A's sandbox: %s", got)
+	}
+	for name, db := range map[string]*shopdb.DB{"agent B's": s.Sandbox(b.ClientID(), "usr_1"), "another User's": s.Sandbox(a.ClientID(), "usr_2"), "the shared": s.DB()} {
+		if got := item(db); got != "stormline-m" {
+			t.Errorf("%s sandbox sees agent A's exchange: %s", name, got)
+		}
+	}
+	// Agent B's browser's page shows B's data, and B can make the same
+	// exchange: it was not used up by A.
+	if page := bb.Get("/orders/ord_7Hk2"); !strings.Contains(string(page.Body), "Stormline Jacket (M)") || strings.Contains(string(page.Body), "Exchanged from") {
+		t.Error("agent B's order page shows agent A's exchange")
+	}
+	perform(t, sb, bb, exchangeTo(bb, "stormline-insulated-m"))
+
+	// A signed-in Session of agent A's User sees the same sandbox.
+	in := a.SignedInSession("usr_1", shopdb.DemoAccount)
+	bin := joinAs(t, in)
+	if page := bin.Get("/orders/ord_7Hk2"); !strings.Contains(string(page.Body), "Exchanged from the Stormline Jacket (M)") {
+		t.Error("the signed-in Session of the same User doesn't see its sandbox")
+	}
+	if n := s.Sandboxes(); n != 4 {
+		t.Errorf("%d sandboxes, want 4 (A/usr_1, B/usr_1, A/usr_2, shared)", n)
+	}
+}
+
+// TestEveryActionAgainAndAgain: an agent under development never runs
+// out: exchange back and forth, cancel then resubscribe, move the delivery
+// and back, each many times, every time performed once.
+func TestEveryActionAgainAndAgain(t *testing.T) {
+	t.Parallel()
+	s, site, c := newHarnessShop(t)
+	agent := site.NewAgent()
+	out := agent.Session("usr_1")
+	in := agent.SignedInSession("usr_1", shopdb.DemoAccount)
+	bo, bi := joinAs(t, out), joinAs(t, in)
+	db := s.Sandbox(agent.ClientID(), "usr_1")
+	today := shopdb.Day(c.Now())
+	const rounds = 12 // past MaxHistory/2, so the history's bound is met too
+	for i := range rounds {
+		perform(t, out, bo, exchangeTo(bo, "stormline-insulated-m"))
+		perform(t, out, bo, exchangeTo(bo, "stormline-m"))
+
+		perform(t, in, bi, bi.PostForm("/account/subscription/cancel", nil))
+		if sub, _ := db.Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionCancelled {
+			t.Fatalf("round %d: cancel left %s", i, sub.Status)
+		}
+		perform(t, in, bi, bi.PostForm("/account/subscription/resubscribe", nil))
+		if sub, _ := db.Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
+			t.Fatalf("round %d: resubscribe left %s", i, sub.Status)
+		}
+
+		d0, _ := db.Delivery(shopdb.DemoAccount, "del_2Wn8")
+		next := today.AddDate(0, 0, 5+i%10)
+		if next.Equal(d0.Date) {
+			next = next.AddDate(0, 0, 1)
+		}
+		perform(t, out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+next.Format(dateLayout)+`"}`))
+		perform(t, out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+d0.Date.Format(dateLayout)+`"}`))
+	}
+	o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2")
+	if o.Items[0].SKU != "stormline-m" || len(o.Items[0].Exchanges) != shopdb.MaxHistory || len(o.Charges) != shopdb.MaxHistory {
+		t.Errorf("after %d exchanges each way: %s, %d exchanges and %d charges kept, want %d each", rounds, o.Items[0].SKU, len(o.Items[0].Exchanges), len(o.Charges), shopdb.MaxHistory)
+	}
+	var net shopdb.Money
+	for _, ch := range o.Charges {
+		net += ch.Amount
+	}
+	if net != 0 {
+		t.Errorf("back and forth should net to $0.00 over the kept charges, got %s", net)
+	}
+}
+
+// TestResetSandbox: the reset control restores the browser's own sandbox
+// and no other.
+func TestResetSandbox(t *testing.T) {
+	t.Parallel()
+	s, site, _ := newHarnessShop(t)
+	a, b := site.NewAgent(), site.NewAgent()
+	sa, sb := a.Session("usr_1"), b.Session("usr_1")
+	ba, bb := joinAs(t, sa), joinAs(t, sb)
+	perform(t, sa, ba, exchangeTo(ba, "stormline-insulated-m"))
+	perform(t, sb, bb, exchangeTo(bb, "stormline-insulated-l"))
+
+	page := ba.Get("/account")
+	if !strings.Contains(string(page.Body), `action="/demo/reset"`) || !strings.Contains(string(page.Body), "your agent's own copy") {
+		t.Fatal("the account page has no reset control for the agent's sandbox")
+	}
+	res := ba.PostForm(PathReset, nil)
+	if res.StatusCode != 303 || res.Header.Get("Location") != "/account?reset=1" || res.Header.Get(webkit.HeaderOperation) != "" {
+		t.Fatalf("reset: %d to %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	if page := ba.Get("/account?reset=1"); !strings.Contains(string(page.Body), "back as it was") {
+		t.Error("no word that the reset was done")
+	}
+	sku := func(agent string) string {
+		o, _ := s.Sandbox(agent, "usr_1").Order(shopdb.DemoAccount, "ord_7Hk2")
+		return o.Items[0].SKU
+	}
+	if got := sku(a.ClientID()); got != "stormline-m" {
+		t.Errorf("agent A after its reset: %s", got)
+	}
+	if got := sku(b.ClientID()); got != "stormline-insulated-l" {
+		t.Errorf("agent A's reset changed agent B's sandbox: %s", got)
+	}
+	// And the flow works again from the seeded data.
+	perform(t, sa, ba, exchangeTo(ba, "stormline-insulated-m"))
+
+	// A browser with no agent resets the shared copy.
+	people := site.Browser()
+	if res := people.PostForm("/orders/ord_7Hk2/items/itm_4Qa/exchange", url.Values{"replacement_sku": {"stormline-l"}}); res.StatusCode != 303 {
+		t.Fatalf("a person's exchange: %d", res.StatusCode)
+	}
+	people.PostForm(PathReset, nil)
+	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+		t.Errorf("the shared copy after its reset: %s", o.Items[0].SKU)
+	}
+}
+
+// TestSandboxesForgottenAndBounded: a sandbox unused for a day comes back
+// seeded; the shop keeps at most MaxSandboxes.
+func TestSandboxesForgottenAndBounded(t *testing.T) {
+	t.Parallel()
+	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, Logger: quiet, MaxSandboxes: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := s.Sandbox("https://agent.example/a", "usr_1")
+	plan, _ := db.PlanExchange(shopdb.DemoAccount, "ord_7Hk2", "itm_4Qa", "stormline-l")
+	if _, err := db.Exchange(shopdb.DemoAccount, plan, c.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		s.Sandbox("https://agent.example/a", fmt.Sprint("usr_x", i))
+		if n := s.Sandboxes(); n > 3 {
+			t.Fatalf("%d sandboxes kept, cap 3", n)
+		}
+	}
+	// usr_1's was the least recently used: dropped, and seeded again.
+	if o, _ := s.Sandbox("https://agent.example/a", "usr_1").Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+		t.Errorf("an evicted sandbox came back as %s", o.Items[0].SKU)
+	}
+}

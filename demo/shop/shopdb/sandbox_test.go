@@ -1,0 +1,116 @@
+package shopdb
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// exchanged changes key's sandbox, so a fresh one is told apart.
+func exchanged(t *testing.T, db *DB, now time.Time) {
+	t.Helper()
+	plan, err := db.PlanExchange(DemoAccount, "ord_7Hk2", "itm_4Qa", "stormline-l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exchange(DemoAccount, plan, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isSeeded(db *DB) bool {
+	o, _ := db.Order(DemoAccount, "ord_7Hk2")
+	return o.Items[0].SKU == "stormline-m"
+}
+
+func TestSandboxes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	t.Run("own copy per key", func(t *testing.T) {
+		var s Sandboxes
+		exchanged(t, s.Get("a", now), now)
+		if !isSeeded(s.Get("b", now)) {
+			t.Error("b sees a's change")
+		}
+		if isSeeded(s.Get("a", now)) {
+			t.Error("a lost its change")
+		}
+	})
+	t.Run("forgotten after a day without use, kept while used", func(t *testing.T) {
+		s := Sandboxes{Idle: 24 * time.Hour}
+		exchanged(t, s.Get("busy", now), now)
+		exchanged(t, s.Get("idle", now), now)
+		for h := 1; h <= 30; h++ {
+			s.Get("busy", now.Add(time.Duration(h)*time.Hour))
+		}
+		if s.Len() != 1 {
+			t.Errorf("%d sandboxes after the idle one expired, want 1", s.Len())
+		}
+		if isSeeded(s.Get("busy", now.Add(30*time.Hour))) {
+			t.Error("a sandbox in use was forgotten")
+		}
+		if !isSeeded(s.Get("idle", now.Add(30*time.Hour))) {
+			t.Error("an idle sandbox was kept past a day")
+		}
+	})
+	t.Run("at most Max, least recently used first", func(t *testing.T) {
+		s := Sandboxes{Max: 3}
+		for i := range 100 {
+			s.Get(fmt.Sprint("k", i), now)
+			s.Get("k0", now) // k0 stays the most recently used
+			if s.Len() > 3 {
+				t.Fatalf("%d sandboxes, max 3", s.Len())
+			}
+		}
+		exchanged(t, s.Get("k0", now), now)
+		s.Get("new", now)
+		if isSeeded(s.Get("k0", now)) {
+			t.Error("the most recently used sandbox was evicted")
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		var s Sandboxes
+		exchanged(t, s.Get("a", now), now)
+		exchanged(t, s.Get("b", now), now)
+		if !isSeeded(s.Reset("a", now)) || !isSeeded(s.Get("a", now)) {
+			t.Error("a is not seeded after its reset")
+		}
+		if isSeeded(s.Get("b", now)) {
+			t.Error("a's reset reset b")
+		}
+	})
+}
+
+// TestHistoryBounded: repeating an action all day keeps at most MaxHistory
+// entries of its history.
+func TestHistoryBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	db := New(now)
+	for i := range 3 * MaxHistory {
+		to := []string{"stormline-insulated-m", "stormline-m"}[i%2]
+		plan, err := db.PlanExchange(DemoAccount, "ord_7Hk2", "itm_4Qa", to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exchange(DemoAccount, plan, now); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := db.Delivery(DemoAccount, "del_2Wn8")
+		rp, err := db.PlanReschedule(DemoAccount, d.ID, d.Date.AddDate(0, 0, 1-2*(i%2)), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Reschedule(DemoAccount, rp, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, _ := db.Order(DemoAccount, "ord_7Hk2")
+	d, _ := db.Delivery(DemoAccount, "del_2Wn8")
+	if len(o.Items[0].Exchanges) != MaxHistory || len(o.Charges) != MaxHistory || len(d.Changes) != MaxHistory {
+		t.Errorf("kept %d exchanges, %d charges, %d date changes; want %d each", len(o.Items[0].Exchanges), len(o.Charges), len(d.Changes), MaxHistory)
+	}
+	if last := o.Items[0].Exchanges[MaxHistory-1]; last.To.ID != "stormline-m" {
+		t.Errorf("the newest exchange is not the last kept: %+v", last.To.ID)
+	}
+}
