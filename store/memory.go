@@ -2,8 +2,10 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"time"
@@ -14,11 +16,18 @@ import (
 // critical section under one mutex, which is what makes Take claim at most
 // once (§7 W135).
 //
-// Memory follows the caller's clock only: records are forgotten, and swept
-// away, by the now each call passes, never by time.Now. Nothing grows with
-// expired records: a sweep runs on the calls themselves, at most once a
-// minute of the caller's clock or when the store has doubled since the last
-// one, so its cost is amortised, and no goroutine is ever started.
+// Memory follows the caller's clock only: records are forgotten by the now
+// each call passes, never by time.Now, and no goroutine is ever started.
+// Nothing grows with expired records, and no call holds the lock for long
+// (DESIGN "Bounded work"): every record sits in an expiry heap, and each
+// call drops at most memSweepBudget expired records, O(log n) each; a map
+// that has shrunk to an eighth of its peak is rebuilt a few hundred entries
+// per call, because a Go map never gives back the memory of deleted
+// entries. After a mass expiry the heap returns to about an empty store's.
+//
+// Memory keeps its records in the process: a restart forgets every
+// approval, and every claim with it, which can lose an approval but never
+// perform one twice (DESIGN "Durability").
 type Memory struct {
 	// Retention is how long a performed operation is remembered at least,
 	// beyond its approved revision's expires_at, and how long a performing
@@ -26,26 +35,33 @@ type Memory struct {
 	// Zero means DefaultRetention. Set it before the first call.
 	Retention time.Duration
 
-	mu      sync.Mutex
-	ops     map[memKey]*memOperation // (slot, operation_id)
-	actions map[memKey]*memAction    // (slot, ActionDigest(account, key))
-	once    map[string]time.Time     // UseOnce key → until
-
-	nextSweep time.Time
-	sweptLen  int // Len after the last sweep
+	mu         sync.Mutex
+	ops        shrinkMap[memKey, *memOperation] // (slot, operation_id)
+	actions    shrinkMap[memKey, *memAction]    // (slot, ActionDigest(account, key))
+	once       shrinkMap[string, *memTimer]     // UseOnce key → until
+	claims     shrinkMap[string, *memClaim]     // claim token → its claim
+	performing map[memKey]struct{}              // operations performing, for Performing
+	expiry     memHeap                          // every record, by when it is forgotten
+	seq        uint64                           // order of recorded approvals (W95)
 }
 
 // NewMemory returns an empty Memory with DefaultRetention.
 func NewMemory() *Memory { return &Memory{} }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store      = (*Memory)(nil)
+	_ Reconciler = (*Memory)(nil)
+)
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client
 // asking for ever new terms cannot grow one operation without bound.
 const memMaxRevisions = 32
 
-// memSweepEvery is how often, in the caller's time, the whole store is swept.
-const memSweepEvery = time.Minute
+// memSweepBudget is how many expired records one call drops at most. Each
+// costs O(log n), so a call's share is a fraction of a millisecond even at a
+// million records; each call adds at most a few records, so sweeping keeps
+// up with any rate of calls.
+const memSweepBudget = 256
 
 type memKey struct{ slot, id string }
 
@@ -65,9 +81,17 @@ type memOperation struct {
 	revisions map[string]*memRevision // every revision kept
 	order     []string                // revisions, oldest issued first
 	approvals []Approval              // recorded approvals, first recorded first (W81)
-	token     string                  // the claim's token while performing
-	claimed   string                  // the revision the claim is performing
-	keepUntil time.Time               // forgotten after this instant
+	timer     memTimer                // forgotten after timer.until
+
+	// While performing: the claim's token, the revision it performs, the
+	// claimed approval's place among the action's live approvals (to put it
+	// back on Release), when it was claimed, and whether an Unknown outcome
+	// was reported.
+	token     string
+	claimed   string
+	claimSeq  uint64
+	claimedAt time.Time
+	unknown   bool
 }
 
 type memRevision struct {
@@ -83,7 +107,18 @@ type memAction struct {
 	live    []memLive
 }
 
-type memLive struct{ op, revision string }
+type memLive struct {
+	op, revision string
+	seq          uint64 // when it was recorded, store-wide order
+}
+
+// memClaim is what a claim token names: the claimed operation, or a
+// released token (W144).
+type memClaim struct {
+	timer    memTimer
+	op       memKey
+	released bool
+}
 
 func (m *Memory) retention() time.Duration {
 	if m.Retention > 0 {
@@ -93,64 +128,77 @@ func (m *Memory) retention() time.Duration {
 }
 
 // lock takes the mutex, failing as every Store does when ctx is already
-// done, and sweeps when a sweep is due.
+// done, and drops a bounded batch of expired records.
 func (m *Memory) lock(ctx context.Context, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: memory: %w", err)
 	}
 	m.mu.Lock()
-	if m.ops == nil {
-		m.ops = make(map[memKey]*memOperation)
-		m.actions = make(map[memKey]*memAction)
-		m.once = make(map[string]time.Time)
-	}
-	if !now.Before(m.nextSweep) || m.lenLocked() > 2*m.sweptLen+1024 {
-		m.sweep(now)
-	}
+	m.sweep(now)
 	return nil
 }
 
-// Len reports how many records the store holds (operations, actions and
-// single-use marks), so tests can show that nothing grows without bound.
+// Len reports how many records the store holds (operations, actions,
+// single-use marks and claim tokens), so tests can show that nothing grows
+// without bound.
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lenLocked()
+	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len()
 }
 
-func (m *Memory) lenLocked() int { return len(m.ops) + len(m.actions) + len(m.once) }
-
-// sweep drops every record the caller's now has made forgettable.
+// sweep drops up to memSweepBudget records the caller's now has made
+// forgettable, earliest first, and moves shrinking maps along.
 func (m *Memory) sweep(now time.Time) {
-	for k, op := range m.ops {
-		if now.After(op.keepUntil) {
-			delete(m.ops, k)
+	for range memSweepBudget {
+		t := m.expiry.popExpired(now)
+		if t == nil {
+			break
+		}
+		switch t.kind {
+		case memKindOp:
+			m.dropOp(t.key, now)
+		case memKindOnce:
+			m.once.del(t.key.slot)
+		case memKindClaim:
+			m.claims.del(t.key.slot)
 		}
 	}
-	for k, a := range m.actions {
-		m.pruneLive(k.slot, a, now)
-		if a.current != "" && m.ops[memKey{k.slot, a.current}] == nil {
-			a.current = ""
-		}
-		if a.current == "" && len(a.live) == 0 {
-			delete(m.actions, k)
-		}
+	m.ops.step(memShrinkStep)
+	m.actions.step(memShrinkStep)
+	m.once.step(memShrinkStep)
+	m.claims.step(memShrinkStep)
+	m.expiry.compact()
+}
+
+// dropOp forgets an operation, and its action once nothing of the action
+// is left.
+func (m *Memory) dropOp(k memKey, now time.Time) {
+	op, ok := m.ops.get(k)
+	if !ok {
+		return
 	}
-	for k, until := range m.once {
-		if now.After(until) {
-			delete(m.once, k)
-		}
+	m.ops.del(k)
+	delete(m.performing, k)
+	a, ok := m.actions.get(op.action)
+	if !ok {
+		return
 	}
-	m.nextSweep = now.Add(memSweepEvery)
-	m.sweptLen = m.lenLocked()
+	if a.current == k.id {
+		a.current = ""
+	}
+	m.pruneLive(op.action.slot, a, now)
+	if a.current == "" && len(a.live) == 0 {
+		m.actions.del(op.action)
+	}
 }
 
 // op returns the operation, or nil when it is unknown or forgotten: a
-// record past its keepUntil is gone whether or not a sweep has run yet, so
+// record past its keep-until is gone whether or not a sweep has run yet, so
 // answers never depend on when sweeps happen.
 func (m *Memory) op(slot, id string, now time.Time) *memOperation {
-	op := m.ops[memKey{slot, id}]
-	if op == nil || now.After(op.keepUntil) {
+	op, _ := m.ops.get(memKey{slot, id})
+	if op == nil || now.After(op.timer.until) {
 		return nil
 	}
 	return op
@@ -169,6 +217,9 @@ func (m *Memory) pruneLive(slot string, a *memAction, now time.Time) {
 	})
 }
 
+// keep makes op remembered at least until the given instant.
+func (m *Memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.timer, until) }
+
 func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return Issued{}, err
@@ -182,16 +233,19 @@ func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time
 func (m *Memory) issue(owner Owner, action Action, now time.Time) Issued {
 	slot := Slot(owner.Agent, owner.User)
 	ak := memKey{slot, ActionDigest(owner.Account, action.Key)}
-	a := m.actions[ak]
+	a, _ := m.actions.get(ak)
 	if a == nil {
 		a = &memAction{}
-		m.actions[ak] = a
+		m.actions.put(ak, a)
 	}
 	op := m.op(slot, a.current, now)
 	if op == nil || op.state != memOpen { // W141: performing or performed → new operation
 		a.current = NewOperationID()
+		k := memKey{slot, a.current}
 		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision)}
-		m.ops[memKey{slot, a.current}] = op
+		op.timer = memTimer{until: now, kind: memKindOp, key: k}
+		m.ops.put(k, op)
+		m.expiry.add(&op.timer)
 	}
 	if cur := op.revisions[op.current]; cur != nil && reusable(cur, action, now) {
 		return Issued{Operation: cur.op, Ref: MakeRef(cur.op.ID, cur.op.Revision)}
@@ -211,7 +265,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) Issued {
 		ExpiresAt: expiresAt,
 	}}
 	op.add(r)
-	op.keep(expiresAt)
+	m.keep(op, expiresAt)
 	return Issued{Operation: r.op, Ref: MakeRef(r.op.ID, r.op.Revision)}
 }
 
@@ -247,21 +301,32 @@ func (op *memOperation) add(r *memRevision) {
 	}
 }
 
-func (op *memOperation) keep(until time.Time) {
-	if until.After(op.keepUntil) {
-		op.keepUntil = until
-	}
-}
-
 func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return TakeResult{}, err
 	}
 	defer m.mu.Unlock()
 	slot := Slot(owner.Agent, owner.User)
+	token := action.ClaimToken
+	if token != "" {
+		// A Take repeated with its token (a lost reply) gets its own claim
+		// again, and one after Release claims nothing (W144).
+		if c, ok := m.claims.get(token); ok && !now.After(c.timer.until) {
+			if c.released {
+				return TakeResult{}, ErrClaimReleased
+			}
+			op := m.op(c.op.slot, c.op.id, now)
+			if c.op.slot != slot || op == nil || op.state != memPerforming || op.token != token {
+				return TakeResult{}, ErrClaimLost
+			}
+			return TakeResult{Claim: m.claimOf(op)}, nil
+		}
+	} else {
+		token = NewToken()
+	}
 	// The action's approvals are filed under the owner's account as well, so
 	// no other account's or signed-out approval is ever found (W104).
-	a := m.actions[memKey{slot, ActionDigest(owner.Account, action.Key)}]
+	a, _ := m.actions.get(memKey{slot, ActionDigest(owner.Account, action.Key)})
 	busy := false
 	if a != nil {
 		m.pruneLive(slot, a, now) // W103: expired and performed ones go
@@ -279,18 +344,22 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			a.live = slices.Delete(a.live, i, i+1)
 			r.used = true
 			op.state = memPerforming
-			op.token, op.claimed = NewToken(), l.revision
-			op.keep(now.Add(m.retention())) // W138
-			var used Approval
+			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, now, false
+			m.keep(op, now.Add(m.retention())) // W138
 			for j := range op.approvals {
 				ap := &op.approvals[j]
 				if ap.Revision == l.revision && ap.UsedAt.IsZero() {
 					ap.UsedAt = now
-					used = *ap
 					break
 				}
 			}
-			return TakeResult{Claim: &Claim{Owner: op.owner, Operation: r.op, Approval: used, Token: op.token}}, nil
+			k := memKey{slot, l.op}
+			if m.performing == nil {
+				m.performing = make(map[memKey]struct{})
+			}
+			m.performing[k] = struct{}{}
+			m.setClaim(token, &memClaim{op: k}, now)
+			return TakeResult{Claim: m.claimOf(op)}, nil
 		}
 	}
 	if busy {
@@ -300,6 +369,27 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 	}
 	is := m.issue(owner, action, now) // W99
 	return TakeResult{Issued: &is}, nil
+}
+
+// setClaim files c under token until now+ClaimTokenTTL.
+func (m *Memory) setClaim(token string, c *memClaim, now time.Time) {
+	if old, ok := m.claims.get(token); ok {
+		m.expiry.remove(&old.timer)
+	}
+	c.timer = memTimer{until: now.Add(ClaimTokenTTL), kind: memKindClaim, key: memKey{slot: token}}
+	m.claims.put(token, c)
+	m.expiry.add(&c.timer)
+}
+
+// claimOf is the claim op's current claim makes.
+func (m *Memory) claimOf(op *memOperation) *Claim {
+	var used Approval
+	for _, ap := range op.approvals {
+		if ap.Revision == op.claimed && !ap.UsedAt.IsZero() {
+			used = ap
+		}
+	}
+	return &Claim{Owner: op.owner, Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
 }
 
 func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error {
@@ -315,21 +405,29 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 	if op == nil || op.state != memPerforming || claim.Token == "" || op.token != claim.Token {
 		return ErrClaimLost
 	}
+	m.end(memKey{slot, claim.Operation.ID}, op, outcome, now)
+	return nil
+}
+
+// end ends op's claim with outcome (Finish, Resolve).
+func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time) {
 	switch outcome {
 	case Done:
 		// W137: remembered until the approved revision's expires_at, and for
 		// Retention at least.
 		op.state, op.token = memPerformed, ""
 		if r := op.revisions[op.claimed]; r != nil {
-			op.keep(r.op.ExpiresAt)
+			m.keep(op, r.op.ExpiresAt)
 		}
-		op.keep(now.Add(m.retention()))
-		if a := m.actions[op.action]; a != nil {
-			m.pruneLive(slot, a, now) // W37: its other approvals are never taken
+		m.keep(op, now.Add(m.retention()))
+		if a, _ := m.actions.get(op.action); a != nil {
+			m.pruneLive(k.slot, a, now) // W37: its other approvals are never taken
 		}
+		delete(m.performing, k)
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
+		delete(m.performing, k)
 		// W90, W122: the used-up revision can't be approved again, so the
 		// operation offers the same terms under a fresh revision, with the
 		// same expires_at: Lookup then names a revision an approval can
@@ -341,10 +439,60 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 		}
 	case Unknown:
 		// W142, W138: still performing, and kept while it is; the claim
-		// stays held so that the outcome can be reported once known.
-		op.keep(now.Add(m.retention()))
+		// stays held so that the outcome can be reported once known, but it
+		// can no longer be released: the action may have taken effect.
+		op.unknown = true
+		m.keep(op, now.Add(m.retention()))
 	}
-	return nil
+}
+
+func (m *Memory) Release(ctx context.Context, owner Owner, token string, now time.Time) (bool, error) {
+	if err := m.lock(ctx, now); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	if token == "" {
+		return false, nil
+	}
+	slot := Slot(owner.Agent, owner.User)
+	c, ok := m.claims.get(token)
+	if !ok || now.After(c.timer.until) {
+		// Take hasn't run (or its token was forgotten): a Take that runs
+		// later with this token claims nothing.
+		m.setClaim(token, &memClaim{released: true}, now)
+		return false, nil
+	}
+	if c.released || c.op.slot != slot {
+		return false, nil
+	}
+	c.released = true
+	op := m.op(c.op.slot, c.op.id, now)
+	if op == nil || op.state != memPerforming || op.token != token || op.unknown {
+		return false, nil // finished, or its outcome may be known: leave it
+	}
+	// W144: the operation waits again and the approval applies again, in
+	// its first-recorded place (W95).
+	op.state, op.token, op.unknown = memOpen, "", false
+	delete(m.performing, c.op)
+	if r := op.revisions[op.claimed]; r != nil {
+		r.used = false
+	}
+	for j := range op.approvals {
+		ap := &op.approvals[j]
+		if ap.Revision == op.claimed && !ap.UsedAt.IsZero() {
+			ap.UsedAt = time.Time{}
+			break
+		}
+	}
+	a, _ := m.actions.get(op.action)
+	if a == nil {
+		a = &memAction{}
+		m.actions.put(op.action, a)
+	}
+	l := memLive{op: c.op.id, revision: op.claimed, seq: op.claimSeq}
+	i, _ := slices.BinarySearchFunc(a.live, l.seq, func(x memLive, seq uint64) int { return cmp.Compare(x.seq, seq) })
+	a.live = slices.Insert(a.live, i, l)
+	return true, nil
 }
 
 func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (Record, bool, error) {
@@ -364,7 +512,7 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		rec.Status = Performing // W107
 	case op.state == memPerformed:
 		rec.Status = Performed // W108, W109
-	case m.approved(slot, id, op, now):
+	case m.approved(id, op, now):
 		rec.Status = Approved // W106
 	default:
 		rec.Expired = now.After(cur.ExpiresAt) // W75
@@ -374,8 +522,8 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 
 // approved says whether op has a recorded approval that is neither used up
 // nor expired.
-func (m *Memory) approved(slot, id string, op *memOperation, now time.Time) bool {
-	a := m.actions[op.action]
+func (m *Memory) approved(id string, op *memOperation, now time.Time) bool {
+	a, _ := m.actions.get(op.action)
 	if a == nil {
 		return false
 	}
@@ -444,13 +592,14 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	r.approved = true
 	approval.OperationID, approval.RecordedAt, approval.UsedAt = id, now, time.Time{}
 	op.approvals = append(op.approvals, approval)
-	op.keep(r.op.ExpiresAt) // W102
-	a := m.actions[op.action]
+	m.keep(op, r.op.ExpiresAt) // W102
+	a, _ := m.actions.get(op.action)
 	if a == nil {
 		a = &memAction{}
-		m.actions[op.action] = a
+		m.actions.put(op.action, a)
 	}
-	a.live = append(a.live, memLive{op: id, revision: r.op.Revision})
+	m.seq++
+	a.live = append(a.live, memLive{op: id, revision: r.op.Revision, seq: m.seq})
 	return RecordReply{Result: Recorded, Operation: r.op}, nil
 }
 
@@ -475,9 +624,58 @@ func (m *Memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 		return false, err
 	}
 	defer m.mu.Unlock()
-	if prev, ok := m.once[key]; ok && !now.After(prev) {
-		return false, nil
+	if prev, ok := m.once.get(key); ok {
+		if !now.After(prev.until) {
+			return false, nil
+		}
+		m.expiry.remove(prev)
 	}
-	m.once[key] = until
+	t := &memTimer{until: until, kind: memKindOnce, key: memKey{slot: key}}
+	m.once.put(key, t)
+	m.expiry.add(t)
 	return true, nil
+}
+
+// Performing implements Reconciler. The store holds an index of performing
+// operations, so it reads only them, and yields outside its lock.
+func (m *Memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error] {
+	return func(yield func(Stuck, error) bool) {
+		if err := m.lock(ctx, now); err != nil {
+			yield(Stuck{}, err)
+			return
+		}
+		var out []Stuck
+		for k := range m.performing {
+			op := m.op(k.slot, k.id, now)
+			if op == nil || op.state != memPerforming || !op.claimedAt.Before(claimedBefore) {
+				continue
+			}
+			c := m.claimOf(op)
+			out = append(out, Stuck{Owner: op.owner, Operation: c.Operation, Approval: c.Approval, ClaimedAt: op.claimedAt, Unknown: op.unknown})
+		}
+		m.mu.Unlock()
+		for _, s := range out {
+			if !yield(s, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Resolve implements Reconciler.
+func (m *Memory) Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error {
+	if outcome != Done && outcome != NotDone {
+		return fmt.Errorf("store: memory: resolve: outcome must be performed or not performed, not %v", outcome)
+	}
+	if err := m.lock(ctx, now); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	slot := Slot(owner.Agent, owner.User)
+	op := m.op(slot, operationID, now)
+	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
+		return ErrNotPerforming
+	}
+	m.end(memKey{slot, operationID}, op, outcome, now)
+	return nil
 }

@@ -16,6 +16,19 @@
 //   - [Store.Record]: make checks 1–3 of §6 and record an approval.
 //   - [Store.Finish]: end a claim as performed, not performed, or unknown.
 //   - [Store.UseOnce]: a single-use marker (a JWT's jti) with an expiry.
+//   - [Store.Release]: undo a claim whose action never started (W144).
+//
+// Every store also implements [Reconciler], for a job or an admin page that
+// settles outcomes nobody reported ([Reconciler.Performing],
+// [Reconciler.Resolve]).
+//
+// Claims are never stranded (W144): the caller chooses the claim's token
+// (Action.ClaimToken) before Take, so that even when Take's reply is lost
+// (a timeout, a dropped connection, a store that ran the step after the
+// caller gave up) the caller can Release what Take may have claimed, and
+// a Take that arrives after its Release claims nothing. A Take repeated
+// with the same token returns the same claim, so a client that retries a
+// lost reply never claims twice.
 //
 // Time always comes from the caller (an injectable clock), never from the
 // server, so that every web server judges expiry the same way and tests can
@@ -67,6 +80,7 @@ package store
 import (
 	"context"
 	"errors"
+	"iter"
 	"time"
 )
 
@@ -98,6 +112,12 @@ type Action struct {
 	// ExpiresAt, when not zero, fixes the revision's expires_at instead of
 	// Lifetime; a different ExpiresAt is a new revision (W25).
 	ExpiresAt time.Time
+	// ClaimToken is the token a claim Take makes will carry
+	// (Claim.Token), chosen by the caller so that it can Release the claim
+	// even when Take's reply is lost (W144). "" lets Take choose one (and
+	// the claim can then only be released through its Claim). Use
+	// NewToken.
+	ClaimToken string
 }
 
 // Operation is one revision of an operation (§3): what the endpoint returns.
@@ -301,6 +321,16 @@ type Store interface {
 	// Session of owner, and records it when they pass, first recorded first.
 	Record(ctx context.Context, owner Owner, ref string, approval Approval, now time.Time, opts RecordOptions) (RecordReply, error)
 
+	// Release undoes the claim held by token for owner, if it was never
+	// finished (not even as Unknown): the operation waits again and its
+	// approval is no longer used up, so it applies to the next request
+	// (W144). released reports whether a claim was undone. It is
+	// idempotent, and a Take with a released token that arrives later
+	// claims nothing (ErrClaimReleased). Call it when the action did not
+	// start: Take's reply was lost or too late, durability wasn't
+	// confirmed, or the handler was never called.
+	Release(ctx context.Context, owner Owner, token string, now time.Time) (released bool, err error)
+
 	// UseOnce marks key as used until the given time. It reports whether
 	// this was the first use; a key already marked and not expired is not.
 	// The endpoint uses it for each JWT's jti (replay window).
@@ -308,8 +338,59 @@ type Store interface {
 }
 
 // ErrClaimLost is returned by Finish for a claim that is no longer the
-// operation's.
+// operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
+
+// ErrClaimReleased is returned by Take for a token that was released: the
+// caller gave up on that request, and nothing is claimed for it.
+var ErrClaimReleased = errors.New("store: claim token was released")
+
+// ErrNotDurable is returned (wrapped) by Take when a store could not
+// confirm in time that its claim is durable (on disk, or on enough
+// replicas). The claim has been released: nothing may be performed, and
+// the request is answered 503 with Retry-After, as for a store that is down.
+var ErrNotDurable = errors.New("store: claim not confirmed durable")
+
+// ErrNotPerforming is returned by Resolve for an operation that is not
+// performing (unknown, forgotten, or settled already).
+var ErrNotPerforming = errors.New("store: operation is not performing")
+
+// ClaimTokenTTL is how long a store remembers a claim token (to answer a
+// repeated Take, or to refuse one after Release). A Release later than this
+// after its Take is too late, and the operation is left for Resolve.
+const ClaimTokenTTL = 10 * time.Minute
+
+// Reconciler settles outcomes nobody reported (DESIGN "Claims are never
+// stranded"): an operation stays performing when the handler's outcome was
+// unknown (§7 W142), the web server died mid-handler, or a Finish was lost.
+// A reconciliation job or an admin page lists them with Performing, finds
+// out (from the website's own records: the order, the payment) whether the
+// action took effect, and says so with Resolve.
+type Reconciler interface {
+	// Performing yields every operation that has been performing since
+	// before claimedBefore, in no particular order, without blocking the
+	// store for long (it reads a batch at a time). It may miss or repeat
+	// an operation that changes while it runs. A non-nil error ends it.
+	Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error]
+
+	// Resolve settles a performing operation, whoever holds its claim:
+	// Done makes it performed and keeps that answer as Finish(Done) does
+	// (§7 W137); NotDone makes it wait again with a fresh revision, as
+	// Finish(NotDone) does (W98). It returns ErrNotPerforming when the
+	// operation is not performing.
+	Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error
+}
+
+// Stuck is an operation Performing found.
+type Stuck struct {
+	Owner     Owner
+	Operation Operation // the claimed revision
+	Approval  Approval  // the approval its claim used up
+	ClaimedAt time.Time
+	// Unknown is true when the handler finished with an unknown outcome
+	// (Finish(Unknown)); false when nothing was reported at all.
+	Unknown bool
+}
 
 // DefaultRetention is how long a performed operation is remembered at least,
 // beyond its approved revision's expires_at (§7 W137).

@@ -127,8 +127,9 @@ end
 -- newRev (W24, W25, W36).
 --
 -- fixed is the action's ExpiresAt ('' for none); newX the new revision's
--- expires_at; half the least expires_at a reused revision may have (W39).
-local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev)
+-- expires_at; half the least expires_at a reused revision may have (W39);
+-- agent and user the owner's, kept so that Performing can name the owner.
+local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev, agent, user)
   local opID = redis.call('GET', actKey)
   local op
   local open = false
@@ -155,7 +156,7 @@ local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half
   if not open then
     opID = newOp
     op = base .. 'op:' .. opID
-    redis.call('HSET', op, 'acct', acct, 'akey', akey, 'state', 'open')
+    redis.call('HSET', op, 'acct', acct, 'akey', akey, 'state', 'open', 'ag', agent, 'us', user)
     redis.call('SET', actKey, opID)
   end
   add_revision(op, opID, newRev, terms, summary, newX)

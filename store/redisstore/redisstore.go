@@ -32,17 +32,20 @@ var (
 	finishLua string
 	//go:embed useonce.lua
 	useOnceLua string
+	//go:embed release.lua
+	releaseLua string
 
 	issueScript   = redis.NewScript(libLua + issueLua)
 	takeScript    = redis.NewScript(libLua + takeLua)
 	recordScript  = redis.NewScript(libLua + recordLua)
 	finishScript  = redis.NewScript(libLua + finishLua)
 	useOnceScript = redis.NewScript(libLua + useOnceLua)
+	releaseScript = redis.NewScript(libLua + releaseLua)
 )
 
 // scripts are every script the store runs, for Load.
 func scripts() []*redis.Script {
-	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript}
+	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript, releaseScript}
 }
 
 // DefaultPrefix starts every key the store writes.
@@ -138,6 +141,7 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 		base, owner.Account, digest, action.Terms, action.Summary, fixed,
 		ns(expires), ns(half), ns(now),
 		store.NewOperationID(), store.NewRevision(expires),
+		owner.Agent, owner.User,
 	}
 	return keys, args
 }
@@ -164,9 +168,16 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	if err := ctx.Err(); err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
-	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
-	token := store.NewToken()
-	args = append(args, token, ns(now.Add(s.retention)))
+	token := action.ClaimToken
+	if token == "" {
+		token = store.NewToken()
+	} else if len(token) > maxTokenLength {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: claim token longer than %d bytes", maxTokenLength)
+	}
+	base := s.base(owner.Agent, owner.User)
+	keys, args := s.issueArgs(base, owner, action, now)
+	keys = append(keys, base+"tok:"+token)
+	args = append(args, token, ns(now.Add(s.retention)), store.ClaimTokenTTL.Milliseconds())
 	v, err := takeScript.Run(ctx, s.client, keys, args...).StringSlice()
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
@@ -175,6 +186,10 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
 	}
 	switch v[0] {
+	case "released":
+		return store.TakeResult{}, store.ErrClaimReleased
+	case "lost":
+		return store.TakeResult{}, store.ErrClaimLost
 	case "busy":
 		return store.TakeResult{Busy: true}, nil
 	case "issued":
@@ -185,11 +200,13 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
 	case "claim":
 		op, ok := operation(v[1:])
-		if !ok || len(v) < 7 {
+		if !ok || len(v) < 8 {
 			break
 		}
 		a := decodeApproval(v[6], op.ID, op.Revision)
-		a.UsedAt = now
+		if a.UsedAt, ok = parseTime(v[7]); !ok {
+			a.UsedAt = now
+		}
 		return store.TakeResult{Claim: &store.Claim{Owner: owner, Operation: op, Approval: a, Token: token}}, nil
 	}
 	return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
@@ -321,7 +338,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
-		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix()).Int()
+		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "").Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
@@ -329,6 +346,26 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 		return store.ErrClaimLost
 	}
 	return nil
+}
+
+// maxTokenLength bounds a caller's claim token, which becomes part of a key.
+const maxTokenLength = 128
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("redisstore: release: %w", err)
+	}
+	if token == "" || len(token) > maxTokenLength {
+		return false, nil
+	}
+	base := s.base(owner.Agent, owner.User)
+	n, err := releaseScript.Run(ctx, s.client, []string{base + "tok:" + token},
+		base, token, ns(now), store.ClaimTokenTTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: release: %w", err)
+	}
+	return n == 1, nil
 }
 
 // Lookup implements store.Store. It is one HGETALL: the operation hash holds

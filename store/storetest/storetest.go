@@ -1350,3 +1350,214 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 		t.Errorf("W140: the forgotten operation %s was issued again", is.Operation.ID)
 	}
 })
+
+// ---- Claims are never stranded (W144) ----
+
+// tokenAction is a with the caller's claim token.
+func tokenAction(a store.Action, token string) store.Action {
+	a.ClaimToken = token
+	return a
+}
+
+func (e *env) release(o store.Owner, token string, now time.Time, want bool) {
+	e.t.Helper()
+	got, err := e.client(5).Release(e.ctx(), o, token, now)
+	if err != nil {
+		e.t.Fatalf("Release: %v", err)
+	}
+	if got != want {
+		e.t.Fatalf("Release %s: released=%v, want %v", token, got, want)
+	}
+}
+
+var _ = add("W144 a released claim's approval performs on the next request", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	token := store.NewToken()
+	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
+	if c.Token != token {
+		t.Fatalf("claim token %q, want the caller's %q", c.Token, token)
+	}
+	e.release(otherAgent, token, at(3*time.Second), false) // another owner's release is nothing
+	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
+	e.release(signedIn, token, at(3*time.Second), true)
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Approved)
+	if len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.IsZero() {
+		t.Errorf("approvals after release = %+v, want one, not used up", rec.Approvals)
+	}
+	e.release(signedIn, token, at(4*time.Second), false) // idempotent
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, store.ErrClaimReleased) {
+		t.Errorf("Take with the released token: %v, want ErrClaimReleased", err)
+	}
+	// The approval was never used up: the next request performs it.
+	c2 := e.claim(signedIn, tokenAction(a, store.NewToken()), at(6*time.Second))
+	if c2.Operation.Revision != is.Operation.Revision {
+		t.Fatalf("took %s, want %s", c2.Operation.Revision, is.Operation.Revision)
+	}
+	if err := e.client(4).Finish(e.ctx(), *c, store.Done, at(7*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("Finish of the released claim: %v, want ErrClaimLost", err)
+	}
+	e.finish(c2, store.Done, at(7*time.Second))
+	e.status(signedIn, is.Ref, at(8*time.Second), store.Performed)
+})
+
+var _ = add("W144 a Take that runs after its Release claims nothing", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	token := store.NewToken()
+	// The caller gave up before the store ran its Take (a stalled store):
+	// the release arrives first.
+	e.release(signedIn, token, at(2*time.Second), false)
+	if res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(3*time.Second)); !errors.Is(err, store.ErrClaimReleased) {
+		t.Fatalf("late Take: %+v, %v; want ErrClaimReleased", res, err)
+	}
+	e.status(signedIn, is.Ref, at(4*time.Second), store.Approved)
+	c := e.claim(signedIn, a, at(5*time.Second))
+	e.finish(c, store.Done, at(6*time.Second))
+})
+
+var _ = add("W135 W144 a Take repeated with its token gets the same claim", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	token := store.NewToken()
+	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
+	again := e.claim(signedIn, tokenAction(a, token), at(3*time.Second))
+	if again.Token != c.Token || !sameOperation(again.Operation, c.Operation) || !sameApproval(again.Approval, c.Approval) {
+		t.Fatalf("repeated Take: %+v, want %+v", again, c)
+	}
+	e.finish(c, store.Done, at(4*time.Second))
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("Take with a finished claim's token: %v, want ErrClaimLost", err)
+	}
+	e.release(signedIn, token, at(6*time.Second), false)
+	e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+})
+
+var _ = add("W142 W144 a claim whose outcome was reported is never released", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	token := store.NewToken()
+	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
+	e.finish(c, store.Unknown, at(3*time.Second))
+	e.release(signedIn, token, at(4*time.Second), false)
+	e.status(signedIn, is.Ref, at(5*time.Second), store.Performing)
+	e.finish(c, store.Done, at(6*time.Second))
+	e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+
+	b := action(t, "b", `{}`)
+	isB := e.issue(signedIn, b, at(8*time.Second))
+	e.approve(signedIn, isB, at(8*time.Second))
+	tokenB := store.NewToken()
+	cB := e.claim(signedIn, tokenAction(b, tokenB), at(9*time.Second))
+	e.finish(cB, store.NotDone, at(10*time.Second))
+	e.release(signedIn, tokenB, at(11*time.Second), false)
+	rec := e.status(signedIn, isB.Ref, at(12*time.Second), store.Waiting)
+	if len(rec.Approvals) != 1 || rec.Approvals[0].UsedAt.IsZero() {
+		t.Errorf("approvals = %+v, want the one used up", rec.Approvals)
+	}
+})
+
+var _ = add("W95 W144 a released approval keeps its first-recorded place", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"v":1}`)
+	r1 := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, r1, at(time.Second))
+	// Past half its lifetime the same terms get a second revision (W39).
+	r2 := e.issue(signedIn, a, at(lifetime/2+time.Second))
+	if r2.Operation.Revision == r1.Operation.Revision {
+		t.Fatalf("no second revision")
+	}
+	e.approve(signedIn, r2, at(lifetime/2+2*time.Second))
+	token := store.NewToken()
+	c := e.claim(signedIn, tokenAction(a, token), at(lifetime/2+3*time.Second))
+	if c.Operation.Revision != r1.Operation.Revision {
+		t.Fatalf("took %s, want the first recorded %s", c.Operation.Revision, r1.Operation.Revision)
+	}
+	e.release(signedIn, token, at(lifetime/2+4*time.Second), true)
+	c = e.claim(signedIn, a, at(lifetime/2+5*time.Second))
+	if c.Operation.Revision != r1.Operation.Revision {
+		t.Errorf("after release took %s, want the first recorded %s again", c.Operation.Revision, r1.Operation.Revision)
+	}
+})
+
+// ---- Reconciler: outcomes nobody reported ----
+
+func (e *env) reconciler() store.Reconciler {
+	e.t.Helper()
+	r, ok := e.h.Store.(store.Reconciler)
+	if !ok {
+		e.t.Fatalf("%T does not implement store.Reconciler", e.h.Store)
+	}
+	return r
+}
+
+func (e *env) performing(before, now time.Time) map[string]store.Stuck {
+	e.t.Helper()
+	out := map[string]store.Stuck{}
+	for st, err := range e.reconciler().Performing(e.ctx(), before, now) {
+		if err != nil {
+			e.t.Fatalf("Performing: %v", err)
+		}
+		out[st.Operation.ID] = st
+	}
+	return out
+}
+
+var _ = add("W142 W137 Performing lists long-performing operations and Resolve settles them", func(t *testing.T, e *env) {
+	a, b := action(t, "a", `{}`), action(t, "b", `{}`)
+	isA := e.issue(signedIn, a, at(0))
+	isB := e.issue(signedOut, b, at(0))
+	e.approve(signedIn, isA, at(time.Second))
+	e.approve(signedOut, isB, at(time.Second))
+	cA := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(cA, store.Unknown, at(3*time.Second))
+	cB := e.claim(signedOut, b, at(10*time.Second))
+
+	got := e.performing(at(5*time.Second), at(20*time.Second))
+	if len(got) != 1 {
+		t.Fatalf("claimed before 5s: %v, want only %s", got, isA.Operation.ID)
+	}
+	st := got[isA.Operation.ID]
+	if st.Owner != signedIn || !sameOperation(st.Operation, isA.Operation) || !st.ClaimedAt.Equal(at(2*time.Second)) || !st.Unknown ||
+		st.Approval.Revision != isA.Operation.Revision || !st.Approval.UsedAt.Equal(at(2*time.Second)) {
+		t.Errorf("stuck = %+v", st)
+	}
+	got = e.performing(at(11*time.Second), at(20*time.Second))
+	if len(got) != 2 || got[isB.Operation.ID].Owner != signedOut || got[isB.Operation.ID].Unknown {
+		t.Fatalf("claimed before 11s: %+v, want both, b not unknown", got)
+	}
+
+	r := e.reconciler()
+	if err := r.Resolve(e.ctx(), otherAccount, isA.Operation.ID, store.Done, at(21*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
+		t.Errorf("Resolve as another account: %v, want ErrNotPerforming", err)
+	}
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Unknown, at(21*time.Second)); err == nil {
+		t.Errorf("Resolve as unknown: no error")
+	}
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Done, at(21*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Done, at(22*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
+		t.Errorf("Resolve twice: %v, want ErrNotPerforming", err)
+	}
+	e.wantRecord(signedIn, isA.Ref, approvalOf(isA.Operation), at(23*time.Second), store.IsPerformed)
+
+	if err := r.Resolve(e.ctx(), signedOut, isB.Operation.ID, store.NotDone, at(24*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client(4).Finish(e.ctx(), *cB, store.Done, at(25*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("Finish after Resolve: %v, want ErrClaimLost", err)
+	}
+	rec := e.status(signedOut, isB.Ref, at(26*time.Second), store.Waiting)
+	if rec.Current.Revision == isB.Operation.Revision {
+		t.Errorf("not performed: Lookup offers the used-up revision (W90)")
+	}
+	if got := e.performing(at(time.Hour), at(27*time.Second)); len(got) != 0 {
+		t.Errorf("after resolving: still performing %v", got)
+	}
+	// W137: performed is remembered for the retention at least.
+	e.status(signedIn, isA.Ref, at(21*time.Second).Add(store.DefaultRetention-time.Second), store.Performed)
+})
