@@ -412,7 +412,7 @@ func AccountPage(c Chrome, v AccountView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if !v.SignedIn {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 28, "<div class=\"notice\">You're not signed in. This demo shows the demo customer's orders to every visitor so that you can try an exchange; sign in to manage the subscription.</div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 28, "<div class=\"notice\">You're not signed in. This demo shows the demo customer's orders anyway, so that you can try an exchange; sign in to manage the subscription.</div>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
