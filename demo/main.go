@@ -5,7 +5,11 @@
 //
 //	go run ./demo                  # http://localhost:8080, embedded miniredis
 //	go run ./demo -addr :9090      # or ADDR=:9090
+//	go run ./demo -redis-addr 127.0.0.1:6390   # the embedded store's address (REDIS_ADDR)
 //	REDIS_URL=redis://localhost:6379/0 go run ./demo
+//
+// Every agent's User gets its own copy of the demo data (a sandbox, reset
+// from the account page), so many agents can share one running demo.
 //
 // It runs in demo mode: agents whose client_id is on localhost or 127.0.0.1
 // over plain http are accepted, cookies are not Secure on http, and
@@ -43,6 +47,7 @@ func main() {
 func run() error {
 	addr := flag.String("addr", envOr("ADDR", "localhost:8080"), "address to listen on (env ADDR)")
 	baseURL := flag.String("base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>")
+	redisAddr := flag.String("redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -61,7 +66,7 @@ func run() error {
 		client = redis.NewClient(opts)
 		storeDesc = "Redis at " + opts.Addr
 	} else {
-		mr, err := miniredis.Run()
+		mr, err := startMiniredis(*redisAddr)
 		if err != nil {
 			return fmt.Errorf("embedded miniredis: %w", err)
 		}
@@ -144,6 +149,20 @@ Stop with Ctrl-C.
 		return err
 	}
 	return nil
+}
+
+// startMiniredis starts the embedded store on addr, or on a free loopback
+// port when addr is "": a fixed address lets redis-cli look at the demo's
+// data, or a second demo process share it.
+func startMiniredis(addr string) (*miniredis.Miniredis, error) {
+	if addr == "" {
+		return miniredis.Run()
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr(addr); err != nil {
+		return nil, err
+	}
+	return mr, nil
 }
 
 func envOr(name, def string) string {
