@@ -57,7 +57,8 @@ const (
 // "store" or "verification").
 //
 // Join outcomes: "joined" (Reason "signed_in" or "signed_out"), "refused"
-// (Reason "request", "assertion", "access_token", "csrf": the website's
+// (Reason "request", "assertion", "access_token", "conflict": the browser
+// is bound to another agent's or User's Session, "csrf": the website's
 // CSRF protection refused it before the kit saw it), "unavailable" (the
 // agent's keys can't be fetched now, or the join can't be stored).
 //

@@ -1,0 +1,301 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// Default paths of a Mount's routes.
+const (
+	DefaultEndpointPath  = "/poppy/operations"
+	DefaultJoinPath      = "/poppy/join"
+	DefaultPoppyJSONPath = "/.well-known/poppy.json"
+)
+
+// Config is what a website says once to serve operations on its pages.
+type Config struct {
+	// Origin is the website's origin as browsers and agents reach it, such
+	// as "https://shop.example": scheme, host and port, no path. It is the
+	// audience of every Session JWT and join assertion, the origin return_to
+	// must be on, and the base of the URLs in poppy.json. Required.
+	Origin string
+	// Name is the Company's name in poppy.json; "" leaves it out.
+	Name string
+	// Kit is the website's Kit (webkit.New). Required.
+	Kit *webkit.Kit
+	// Resolver loads agents' keys; nil is a new identity.Resolver (with
+	// AllowLocal when AllowLocal is set).
+	Resolver *identity.Resolver
+	// AcceptAgent, when set, is asked before an agent's keys are loaded;
+	// false refuses the agent (revocation).
+	AcceptAgent func(clientID string) bool
+	// AccessTokens verifies the access tokens of signed-in Sessions at the
+	// endpoint and the join; nil: the website has no signed-in Sessions.
+	AccessTokens identity.AccessTokens
+	// Decline is the endpoint's decline hook (Endpoint.Decline); nil
+	// declines nothing.
+	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
+	// Paths of the routes; "" is the default of each (DefaultEndpointPath,
+	// DefaultJoinPath, DefaultPoppyJSONPath). The kit's own routes are under
+	// Kit.BasePath.
+	EndpointPath, JoinPath, PoppyJSONPath string
+	// PoppyJSON holds the other members of the website's poppy.json (its
+	// APIs, other extensions); the Mount adds the operations entry, the
+	// join endpoint and Name. nil: only those.
+	PoppyJSON map[string]any
+	// AllowLocal is for local development: an http:// Origin on localhost,
+	// 127.0.0.1 or [::1], and agents there.
+	AllowLocal bool
+}
+
+// Mount serves a website's whole part of the protocol from one origin: the
+// operations endpoint (this package), the browser join (webkit.Join), the
+// kit's browser-facing routes (waiting.js, fetch.js, opsgate.css, status)
+// and poppy.json. Build it with NewMount; it is an http.Handler that serves
+// those routes only, and [Mount.Handler] puts them in front of the website's
+// own router, whichever it is:
+//
+//	m, err := endpoint.NewMount(endpoint.Config{Origin: "https://shop.example", Name: "Shop", Kit: kit})
+//	http.ListenAndServe(addr, m.Handler(mux)) // mux: http.ServeMux, chi, gorilla/mux, gin, echo…
+//
+// The routes of a Mount carry their own proof instead of a CSRF token: the
+// endpoint a Session JWT in a header, the join a signed, single-use
+// assertion. Put the website's CSRF protection inside the Mount
+// (m.Handler(csrf(site))), or, around it, exempt them: [Mount.Bypass] for
+// net/http's CrossOriginProtection, [Mount.Exempt] for other libraries, and
+// [Mount.Refused] as their failure handler so that a refused join says why.
+type Mount struct {
+	// Endpoint and Join are the Mount's handlers, for a website that wants
+	// to look at them; change nothing once it serves.
+	Endpoint *Endpoint
+	Join     *webkit.Join
+
+	kit                                   *webkit.Kit
+	base                                  string
+	endpointPath, joinPath, poppyJSONPath string
+	poppyJSON                             []byte
+	static                                http.Handler
+}
+
+// ErrConfig is wrapped by every error NewMount returns.
+var ErrConfig = errors.New("endpoint: mount")
+
+// NewMount checks c and builds the Mount. Every mistake it can see is an
+// error here, not at the first request: a missing or malformed Origin, a
+// Kit whose keys New refused (webkit.Kit.Check), paths that collide, a
+// poppy.json that would not be valid.
+func NewMount(c Config) (*Mount, error) {
+	if c.Kit == nil {
+		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", ErrConfig)
+	}
+	if err := c.Kit.Check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	origin, err := checkOrigin(c.Origin)
+	if err != nil {
+		return nil, err
+	}
+	kit := c.Kit
+	if kit.BasePath == "" {
+		kit.BasePath = webkit.DefaultBasePath
+	}
+	m := &Mount{
+		kit:           kit,
+		base:          kit.BasePath,
+		endpointPath:  orDefault(c.EndpointPath, DefaultEndpointPath),
+		joinPath:      orDefault(c.JoinPath, DefaultJoinPath),
+		poppyJSONPath: orDefault(c.PoppyJSONPath, DefaultPoppyJSONPath),
+	}
+	if !strings.HasPrefix(m.base, "/") || !strings.HasSuffix(m.base, "/") {
+		return nil, fmt.Errorf("%w: Kit.BasePath %q must begin and end with /", ErrConfig, m.base)
+	}
+	seen := map[string]bool{}
+	for _, p := range []string{m.endpointPath, m.joinPath, m.poppyJSONPath} {
+		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, m.base) || seen[p] {
+			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside Kit.BasePath %q", ErrConfig, p, m.base)
+		}
+		seen[p] = true
+	}
+
+	resolver := c.Resolver
+	if resolver == nil {
+		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: kit.Clock}
+	}
+	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: kit.Store, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
+	m.Endpoint = New(kit, IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
+	m.Endpoint.Decline = c.Decline
+	m.Join = &webkit.Join{Kit: kit, URL: origin + m.joinPath, Verifier: verifier, AccessTokens: c.AccessTokens}
+	m.static = kit.Handler()
+
+	doc := map[string]any{}
+	for k, v := range c.PoppyJSON {
+		doc[k] = v
+	}
+	if c.Name != "" {
+		doc["name"] = c.Name
+	}
+	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: m.Join.URL, AllowLocal: c.AllowLocal}
+	if err := d.AddTo(doc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if m.poppyJSON, err = json.MarshalIndent(doc, "", "  "); err != nil {
+		return nil, fmt.Errorf("%w: poppy.json: %w", ErrConfig, err)
+	}
+	m.poppyJSON = append(m.poppyJSON, '\n')
+	return m, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// checkOrigin returns the origin in its canonical form (lower-case scheme
+// and host); the Discovery checks then say whether it may be http.
+func checkOrigin(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil ||
+		strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%w: Origin must be scheme://host[:port] such as https://shop.example, got %q", ErrConfig, raw)
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host), nil
+}
+
+// ServeHTTP serves the Mount's routes and answers 404 to anything else.
+func (m *Mount) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := m.route(r); h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
+	http.NotFound(w, r)
+}
+
+// Handler returns site with the Mount's routes in front of it: a request
+// for one of them is the Mount's, any other is site's. It is middleware
+// (func(http.Handler) http.Handler), so chi's r.Use(m.Handler) works too.
+func (m *Mount) Handler(site http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := m.route(r); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		site.ServeHTTP(w, r)
+	})
+}
+
+// route returns the Mount's handler for r, or nil when r is the site's.
+func (m *Mount) route(r *http.Request) http.Handler {
+	switch p := r.URL.Path; {
+	case p == m.endpointPath:
+		return m.Endpoint
+	case p == m.joinPath:
+		return m.Join
+	case p == m.poppyJSONPath:
+		return http.HandlerFunc(m.servePoppyJSON)
+	case strings.HasPrefix(p, m.base):
+		return m.static
+	}
+	return nil
+}
+
+func (m *Mount) servePoppyJSON(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "public, max-age=300")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(m.poppyJSON)
+}
+
+// PoppyJSON returns the poppy.json the Mount serves.
+func (m *Mount) PoppyJSON() []byte { return append([]byte(nil), m.poppyJSON...) }
+
+// Paths returns the exact paths of the endpoint, the join and poppy.json,
+// then the kit's path prefix (Kit.BasePath), for a router that registers
+// each route itself. On chi the prefix is registered as prefix+"*", on
+// gorilla/mux with PathPrefix; Handler needs neither.
+func (m *Mount) Paths() (endpoint, join, poppyJSON, prefix string) {
+	return m.endpointPath, m.joinPath, m.poppyJSONPath, m.base
+}
+
+// Exempt reports whether r is for the endpoint or the join, the two routes
+// a browser-oriented CSRF check must let through: their proof is a Session
+// JWT in a header (the endpoint, called by the agent, never by a browser
+// form) or a signed single-use assertion whose audience is this join (the
+// agent's browser posts it from the agent's own page, so it is cross-site
+// by design). Give it to a CSRF library's exemption hook, such as
+// nosurf's ExemptFunc.
+func (m *Mount) Exempt(r *http.Request) bool {
+	return r.URL.Path == m.endpointPath || r.URL.Path == m.joinPath
+}
+
+// Bypass lets the join and the endpoint through cop, the website's
+// net/http.CrossOriginProtection around the whole site, and makes cop's
+// refusal of anything else still cop's. Every other route of the website,
+// gated or not, stays protected.
+func (m *Mount) Bypass(cop *http.CrossOriginProtection) {
+	cop.AddInsecureBypassPattern("POST " + m.joinPath)
+	cop.AddInsecureBypassPattern("POST " + m.endpointPath)
+}
+
+// Refused returns a CSRF library's failure handler that says why when the
+// refused request is the join or the endpoint: it logs an error naming the
+// fix, and answers 403 with a plain message the agent can show, instead of
+// the bare 403 that leaves an agent waiting. Any other refused request goes
+// to next (nil: a plain 403).
+//
+//	cop.SetDenyHandler(m.Refused(nil))
+func (m *Mount) Refused(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.Exempt(r) {
+			if next != nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		route := "join"
+		if r.URL.Path == m.endpointPath {
+			route = "endpoint"
+		}
+		m.kit.Observe(r.Context(), webkit.Event{Route: route, Outcome: "refused", Reason: "csrf"})
+		m.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: the website's CSRF protection refused the "+route+" before opsgate saw it; exempt it (endpoint.Mount.Bypass or Mount.Exempt)",
+			slog.String("path", r.URL.Path))
+		joinRefused(w, route)
+	})
+}
+
+func joinRefused(w http.ResponseWriter, route string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "The website's cross-site request protection refused the %s before it reached opsgate: the website must exempt this route. Nothing was joined or recorded.\n", route)
+}
+
+func (m *Mount) logger() *slog.Logger {
+	if m.kit.Logger != nil {
+		return m.kit.Logger
+	}
+	return slog.Default()
+}
