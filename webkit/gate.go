@@ -292,13 +292,14 @@ type performing struct {
 type performingKey struct{}
 
 // ClaimOf returns the approved operation the handler is performing: its
-// approved revision and the approval used up. false outside a performance.
-func ClaimOf(r *http.Request) (store.Claim, bool) {
+// approved revision and the approval used up (see Claim). false outside a
+// performance.
+func ClaimOf(r *http.Request) (Claim, bool) {
 	p, ok := r.Context().Value(performingKey{}).(*performing)
 	if !ok {
-		return store.Claim{}, false
+		return Claim{}, false
 	}
-	return p.claim, true
+	return claimFrom(p.claim), true
 }
 
 // SetOutcome states how the action ended, instead of the handler's status

@@ -92,7 +92,7 @@ type gateEnv struct {
 	clock *clock
 	runs  atomic.Int64
 	h     http.Handler // the gated route
-	claim chan store.Claim
+	claim chan Claim
 }
 
 // exchangeDescribe gates POST /exchange: order and size are the terms.
@@ -115,7 +115,7 @@ func exchangeDescribe(r *http.Request) (Action, error) {
 }
 
 func newGateEnv(t testing.TB, st store.Store, c *clock) *gateEnv {
-	e := &gateEnv{t: t, clock: c, claim: make(chan store.Claim, 200)}
+	e := &gateEnv{t: t, clock: c, claim: make(chan Claim, 200)}
 	k := New(testKeys...)
 	k.Store = st
 	k.Clock = c.Now
