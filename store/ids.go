@@ -141,7 +141,12 @@ var ErrTermsNotObject = errors.New("terms must be a JSON object")
 // key, no insignificant space, numbers as written. Terms that mean the same
 // give the same bytes (§6 check 3 compares meaning, not bytes: W118; the
 // order of JSON members is a difference the kit ignores, W119).
+//
+// Terms that are canonical already are returned as they are, not copied.
 func CanonicalTerms(terms []byte) ([]byte, error) {
+	if canonicalAlready(terms) {
+		return terms, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(terms))
 	dec.UseNumber()
 	var v any
