@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -289,67 +288,61 @@ var agentSession = webkit.Session{
 
 func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	t.Parallel()
-	s, c := newTestServer(t)
-	cookies := join(t, s, agentSession)
-	post := func() (*http.Response, string) {
-		return do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, cookies...)
-	}
+	s, site, _ := newHarnessShop(t)
+	agent := site.NewAgent()
+	sess := agent.Session("usr_1")
+	b := joinAs(t, sess)
+	db := s.Sandbox(agent.ClientID(), "usr_1")
 
-	res, body := post()
-	if res.StatusCode != http.StatusForbidden {
-		t.Fatalf("joined exchange: %d, want 403", res.StatusCode)
-	}
-	sid, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation))
-	if err != nil || sid != agentSession.ID {
-		t.Fatalf("Poppy-Operation %q: sid %q, %v", res.Header.Get(webkit.HeaderOperation), sid, err)
+	res := exchangeTo(b, "stormline-insulated-m")
+	if res.StatusCode != http.StatusForbidden || res.Ref == "" {
+		t.Fatalf("joined exchange: %d, ref %q; want 403 with this Session's Poppy-Operation", res.StatusCode, res.Ref)
 	}
 	if !strings.Contains(res.Header.Get("Cache-Control"), "no-store") {
 		t.Errorf("Cache-Control %q", res.Header.Get("Cache-Control"))
 	}
-	if strings.Contains(body, ref) {
+	if strings.Contains(string(res.Body), res.Ref) {
 		t.Error("the waiting page shows the ref")
 	}
-	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+	if o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
 		t.Fatal("the exchange was performed without approval")
 	}
 
 	// The operation carries the spec's terms and a plain summary.
-	ctx := context.Background()
-	owner := agentSession.Owner()
-	rec, found, err := s.Kit().Store.Lookup(ctx, owner, ref, c.Now())
-	if err != nil || !found {
-		t.Fatalf("lookup %q: %v %v", ref, found, err)
+	look := sess.Lookup(res.Ref)
+	if look.Error != "approval_required" || look.Operation == nil {
+		t.Fatalf("lookup: %d %s", look.StatusCode, look.Body)
 	}
 	wantTerms := `{"current_sku":"stormline-m","item_id":"itm_4Qa","order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`
-	if string(rec.Current.Terms) != wantTerms {
-		t.Errorf("terms %s\nwant  %s", rec.Current.Terms, wantTerms)
+	if string(look.Operation.Terms) != wantTerms {
+		t.Errorf("terms %s\nwant  %s", look.Operation.Terms, wantTerms)
 	}
 	wantSummary := "Exchange the Stormline Jacket (M) on order ord_7Hk2 for the Stormline Insulated Jacket (M), for $70.00 more, charged to the card used for the order."
-	if rec.Current.Summary != wantSummary {
-		t.Errorf("summary %q", rec.Current.Summary)
+	if look.Operation.Summary != wantSummary {
+		t.Errorf("summary %q", look.Operation.Summary)
 	}
 
-	// Approval recorded (as the endpoint would), then Continue: performed once.
-	reply, err := s.Kit().Store.Record(ctx, owner, ref, store.Approval{OperationID: rec.Current.ID, Revision: rec.Current.Revision, Approver: "user"}, c.Now(), store.RecordOptions{})
-	if err != nil || reply.Result != store.Recorded {
-		t.Fatalf("record: %v %v", reply.Result, err)
+	// The agent approves, then Continue: performed once.
+	if ans := sess.Approve(res.Ref); ans.StatusCode != http.StatusNoContent {
+		t.Fatalf("approval: %d %s", ans.StatusCode, ans.Body)
 	}
-	if res, _ := post(); res.StatusCode != http.StatusSeeOther {
+	if res := b.Again(); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("Continue: %d, want 303", res.StatusCode)
 	}
-	o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2")
+	o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2")
 	if o.Items[0].SKU != "stormline-insulated-m" || len(o.Charges) != 1 {
 		t.Fatalf("after Continue: %+v, charges %+v", o.Items[0], o.Charges)
 	}
-	rec, _, _ = s.Kit().Store.Lookup(ctx, owner, ref, c.Now())
-	if rec.Status != store.Performed {
-		t.Errorf("status %s, want performed", rec.Status)
+	if look := sess.Lookup(res.Ref); look.Status != "performed" {
+		t.Errorf("status %d %s, want performed", look.StatusCode, look.Body)
 	}
-	// Repeating it performs nothing more.
-	if res, _ := post(); res.StatusCode < 400 {
-		t.Errorf("repeat: %d, want a refusal", res.StatusCode)
+	// Repeating it, even many times at once, performs nothing more.
+	for _, r := range b.AgainConcurrently(5) {
+		if r.StatusCode < 400 {
+			t.Errorf("repeat: %d, want a refusal", r.StatusCode)
+		}
 	}
-	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); len(o.Charges) != 1 {
+	if o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2"); len(o.Charges) != 1 {
 		t.Errorf("performed twice: charges %+v", o.Charges)
 	}
 }

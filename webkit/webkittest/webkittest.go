@@ -70,7 +70,9 @@ const (
 // reach it.
 type Site struct {
 	// Origin is the website's origin, the aud of every Session JWT, such as
-	// "https://shop.example".
+	// "https://shop.example". Use https: the kit's join cookie is Secure
+	// unless the site's CookieSessions is Insecure, and a browser sends a
+	// Secure cookie over https only.
 	Origin string
 	// JoinURL and EndpointURL are where the site mounts the browser join
 	// and the operations endpoint; New sets them to the default paths on
@@ -79,7 +81,9 @@ type Site struct {
 	// Handler serves the whole site. Set it before the first request.
 	Handler http.Handler
 	// Clock is the time of the agents' tokens and of the verifiers the
-	// harness makes; nil is time.Now. Give the site's Kit the same clock.
+	// harness makes; nil is time.Now. Set it before calling Resolver,
+	// Verifier, AccessTokens or NewAgent, and give the site's Kit the same
+	// clock.
 	Clock func() time.Time
 	// IssueAccessToken issues the access token of a signed-in Session: by
 	// default an RFC 9068 token from the harness's own issuer, which
