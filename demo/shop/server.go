@@ -4,6 +4,11 @@
 // browser joined to a person's agent's Session waits for the agent's
 // approval (operations-v3 §4 and §6 "Websites").
 //
+// Many agents can share one running shop: each agent's User gets its own
+// sandbox of the demo data (see sandbox.go), and every action can be done
+// again and again (exchange back and forth, cancel and resubscribe, move
+// the delivery).
+//
 // Everything a test needs runs in-process: NewServer builds the shop, the
 // kit, the browser join, the operations endpoint, poppy.json and a demo
 // authorization server; Handler serves them all.
