@@ -2,9 +2,14 @@ package conformance_test
 
 import (
 	"bytes"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/opsgate/opsgate/demo/agent/conformance"
+	"github.com/opsgate/opsgate/demo/shop"
 )
 
 func run(t *testing.T, s *toy, counted bool) conformance.Report {
@@ -91,5 +96,43 @@ func TestBrokenSitesAreCaught(t *testing.T) {
 			}
 			t.Logf("caught: %s: %v", r.Name, r.Reasons)
 		})
+	}
+}
+
+// The demo shop passes every case, twice in a row on the same server:
+// each run is a new agent User, and so gets its own sandbox of the demo's
+// data, and the signed-in part declines rather than performs.
+func TestDemoPassesTwice(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := "http://" + ln.Addr().String()
+	s, err := shop.NewServer(shop.Config{BaseURL: origin, AllowLocal: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: s.Handler()}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for run := range 2 {
+		rep, err := conformance.Run(t.Context(), conformance.Config{Site: origin, TokenURL: origin + shop.PathToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, fail, skip := rep.Counts(); fail != 0 || skip != 0 {
+			t.Fatalf("run %d against the demo: %d failed, %d skipped:\n%s", run+1, fail, skip, report(rep))
+		}
+	}
+}
+
+// Test reports each case as a subtest, for a website's own go test.
+func TestAsSubtests(t *testing.T) {
+	t.Parallel()
+	s := newToy(t, "")
+	rep := conformance.Test(t, conformance.Config{Site: s.url, TokenURL: s.url + "/test/token"})
+	if len(rep.Results) < 15 {
+		t.Fatalf("only %d cases", len(rep.Results))
 	}
 }
