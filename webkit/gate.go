@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/securecookie"
-
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 )
@@ -151,9 +149,13 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	}
 
 	// One round trip: take the first-recorded matching approval, or issue.
+	// The claim's token is chosen first, so that whatever Take claims can be
+	// released when its reply is lost or late (W144).
+	sa.ClaimToken = store.NewToken()
 	res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
 	switch {
 	case err != nil:
+		k.release(r, s.Owner(), sa.ClaimToken) // Take may have claimed all the same
 		k.storeFailed(r, "take", err)
 		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
@@ -166,6 +168,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		k.askApproval(w, r, s, res.Issued, body, act.kind())
 	default:
 		err := errors.New("store: Take returned neither claim, issued nor busy")
+		k.release(r, s.Owner(), sa.ClaimToken)
 		k.storeFailed(r, "take", err)
 		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
@@ -250,26 +253,32 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(HeaderOperation, hdr)
 	pages.NoStore(w.Header())
+	if k.Waiting == nil && pages.WantsJSON(r) {
+		// A script gets {"error":"approval_required"} (W66): no Continue
+		// form to build, no handle to seal.
+		pages.WriteWaiting(w, r, pages.Waiting{})
+		return
+	}
 
 	base := k.basePath()
 	v := pages.Waiting{
 		Continue:  continueOf(r, body),
 		ScriptURL: base + "waiting.js",
 		StyleURL:  base + "opsgate.css",
+		Chrome:    k.Chrome,
 	}
 	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
-	if handle, err := securecookie.EncodeMulti(waitHandleName, page, k.sealCodecs()...); err == nil {
+	if handle := k.handleSeal().seal(page, k.now()); handle != "" {
 		v.StatusURL = base + "status?w=" + url.QueryEscape(handle)
+	}
+	if k.Waiting == nil { // the kit's own page reads no context value
+		pages.WriteWaiting(w, r, v)
+		return
 	}
 	ctx := context.WithValue(r.Context(), waitingKey{}, &v)
 	ctx = context.WithValue(ctx, failureKey{}, ErrApprovalRequired)
 	k.waiting(w, r.WithContext(ctx))
 }
-
-// waitHandleName names the sealed ref in a waiting page's status URL: the
-// page carries the ref only encrypted, so its HTML never shows the revision
-// (W64).
-const waitHandleName = "opsgate_wait"
 
 type waitingKey struct{}
 

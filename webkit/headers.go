@@ -153,10 +153,28 @@ func FormatOperationHeader(sid, ref string) (string, error) {
 	if !store.ValidRef(ref) {
 		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errRefValue}
 	}
-	dict := httpsfv.NewDictionary()
-	dict.Add("sid", httpsfv.NewItem(sid))
-	dict.Add("ref", httpsfv.NewItem(ref))
-	return marshalHeader(HeaderOperation, dict)
+	// Written directly: both members were validated above, and this is on
+	// every 403 the Gate answers (httpsfv is kept for parsing). A ref has no
+	// character a String escapes; a sid may have '"' or '\\'.
+	n := len(`sid="", ref=""`) + len(sid) + len(ref)
+	for i := 0; i < len(sid); i++ {
+		if sid[i] == '"' || sid[i] == '\\' {
+			n++
+		}
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(`sid="`)
+	for i := 0; i < len(sid); i++ {
+		if sid[i] == '"' || sid[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(sid[i])
+	}
+	b.WriteString(`", ref="`)
+	b.WriteString(ref)
+	b.WriteByte('"')
+	return b.String(), nil
 }
 
 // ParseOperationHeader reads a Poppy-Operation header (§4, W57), given every

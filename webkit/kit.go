@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/securecookie"
-
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 )
@@ -76,6 +74,18 @@ type Kit struct {
 	BasePath string
 	// RetryAfter is the Retry-After of a 503; 0 is DefaultRetryAfter.
 	RetryAfter time.Duration
+	// Chrome is the website's own frame around the kit's pages (waiting,
+	// try again, not known yet): its name, a way back, its stylesheets, its
+	// own header and footer as templ components. The zero Chrome is the
+	// kit's plain card. It never shows the operation (W64).
+	Chrome pages.Chrome
+	// StoreTimeout is the deadline of each store call the kit makes (the
+	// Gate, the status route, and the endpoint built by endpoint.New): with
+	// the store stalled, a gated request performs nothing and gets 503
+	// with Retry-After within about StoreTimeout, and requests the Gate
+	// doesn't gate never wait on the store. 0 is DefaultStoreTimeout. See
+	// WithStoreTimeout.
+	StoreTimeout time.Duration
 
 	// ExtensionRequired answers a gated request from a Session that did not
 	// declare operations v3 (§2 W11, W12). nil: 403
@@ -108,7 +118,7 @@ type Kit struct {
 	OwnFlowOnMissingExtension bool
 
 	// seal encrypts the waiting page's handle on its ref (W64).
-	seal     []securecookie.Codec
+	seal     handleSeal
 	sealOnce sync.Once
 	// err is what New found wrong with its keys (Check).
 	err error
@@ -157,7 +167,7 @@ func New(keys ...[]byte) *Kit {
 		return k
 	}
 	k.Sessions = NewCookieSessions(keys...)
-	k.seal = sealCodecs(keys)
+	k.seal = newHandleSeal(keys)
 	return k
 }
 
@@ -205,17 +215,6 @@ func randomKey(n int) []byte {
 	return b
 }
 
-func sealCodecs(keys [][]byte) []securecookie.Codec {
-	codecs := securecookie.CodecsFromPairs(keys...)
-	for _, c := range codecs {
-		if sc, ok := c.(*securecookie.SecureCookie); ok {
-			sc.MaxAge(int(maxWait / time.Second))
-			sc.SetSerializer(securecookie.JSONEncoder{})
-		}
-	}
-	return codecs
-}
-
 // maxWait bounds how long a waiting page's handle works.
 const maxWait = 24 * time.Hour
 
@@ -231,6 +230,8 @@ func (k *Kit) store() store.Store {
 		defaultStoreOnce.Do(func() { defaultStore = store.NewMemory() })
 		s = defaultStore
 	}
+	// Each call has its own deadline, so failing closed takes bounded time.
+	s = WithStoreTimeout(s, k.storeTimeout())
 	if k.Observer != nil { // each step's latency and errors
 		return observedStore{Store: s, s: s, o: k.Observer}
 	}
@@ -301,10 +302,10 @@ func (k *Kit) basePath() string {
 	return p
 }
 
-func (k *Kit) sealCodecs() []securecookie.Codec {
+func (k *Kit) handleSeal() handleSeal {
 	k.sealOnce.Do(func() {
-		if k.seal == nil {
-			k.seal = sealCodecs([][]byte{randomKey(64), randomKey(32)})
+		if k.seal.aeads == nil {
+			k.seal = newHandleSeal([][]byte{randomKey(64), randomKey(32)})
 		}
 	})
 	return k.seal
@@ -351,7 +352,7 @@ func (k *Kit) unavailable(w http.ResponseWriter, r *http.Request) {
 		k.Unavailable.ServeHTTP(w, r)
 		return
 	}
-	pages.WriteUnavailable(w, r, k.retryAfter(), k.basePath()+"opsgate.css")
+	pages.WriteUnavailable(w, r, k.retryAfter(), pages.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome})
 }
 
 func (k *Kit) outcomeUnknown(w http.ResponseWriter, r *http.Request) {
@@ -359,7 +360,7 @@ func (k *Kit) outcomeUnknown(w http.ResponseWriter, r *http.Request) {
 		k.OutcomeUnknown.ServeHTTP(w, r)
 		return
 	}
-	pages.WriteOutcomeUnknown(w, r, k.retryAfter(), k.basePath()+"opsgate.css")
+	pages.WriteOutcomeUnknown(w, r, k.retryAfter(), pages.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome})
 }
 
 func (k *Kit) waiting(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/securecookie"
@@ -44,7 +45,8 @@ const (
 // The cookie's value is a credential of the browser's join: the kit never
 // logs it.
 type CookieSessions struct {
-	// Name is the cookie's name; "" is JoinCookieName.
+	// Name is the cookie's name; "" is JoinCookieName. A Secure cookie on
+	// Path "/" without Domain gets the __Host- prefix (see CookieName).
 	Name string
 	// Path and Domain scope the cookie; "" Path is "/".
 	Path, Domain string
@@ -57,7 +59,8 @@ type CookieSessions struct {
 	// Clock is the time; nil is time.Now.
 	Clock func() time.Time
 
-	codecs []securecookie.Codec
+	codecs  []securecookie.Codec
+	decoded decodedCookies
 }
 
 // NewCookieSessions returns CookieSessions protected by keys: securecookie
@@ -93,10 +96,17 @@ type cookieSession struct {
 const maxJoinCookie = 4096
 
 func (c *CookieSessions) name() string {
-	if c.Name != "" {
-		return c.Name
+	name := c.Name
+	if name == "" {
+		name = JoinCookieName
 	}
-	return JoinCookieName
+	if !c.hostOnly() || hasHostPrefix(name) {
+		return name
+	}
+	if name == JoinCookieName {
+		return hostPrefix + JoinCookieName // a constant: no allocation per request
+	}
+	return hostPrefix + name
 }
 
 func (c *CookieSessions) maxAge() time.Duration {
@@ -172,21 +182,93 @@ func (c *CookieSessions) JoinedAt(r *http.Request) (time.Time, bool) {
 }
 
 func (c *CookieSessions) read(r *http.Request) (Session, time.Time, bool) {
-	ck, err := r.Cookie(c.name())
-	if err != nil || len(ck.Value) > maxJoinCookie {
+	value, ok := cookieValue(r, c.name())
+	if !ok || len(value) > maxJoinCookie {
 		return Session{}, time.Time{}, false
+	}
+	// Decoding (HMAC, AES, JSON) was a joined request's largest cost; the
+	// same browser sends the same value on every request.
+	if b, ok := c.decoded.get(value); ok {
+		return b.session, b.joined, true
 	}
 	var cs cookieSession
-	if securecookie.DecodeMulti(c.name(), ck.Value, &cs, c.codecs...) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
+	if securecookie.DecodeMulti(c.name(), value, &cs, c.codecs...) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
 		return Session{}, time.Time{}, false
 	}
-	return Session{
+	b := binding{session: Session{
 		ID:         cs.ID,
 		Agent:      cs.Agent,
 		User:       cs.User,
 		Account:    cs.Account,
 		Extensions: Extensions(cs.Extensions),
-	}, time.Unix(cs.JoinedAt, 0), true
+	}, joined: time.Unix(cs.JoinedAt, 0)}
+	c.decoded.put(value, b)
+	return b.session, b.joined, true
+}
+
+// cookieValue returns the value of r's first cookie named name, without
+// parsing the others (r.Cookie allocates for every cookie of the site's).
+// A quoted value is unquoted as net/http does.
+func cookieValue(r *http.Request, name string) (string, bool) {
+	for _, line := range r.Header["Cookie"] {
+		for len(line) > 0 {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			part = strings.TrimSpace(part)
+			if len(part) > len(name) && part[len(name)] == '=' && part[:len(name)] == name {
+				v := part[len(name)+1:]
+				if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+					v = v[1 : len(v)-1]
+				}
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// binding is a decoded join cookie.
+type binding struct {
+	session Session
+	joined  time.Time
+}
+
+// decodedCookies remembers decoded join cookies by their exact value, in
+// two generations of at most decodedPerGeneration each: bounded memory,
+// and a cookie in use stays. Only cookies that decoded and verified are
+// kept, so a forged value is checked every time; the binding's age is
+// still checked on every request (SessionOf).
+type decodedCookies struct {
+	mu        sync.Mutex
+	cur, prev map[string]binding
+}
+
+const decodedPerGeneration = 4096
+
+func (d *decodedCookies) get(value string) (binding, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b, ok := d.cur[value]; ok {
+		return b, true
+	}
+	b, ok := d.prev[value]
+	if ok {
+		d.putLocked(value, b)
+	}
+	return b, ok
+}
+
+func (d *decodedCookies) put(value string, b binding) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.putLocked(value, b)
+}
+
+func (d *decodedCookies) putLocked(value string, b binding) {
+	if d.cur == nil || len(d.cur) >= decodedPerGeneration {
+		d.prev, d.cur = d.cur, make(map[string]binding, 64)
+	}
+	d.cur[value] = b
 }
 
 // Bind joins the browser to s by setting the cookie; the join time is now.
@@ -214,10 +296,12 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 	return nil
 }
 
-// Unbind removes the binding: the cookie expires now.
+// Unbind removes the binding: the cookie and the kit join's binding
+// marker expire now.
 func (c *CookieSessions) Unbind(w http.ResponseWriter, r *http.Request) error {
 	opts := c.options()
 	opts.MaxAge = -1
 	http.SetCookie(w, sessions.NewCookie(c.name(), "", opts))
+	c.unmarkBound(w)
 	return nil
 }

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorilla/securecookie"
-
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 )
@@ -100,7 +98,8 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	page := waitHandle{Ref: q.Get("ref")}
 	if h := q.Get("w"); h != "" && len(h) <= 4096 {
-		if err := securecookie.DecodeMulti(waitHandleName, h, &page, k.sealCodecs()...); err != nil {
+		var ok bool
+		if page, ok = k.handleSeal().open(h, k.now()); !ok {
 			notFound()
 			return
 		}

@@ -1,0 +1,55 @@
+package webkit
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The waiting page's handle carries the ref sealed (W64): it opens only
+// under the kit's keys, unaltered, and not after maxWait.
+func TestHandleSeal(t *testing.T) {
+	now := time.Date(2026, 10, 8, 12, 0, 0, 0, time.UTC)
+	keys := [][]byte{[]byte(strings.Repeat("h", 32)), []byte(strings.Repeat("e", 32))}
+	s := newHandleSeal(keys)
+	h := waitHandle{Ref: "op_1.1791487200-k3Jd9Qx2mW8v", Terms: "abc"}
+	sealed := s.seal(h, now)
+	if strings.Contains(sealed, "k3Jd9Qx2mW8v") || strings.Contains(sealed, "op_1") {
+		t.Fatalf("W64: the handle shows the ref: %s", sealed)
+	}
+	if got, ok := s.open(sealed, now.Add(time.Hour)); !ok || got != h {
+		t.Fatalf("open = %+v %v", got, ok)
+	}
+	if s.seal(h, now) == sealed {
+		t.Error("two seals of the same handle are equal: the nonce is not random")
+	}
+	if _, ok := s.open(sealed, now.Add(maxWait+time.Second)); ok {
+		t.Error("a handle opened after maxWait")
+	}
+	// Every single-character change is refused.
+	for i := range sealed {
+		b := []byte(sealed)
+		if b[i] == 'A' {
+			b[i] = 'B'
+		} else {
+			b[i] = 'A'
+		}
+		if got, ok := s.open(string(b), now); ok && got != h {
+			t.Fatalf("altered handle opened as %+v", got)
+		}
+	}
+	for _, junk := range []string{"", "abc", "!!!", strings.Repeat("A", 4000)} {
+		if _, ok := s.open(junk, now); ok {
+			t.Errorf("junk %q opened", junk)
+		}
+	}
+	// Other keys can't open it; after rotation (new pair first) it still opens.
+	other := newHandleSeal([][]byte{[]byte(strings.Repeat("x", 32)), []byte(strings.Repeat("y", 32))})
+	if _, ok := other.open(sealed, now); ok {
+		t.Error("opened under other keys")
+	}
+	rotated := newHandleSeal(append([][]byte{[]byte(strings.Repeat("x", 32)), []byte(strings.Repeat("y", 32))}, keys...))
+	if got, ok := rotated.open(sealed, now); !ok || got != h {
+		t.Errorf("after key rotation: %+v %v", got, ok)
+	}
+}
