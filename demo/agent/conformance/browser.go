@@ -97,6 +97,7 @@ type request struct {
 	body        []byte
 	ctype       string // Content-Type of body
 	accept      string
+	header      http.Header // more header fields, such as a page script would add
 }
 
 // do makes the request and follows redirects (a form POST answered 303 is
@@ -124,6 +125,9 @@ func (b *browser) do(ctx context.Context, r request) page {
 			accept = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 		}
 		req.Header.Set("Accept", accept)
+		for k, v := range r.header {
+			req.Header[k] = v
+		}
 		if method != http.MethodGet && method != http.MethodHead {
 			// As a browser on the site's own page sends them (CSRF
 			// protections such as net/http's CrossOriginProtection read

@@ -561,12 +561,13 @@ func (f *flow) undeclared(ctx context.Context) {
 func (f *flow) approveAndPerform(ctx context.Context) {
 	c := f.c
 	syn := c.begin("Poppy-Approval syntax: malformed approvals record nothing; unknown members, an unknown input_type and an old approved_at are fine", "W78", "W79", "W82", "W83", "W84", "W85")
-	nt := c.begin("new terms: other terms get the same operation_id and a new revision, and an approval of one revision never performs another", "W20", "W24", "W34", "W36", "W99", "W117")
-	rec := c.begin("record and perform once: 204, status approved, the browser's repeat performs it, status performed, never again", "W40", "W46", "W89", "W90", "W91", "W92", "W94", "W105", "W106", "W108", "W121", "W136", "W141")
+	br := c.begin("an approval through the browser: a browser's request carrying Poppy-Approval is answered as one without, and records nothing", "W86")
+	nt := c.begin("new terms: other terms get the same operation_id and a new revision, and an approval of one revision never performs another", "W20", "W24", "W30", "W34", "W36", "W37", "W99", "W117")
+	rec := c.begin("record and perform once: 204, status approved, the browser's repeat performs it, status performed, never again", "W40", "W46", "W89", "W90", "W91", "W92", "W94", "W104", "W105", "W106", "W108", "W113", "W121", "W136", "W141")
 	con := c.begin("concurrent repeats: many repeats of the approved request perform it exactly once, and none answers as a failure", "W96", "W135", "W142", "W145")
-	defer func() { syn.end(); nt.end(); rec.end(); con.end() }()
+	defer func() { syn.end(); br.end(); nt.end(); rec.end(); con.end() }()
 	if !f.haveOp {
-		for _, k := range []*kase{syn, nt, rec, con} {
+		for _, k := range []*kase{syn, br, nt, rec, con} {
 			k.skip("no operation to approve")
 		}
 		return
@@ -588,8 +589,23 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		return
 	}
 
+	// An approval through the browser (a page script could add any
+	// header): not an approval.
+	req := f.main.request("", "")
+	req.header = http.Header{webkit.HeaderApproval: {approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}}
+	pb := f.bA.do(ctx, req)
+	br.check(!pb.performedLike() && pb.gated(), "W86: the browser's request with Poppy-Approval answered %s, want 403 with Poppy-Operation", pb)
+	if ok, why := f.unchanged(ctx); !ok {
+		br.fail("W86: %s after the browser's request with Poppy-Approval", why)
+		f.performed++ // count it, so that later cases judge their own effect
+	}
+	if a := f.lookup(ctx, f.sA, f.ref); !br.check(a.status == http.StatusForbidden, "W86: after the browser's request with Poppy-Approval the lookup answered %s: it was recorded", a) {
+		return
+	}
+
 	// New terms: another value of the form's choice.
 	opB := webkit.Operation{}
+	bothApproved := false
 	if f.main.choice == "" || len(f.main.others) == 0 {
 		nt.skip("the gated form offers no other value to ask for other terms")
 	} else {
@@ -641,6 +657,18 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		nt.check(pB.gated() || pB.first().status >= 400, "W99: a request for other terms answered %s, want 403 with a new ref", pB)
 		if ok, why := f.unchanged(ctx); !ok {
 			nt.fail("W99 W117: %s after a request for other terms", why)
+		}
+		// Approve the other terms too: whichever revision is approved,
+		// the operation is performed at most once (W37).
+		if _, refB2, err := webkit.ParseOperationHeader(pB.opHeader()); err == nil {
+			if got, ok := f.lookup(ctx, f.sA, refB2).operation(); ok {
+				a := c.endpoint(ctx, f.sA, post{ref: refB2, approval: approval(got.OperationID, got.Revision, "user")})
+				if a.status == http.StatusNoContent {
+					bothApproved = true
+				} else {
+					nt.note("W37 not checked: the approval of the other terms answered %s", a)
+				}
+			}
 		}
 	}
 
@@ -696,6 +724,16 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	_, has := a.operation()
 	rec.check((a.status == http.StatusNoContent || (a.status == http.StatusOK && a.str("status") == "performed")) && !has,
 		"W136: the same approval after the action answered %s, want 204 or 200 status performed", a)
+	if a.status == http.StatusOK {
+		rec.check(a.str("operation_id") == op.OperationID, "W113 W136: check 2's answer names operation %q, not the ref's %s", a.str("operation_id"), op.OperationID)
+	}
+	if bothApproved {
+		pB := f.bA.do(ctx, f.main.request(f.main.others[0], ""))
+		nt.check(!pB.performedLike(), "W37: the other terms, approved too, were performed after the operation was performed: %s", pB)
+		if pB.performedLike() {
+			f.performed++
+		}
+	}
 	p := f.bA.do(ctx, f.main.request("", ""))
 	rec.check(!p.performedLike(), "W141 W135: the request made again after the action was performed again: %s", p)
 	if _, ref2, err := webkit.ParseOperationHeader(p.opHeader()); p.gated() && err == nil {

@@ -156,7 +156,7 @@ func Test(t *testing.T, cfg Config) Report {
 		t.Fatalf("conformance: %v", err)
 	}
 	for _, x := range rep.Results {
-		t.Run(x.Name, func(t *testing.T) {
+		t.Run(strings.Join(x.IDs, " ")+" "+x.Name, func(t *testing.T) {
 			switch x.Status {
 			case Fail:
 				t.Errorf("%v: %s", x.IDs, strings.Join(x.Reasons, "; "))

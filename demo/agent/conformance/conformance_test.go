@@ -76,6 +76,7 @@ func TestBrokenSitesAreCaught(t *testing.T) {
 		{faultNoChallenge, "endpoint refusals", false},
 		{faultTermsMissTheSize, "new terms", false},
 		{faultNoSignInChallenge, "signed in: an account's operation", false},
+		{faultBrowserApproval, "an approval through the browser", false},
 	} {
 		name := tc.fault
 		if tc.counted {

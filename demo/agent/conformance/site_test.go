@@ -67,6 +67,7 @@ const (
 	faultNoChallenge             = "answers 401 without WWW-Authenticate"
 	faultTermsMissTheSize        = "leaves the size out of the terms"
 	faultNoSignInChallenge       = "lets a signed-out Session see an account's operation"
+	faultBrowserApproval         = "takes an approval from the browser"
 )
 
 func newToy(t *testing.T, fault string) *toy {
@@ -214,6 +215,12 @@ func (s *toy) token(w http.ResponseWriter, r *http.Request) {
 func (s *toy) breakGate(gated http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch s.fault {
+		case faultBrowserApproval:
+			if r.Header.Get(webkit.HeaderApproval) != "" {
+				r.ParseForm()
+				s.exchange(w, r)
+				return
+			}
 		case faultPerformsWithoutApproval:
 			if _, ok := s.kit.Sessions.SessionOf(r); ok {
 				body, _ := io.ReadAll(r.Body)
