@@ -319,6 +319,10 @@ func myMaster(nodes string) string {
 	return ""
 }
 
+// WaitLinked waits until the replica at addr reports its link to its
+// master up, or ctx ends.
+func WaitLinked(ctx context.Context, addr string) error { return waitLinked(ctx, addr) }
+
 func waitLinked(ctx context.Context, addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
