@@ -2,6 +2,7 @@ package webkit
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -33,8 +34,25 @@ type Join struct {
 // MaxJoinBody bounds the join form: an assertion and an access token.
 const MaxJoinBody = 64 << 10
 
+// Bounds of what a join stores in the browser's binding (issue 10): with
+// them the largest binding fits a cookie (4096 bytes), so no join is
+// refused with a 5xx for its size. sid and sub are bounded to 255 bytes by
+// the identity package (poppy-core choice 1).
+const (
+	// MaxJoinClientID bounds the agent's client_id; longer is 401.
+	MaxJoinClientID = 1024
+	// MaxJoinAccount bounds the account an access token names; longer is
+	// 401.
+	MaxJoinAccount = 255
+	// maxJoinVersion bounds the declared operations version kept.
+	maxJoinVersion = 32
+)
+
 // ServeHTTP implements the join.
 func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// For the Observer: what became of the join, and at which step.
+	outcome, reason := "refused", "request"
+	defer func() { j.Kit.Observe(r.Context(), Event{Route: RouteJoin, Outcome: outcome, Reason: reason}) }()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		joinError(w, http.StatusMethodNotAllowed, "the join takes a POSTed form")
@@ -52,48 +70,119 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := j.Kit.logger()
-	// 1. Verify the assertion (aud = this URL, lifetime ≤ 60 s, single-use
-	// jti, return_to on our origin) and, signed in, the access token.
-	a, err := j.Verifier.VerifyBrowserAssertion(r.Context(), assertion, j.URL, token)
+	// 1. Verify the assertion (aud = this URL, lifetime ≤ 60 s, return_to
+	// on our origin) and, signed in, the access token. Its single-use jti
+	// is used up last, once the join can succeed: an assertion refused
+	// for another reason (a conflict, an unusable access token) is not
+	// spent.
+	reason = "assertion"
+	a, err := j.Verifier.CheckBrowserAssertion(r.Context(), assertion, j.URL, token)
+	if err == nil && len(a.ClientID) > MaxJoinClientID {
+		err = fmt.Errorf("client_id is longer than %d bytes", MaxJoinClientID)
+	}
 	if err != nil {
+		if errors.Is(err, identity.ErrUnavailable) {
+			outcome = "unavailable"
+		}
 		j.refuse(w, log, err)
 		return
 	}
 	s := Session{ID: a.SID, Agent: a.ClientID, User: a.User}
 	if token != "" {
+		reason = "access_token"
 		if j.AccessTokens == nil {
-			joinError(w, http.StatusUnauthorized, "this website takes no signed-in joins")
+			j.refuse(w, log, errors.New("this website takes no signed-in joins"))
 			return
 		}
 		at, err := j.AccessTokens.VerifyAccessToken(r.Context(), token)
 		if err == nil {
 			err = identity.CheckAccessToken(a.Session, at)
 		}
-		if err == nil && at.Account == "" {
-			err = errors.New("the access token names no account")
+		if err == nil && (at.Account == "" || len(at.Account) > MaxJoinAccount) {
+			err = fmt.Errorf("the access token names no account of 1–%d bytes", MaxJoinAccount)
 		}
 		if err != nil {
+			if errors.Is(err, identity.ErrUnavailable) {
+				outcome = "unavailable"
+			}
 			j.refuse(w, log, err)
 			return
 		}
 		s.Account = at.Account // W54: signed in through a join with an access token
 	}
-	// 2. Record the declared extensions (W10). An unreadable declaration
-	// declares nothing: the browser then gets no operations (W11).
-	if a.Extensions != "" {
-		if ext, err := ParseExtensions([]string{a.Extensions}); err == nil {
-			s.Extensions = ext
-		}
+	// 2. Record the declared extensions (W10). Only the one the kit knows
+	// is kept, so the binding stays small whatever is declared. An
+	// unreadable declaration declares nothing: the browser then gets no
+	// operations (W11).
+	s.Extensions = knownExtensions(a.Extensions)
+	// A browser bound to another agent's or User's Session is not rebound:
+	// any page can post a join (login CSRF), and the browser's next gated
+	// action would belong to the other Session. The same agent and User
+	// may replace their Session.
+	ss := j.Kit.sessions()
+	if boundElsewhere(ss, r, s) {
+		reason = "conflict"
+		log.Info("opsgate join: refused, the browser is bound to another Session")
+		joinConflict(w)
+		return
 	}
-	// 3. Bind the browser to the Session.
-	if err := j.Kit.sessions().Bind(w, r, s); err != nil {
+	// 3. Bind the browser to the Session: the cookies are made first, the
+	// jti is used up next, and only then are the cookies sent.
+	held := &heldHeader{h: http.Header{}}
+	err = ss.Bind(held, r, s)
+	if c, ok := ss.(*CookieSessions); ok && err == nil {
+		err = c.markBound(held, s)
+	}
+	if err != nil {
 		log.Error("opsgate join: cannot bind the browser", "err", err)
+		outcome, reason = "unavailable", "bind"
 		joinError(w, http.StatusInternalServerError, "the join could not be completed")
 		return
 	}
+	reason = "assertion"
+	if err := j.Verifier.UseBrowserAssertion(r.Context(), a); err != nil {
+		if errors.Is(err, identity.ErrUnavailable) {
+			outcome = "unavailable"
+		}
+		j.refuse(w, log, err)
+		return
+	}
+	for _, v := range held.h.Values("Set-Cookie") {
+		w.Header().Add("Set-Cookie", v)
+	}
 	log.Info("opsgate join: browser joined", "sid", s.ID, "signed_in", s.SignedIn(), "operations", s.Extensions.Operations())
+	outcome, reason = "joined", "signed_out"
+	if s.SignedIn() {
+		reason = "signed_in"
+	}
 	http.Redirect(w, r, a.ReturnTo, http.StatusSeeOther)
 }
+
+// knownExtensions parses a join's extensions claim and keeps what the kit
+// knows: the operations declaration, when its version is short enough to
+// mean something.
+func knownExtensions(claim string) Extensions {
+	if claim == "" {
+		return nil
+	}
+	ext, err := ParseExtensions([]string{claim})
+	if err != nil {
+		return nil
+	}
+	v, ok := ext[operationsExtension]
+	if !ok || len(v) > maxJoinVersion {
+		return nil
+	}
+	return Extensions{operationsExtension: v}
+}
+
+// heldHeader is a ResponseWriter that only collects headers: Bind's
+// cookies are held until the join can succeed.
+type heldHeader struct{ h http.Header }
+
+func (w *heldHeader) Header() http.Header         { return w.h }
+func (w *heldHeader) Write(b []byte) (int, error) { return len(b), nil }
+func (w *heldHeader) WriteHeader(int)             {}
 
 func (j *Join) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
 	if errors.Is(err, identity.ErrUnavailable) {
@@ -103,8 +192,29 @@ func (j *Join) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
 		return
 	}
 	log.Info("opsgate join: refused", "err", err)
+	// Every 401 carries a challenge (RFC 9110 §15.5.2; poppy-core choice 5).
+	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
 	joinError(w, http.StatusUnauthorized, "the join could not be verified")
 }
+
+// joinConflict is the short page of a join into a browser bound to another
+// Session.
+func joinConflict(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'")
+	w.WriteHeader(http.StatusConflict)
+	w.Write([]byte(conflictPage))
+}
+
+const conflictPage = `<!doctype html>
+<html lang="en"><meta charset="utf-8"><title>Already joined</title>
+<h1>This browser is already joined to another session</h1>
+<p>It was not joined again. End the other session first, or use another browser profile.</p>
+</html>
+`
 
 func joinError(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()

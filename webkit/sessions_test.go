@@ -40,8 +40,8 @@ func TestCookieSessionsRoundTrip(t *testing.T) {
 		t.Fatalf("SessionOf = %+v %v, want %+v", got, ok, sesIn)
 	}
 	// The cookie's attributes (issue 3): HttpOnly, Secure, SameSite=Lax,
-	// bounded lifetime.
-	if ck.Name != JoinCookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.MaxAge != int(DefaultJoinMaxAge/time.Second) || ck.Path != "/" {
+	// bounded lifetime; the __Host- prefix (issue 10).
+	if ck.Name != "__Host-"+JoinCookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.MaxAge != int(DefaultJoinMaxAge/time.Second) || ck.Path != "/" {
 		t.Errorf("cookie attributes: %+v", ck)
 	}
 	// Encrypted: nothing of the Session is readable in it.
@@ -127,8 +127,10 @@ func TestCookieSessionsOptionsAndUnbind(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := rec.Result().Cookies()
-	if len(gone) != 1 || gone[0].MaxAge >= 0 || gone[0].Name != "join" || gone[0].Value != "" {
-		t.Errorf("Unbind cookie %+v", gone)
+	// The join cookie and the join's binding marker (issue 10) both expire.
+	if len(gone) != 2 || gone[0].MaxAge >= 0 || gone[0].Name != "join" || gone[0].Value != "" ||
+		gone[1].MaxAge >= 0 || gone[1].Name != "join_bound" {
+		t.Errorf("Unbind cookies %+v", gone)
 	}
 }
 
