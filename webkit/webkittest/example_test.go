@@ -1,7 +1,9 @@
 package webkittest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -34,19 +36,42 @@ func newShop(decline func(context.Context, endpoint.DeclineRequest) *webkit.Decl
 	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: site.JoinURL, Verifier: verifier, AccessTokens: site.AccessTokens()})
 
 	describe := func(r *http.Request) (webkit.Action, error) {
-		size := r.PostFormValue("size")
-		return webkit.Action{
-			Key:     "exchange:" + r.PathValue("order"),
-			Terms:   map[string]any{"order_id": r.PathValue("order"), "size": size, "price_difference": map[string]string{"amount": "0.00", "currency": "USD"}},
-			Summary: "Exchange the jacket on order " + r.PathValue("order") + " for size " + size + ", at no extra cost ($0.00).",
-		}, nil
+		return exchangeAction(r.PathValue("order"), r.PostFormValue("size")), nil
 	}
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		exchanges.Add(1)
 		fmt.Fprintf(w, "exchanged for size %s", r.PostFormValue("size"))
 	})))
+	// The same action for a fetch-driven page: a JSON body, a JSON answer.
+	describeJSON := func(r *http.Request) (webkit.Action, error) {
+		var req struct{ Size string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Size == "" {
+			return webkit.Action{}, webkit.ErrNotGated // the handler answers 400
+		}
+		return exchangeAction(r.PathValue("order"), req.Size), nil
+	}
+	mux.Handle("POST /api/orders/{order}/exchange", kit.Gate(describeJSON)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Size string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Size == "" {
+			http.Error(w, `{"error":"size is required"}`, http.StatusBadRequest)
+			return
+		}
+		exchanges.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"exchanged_for":%q}`, req.Size)
+	})))
 	site.Handler = mux
 	return site
+}
+
+// exchangeAction says what an exchange asks for: the same key, terms and
+// summary whether a form or a script sends it.
+func exchangeAction(order, size string) webkit.Action {
+	return webkit.Action{
+		Key:     "exchange:" + order,
+		Terms:   map[string]any{"order_id": order, "size": size, "price_difference": map[string]string{"amount": "0.00", "currency": "USD"}},
+		Summary: "Exchange the jacket on order " + order + " for size " + size + ", at no extra cost ($0.00).",
+	}
 }
 
 // A joined browser's gated request waits for the agent's approval; once
@@ -145,4 +170,30 @@ func Example_signedIn() {
 	// signed in: 204
 	// continue: 200
 	// ordinary browser: 200 performed: 2
+}
+
+// A fetch-driven page's script gets the JSON answer: approval_required
+// with the Poppy-Operation header for the agent, then, once approved, the
+// handler's own answer to the same request.
+func Example_json() {
+	exchanges.Store(0)
+	site := newShop(nil)
+	session := site.NewAgent().Session("usr_1")
+	browser, _ := session.Join()
+
+	res := browser.PostJSON("/api/orders/ord_7/exchange", `{"size": "XL"}`)
+	fmt.Println(res.StatusCode, string(bytes.TrimSpace(res.Body)), "ref given:", res.Ref != "")
+	fmt.Println("summary:", session.Lookup(res.Ref).Operation.Summary)
+	fmt.Println("approve:", session.Approve(res.Ref).StatusCode)
+	again := browser.Again()
+	fmt.Println(again.StatusCode, string(again.Body), "performed:", exchanges.Load())
+
+	bad := browser.PostJSON("/api/orders/ord_7/exchange", `{}`)
+	fmt.Println("bad input:", bad.StatusCode, "ref given:", bad.Ref != "")
+	// Output:
+	// 403 {"error":"approval_required"} ref given: true
+	// summary: Exchange the jacket on order ord_7 for size XL, at no extra cost ($0.00).
+	// approve: 204
+	// 200 {"exchanged_for":"XL"} performed: 1
+	// bad input: 400 ref given: false
 }
