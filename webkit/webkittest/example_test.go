@@ -197,3 +197,43 @@ func Example_json() {
 	// 200 {"exchanged_for":"XL"} performed: 1
 	// bad input: 400 ref given: false
 }
+
+// A website wired with endpoint.NewMount gives the harness's Resolver and
+// access tokens to the Mount; the rest of the test is the same.
+func Example_mount() {
+	site := webkittest.New("https://shop.example")
+	kit := webkit.New([]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210"))
+	kit.Logger = slog.New(slog.DiscardHandler)
+	var performed atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{order}/exchange", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+		return exchangeAction(r.PathValue("order"), r.PostFormValue("size")), nil
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		performed.Add(1)
+		fmt.Fprint(w, "exchanged")
+	})))
+	m, err := endpoint.NewMount(endpoint.Config{
+		Origin:       site.Origin,
+		Kit:          kit,
+		Resolver:     site.Resolver(),     // the harness's agents, in-process
+		AccessTokens: site.AccessTokens(), // the harness's authorization server
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	site.Handler = m.Handler(mux)
+
+	s := site.NewAgent().SignedInSession("usr_1", "acct_1")
+	b, err := s.Join()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res := b.PostForm("/orders/ord_7/exchange", url.Values{"size": {"L"}})
+	fmt.Println("browser:", res.StatusCode, "approve:", s.Approve(res.Ref).StatusCode)
+	fmt.Println("continue:", b.Again().StatusCode, "performed:", performed.Load())
+	// Output:
+	// browser: 403 approve: 204
+	// continue: 200 performed: 1
+}
