@@ -42,7 +42,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,7 +170,8 @@ func (s *Site) Browser() *Browser {
 	return &Browser{site: s, client: &http.Client{
 		Jar:       jar,
 		Transport: siteTransport{s},
-		// A browser follows redirects, but the test sees each answer.
+		// Redirects are not followed: the test sees each answer (a 303
+		// after the join or an action) and asks for the next page itself.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
 }
@@ -486,7 +486,7 @@ func (s *Session) send(ref, approval string) *Answer {
 // in-process.
 type siteTransport struct{ site *Site }
 
-func (t siteTransport) RoundTrip(req *http.Request) (res *http.Response, err error) {
+func (t siteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	u, err := url.Parse(t.site.Origin)
 	if err != nil || req.URL.Scheme != u.Scheme || req.URL.Host != u.Host {
 		return nil, fmt.Errorf("webkittest: %s is not on the site %s", req.URL.Redacted(), t.site.Origin)
@@ -507,15 +507,12 @@ func serve(h http.Handler, req *http.Request) (res *http.Response, err error) {
 			return nil, err
 		}
 	}
+	// As a server receives it: TLS set for https (httptest does), the
+	// browser's cookies and headers, a documentation address as the peer.
 	sr := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), bytes.NewReader(body))
 	sr.Header = req.Header.Clone()
 	sr.Host = req.URL.Host
 	sr.RemoteAddr = "192.0.2.1:4711"
-	if req.URL.Scheme == "https" {
-		sr.TLS = &tls.ConnectionState{HandshakeComplete: true, ServerName: req.URL.Hostname()}
-	} else {
-		sr.TLS = nil
-	}
 	w := httptest.NewRecorder()
 	defer func() {
 		// A server recovers a handler's panic and drops the connection: the
