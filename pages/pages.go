@@ -21,12 +21,14 @@ import (
 	"github.com/opsgate/opsgate/templates"
 )
 
-// Field, Continue, Waiting and Unavailable are the views the templates render.
+// Field, Continue, Waiting and Unavailable are the views the templates
+// render; Chrome is the website's frame around them.
 type (
 	Field       = templates.Field
 	Continue    = templates.Continue
 	Waiting     = templates.Waiting
 	Unavailable = templates.Unavailable
+	Chrome      = templates.Chrome
 )
 
 // NoStore marks a response as never to be stored (§4 W68) and varies it on
@@ -143,7 +145,7 @@ func WriteExtensionRequired(w http.ResponseWriter) {
 // WriteUnavailable answers 503 with Retry-After (§7 W143): the store is
 // down or the operation is being performed. Nothing was performed, and the
 // answer never says the action failed (W142).
-func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, styleURL string) {
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
 	NoStore(w.Header())
 	secs := int(retryAfter / time.Second)
 	if secs < 1 {
@@ -154,7 +156,7 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.UnavailablePage(Unavailable{StyleURL: styleURL}))
+	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.UnavailablePage(v))
 }
 
 // WriteOutcomeUnknown answers 503 with Retry-After for an action whose
@@ -162,7 +164,7 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 // performing it (§7 W142, W143). It may have taken effect, so the answer
 // never says it failed; the operation stays performing until the website
 // knows, and a retry never performs it twice.
-func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, styleURL string) {
+func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
 	NoStore(w.Header())
 	secs := int(retryAfter / time.Second)
 	if secs < 1 {
@@ -173,7 +175,7 @@ func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "outcome_unknown"})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.OutcomeUnknownPage(Unavailable{StyleURL: styleURL}))
+	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.OutcomeUnknownPage(v))
 }
 
 // WriteBadRequest answers 400 invalid_request for a request the website's

@@ -80,7 +80,7 @@ func TestWriteUnavailableAndExtensionRequired(t *testing.T) {
 	t.Parallel()
 	r := httptest.NewRequest("POST", "/x", nil)
 	rec := httptest.NewRecorder()
-	WriteUnavailable(rec, r, 1500*time.Millisecond, "/s.css")
+	WriteUnavailable(rec, r, 1500*time.Millisecond, Unavailable{StyleURL: "/s.css"})
 	if rec.Code != 503 || rec.Header().Get("Retry-After") != "1" || !strings.Contains(rec.Body.String(), "Try again") {
 		t.Errorf("%d %v %s", rec.Code, rec.Header(), rec.Body)
 	}

@@ -198,8 +198,20 @@ func restoreBody(r *http.Request, body []byte) {
 	if body == nil && (r.Body == nil || r.Body == http.NoBody) {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	if rb, ok := r.Body.(*replayBody); ok { // restored before: rewind it
+		rb.Reset(body)
+		return
+	}
+	rb := &replayBody{}
+	rb.Reset(body)
+	r.Body = rb
 }
+
+// replayBody is the body the Gate read, given again to describe and then to
+// the handler; one per request, rewound in between.
+type replayBody struct{ bytes.Reader }
+
+func (*replayBody) Close() error { return nil }
 
 // storeAction checks an Action and canonicalises its terms (§6 check 3
 // compares meaning: W118).
