@@ -3,11 +3,16 @@ package refagent
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 func exchangeQuestion(amount string, action string) Question {
@@ -222,5 +227,53 @@ func TestTermsShownOnce(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "Terms (operation"); n != 1 {
 		t.Fatalf("an agent approval showed the terms %d times:\n%s", n, log.String())
+	}
+}
+
+// newOffline is an Agent without a browser, for the parts that only talk
+// to the endpoint.
+func newOffline(t *testing.T, endpoint string) *Agent {
+	t.Helper()
+	keys, err := identity.NewAgentKeys("http://127.0.0.1:1/agent.json", "ES256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Agent{
+		cfg:      Config{Clock: time.Now, HTTPClient: &http.Client{Timeout: 5 * time.Second}, Log: io.Discard, StepTimeout: 50 * time.Millisecond},
+		origin:   "http://shop.test",
+		keys:     keys,
+		disc:     Discovery{Operations: true, Endpoint: endpoint},
+		sessions: map[string]*Session{}, refsUsed: map[string]bool{}, declined: map[string]bool{}, cautious: map[string]string{},
+		wake: make(chan struct{}),
+	}
+}
+
+// A 401 from the endpoint says why it happens while developing: a site
+// reloads an agent's keys at most every 30 s.
+func TestSessionRefusedSaysWhy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":"invalid_session"}`)
+	}))
+	defer srv.Close()
+	a := newOffline(t, srv.URL)
+	_, err := a.Lookup(t.Context(), "op.rev", &Session{SID: "ses_1"})
+	if !errors.Is(err, ErrSessionRefused) || !strings.Contains(err.Error(), "30 s") {
+		t.Fatalf("err = %v, want ErrSessionRefused naming the 30 s key reload", err)
+	}
+}
+
+// Approve waits a bounded time for a reference, and says what to check.
+func TestApproveWaitIsBounded(t *testing.T) {
+	a := newOffline(t, "http://127.0.0.1:1/")
+	start := time.Now()
+	_, err := a.Approve(context.Background(), DeciderFunc(func(context.Context, Question) (Decision, error) { return Decision{}, nil }))
+	if err == nil || !strings.Contains(err.Error(), "is the action gated") {
+		t.Fatalf("err = %v, want a bounded wait that says what to check", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Approve waited %s", d)
 	}
 }
