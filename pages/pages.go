@@ -34,10 +34,25 @@ type (
 // NoStore marks a response as never to be stored (§4 W68) and varies it on
 // what content negotiation reads.
 func NoStore(h http.Header) {
-	h.Set("Cache-Control", "no-store")
+	h["Cache-Control"] = noStore
+	if len(h["Vary"]) == 0 {
+		h["Vary"] = varyBoth
+		return
+	}
 	addVary(h, "Accept")
 	addVary(h, "Sec-Fetch-Dest")
 }
+
+// Header values the kit's answers share: set by assignment, they cost no
+// allocation per answer. http.Header.Add and Set replace or copy them,
+// never write into them.
+var (
+	noStore  = []string{"no-store"}
+	nosniff  = []string{"nosniff"}
+	typeJSON = []string{"application/json"}
+	typeHTML = []string{"text/html; charset=utf-8"}
+	varyBoth = []string{"Accept", "Sec-Fetch-Dest"}
+)
 
 func addVary(h http.Header, name string) {
 	for _, v := range h.Values("Vary") {
@@ -79,7 +94,7 @@ func WantsJSON(r *http.Request) bool {
 func quality(accept []string, typ, sub string) (q, specificity int) {
 	best, spec := 0, -1
 	for _, line := range accept {
-		for _, item := range strings.Split(line, ",") {
+		for item := range strings.SplitSeq(line, ",") {
 			mt, params, _ := strings.Cut(item, ";")
 			t, s, _ := strings.Cut(strings.TrimSpace(mt), "/")
 			t, s = strings.TrimSpace(t), strings.TrimSpace(s)
@@ -201,8 +216,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Content-Type"] = typeJSON
+	h["X-Content-Type-Options"] = nosniff
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
@@ -215,8 +230,8 @@ func writeHTML(w http.ResponseWriter, ctx context.Context, status int, c templ.C
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Content-Type"] = typeHTML
+	h["X-Content-Type-Options"] = nosniff
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
