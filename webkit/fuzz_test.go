@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/store"
 )
 
 // Fuzz targets: the parsers never panic, and whatever they accept is valid
@@ -108,6 +110,42 @@ func FuzzParseExtensions(f *testing.F) {
 		back, err := ParseExtensions([]string{h})
 		if err != nil || !equalExtensions(back, ext) {
 			t.Fatalf("%q → %v → %q → %v, %v", s, ext, h, back, err)
+		}
+	})
+}
+
+// FuzzRef: refs (operations-v3 §4; poppy-core choice 6) as the endpoint and
+// the Gate read them: a ref that splits is valid, rebuilds exactly, and
+// travels in Poppy-Operation unchanged.
+func FuzzRef(f *testing.F) {
+	for _, s := range []string{
+		"op_a.1-b", "op_abc.rev_1", "a.b", "a.b.c", ".b", "a.", "a", "", "a/b", "a b.c",
+		strings.Repeat("a", 255) + "." + strings.Repeat("b", 255),
+		strings.Repeat("a", 256) + ".b", strings.Repeat("a.", 1025),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		id, rev, ok := store.SplitRef(ref)
+		if pid, pok := store.ParseRef(ref); pok != ok || pid != id {
+			t.Fatalf("ParseRef(%q) = %q %v; SplitRef %q %v", ref, pid, pok, id, ok)
+		}
+		if !ok {
+			if id != "" || rev != "" {
+				t.Fatalf("refused %q with %q %q", ref, id, rev)
+			}
+			return
+		}
+		if !store.ValidID(id) || !store.ValidID(rev) || !store.ValidRef(ref) || store.MakeRef(id, rev) != ref {
+			t.Fatalf("accepted %q as %q %q", ref, id, rev)
+		}
+		h, err := FormatOperationHeader("ses_1", ref)
+		if err != nil {
+			t.Fatalf("accepted %q but FormatOperationHeader: %v", ref, err)
+		}
+		sid, back, err := ParseOperationHeader([]string{h})
+		if err != nil || sid != "ses_1" || back != ref {
+			t.Fatalf("%q → %q → %q %q %v", ref, h, sid, back, err)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -413,3 +414,67 @@ func TestJoinChallenge(t *testing.T) {
 		}
 	}
 }
+
+// FuzzJoin posts arbitrary join forms, content types and cookies: the join
+// answers 303, 400, 401 or 409, never 5xx, and every 401 carries its
+// challenge. Agents are only those of the env's server: any other host is
+// NXDOMAIN (ErrInvalid), so that no input reaches the network.
+func FuzzJoin(f *testing.F) {
+	e := newJoinEnv(f)
+	host := strings.TrimPrefix(e.srv.URL, "https://")
+	inner := e.srv.Client().Transport
+	e.join.Verifier.Resolver = &identity.Resolver{AllowLocal: true, HTTPClient: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Host != host {
+			return nil, &net.DNSError{Err: "no such host", Name: r.URL.Hostname(), IsNotFound: true}
+		}
+		return inner.RoundTrip(r)
+	})}}
+	d := e.agent(f, "a")
+	first := e.post(assertion(f, d, "ses_0", "usr_0", "", declared), "")
+	bound := ""
+	for _, c := range first.Result().Cookies() {
+		bound += c.Name + "=" + c.Value + "; "
+	}
+	form := "application/x-www-form-urlencoded"
+	for i, ext := range []string{declared, "", `"operations";v="3", "x";v="1"`, `operations`} {
+		body := url.Values{"assertion": {assertion(f, d, fmt.Sprintf("ses_%d", i), "usr_0", "", ext)}}.Encode()
+		f.Add(body, form, "")
+		f.Add(body, form, bound)
+	}
+	f.Add(url.Values{"assertion": {assertion(f, d, "ses_x", "usr_other", "", declared)}}.Encode(), form, bound)
+	f.Add(url.Values{"assertion": {assertion(f, d, "ses_t", "usr_0", "tok", declared)}, "access_token": {"tok"}}.Encode(), form, "")
+	f.Add("assertion=a.b.c", form, "")
+	f.Add("assertion=a&assertion=b", form, "")
+	f.Add("", form, "")
+	f.Add("%zz", form, "")
+	f.Add("assertion=x", "multipart/form-data; boundary=x", "")
+	f.Fuzz(func(t *testing.T, body, contentType, cookie string) {
+		r := httptest.NewRequest(http.MethodPost, joinURL, strings.NewReader(body))
+		r.Header.Set("Content-Type", contentType)
+		if cookie != "" {
+			r.Header.Set("Cookie", cookie)
+		}
+		w := httptest.NewRecorder()
+		e.join.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusSeeOther:
+			if !strings.HasPrefix(w.Header().Get("Location"), joinOrigin+"/") || len(w.Result().Cookies()) != 2 {
+				t.Fatalf("303 to %q with %d cookies", w.Header().Get("Location"), len(w.Result().Cookies()))
+			}
+		case http.StatusUnauthorized:
+			if w.Header().Get("WWW-Authenticate") != `Poppy-Session error="invalid_session"` {
+				t.Fatal("401 without its challenge")
+			}
+		case http.StatusBadRequest, http.StatusConflict:
+		default:
+			t.Fatalf("status %d for body %q content type %q: %s", w.Code, body, contentType, w.Body)
+		}
+		if w.Code != http.StatusSeeOther && len(w.Result().Cookies()) != 0 {
+			t.Fatalf("status %d set cookies", w.Code)
+		}
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
