@@ -39,8 +39,9 @@ func joinAs(t *testing.T, sess *webkittest.Session) *webkittest.Browser {
 
 // perform runs one gated action through its whole flow: the browser's
 // request waits (403 with a ref), the agent approves as the user, and the
-// browser's Continue performs it.
-func perform(t *testing.T, sess *webkittest.Session, b *webkittest.Browser, res *webkittest.Response) *webkittest.Response {
+// browser's Continue performs it. It returns the Continue's answer and the
+// operation's ID.
+func perform(t *testing.T, sess *webkittest.Session, b *webkittest.Browser, res *webkittest.Response) (*webkittest.Response, string) {
 	t.Helper()
 	if res.Err != nil || res.StatusCode != 403 || res.Ref == "" {
 		t.Fatalf("the gated request: %d %v, ref %q: %s", res.StatusCode, res.Err, res.Ref, res.Body)
@@ -55,7 +56,8 @@ func perform(t *testing.T, sess *webkittest.Session, b *webkittest.Browser, res 
 	if look := sess.Lookup(res.Ref); look.Status != "performed" {
 		t.Fatalf("after Continue: %d %s", look.StatusCode, look.Body)
 	}
-	return again
+	id, _, _ := strings.Cut(res.Ref, ".")
+	return again, id
 }
 
 func exchangeTo(b *webkittest.Browser, sku string) *webkittest.Response {
@@ -105,7 +107,8 @@ func TestSandboxPerAgentUser(t *testing.T) {
 
 // TestEveryActionAgainAndAgain: an agent under development never runs
 // out: exchange back and forth, cancel then resubscribe, move the delivery
-// and back, each many times, every time performed once.
+// and back, each many times, every time performed once, each time a new
+// operation (W141).
 func TestEveryActionAgainAndAgain(t *testing.T) {
 	t.Parallel()
 	s, site, c := newHarnessShop(t)
@@ -116,17 +119,35 @@ func TestEveryActionAgainAndAgain(t *testing.T) {
 	db := s.Sandbox(agent.ClientID(), "usr_1")
 	today := shopdb.Day(c.Now())
 	const rounds = 12 // past MaxHistory/2, so the history's bound is met too
+	ops := map[string]bool{}
+	step := func(sess *webkittest.Session, b *webkittest.Browser, res *webkittest.Response) {
+		t.Helper()
+		_, id := perform(t, sess, b, res)
+		if ops[id] {
+			t.Fatalf("W141: operation %s performed again", id)
+		}
+		ops[id] = true
+	}
 	for i := range rounds {
-		perform(t, out, bo, exchangeTo(bo, "stormline-insulated-m"))
-		perform(t, out, bo, exchangeTo(bo, "stormline-m"))
+		step(out, bo, exchangeTo(bo, "stormline-insulated-m"))
+		step(out, bo, exchangeTo(bo, "stormline-m"))
 
-		perform(t, in, bi, bi.PostForm("/account/subscription/cancel", nil))
+		step(in, bi, bi.PostForm("/account/subscription/cancel", nil))
 		if sub, _ := db.Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionCancelled {
 			t.Fatalf("round %d: cancel left %s", i, sub.Status)
 		}
-		perform(t, in, bi, bi.PostForm("/account/subscription/resubscribe", nil))
+		if i == 0 {
+			page := string(bi.Get("/account/subscription").Body)
+			if !strings.Contains(page, `action="/account/subscription/resubscribe"`) || strings.Contains(page, `action="/account/subscription/cancel"`) {
+				t.Error("the cancelled subscription's page offers no resubscribe control, or still offers cancel")
+			}
+		}
+		step(in, bi, bi.PostForm("/account/subscription/resubscribe", nil))
 		if sub, _ := db.Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
 			t.Fatalf("round %d: resubscribe left %s", i, sub.Status)
+		}
+		if i == 0 && !strings.Contains(string(bi.Get("/account/subscription?resubscribed=1").Body), "active again") {
+			t.Error("no word that the subscription is active again")
 		}
 
 		d0, _ := db.Delivery(shopdb.DemoAccount, "del_2Wn8")
@@ -134,8 +155,11 @@ func TestEveryActionAgainAndAgain(t *testing.T) {
 		if next.Equal(d0.Date) {
 			next = next.AddDate(0, 0, 1)
 		}
-		perform(t, out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+next.Format(dateLayout)+`"}`))
-		perform(t, out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+d0.Date.Format(dateLayout)+`"}`))
+		step(out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+next.Format(dateLayout)+`"}`))
+		step(out, bo, bo.PostJSON("/api/deliveries/del_2Wn8", `{"date":"`+d0.Date.Format(dateLayout)+`"}`))
+	}
+	if len(ops) != 6*rounds {
+		t.Errorf("%d operations performed, want %d", len(ops), 6*rounds)
 	}
 	o, _ := db.Order(shopdb.DemoAccount, "ord_7Hk2")
 	if o.Items[0].SKU != "stormline-m" || len(o.Items[0].Exchanges) != shopdb.MaxHistory || len(o.Charges) != shopdb.MaxHistory {
@@ -201,7 +225,7 @@ func TestResetSandbox(t *testing.T) {
 func TestSandboxesForgottenAndBounded(t *testing.T) {
 	t.Parallel()
 	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
-	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, Logger: quiet, MaxSandboxes: 3})
+	s, err := NewServer(Config{BaseURL: "https://shop.test", Clock: c.Now, Logger: quiet, MaxSandboxes: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
