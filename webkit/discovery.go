@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 )
 
 // Discovery builds the part of poppy.json that this kit is responsible for
@@ -20,8 +21,9 @@ type Discovery struct {
 	// BrowserSessionEndpoint is the join endpoint's HTTPS URL. Required with
 	// Endpoint (§2 MUST, W04).
 	BrowserSessionEndpoint string
-	// AllowLocal accepts http:// URLs on localhost, 127.0.0.1 and [::1], for
-	// local development and tests.
+	// AllowLocal accepts http:// URLs on localhost, 127.0.0.1 and [::1],
+	// and on the names RFC 6761 reserves so that they never reach the
+	// internet (*.localhost, *.test), for local development and tests.
 	AllowLocal bool
 }
 
@@ -106,7 +108,8 @@ func (d Discovery) checkURL(member, raw string) error {
 }
 
 func isLocalHost(host string) bool {
-	if host == "localhost" {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") || host == "test" || strings.HasSuffix(host, ".test") {
 		return true
 	}
 	ip := net.ParseIP(host)

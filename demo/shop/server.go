@@ -32,7 +32,9 @@ import (
 	"github.com/gorilla/securecookie"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/demo/shop/views"
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -89,7 +91,7 @@ type Server struct {
 	kit       *webkit.Kit
 	login     *securecookie.SecureCookie
 	secure    bool // BaseURL is https: cookies are Secure
-	verifier  *identity.Verifier
+	mount     *endpoint.Mount
 	tokens    *identity.JWTAccessTokens
 	issuer    crypto.Signer
 	issuerID  string // kid of issuer
@@ -152,16 +154,32 @@ func NewServer(cfg Config) (*Server, error) {
 		Keys:   map[string]crypto.PublicKey{s.issuerID: key.Public()},
 		Clock:  cfg.Clock,
 	}
-	s.verifier = &identity.Verifier{
-		Origin:   s.origin,
-		Resolver: &identity.Resolver{AllowLocal: cfg.AllowLocal, HTTPClient: cfg.HTTPClient, Clock: cfg.Clock},
-		Replay:   cfg.Store,
-		Clock:    cfg.Clock,
+	// The kit's pages (waiting, try again) wear the shop's own chrome.
+	s.kit.Chrome = pages.Chrome{
+		SiteName:    views.ShopName,
+		BackURL:     "/account",
+		BackLabel:   "Back to your account",
+		Stylesheets: []string{"/static/shop.css"},
+		Header:      views.WaitingMasthead(),
+		Footer:      views.WaitingFooter(),
 	}
 
-	// The operations endpoint, with the shop's decline hook (§6).
-	s.ops = endpoint.New(s.kit, endpoint.IdentityAuthenticator{Verifier: s.verifier, AccessTokens: s.tokens})
-	s.ops.Decline = s.declineHook
+	// One mount for the protocol's routes: the operations endpoint with
+	// the shop's decline hook (§6), the browser join, the kit's scripts
+	// and poppy.json, all from the shop's one origin.
+	s.mount, err = endpoint.NewMount(endpoint.Config{
+		Origin:       s.origin,
+		Name:         views.ShopName,
+		Kit:          s.kit,
+		Resolver:     &identity.Resolver{AllowLocal: cfg.AllowLocal, HTTPClient: cfg.HTTPClient, Clock: cfg.Clock},
+		AccessTokens: s.tokens,
+		Decline:      s.declineHook,
+		AllowLocal:   cfg.AllowLocal,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shop: %w", err)
+	}
+	s.ops = s.mount.Endpoint
 
 	s.handler = s.routes()
 	return s, nil
@@ -218,22 +236,15 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /account/subscription/resubscribe", gate(s.describeResubscribe)(http.HandlerFunc(s.resubscribe)))
 	mux.Handle("POST /api/deliveries/{id}", gate(s.describeReschedule)(http.HandlerFunc(s.reschedule)))
 
-	// The kit's browser-facing routes: waiting.js, fetch.js, status.
-	mux.Handle(webkit.DefaultBasePath, s.kit.Handler())
-
-	// The protocol's routes for agents.
-	mux.HandleFunc("GET "+PathPoppyJSON, s.poppyJSON)
-	mux.Handle("POST "+PathJoin, &webkit.Join{Kit: s.kit, URL: s.origin + PathJoin, Verifier: s.verifier, AccessTokens: s.tokens})
-	mux.Handle(PathOperations, s.ops)
+	// The demo's own routes for agents.
 	mux.HandleFunc("POST "+PathToken, s.issueToken)
 	mux.HandleFunc("POST "+PathReset, s.reset)
 
-	// CSRF: browsers' cross-origin POSTs are refused, except the join, which
-	// the agent's browser posts from wherever it is and which carries its
-	// own proof (the signed assertion).
+	// CSRF: browsers' cross-origin POSTs to the shop are refused. The
+	// mount's routes (the endpoint, the join, the kit's scripts,
+	// poppy.json) are answered before it: each carries its own proof.
 	cop := http.NewCrossOriginProtection()
-	cop.AddInsecureBypassPattern("POST " + PathJoin)
-	return s.logRequests(securityHeaders(cop.Handler(mux)))
+	return s.logRequests(securityHeaders(s.mount.Handler(cop.Handler(mux))))
 }
 
 func staticHandler(files fs.FS) http.Handler {

@@ -1,13 +1,10 @@
 package shop
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
-	"github.com/opsgate/opsgate/demo/shop/views"
-	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -64,24 +61,4 @@ func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
 // POST /demo/token does (for tests and the reference agent in-process).
 func (s *Server) IssueAccessToken(clientID, account string) (string, error) {
 	return identity.IssueAccessTokenAt(s.issuer, s.issuerID, s.origin, clientID, account, s.cfg.Clock(), TokenLifetime)
-}
-
-// poppyJSON serves /.well-known/poppy.json: the Company's name and the kit's
-// fragment (the operations extension and the browser join).
-func (s *Server) poppyJSON(w http.ResponseWriter, r *http.Request) {
-	doc := map[string]any{"name": views.ShopName}
-	d := webkit.Discovery{
-		Endpoint:               s.URL(PathOperations),
-		BrowserSessionEndpoint: s.URL(PathJoin),
-		AllowLocal:             s.cfg.AllowLocal,
-	}
-	if err := d.AddTo(doc); err != nil {
-		s.cfg.Logger.Error("poppy.json", "err", err)
-		http.Error(w, "poppy.json is misconfigured", http.StatusInternalServerError)
-		return
-	}
-	b, _ := json.MarshalIndent(doc, "", "  ")
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "public, max-age=300")
-	w.Write(append(b, '\n'))
 }
