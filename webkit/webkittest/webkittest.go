@@ -22,10 +22,13 @@
 //	site.Handler = mux
 //
 //	s := site.NewAgent().Session("usr_1")
-//	b := s.Join()                        // a browser joined to the Session
+//	b, err := s.Join()                   // a browser joined to the Session
 //	res := b.PostForm("/orders/7/exchange", url.Values{"size": {"L"}})
 //	s.Approve(res.Ref)                   // look up, then approve as the user
 //	b.Again()                            // Continue: the handler runs once
+//
+// A website mounted with endpoint.NewMount passes Resolver: site.Resolver()
+// and AccessTokens: site.AccessTokens() in its endpoint.Config instead.
 //
 // The harness lives under webkit because it needs only the kit's protocol
 // vocabulary and agent identity: it reaches the operations endpoint over
