@@ -58,6 +58,9 @@ func run() error {
 	// miniredis, so the demo needs no set-up.
 	var client *redis.Client
 	storeDesc := ""
+	// A real Redis keeps the store's default durability (a claim is on disk
+	// before the action runs); miniredis keeps nothing, so the demo says so.
+	var storeOpts redisstore.Options
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opts, err := redis.ParseURL(u)
 		if err != nil {
@@ -72,6 +75,7 @@ func run() error {
 		}
 		defer mr.Close()
 		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		storeOpts.Durability.Mode = redisstore.DurableNone
 		storeDesc = "embedded miniredis at " + mr.Addr() + " (set REDIS_URL to use a real Redis)"
 	}
 	defer client.Close()
@@ -81,7 +85,11 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	st := redisstore.New(client, redisstore.Options{})
+	st := redisstore.New(client, storeOpts)
+	if err := st.Check(ctx); err != nil {
+		// Not fatal for a demo, but loud: it names what this store risks.
+		logger.Error("opsgate: the store can't promise at most once across restarts; this is a demo store", "error", err)
+	}
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -97,9 +97,12 @@ type Endpoint struct {
 	Observer webkit.Observer
 }
 
-// New returns the endpoint for the kit's store and clock.
+// New returns the endpoint for the kit's store and clock. Each store call
+// has the kit's StoreTimeout, so a stalled store gets a 503 in bounded time
+// (webkit.WithStoreTimeout).
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
-	return &Endpoint{Store: webkit.ObserveStore(kit.Store, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
+	st := webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout)
+	return &Endpoint{Store: webkit.ObserveStore(st, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
 }
 
 // ServeHTTP answers one request, in the order of checks the spec gives:

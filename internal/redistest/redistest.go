@@ -90,8 +90,11 @@ func Server(t testing.TB) *redis.Client {
 	return Start(t).Client(t)
 }
 
-// Start starts a redis-server on a free loopback port, without persistence,
-// in a temporary directory, and waits until it answers PING.
+// Start starts a redis-server on a free loopback port and waits until it
+// answers PING. It keeps an AOF with appendfsync always, which the Redis
+// store's default durability needs (redisstore.DurableDisk), in a
+// temporary directory on a memory file system when there is one (so fsync
+// costs nothing in tests), and takes no snapshots.
 func Start(t testing.TB) *Instance {
 	t.Helper()
 	bin, err := binary("redis-server")
@@ -104,7 +107,7 @@ func Start(t testing.TB) *Instance {
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		i, err := launch(t, bin, port)
+		i, err := launch(t, bin, port, durableArgs(t)...)
 		if err == nil {
 			return i
 		}
@@ -209,6 +212,19 @@ func freePort(bus bool) (int, error) {
 	}
 }
 
+// durableArgs turn on the AOF with appendfsync always, in a directory on
+// /dev/shm when it exists (removed when the test ends), else in the test's
+// temporary directory. The directory is made before the server starts, so
+// its removal runs after the server stops.
+func durableArgs(t testing.TB) []string {
+	args := []string{"--appendonly", "yes", "--appendfsync", "always"}
+	if dir, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		args = append(args, "--dir", dir)
+	}
+	return args
+}
+
 // Cluster starts a Redis Cluster of three masters and no replicas, and
 // returns a client of it once every node reports cluster_state:ok.
 func Cluster(t testing.TB) *redis.ClusterClient {
@@ -231,8 +247,8 @@ func Cluster(t testing.TB) *redis.ClusterClient {
 		if used[port] || used[port+10000] || used[port-10000] {
 			continue
 		}
-		i, err := launch(t, bin, port, "--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		i, err := launch(t, bin, port, append(durableArgs(t), "--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")...)
 		if err != nil {
 			continue // taken meanwhile: try another
 		}

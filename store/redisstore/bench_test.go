@@ -16,7 +16,7 @@ import (
 func BenchmarkMiniredis(b *testing.B) {
 	storetest.Bench(b, func(b testing.TB) storetest.Harness {
 		_, c := redistest.Mini(b)
-		return storetest.Harness{Store: redisstore.New(c, redisstore.Options{})}
+		return storetest.Harness{Store: redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})}
 	})
 }
 

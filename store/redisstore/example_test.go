@@ -26,7 +26,9 @@ func Example() {
 	defer client.Close()
 
 	ctx := context.Background()
-	st := redisstore.New(client, redisstore.Options{})
+	// miniredis keeps nothing on disk: durability none, chosen explicitly.
+	// With a real Redis keep the default (DurableDisk) and call st.Check.
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 	if err := st.Load(ctx); err != nil {
 		panic(err)
 	}
@@ -55,4 +57,52 @@ func Example() {
 	// finish: <nil>
 	// status: performed
 	// new operation: true
+}
+
+// A reconciliation job (DESIGN "Claims are never stranded"): now and then,
+// list the operations performing for longer than any handler takes, find
+// out from the website's own records whether each action took effect, and
+// say so with Resolve. A performed one then answers "performed" for as
+// long as the spec requires; a not-performed one waits for a new approval.
+func ExampleStore_Performing() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+
+	ctx := context.Background()
+	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
+	action := store.Action{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
+	is, _ := st.Issue(ctx, owner, action, now)
+	st.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
+	res, _ := st.Take(ctx, owner, action, now)
+	st.Finish(ctx, *res.Claim, store.Unknown, now) // the payment provider timed out
+
+	// The website's own record of what happened (here: the refund went through).
+	refunded := func(store.Stuck) bool { return true }
+
+	// The job, an hour later: anything performing for over 10 minutes.
+	later := now.Add(time.Hour)
+	for stuck, err := range st.Performing(ctx, later.Add(-10*time.Minute), later) {
+		if err != nil {
+			fmt.Println("scan:", err)
+			break
+		}
+		outcome := store.NotDone
+		if refunded(stuck) {
+			outcome = store.Done
+		}
+		err := st.Resolve(ctx, stuck.Owner, stuck.Operation.ID, outcome, later)
+		fmt.Println("resolved", stuck.Operation.ID == is.Operation.ID, "unknown:", stuck.Unknown, "as", outcome, err)
+	}
+	rec, _, _ := st.Lookup(ctx, owner, is.Ref, later)
+	fmt.Println("status:", rec.Status)
+	// Output:
+	// resolved true unknown: true as performed <nil>
+	// status: performed
 }

@@ -250,7 +250,7 @@ func TestDeadline(t *testing.T) {
 func TestOddData(t *testing.T) {
 	t.Parallel()
 	mr, c := redistest.Mini(t)
-	st := redisstore.New(c, redisstore.Options{})
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 	ctx := t.Context()
 	a := action("k", `{}`, time.Hour)
 	is, err := st.Issue(ctx, owner, a, at(0))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,14 +60,22 @@ type Options struct {
 	// beyond its approved revision's expires_at (W137);
 	// store.DefaultRetention when zero.
 	Retention time.Duration
+	// Durability is what a claim must reach before Take returns it; the
+	// zero value is DurableDisk, which needs AOF with appendfsync always
+	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
+	Durability Durability
 }
 
 // Store is the at-most-once store on Redis. It is safe for concurrent use,
 // and every web server sharing the Redis shares its records.
 type Store struct {
-	client    redis.UniversalClient
-	prefix    string
-	retention time.Duration
+	client     redis.UniversalClient
+	prefix     string
+	retention  time.Duration
+	durability Durability
+
+	nodesMu sync.Mutex
+	nodes   map[string]*nodeState // by server address
 }
 
 var _ store.Store = (*Store)(nil)
@@ -78,8 +87,14 @@ var _ store.Store = (*Store)(nil)
 // The store bounds nothing itself: a call lasts as long as the client's
 // ReadTimeout and WriteTimeout allow, or the context's deadline when the
 // client has ContextTimeoutEnabled set (recommended).
+//
+// By default a claim must be on the server's disk before Take returns it
+// (Options.Durability, DurableDisk): that needs a *redis.Client or a
+// *redis.ClusterClient, and AOF with appendfsync always before Redis 7.2.
+// Call Check at start-up: it says what the Redis can promise, and names
+// the risk when that falls short of the chosen durability.
 func New(client redis.UniversalClient, opts Options) *Store {
-	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention}
+	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -92,10 +107,28 @@ func New(client redis.UniversalClient, opts Options) *Store {
 // Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
 // so that the first call of each method is one round trip too. It is
 // optional: without it, a script's first run falls back to EVAL.
+//
+// With a durability other than DurableNone it also reads what each master
+// can confirm (its version; before Redis 7.2 its AOF settings), which
+// Take would otherwise do on its first claim there.
 func (s *Store) Load(ctx context.Context) error {
 	for _, sc := range scripts() {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load: %w", err)
+		}
+	}
+	if s.durability.Mode == DurableNone {
+		return nil
+	}
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		return fmt.Errorf("redisstore: load: %w", err)
+	}
+	for _, n := range nodes {
+		if c, ok := n.(*redis.Client); ok {
+			if err := s.ready(ctx, c, s.node(c.Options().Addr)); err != nil {
+				return fmt.Errorf("redisstore: load: %s durability: %w", s.durability.Mode, err)
+			}
 		}
 	}
 	return nil
@@ -178,7 +211,13 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	keys, args := s.issueArgs(base, owner, action, now)
 	keys = append(keys, base+"tok:"+token)
 	args = append(args, token, ns(now.Add(s.retention)), store.ClaimTokenTTL.Milliseconds())
-	v, err := takeScript.Run(ctx, s.client, keys, args...).StringSlice()
+	var v []string
+	var err error
+	if s.durability.Mode == DurableNone {
+		v, err = takeScript.Run(ctx, s.client, keys, args...).StringSlice()
+	} else {
+		v, err = s.takeDurable(ctx, keys, args, owner, token, now)
+	}
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}

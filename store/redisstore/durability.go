@@ -1,0 +1,375 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// DurabilityMode is what a claim must reach before Take returns it, so that
+// the handler runs only for a claim that a Redis restart or failover can't
+// undo (DESIGN "Durability"). Losing a recent claim is the one way a store
+// can perform an approval twice: a Redis that comes back older, or a
+// replica promoted before it got the claim, still holds the approval
+// without its use.
+type DurabilityMode int
+
+const (
+	// DurableDisk, the default: the claim is on the Redis server's own disk
+	// before the handler runs. On Redis 7.2 and later Take sends WAITAOF 1 0
+	// on the connection that ran the claim; on earlier versions (Redis 7.0
+	// as Debian 12 ships it) only appendfsync always gives that, because
+	// Redis then fsyncs before it replies, and the store verifies it: it
+	// reads the server's appendfsync and AOF state when it first claims on a
+	// server and every AOFRecheck after. It protects against a restart of
+	// that server (a crash, an OS crash, a power cut), not against losing
+	// its disk or a failover to a replica.
+	DurableDisk DurabilityMode = iota
+	// DurableReplicas: the claim reached Durability.Replicas replicas (WAIT)
+	// before the handler runs. It protects against a failover to a replica
+	// that lagged behind the claim, and against losing the master's disk;
+	// combine with AOF on the replicas to survive a restart of them all.
+	DurableReplicas
+	// DurableNone: Take returns the claim as soon as the master has it. A
+	// restart from an older snapshot, an AOF cut back by an OS crash, or a
+	// promoted replica that lagged can perform an approval a second time.
+	// Choose it explicitly, knowing that; Check reports the risk.
+	DurableNone
+)
+
+func (m DurabilityMode) String() string {
+	switch m {
+	case DurableDisk:
+		return "disk"
+	case DurableReplicas:
+		return "replicas"
+	case DurableNone:
+		return "none"
+	}
+	return "DurabilityMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Durability says what a claim must reach before Take returns it. The zero
+// value is DurableDisk with DefaultDurabilityTimeout: safe, not fast.
+type Durability struct {
+	Mode DurabilityMode
+	// Replicas is how many replicas must acknowledge a claim
+	// (DurableReplicas); 0 means 1.
+	Replicas int
+	// Timeout is how long Take waits for the confirmation; when it doesn't
+	// come in time, Take releases the claim and fails with
+	// store.ErrNotDurable: nothing is performed, and the Gate answers 503
+	// with Retry-After. Keep it under the kit's StoreTimeout. 0 is
+	// DefaultDurabilityTimeout.
+	Timeout time.Duration
+}
+
+// DefaultDurabilityTimeout is Durability.Timeout when 0.
+const DefaultDurabilityTimeout = 300 * time.Millisecond
+
+// AOFRecheck is how often, per server, DurableDisk on Redis before 7.2
+// checks again that appendfsync is always and AOF is on, so that a change
+// of configuration at run time fails closed within this long.
+const AOFRecheck = 10 * time.Second
+
+func (d Durability) timeout() time.Duration {
+	if d.Timeout > 0 {
+		return d.Timeout
+	}
+	return DefaultDurabilityTimeout
+}
+
+func (d Durability) replicas() int {
+	if d.Replicas > 0 {
+		return d.Replicas
+	}
+	return 1
+}
+
+// nodeState is what the store knows of one server's durability.
+type nodeState struct {
+	mu       sync.Mutex
+	version  [2]int // major, minor; zero until read
+	checked  time.Time
+	checkErr error // the last check's verdict (DurableDisk before 7.2)
+}
+
+// waitAOF reports whether the server has WAITAOF (7.2 and later).
+func (n *nodeState) waitAOF() bool {
+	return n.version[0] > 7 || n.version[0] == 7 && n.version[1] >= 2
+}
+
+// node returns the state of the server at addr.
+func (s *Store) node(addr string) *nodeState {
+	s.nodesMu.Lock()
+	defer s.nodesMu.Unlock()
+	if s.nodes == nil {
+		s.nodes = make(map[string]*nodeState)
+	}
+	n := s.nodes[addr]
+	if n == nil {
+		n = &nodeState{}
+		s.nodes[addr] = n
+	}
+	return n
+}
+
+// ready makes sure the server can confirm claims as the mode asks: it reads
+// the server's version once, and for DurableDisk before 7.2 that AOF is on
+// with appendfsync always, again every AOFRecheck.
+func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.version[0] == 0 {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return fmt.Errorf("read the server's version (INFO server): %w", err)
+		}
+		v, ok := parseVersion(infoField(info, "redis_version"))
+		if !ok {
+			return fmt.Errorf("read the server's version: no redis_version in INFO server")
+		}
+		n.version = v
+	}
+	if s.durability.Mode != DurableDisk || n.waitAOF() {
+		return nil
+	}
+	if !n.checked.IsZero() && time.Since(n.checked) < AOFRecheck {
+		return n.checkErr
+	}
+	n.checkErr = checkAOFAlways(ctx, c)
+	n.checked = time.Now()
+	return n.checkErr
+}
+
+// checkAOFAlways verifies that the server fsyncs its AOF before each reply.
+func checkAOFAlways(ctx context.Context, c *redis.Client) error {
+	pipe := c.Pipeline()
+	cfg := pipe.ConfigGet(ctx, "appendfsync")
+	inf := pipe.Info(ctx, "persistence")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("verify appendfsync always (CONFIG GET, INFO persistence): %w", err)
+	}
+	info := inf.Val()
+	if infoField(info, "aof_enabled") != "1" {
+		return errors.New("AOF is off (appendonly no): a claim is not on disk before the action runs")
+	}
+	if st := infoField(info, "aof_last_write_status"); st != "" && st != "ok" {
+		return fmt.Errorf("the AOF's last write failed (aof_last_write_status %s)", st)
+	}
+	if p := cfg.Val()["appendfsync"]; p != "always" {
+		return fmt.Errorf("appendfsync is %q, not always: before Redis 7.2 (no WAITAOF) only always puts a claim on disk before the reply", p)
+	}
+	return nil
+}
+
+// parseVersion reads "7.0.15" as {7, 0}.
+func parseVersion(v string) ([2]int, bool) {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return [2]int{}, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || major <= 0 {
+		return [2]int{}, false
+	}
+	return [2]int{major, minor}, true
+}
+
+// infoField returns a field of an INFO reply ("" when absent).
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// nodeFor returns the client of the server that owns key: the client itself,
+// or the Cluster master of key's slot.
+func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("durability %s needs a *redis.Client or *redis.ClusterClient, not %T (or choose DurableNone)", s.durability.Mode, s.client)
+}
+
+// takeDurable runs take.lua on a connection of its own and, when it
+// claims, confirms the claim on that same connection (WAIT and WAITAOF
+// count the writes of their own connection): one more round trip, on the
+// claim path only.
+func (s *Store) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
+	var v []string
+	var err error
+	for attempt := range 2 {
+		v, err = s.takeOnce(ctx, keys, args)
+		if err == nil || attempt == 1 || !movedErr(err) {
+			break
+		}
+		// The slot moved (a failover, a resharding): the script did not run.
+		// Reload the Cluster's map and try the new owner once.
+		if cc, ok := s.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errNotConfirmed) {
+			s.releaseAfter(owner, token, now)
+			return nil, fmt.Errorf("%w: %w", store.ErrNotDurable, err)
+		}
+		return nil, err
+	}
+	return v, nil
+}
+
+// errNotConfirmed is a claim whose durability was not confirmed.
+var errNotConfirmed = errors.New("durability not confirmed")
+
+func movedErr(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") ||
+		strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN")
+}
+
+func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]string, error) {
+	node, err := s.nodeFor(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	n := s.node(node.Options().Addr)
+	if err := s.ready(ctx, node, n); err != nil {
+		// Nothing was claimed: fail closed before the script runs.
+		return nil, fmt.Errorf("%w: %s durability: %w", store.ErrNotDurable, s.durability.Mode, err)
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	v, err := takeScript.Run(ctx, conn, keys, args...).StringSlice()
+	if err != nil || len(v) == 0 || v[0] != "claim" {
+		return v, err
+	}
+	d := s.durability
+	timeoutMs := d.timeout().Milliseconds()
+	switch {
+	case d.Mode == DurableReplicas:
+		got, err := conn.Wait(ctx, d.replicas(), d.timeout()).Result()
+		if err != nil {
+			return nil, fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
+		}
+		if got < int64(d.replicas()) {
+			return nil, fmt.Errorf("%w: %d of %d replicas acknowledged the claim within %v", errNotConfirmed, got, d.replicas(), d.timeout())
+		}
+	case n.waitAOF():
+		r, err := conn.Do(ctx, "WAITAOF", 1, 0, timeoutMs).Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
+		}
+		if len(r) < 1 || r[0] < 1 {
+			return nil, fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
+		}
+	default:
+		// Before 7.2, with appendfsync always (verified by ready), Redis
+		// wrote and fsynced the AOF before it sent the reply just read.
+	}
+	return v, nil
+}
+
+// releaseAfter releases a claim whose durability was not confirmed, on a
+// fresh short context (the caller's may be done): nothing may be performed
+// for it, and its approval applies to the next request (W144).
+func (s *Store) releaseAfter(owner store.Owner, token string, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = s.Release(ctx, owner, token, now) // the Gate releases again if this fails
+}
+
+// Check reads what each server (every Cluster master) can promise and
+// returns an error that names the risk when the chosen durability can't
+// hold (DESIGN "Durability"): AOF off, appendfsync not always before Redis
+// 7.2, fewer replicas connected than DurableReplicas needs, an AOF that
+// failed to write, or a server that isn't Redis at all (miniredis, a demo
+// store). With DurableNone it returns an error naming that risk too, so
+// call it at start-up, and refuse to start or log the error loudly.
+func (s *Store) Check(ctx context.Context) error {
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		return fmt.Errorf("redisstore: check: %w", err)
+	}
+	var errs []error
+	for _, node := range nodes {
+		if err := s.checkNode(ctx, node); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("redisstore: check (durability %s): %w", s.durability.Mode, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (s *Store) checkNode(ctx context.Context, node redis.Cmdable) error {
+	addr := "redis"
+	if c, ok := node.(*redis.Client); ok {
+		addr = c.Options().Addr
+	}
+	info, err := node.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("%s: can't read INFO server (%v): not a Redis server that can promise anything; miniredis is a demo store that forgets everything when it stops", addr, err)
+	}
+	v, ok := parseVersion(infoField(info, "redis_version"))
+	if !ok {
+		return fmt.Errorf("%s: no redis_version in INFO server", addr)
+	}
+	pers, err := node.Info(ctx, "persistence").Result()
+	if err != nil {
+		return fmt.Errorf("%s: INFO persistence: %w", addr, err)
+	}
+	repl, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("%s: INFO replication: %w", addr, err)
+	}
+	aof := infoField(pers, "aof_enabled") == "1"
+	slaves, _ := strconv.Atoi(infoField(repl, "connected_slaves"))
+	switch s.durability.Mode {
+	case DurableNone:
+		risk := "durability none: a restart from an older snapshot, an AOF cut back by an OS crash, or a failover to a replica that lagged can perform an approval a second time"
+		if !aof {
+			risk += "; AOF is off, so a restart loses every claim since the last snapshot"
+		}
+		return fmt.Errorf("%s: %s", addr, risk)
+	case DurableReplicas:
+		if slaves < s.durability.replicas() {
+			return fmt.Errorf("%s: %d replicas connected, durability needs %d: every claim fails closed (503) until they are", addr, slaves, s.durability.replicas())
+		}
+	case DurableDisk:
+		if !aof {
+			return fmt.Errorf("%s: AOF is off (appendonly no): a claim can't reach disk, so every claim fails closed (503); turn AOF on with appendfsync always, or choose DurableReplicas", addr)
+		}
+		if st := infoField(pers, "aof_last_write_status"); st != "" && st != "ok" {
+			return fmt.Errorf("%s: the AOF's last write failed (aof_last_write_status %s): claims fail closed", addr, st)
+		}
+		n := &nodeState{version: v}
+		if !n.waitAOF() {
+			c, ok := node.(*redis.Client)
+			if !ok {
+				return fmt.Errorf("%s: can't verify appendfsync", addr)
+			}
+			if err := checkAOFAlways(ctx, c); err != nil {
+				return fmt.Errorf("%s (Redis %d.%d): %w: every claim fails closed (503); set appendfsync always, or use Redis 7.2 or later", addr, v[0], v[1], err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+)
+
+// approvedAction issues and approves an action and returns it, ready for a
+// claim.
+func approvedAction(t *testing.T, st store.Store, key string) (store.Action, store.Issued) {
+	t.Helper()
+	a := action(key, `{}`, time.Hour)
+	is, err := st.Issue(t.Context(), owner, a, at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := st.Record(t.Context(), owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %v %v", rep.Result, err)
+	}
+	return a, is
+}
+
+func wantStatus(t *testing.T, st store.Store, ref string, want store.Status) {
+	t.Helper()
+	rec, found, err := st.Lookup(t.Context(), owner, ref, at(time.Second))
+	if err != nil || !found || rec.Status != want {
+		t.Fatalf("Lookup: %v found=%v err=%v, want %s", rec.Status, found, err, want)
+	}
+}
+
+// DurableDisk on Redis 7.0: a claim is returned only while the server
+// fsyncs its AOF before each reply (appendfsync always); otherwise nothing
+// is claimed, Take fails closed, and the approval still applies (DESIGN
+// "Durability").
+func TestDurableDisk(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t) // AOF, appendfsync always
+	c := srv.Client(t)
+	st := redisstore.New(c, redisstore.Options{})
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatalf("Check with AOF always: %v", err)
+	}
+	a, _ := approvedAction(t, st, "ok")
+	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take with AOF always: %+v, %v", res, err)
+	}
+
+	for _, cfg := range [][2]string{{"appendfsync", "everysec"}, {"appendonly", "no"}} {
+		if err := c.ConfigSet(t.Context(), cfg[0], cfg[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		fresh := redisstore.New(c, redisstore.Options{}) // checks the server anew
+		a, is := approvedAction(t, fresh, "k"+cfg[0])
+		res, err := fresh.Take(t.Context(), owner, a, at(time.Second))
+		if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+			t.Errorf("%s %s: Take %+v, %v; want ErrNotDurable", cfg[0], cfg[1], res, err)
+		}
+		wantStatus(t, fresh, is.Ref, store.Approved) // nothing was claimed
+		if err := fresh.Check(t.Context()); err == nil || !strings.Contains(err.Error(), cfg[0]) {
+			t.Errorf("%s %s: Check: %v, want the risk named", cfg[0], cfg[1], err)
+		}
+	}
+}
+
+// DurableReplicas: a claim is returned once WAIT counts the replica; with
+// the replica stalled, Take fails closed within the timeout and releases
+// the claim, so the approval performs once the replica is back (W144).
+func TestDurableReplicas(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	replica, err := redistest.StartReplica(t, master)
+	if err != nil {
+		t.Skipf("replica: %v", err)
+	}
+	d := redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1, Timeout: 200 * time.Millisecond}
+	st := redisstore.New(master.Client(t), redisstore.Options{Durability: d})
+	if err := st.Check(t.Context()); err != nil {
+		t.Fatalf("Check with one replica: %v", err)
+	}
+	two := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 2}})
+	if err := two.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "1 replicas connected") {
+		t.Errorf("Check with 2 of 1 replicas: %v", err)
+	}
+
+	a, _ := approvedAction(t, st, "ok")
+	if res, err := st.Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
+		t.Fatalf("Take with the replica up: %+v, %v", res, err)
+	}
+
+	a, is := approvedAction(t, st, "stalled")
+	if err := replica.Pause(); err != nil {
+		t.Skipf("pause: %v", err)
+	}
+	start := time.Now()
+	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	took := time.Since(start)
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+		t.Fatalf("Take with the replica stalled: %+v, %v; want ErrNotDurable", res, err)
+	}
+	if took > d.Timeout+500*time.Millisecond {
+		t.Errorf("Take took %v with a %v durability timeout", took, d.Timeout)
+	}
+	wantStatus(t, st, is.Ref, store.Approved) // released
+	res, err = st.Take(t.Context(), owner, a, at(2*time.Second))
+	if err != nil || res.Claim == nil || res.Claim.Operation.Revision != is.Operation.Revision {
+		t.Fatalf("Take after the replica is back: %+v, %v", res, err)
+	}
+}
+
+// Check names what the store can't promise: miniredis is a demo store, and
+// durability none says what it risks.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	_, mc := redistest.Mini(t)
+	none := redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}
+	if err := redisstore.New(mc, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "demo store") {
+		t.Errorf("miniredis: %v, want a demo store", err)
+	}
+	if err := redisstore.New(mc, redisstore.Options{}).Check(t.Context()); err == nil {
+		t.Errorf("miniredis with DurableDisk: no error")
+	}
+	c := redistest.Server(t)
+	if err := redisstore.New(c, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "a second time") {
+		t.Errorf("durability none: %v, want the risk named", err)
+	}
+	// DurableDisk on miniredis can't verify anything: it fails closed.
+	st := redisstore.New(mc, redisstore.Options{})
+	if _, err := st.Take(t.Context(), owner, action("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrNotDurable) {
+		t.Errorf("DurableDisk Take on miniredis: %v, want ErrNotDurable", err)
+	}
+}

@@ -1,0 +1,153 @@
+package webkit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// DefaultStoreTimeout is the deadline of each store call when
+// Kit.StoreTimeout is 0.
+const DefaultStoreTimeout = time.Second
+
+// WithStoreTimeout returns s with a deadline of d on every call (0 is
+// DefaultStoreTimeout), so that a stalled store fails closed in bounded
+// time: a gated request then performs nothing and gets 503 with
+// Retry-After (DESIGN: the store being down fails closed, in bounded time).
+//
+// The deadline holds whatever the store's client does with a context: a
+// call that outlives it is abandoned (its goroutine ends when the client
+// gives up, by its own timeouts) and answered with
+// context.DeadlineExceeded. A Take abandoned that way may still claim
+// later; the Gate releases it (store.Store.Release, W144).
+//
+// Finish is not bounded by d: it runs after the handler, with its own
+// longer deadline, because a lost Finish leaves the operation performing
+// until it is resolved.
+func WithStoreTimeout(s store.Store, d time.Duration) store.Store {
+	if s == nil {
+		return nil
+	}
+	if d <= 0 {
+		d = DefaultStoreTimeout
+	}
+	if t, ok := s.(timedStore); ok {
+		s = t.s
+	}
+	return timedStore{Store: s, s: s, d: d}
+}
+
+// timedStore bounds each call of s by d. It embeds the store, so that a
+// method added to store.Store later still reaches it (unbounded until
+// listed here).
+type timedStore struct {
+	store.Store
+	s store.Store
+	d time.Duration
+}
+
+// bounded runs f with a deadline of d, and returns at the deadline even if
+// f has not.
+func bounded[T any](ctx context.Context, d time.Duration, name string, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1) // f's goroutine never blocks on it
+	go func() {
+		defer cancel()
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("webkit: store %s: %w", name, ctx.Err())
+	}
+}
+
+func (t timedStore) Issue(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+	return bounded(ctx, t.d, "issue", func(ctx context.Context) (store.Issued, error) { return t.s.Issue(ctx, owner, a, now) })
+}
+
+func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+	return bounded(ctx, t.d, "take", func(ctx context.Context) (store.TakeResult, error) { return t.s.Take(ctx, owner, a, now) })
+}
+
+func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+	type found struct {
+		rec store.Record
+		ok  bool
+	}
+	f, err := bounded(ctx, t.d, "lookup", func(ctx context.Context) (found, error) {
+		rec, ok, err := t.s.Lookup(ctx, owner, ref, now)
+		return found{rec, ok}, err
+	})
+	return f.rec, f.ok, err
+}
+
+func (t timedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+	return bounded(ctx, t.d, "record", func(ctx context.Context) (store.RecordReply, error) {
+		return t.s.Record(ctx, owner, ref, a, now, opts)
+	})
+}
+
+func (t timedStore) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+	return bounded(ctx, t.d, "release", func(ctx context.Context) (bool, error) { return t.s.Release(ctx, owner, token, now) })
+}
+
+func (t timedStore) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	return bounded(ctx, t.d, "use once", func(ctx context.Context) (bool, error) { return t.s.UseOnce(ctx, key, until, now) })
+}
+
+func (k *Kit) storeTimeout() time.Duration {
+	if k.StoreTimeout > 0 {
+		return k.StoreTimeout
+	}
+	return DefaultStoreTimeout
+}
+
+// releaseDelays are when the Gate tries to release a claim it could not
+// confirm: at once, then twice more, so that a store that was stalled (and
+// may run the abandoned Take when it wakes) still gets the release.
+var releaseDelays = []time.Duration{0, time.Second, 4 * time.Second}
+
+// release undoes, after the request, whatever Take may have claimed with
+// token when the Gate could not confirm the claim (an error, a timeout, a
+// lost reply) or never called the handler: the approval then applies to the
+// next repeat (§7 W144; DESIGN "Claims are never stranded"). It runs in
+// the background on fresh contexts, so the 503 is not delayed, and ends
+// after a few tries.
+func (k *Kit) release(r *http.Request, owner store.Owner, token string) {
+	st, timeout, now, logger := k.store(), k.storeTimeout(), k.now, k.logger()
+	base := context.WithoutCancel(r.Context())
+	path := r.URL.Path
+	go func() {
+		for i, d := range releaseDelays {
+			if d > 0 {
+				time.Sleep(d)
+			}
+			ctx, cancel := context.WithTimeout(base, timeout)
+			released, err := st.Release(ctx, owner, token, now())
+			cancel()
+			if err == nil {
+				if released {
+					logger.LogAttrs(base, slog.LevelInfo, "opsgate: released a claim the Gate could not confirm; its approval applies to the next request (W144)",
+						slog.String("path", path))
+				}
+				return
+			}
+			if i == len(releaseDelays)-1 {
+				logger.LogAttrs(base, slog.LevelError, "opsgate: store failed",
+					slog.String("op", "release"), slog.String("path", path), slog.String("error", err.Error()))
+			}
+		}
+	}()
+}
