@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -265,8 +266,42 @@ type post struct {
 	cookies     *browser
 }
 
-// endpoint sends one request to the operations endpoint in Session s.
+// endpoint sends one request to the operations endpoint in Session s. A
+// 503 with Retry-After (the site can't answer now, §7) is retried a few
+// times, as an agent would, with a fresh Session JWT each time; a request
+// with a given JWT is sent once.
 func (c *checker) endpoint(ctx context.Context, s *session, p post) answer {
+	var a answer
+	for attempt := range 4 {
+		if attempt > 0 {
+			if !retryLater(ctx, a.header) {
+				break
+			}
+		}
+		a = c.endpointOnce(ctx, s, p)
+		if a.err != nil || a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || p.jwt != "" {
+			break
+		}
+	}
+	return a
+}
+
+// retryLater waits as Retry-After says, at most a second (the checker
+// keeps moving; the site is allowed its 503), and reports whether to retry.
+func retryLater(ctx context.Context, h http.Header) bool {
+	d := time.Second
+	if n, err := strconv.Atoi(h.Get("Retry-After")); err == nil && n >= 0 && time.Duration(n)*time.Second < d {
+		d = time.Duration(n) * time.Second
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (c *checker) endpointOnce(ctx context.Context, s *session, p post) answer {
 	body := p.body
 	if body == nil {
 		body, _ = json.Marshal(map[string]string{"ref": p.ref})

@@ -98,11 +98,29 @@ type request struct {
 	ctype       string // Content-Type of body
 	accept      string
 	header      http.Header // more header fields, such as a page script would add
+	// once: no retry of a 503 with Retry-After (the concurrent repeats,
+	// where a busy 503 is an answer in itself).
+	once bool
 }
 
 // do makes the request and follows redirects (a form POST answered 303 is
-// followed by a GET, as browsers do).
+// followed by a GET, as browsers do). A 503 with Retry-After is retried a
+// few times, as the kit's waiting page and an agent would (§7).
 func (b *browser) do(ctx context.Context, r request) page {
+	var p page
+	for attempt := range 4 {
+		if attempt > 0 && !retryLater(ctx, p.first().header) {
+			break
+		}
+		p = b.doOnce(ctx, r)
+		if r.once || p.err != nil || p.first().status != http.StatusServiceUnavailable || p.first().header.Get("Retry-After") == "" {
+			break
+		}
+	}
+	return p
+}
+
+func (b *browser) doOnce(ctx context.Context, r request) page {
 	var p page
 	client := b.c.client()
 	client.Jar = b.jar

@@ -761,7 +761,9 @@ func (f *flow) repeat(ctx context.Context) (performed int, answers []string, new
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			pages[i] = f.bA.do(ctx, f.main.request("", ""))
+			req := f.main.request("", "")
+			req.once = true
+			pages[i] = f.bA.do(ctx, req)
 		})
 	}
 	close(start)
@@ -915,8 +917,13 @@ func (c *checker) no5xx() {
 	defer c.mu.Unlock()
 	bad := map[string]int{}
 	var order []string
+	busy := map[string]int{}
 	for _, r := range c.responses {
-		if r.status < 500 || (r.status == http.StatusServiceUnavailable && r.retryAfter) {
+		if r.status == http.StatusServiceUnavailable && r.retryAfter {
+			busy[r.what]++ // allowed (§7), and retried; noted
+			continue
+		}
+		if r.status < 500 {
 			continue
 		}
 		key := fmt.Sprintf("%d to %s", r.status, r.what)
@@ -930,4 +937,7 @@ func (c *checker) no5xx() {
 	}
 	k.check(len(c.responses) > 0, "no answers were seen")
 	k.note("%d answers seen", len(c.responses))
+	for what, n := range busy {
+		k.note("503 with Retry-After to %s (%d time(s))", what, n)
+	}
 }
