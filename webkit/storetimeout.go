@@ -68,6 +68,13 @@ func bounded[T any](ctx context.Context, d time.Duration, name string, f func(co
 	case r := <-done:
 		return r.v, r.err
 	case <-ctx.Done():
+		// f's goroutine cancels ctx after sending its result: when both
+		// are ready, select may pick either, so the result wins here.
+		select {
+		case r := <-done:
+			return r.v, r.err
+		default:
+		}
 		var zero T
 		return zero, fmt.Errorf("webkit: store %s: %w", name, ctx.Err())
 	}

@@ -18,12 +18,12 @@ func TestServerStop(t *testing.T) {
 	if err := c.Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("PING: %v", err)
 	}
-	for _, arg := range []string{"save", "appendonly"} {
+	for _, arg := range []string{"save", "appendonly", "appendfsync"} {
 		v, err := c.ConfigGet(t.Context(), arg).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := map[string]string{"save": "", "appendonly": "no"}[arg]; v[arg] != want {
+		if want := map[string]string{"save": "", "appendonly": "yes", "appendfsync": "always"}[arg]; v[arg] != want {
 			t.Errorf("%s = %q, want %q", arg, v[arg], want)
 		}
 	}
