@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// MaxIDLength is the longest operation_id, revision or reference (poppy-core
+// MaxIDLength is the longest operation_id, revision or reference (webkit/RULES.md
 // choice 6, spec 8.2).
 const MaxIDLength = 255
 

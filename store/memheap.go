@@ -6,7 +6,7 @@ import (
 )
 
 // The memory store's bookkeeping that keeps it small and its lock short
-// (DESIGN "Bounded work"): an expiry heap, so that forgetting what expired
+// (webkit/RULES.md "Bounded work"): an expiry heap, so that forgetting what expired
 // costs O(log n) per record and is done a bounded batch at a time, and maps
 // that are rebuilt once they shrink, because a Go map never gives back the
 // memory of entries deleted from it.

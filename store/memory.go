@@ -19,7 +19,7 @@ import (
 // Memory follows the caller's clock only: records are forgotten by the now
 // each call passes, never by time.Now, and no goroutine is ever started.
 // Nothing grows with expired records, and no call holds the lock for long
-// (DESIGN "Bounded work"): every record sits in an expiry heap, and each
+// (webkit/RULES.md "Bounded work"): every record sits in an expiry heap, and each
 // call drops at most memSweepBudget expired records, O(log n) each; a map
 // that has shrunk to an eighth of its peak is rebuilt a few hundred entries
 // per call, because a Go map never gives back the memory of deleted
@@ -27,7 +27,7 @@ import (
 //
 // Memory keeps its records in the process: a restart forgets every
 // approval, and every claim with it, which can lose an approval but never
-// perform one twice (DESIGN "Durability").
+// perform one twice (webkit/RULES.md "Durability").
 type Memory struct {
 	// Retention is how long a performed operation is remembered at least,
 	// beyond its approved revision's expires_at, and how long a performing

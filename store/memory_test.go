@@ -73,7 +73,7 @@ func TestMemoryRetention(t *testing.T) {
 }
 
 // The Memory holds about what is live, however long it runs: sweeps follow
-// the caller's clock (DESIGN "The store": nothing grows without bound).
+// the caller's clock (webkit/RULES.md "The store": nothing grows without bound).
 func TestMemoryBounded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -1,5 +1,5 @@
 // Package store keeps the records that make a website's operations happen at
-// most once (operations-v3 §6 "Websites", §7), and defines the one interface
+// most once (§6 "Websites", §7), and defines the one interface
 // every implementation satisfies: [Memory] for one process, and the Redis
 // store in package store/redisstore for every web server that shares a Redis,
 // a Redis Cluster, or miniredis.
@@ -360,7 +360,7 @@ var ErrNotPerforming = errors.New("store: operation is not performing")
 // after its Take is too late, and the operation is left for Resolve.
 const ClaimTokenTTL = 10 * time.Minute
 
-// Reconciler settles outcomes nobody reported (DESIGN "Claims are never
+// Reconciler settles outcomes nobody reported (webkit/RULES.md "Claims are never
 // stranded"): an operation stays performing when the handler's outcome was
 // unknown (§7 W142), the web server died mid-handler, or a Finish was lost.
 // A reconciliation job or an admin page lists them with Performing, finds

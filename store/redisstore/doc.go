@@ -1,7 +1,7 @@
 // Package redisstore is the at-most-once store (package store) on Redis: one
 // Lua script per state change, so every web server sharing a Redis, a Redis
 // Cluster or a miniredis performs an approved operation at most once
-// (operations-v3 §6 "Websites", §7; W135).
+// (§6 "Websites", §7; W135).
 //
 // Usage (see Example):
 //

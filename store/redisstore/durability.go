@@ -16,7 +16,7 @@ import (
 
 // DurabilityMode is what a claim must reach before Take returns it, so that
 // the handler runs only for a claim that a Redis restart or failover can't
-// undo (DESIGN "Durability"). Losing a recent claim is the one way a store
+// undo (webkit/RULES.md "Durability"). Losing a recent claim is the one way a store
 // can perform an approval twice: a Redis that comes back older, or a
 // replica promoted before it got the claim, still holds the approval
 // without its use.
@@ -297,7 +297,7 @@ func (s *Store) releaseAfter(owner store.Owner, token string, now time.Time) {
 
 // Check reads what each server (every Cluster master) can promise and
 // returns an error that names the risk when the chosen durability can't
-// hold (DESIGN "Durability"): AOF off, appendfsync not always before Redis
+// hold (webkit/RULES.md "Durability"): AOF off, appendfsync not always before Redis
 // 7.2, fewer replicas connected than DurableReplicas needs, an AOF that
 // failed to write, or a server that isn't Redis at all (miniredis, a demo
 // store). With DurableNone it returns an error naming that risk too, so

@@ -59,7 +59,7 @@ func Example() {
 	// new operation: true
 }
 
-// A reconciliation job (DESIGN "Claims are never stranded"): now and then,
+// A reconciliation job (webkit/RULES.md "Claims are never stranded"): now and then,
 // list the operations performing for longer than any handler takes, find
 // out from the website's own records whether each action took effect, and
 // say so with Resolve. A performed one then answers "performed" for as

@@ -95,7 +95,7 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 }
 
 // TestTTL: every key the scripts create has a TTL, and none outlives what
-// it keeps by more than the minute's grace (DESIGN "The store": nothing
+// it keeps by more than the minute's grace (webkit/RULES.md "The store": nothing
 // grows without bound; W139).
 func TestTTL(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 -- lib.lua: what every script shares. Each script is this file followed by its
--- own, so that every state change is one atomic EVALSHA (DESIGN "The store").
+-- own, so that every state change is one atomic EVALSHA (webkit/RULES.md "The store").
 --
 -- Times are the caller's clock as Unix nanoseconds in decimal strings, never
 -- Redis TIME, so every web server judges expiry alike (store package doc).

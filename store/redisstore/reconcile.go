@@ -16,7 +16,7 @@ import (
 var _ store.Reconciler = (*Store)(nil)
 
 // scanBatch is how many keys one SCAN step asks for: each step is short, so
-// Performing never blocks Redis for other web servers (DESIGN "Claims are
+// Performing never blocks Redis for other web servers (webkit/RULES.md "Claims are
 // never stranded").
 const scanBatch = 500
 

@@ -135,7 +135,7 @@ func (s *Store) Load(ctx context.Context) error {
 }
 
 // base is the start of every key of one owner's agent and User: one hash tag,
-// one Cluster slot (DESIGN "The store").
+// one Cluster slot (webkit/RULES.md "The store").
 func (s *Store) base(agent, user string) string {
 	return s.prefix + "{" + store.Slot(agent, user) + "}:"
 }

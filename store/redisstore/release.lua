@@ -1,4 +1,4 @@
--- release.lua (after lib.lua): Store.Release (W144, DESIGN "Claims are
+-- release.lua (after lib.lua): Store.Release (W144, webkit/RULES.md "Claims are
 -- never stranded").
 -- KEYS: claim token key.
 -- ARGV: base, claim token, now, the token key's TTL in ms.

@@ -201,6 +201,11 @@ type recorder struct {
 
 func (r recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := r.next.RoundTrip(req)
+	if err != nil {
+		r.c.logf("  %s %s: %v", req.Method, req.URL.Redacted(), err)
+	} else {
+		r.c.logf("  %s %s → %d", req.Method, req.URL.Redacted(), res.StatusCode)
+	}
 	if err == nil && !strings.HasPrefix(req.URL.String(), r.c.agents.base) {
 		r.c.mu.Lock()
 		r.c.responses = append(r.c.responses, seen{what: req.Method + " " + req.URL.Path, status: res.StatusCode, retryAfter: res.Header.Get("Retry-After") != ""})

@@ -222,6 +222,7 @@ type checker struct {
 	// the checker's Personal Agents: a and its User; b, another agent
 	a, b *agent
 
+	logMu     sync.Mutex
 	mu        sync.Mutex
 	responses []seen // every response the site gave, for "no 5xx"
 	results   []Result
@@ -236,8 +237,12 @@ type seen struct {
 	retryAfter bool
 }
 
+// logf writes one step to Config.Log. Steps name methods, URLs and
+// statuses only: never a Session JWT, an access token or a cookie.
 func (c *checker) logf(format string, args ...any) {
 	if c.cfg.Log != nil {
+		c.logMu.Lock()
+		defer c.logMu.Unlock()
 		fmt.Fprintf(c.cfg.Log, "check: "+format+"\n", args...)
 	}
 }
