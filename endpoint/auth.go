@@ -11,7 +11,7 @@ import (
 )
 
 // IdentityAuthenticator is the kit's default Authenticator: the Session JWT
-// verified by webkit/identity (poppy-core choice 1) and, when the request
+// verified by webkit/identity (webkit/RULES.md choice 1) and, when the request
 // carries one, the access token (choice 2), which must have been issued to
 // the Session's agent and then names the account the Session is signed in
 // to. The endpoint requires no scope (§4, W71).

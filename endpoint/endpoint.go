@@ -1,5 +1,5 @@
 // Package endpoint is the agent-facing operations endpoint of a website
-// (operations-v3 §4 and §6 "Websites", §7): the URL listed as `endpoint` in
+// (§4 and §6 "Websites", §7): the URL listed as `endpoint` in
 // poppy.json, usually /poppy/operations. The Personal Agent POSTs a ref taken
 // from its browser's Poppy-Operation header to get the operation, then POSTs
 // it again with Poppy-Approval to approve it, and later to look up its status.
@@ -323,7 +323,7 @@ func (e *Endpoint) log() *slog.Logger {
 	return slog.Default()
 }
 
-// checkVersion accepts Poppy-Version major 1 (poppy-core choice 4).
+// checkVersion accepts Poppy-Version major 1 (webkit/RULES.md choice 4).
 func checkVersion(values []string) error {
 	if len(values) != 1 {
 		return errors.New("Poppy-Version: exactly one value of major version 1 is required, such as 1.0")
@@ -428,7 +428,7 @@ func writeInvalidSession(w http.ResponseWriter) {
 	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_session"})
 }
 
-// writeChallenge is the sign-in challenge (poppy-core choice 5).
+// writeChallenge is the sign-in challenge (webkit/RULES.md choice 5).
 func writeChallenge(w http.ResponseWriter) {
 	note(w, "challenge", "")
 	w.Header().Set("WWW-Authenticate", `Bearer error="sign_in_required"`)

@@ -138,7 +138,7 @@ type browser struct {
 }
 
 // joinBrowser joins a new browser to Session sid through shop s's join
-// endpoint (poppy-core choice 3), signed in when account is not "".
+// endpoint (webkit/RULES.md choice 3), signed in when account is not "".
 func joinBrowser(t testing.TB, s *shop, a *agent, sid, user, account, extensions string) *browser {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
@@ -421,7 +421,7 @@ func TestAttacks(t *testing.T) {
 }
 
 // TestReplayedJTIAcrossServers: a Session JWT used at one web server is
-// refused at another that shares the store (poppy-core choice 1).
+// refused at another that shares the store (webkit/RULES.md choice 1).
 func TestReplayedJTIAcrossServers(t *testing.T) {
 	for name, open := range stores(t) {
 		t.Run(name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package pages writes the Gate's browser-facing responses (operations-v3
+// Package pages writes the Gate's browser-facing responses (the specification
 // §4 "Websites"): the 403 waiting page with its Continue control, the JSON
 // body for the website's own scripts, extension_required, and the 503 that
 // says "try again" without saying "failed" (§7). It chooses between HTML and
@@ -149,7 +149,7 @@ func WriteWaiting(w http.ResponseWriter, r *http.Request, v Waiting) {
 }
 
 // WriteExtensionRequired refuses a gated request whose Session did not
-// declare operations v3 (§2 W11, W12; poppy-core choice 5). The status is
+// declare operations v3 (§2 W11, W12; webkit/RULES.md choice 5). The status is
 // 403: the request is understood and refused for what it lacks, as spec 3.3
 // refuses a missing extension; no operation is returned.
 func WriteExtensionRequired(w http.ResponseWriter) {

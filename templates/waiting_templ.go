@@ -10,7 +10,7 @@ import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
 // WaitingPage says the action waits for approval in the person's agent and
-// offers Continue (operations-v3 §4 W62, W65). It shows no terms: the agent
+// offers Continue (§4 W62, W65). It shows no terms: the agent
 // gets the operation only from endpoint (W64).
 func WaitingPage(v Waiting) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {

@@ -114,7 +114,7 @@ func FuzzParseExtensions(f *testing.F) {
 	})
 }
 
-// FuzzRef: refs (operations-v3 §4; poppy-core choice 6) as the endpoint and
+// FuzzRef: refs (§4; RULES.md choice 6) as the endpoint and
 // the Gate read them: a ref that splits is valid, rebuilds exactly, and
 // travels in Poppy-Operation unchanged.
 func FuzzRef(f *testing.F) {

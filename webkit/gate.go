@@ -19,7 +19,7 @@ import (
 )
 
 // Action is what a gated request asks for, as the website describes it
-// (DESIGN.md "The Gate").
+// (RULES.md "The Gate").
 type Action struct {
 	// Key says which action this is: the same key is the same action and
 	// keeps its operation_id (§3 W19, W35), such as "exchange:ord_7Hk2".

@@ -658,7 +658,7 @@ func TestGateOutcomes(t *testing.T) {
 	}
 }
 
-// ---- fail closed (DESIGN "Non-negotiables") ----
+// ---- fail closed (RULES.md "Non-negotiables") ----
 
 type failingStore struct{ store.Store }
 

@@ -16,9 +16,9 @@ import (
 const (
 	HeaderOperation  = "Poppy-Operation"  // §4: the website's 403 names the operation's ref
 	HeaderApproval   = "Poppy-Approval"   // §6: the approval sent to endpoint
-	HeaderExtensions = "Poppy-Extensions" // §2, poppy-core choice 4: declared extensions
-	HeaderSession    = "Poppy-Session"    // poppy-core choice 1: the Session JWT, a credential never logged
-	HeaderVersion    = "Poppy-Version"    // poppy-core choice 4: "1.0"
+	HeaderExtensions = "Poppy-Extensions" // §2, RULES.md choice 4: declared extensions
+	HeaderSession    = "Poppy-Session"    // RULES.md choice 1: the Session JWT, a credential never logged
+	HeaderVersion    = "Poppy-Version"    // RULES.md choice 4: "1.0"
 )
 
 // MaxHeaderBytes is the longest header value (all its field lines joined)
@@ -316,7 +316,7 @@ func marshalHeader(header string, v httpsfv.StructuredFieldValue) (string, error
 	return s, nil
 }
 
-// ParseExtensions reads a Poppy-Extensions header (poppy-core choice 4),
+// ParseExtensions reads a Poppy-Extensions header (RULES.md choice 4),
 // given every field line: a List of Tokens or Strings, each naming an
 // extension, with a `v` parameter giving its version, e.g.
 // `"operations";v="3"`. A `v` that is a Token, Integer or Decimal is kept as
@@ -383,7 +383,7 @@ func versionText(params *httpsfv.Params) string {
 	return ""
 }
 
-// Header returns the Poppy-Extensions value declaring e (poppy-core choice
+// Header returns the Poppy-Extensions value declaring e (RULES.md choice
 // 4), sorted by name, each name a String with its version in `v`, e.g.
 // `"operations";v="3"`. A version "" is written without `v`. A name or
 // version that cannot be a String (not printable ASCII) is left out. The

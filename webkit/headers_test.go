@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The spec's own example headers, verbatim (operations-v3 §4, §6, §2).
+// The spec's own example headers, verbatim (§4, §6, §2).
 const (
 	specOperationHeader = `sid="ses_Hq3vT8nW2kLm9xRb", ref="exc_5Rt2.1791487200.k3Jd9Qx2mW8v"`
 	specApprovalUser    = `operation_id="exc_5Rt2", revision="1791487200-k3Jd9Qx2mW8v", approver="user", approved_at=1791487260, input_type="tap", reference="apr_01JD8ZK3Q9"`

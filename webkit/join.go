@@ -10,7 +10,7 @@ import (
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
-// Join is the kit's browser_session_endpoint (poppy-core choice 3): the
+// Join is the kit's browser_session_endpoint (RULES.md choice 3): the
 // Personal Agent's browser POSTs a form with `assertion` (a
 // poppy-browser+jwt) and, for a signed-in join, `access_token`. Join
 // verifies them (1), records the declared extensions (2: "step 2" of §2,
@@ -37,7 +37,7 @@ const MaxJoinBody = 64 << 10
 // Bounds of what a join stores in the browser's binding (issue 10): with
 // them the largest binding fits a cookie (4096 bytes), so no join is
 // refused with a 5xx for its size. sid and sub are bounded to 255 bytes by
-// the identity package (poppy-core choice 1).
+// the identity package (RULES.md choice 1).
 const (
 	// MaxJoinClientID bounds the agent's client_id; longer is 401.
 	MaxJoinClientID = 1024
@@ -59,7 +59,7 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxJoinBody)
-	// A form body only: an assertion never travels in a URL (poppy-core 3).
+	// A form body only: an assertion never travels in a URL (RULES.md 3).
 	if err := r.ParseForm(); err != nil || len(r.URL.Query()) > 0 && r.URL.Query().Has("assertion") {
 		joinError(w, http.StatusBadRequest, "send assertion in an application/x-www-form-urlencoded body")
 		return
@@ -192,7 +192,7 @@ func (j *Join) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
 		return
 	}
 	log.Info("opsgate join: refused", "err", err)
-	// Every 401 carries a challenge (RFC 9110 §15.5.2; poppy-core choice 5).
+	// Every 401 carries a challenge (RFC 9110 §15.5.2; RULES.md choice 5).
 	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
 	joinError(w, http.StatusUnauthorized, "the join could not be verified")
 }

@@ -399,7 +399,7 @@ func TestJoinConflict(t *testing.T) {
 }
 
 // TestJoinChallenge: every 401 of the join carries WWW-Authenticate
-// Poppy-Session error="invalid_session" (poppy-core choice 5; RFC 9110
+// Poppy-Session error="invalid_session" (RULES.md choice 5; RFC 9110
 // §15.5.2). Before the fix it carried none.
 func TestJoinChallenge(t *testing.T) {
 	t.Parallel()

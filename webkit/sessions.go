@@ -13,7 +13,7 @@ import (
 )
 
 // Sessions binds browsers to the Poppy Sessions they were joined to (spec 6
-// "browser join"; poppy-core choice 3). The Gate asks SessionOf on every
+// "browser join"; RULES.md choice 3). The Gate asks SessionOf on every
 // gated route, so it must answer quickly and without I/O for a browser that
 // was never joined.
 type Sessions interface {

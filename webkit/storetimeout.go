@@ -17,7 +17,7 @@ const DefaultStoreTimeout = time.Second
 // WithStoreTimeout returns s with a deadline of d on every call (0 is
 // DefaultStoreTimeout), so that a stalled store fails closed in bounded
 // time: a gated request then performs nothing and gets 503 with
-// Retry-After (DESIGN: the store being down fails closed, in bounded time).
+// Retry-After (RULES.md: the store being down fails closed, in bounded time).
 //
 // The deadline holds whatever the store's client does with a context: a
 // call that outlives it is abandoned (its goroutine ends when the client
@@ -129,7 +129,7 @@ var releaseDelays = []time.Duration{0, time.Second, 4 * time.Second}
 // release undoes, after the request, whatever Take may have claimed with
 // token when the Gate could not confirm the claim (an error, a timeout, a
 // lost reply) or never called the handler: the approval then applies to the
-// next repeat (§7 W144; DESIGN "Claims are never stranded"). It runs in
+// next repeat (§7 W144; RULES.md "Claims are never stranded"). It runs in
 // the background on fresh contexts, so the 503 is not delayed, and ends
 // after a few tries.
 func (k *Kit) release(r *http.Request, owner store.Owner, token string) {

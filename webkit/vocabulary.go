@@ -220,7 +220,7 @@ type AlternativeReference struct {
 }
 
 // Extensions are the extensions a request declares, by name, each with the
-// version it declares, as in Poppy-Extensions (poppy-core choice 4). A
+// version it declares, as in Poppy-Extensions (RULES.md choice 4). A
 // declaration without a version has "".
 type Extensions map[string]string
 
@@ -286,7 +286,7 @@ func ValidSID(s string) bool {
 	return true
 }
 
-// checkIDMember checks an ID of spec 8.2 (poppy-core choice 6); "" is missing when
+// checkIDMember checks an ID of spec 8.2 (RULES.md choice 6); "" is missing when
 // required and absent otherwise.
 func checkIDMember(s string, required bool) error {
 	switch {

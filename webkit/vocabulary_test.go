@@ -11,7 +11,7 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// specOperation is the operation of operations-v3 §3, verbatim.
+// specOperation is the operation of §3, verbatim.
 const specOperation = `{
   "operation_id": "exc_5Rt2",
   "revision": "1791487200-k3Jd9Qx2mW8v",

@@ -3,7 +3,7 @@
 // recorded, and every browser then repeats its approved request many times
 // at once across all the servers. It reports throughput and latency for
 // each phase and checks that every operation was performed exactly once
-// (operations-v3 §7). It only talks to servers it starts on loopback, and
+// (§7). It only talks to servers it starts on loopback, and
 // stops by itself.
 //
 //	go run ./demo/load                      # embedded miniredis

@@ -2,7 +2,7 @@
 // whose actions with a business effect (exchange an item, cancel the
 // subscription, change a delivery date) are gated by opsgate, so that a
 // browser joined to a person's agent's Session waits for the agent's
-// approval (operations-v3 §4 and §6 "Websites").
+// approval (§4 and §6 "Websites").
 //
 // Many agents can share one running shop: each agent's User gets its own
 // sandbox of the demo data (see sandbox.go), and every action can be done

@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every store.Store passes: the
 // memory store, and the Redis store against miniredis, a redis-server and a
 // Redis Cluster. Each subtest names the requirement IDs it shows
-// (spec/requirements.md), so `grep -rnw W135 .` finds it.
+// (webkit/RULES.md), so `grep -rnw W135 .` finds it.
 //
 // The suite passes its own clock reading to every call (a fixed base plus
 // offsets, moving forward only within a subtest), so a store must judge
@@ -44,7 +44,7 @@ var base = time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) time.Time { return base.Add(d) }
 
-// The owners of the suite (§3 "Who can approve it"; DESIGN "Sessions and
+// The owners of the suite (§3 "Who can approve it"; webkit/RULES.md "Sessions and
 // owners").
 var (
 	signedOut    = store.Owner{Agent: "agent-a", User: "user-1"}
@@ -1187,7 +1187,7 @@ var _ = add("W76 W148 an owner's operations are invisible to another owner", fun
 	e.claim(signedOut, a, at(3*time.Second))
 })
 
-// ---- Garbage (DESIGN "The store": nothing grows without bound) ----
+// ---- Garbage (webkit/RULES.md "The store": nothing grows without bound) ----
 
 var _ = add("W139 everything expires: nothing grows without bound", func(t *testing.T, e *env) {
 	var refs []string
@@ -1255,7 +1255,7 @@ var _ = add("W139 everything expires: nothing grows without bound", func(t *test
 	}
 })
 
-// ---- Store down (DESIGN "Non-negotiables": fail closed) ----
+// ---- Store down (webkit/RULES.md "Non-negotiables": fail closed) ----
 
 var _ = add("W144 a store that is down fails every call quickly, without a hang or panic", func(t *testing.T, e *env) {
 	if e.h.Down == nil {

@@ -12,7 +12,7 @@ import (
 )
 
 // AccessTokens verifies the access tokens a Personal Agent sends in
-// Authorization (poppy-core choice 2). The website may plug in its identity
+// Authorization (webkit/RULES.md choice 2). The website may plug in its identity
 // provider's verifier (introspection, opaque tokens); JWTAccessTokens is the
 // default.
 type AccessTokens interface {
@@ -29,7 +29,7 @@ type AccessToken struct {
 }
 
 // CheckAccessToken requires the access token to have been issued to the
-// Session's agent (poppy-core "Agent identity": client_id or azp equals the
+// Session's agent (webkit/RULES.md "Agent identity": client_id or azp equals the
 // agent's client_id), so one agent cannot use another's token.
 func CheckAccessToken(session Session, at AccessToken) error {
 	if at.ClientID == "" || at.ClientID != session.ClientID {
@@ -139,7 +139,7 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 // or "" with no error when there is none (a signed-out request). It refuses
 // more than one Authorization header, another scheme, and a value that
 // holds anything besides one token68 (RFC 6750 §2.1), such as a token
-// combined with other credentials (poppy-core "Hardening"). Errors wrap
+// combined with other credentials (webkit/RULES.md "Hardening"). Errors wrap
 // ErrMalformedAuthorization.
 func ParseAuthorization(h http.Header) (string, error) {
 	values := h.Values("Authorization")

@@ -93,7 +93,7 @@ func b64json(v any) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// TestSessionAttacks: every attack is refused with ErrInvalid (poppy-core
+// TestSessionAttacks: every attack is refused with ErrInvalid (webkit/RULES.md
 // choice 1 and its hardening).
 func TestSessionAttacks(t *testing.T) {
 	t.Parallel()

@@ -1,10 +1,10 @@
 // Package identity verifies who is calling: the Personal Agent's Session JWT
 // (the Poppy-Session header), its browser join assertion, and the access
-// token that signs a Session in, as poppy-core.md's choices 1–3 fix them.
+// token that signs a Session in, as webkit/RULES.md choices 1–3 fix them.
 // It also has the agent's side (AgentKeys, Delegation) for tests, the demo
 // and the reference agent.
 //
-// A Session JWT is verified in three steps, each a check of poppy-core
+// A Session JWT is verified in three steps, each a check of webkit/RULES.md
 // choice 1:
 //
 //  1. The Resolver loads the agent's Client ID Metadata Document (at its

@@ -12,7 +12,7 @@ import (
 var (
 	// ErrInvalid: the token, the delegation, the agent's metadata document
 	// or its key set is wrong. The caller answers 401 invalid_session
-	// (poppy-core choice 5).
+	// (webkit/RULES.md choice 5).
 	ErrInvalid = errors.New("identity: invalid")
 
 	// ErrUnavailable: the agent's keys (or the replay store) could not be

@@ -14,7 +14,7 @@ func ExampleParseAuthorization() {
 	token, err := identity.ParseAuthorization(h)
 	fmt.Println(token, err)
 
-	// A token combined with other credentials is refused (poppy-core
+	// A token combined with other credentials is refused (webkit/RULES.md
 	// hardening).
 	h.Set("Authorization", "Bearer abc, Basic dXNlcjpwdw==")
 	_, err = identity.ParseAuthorization(h)

@@ -43,7 +43,7 @@ type PublicKey struct {
 	Key crypto.PublicKey
 }
 
-// signingAlgs is the allow-list of poppy-core choice 1: asymmetric only,
+// signingAlgs is the allow-list of webkit/RULES.md choice 1: asymmetric only,
 // never none, never HMAC.
 var signingAlgs = []string{"ES256", "ES384", "EdDSA", "PS256", "RS256"}
 
@@ -62,7 +62,7 @@ const (
 // base64url characters, so nothing usable is larger.
 const maxJWKBytes = 4096
 
-// Fits reports whether k may verify a JWS with alg. The choice (poppy-core
+// Fits reports whether k may verify a JWS with alg. The choice (webkit/RULES.md
 // choice 1, "kid and alg both matching"): when the JWK has an alg it must
 // equal the JWS alg; when it has none, the key type must determine the alg
 // exactly: EC P-256 → ES256, EC P-384 → ES384, OKP Ed25519 → EdDSA. An RSA key

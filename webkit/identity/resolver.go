@@ -20,7 +20,7 @@ import (
 )
 
 // Agent is a Personal Agent as its Client ID Metadata Document describes it
-// (poppy-core "Agent identity"), with the keys of its jwks_uri. An Agent is
+// (webkit/RULES.md "Agent identity"), with the keys of its jwks_uri. An Agent is
 // never modified after the Resolver returns it.
 type Agent struct {
 	ClientID   string // the document's URL, which the document names
@@ -49,7 +49,7 @@ func (a *Agent) hasKid(kid string) bool {
 	return false
 }
 
-// The hardening of a 1.0 verifier (poppy-core "Hardening").
+// The hardening of a 1.0 verifier (webkit/RULES.md "Hardening").
 const (
 	// failureTTL: a failed load is remembered, and not retried, for 30 s.
 	failureTTL = 30 * time.Second
@@ -361,7 +361,7 @@ func (r *Resolver) evictFailures(now time.Time) {
 	}
 }
 
-// metadata is the Client ID Metadata Document (poppy-core choice 1).
+// metadata is the Client ID Metadata Document (webkit/RULES.md choice 1).
 type metadata struct {
 	ClientID   string `json:"client_id"`
 	ClientName string `json:"client_name"`

@@ -15,7 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// AgentKeys is the Personal Agent's side of poppy-core choice 1: its
+// AgentKeys is the Personal Agent's side of webkit/RULES.md choice 1: its
 // long-term signing key, published in its JWKS, which signs delegations.
 // Tests, the demo's authorization server and the reference agent use it.
 // It never logs or prints a key.
@@ -180,7 +180,7 @@ type BrowserClaims struct {
 	Extensions    string // e.g. `"operations";v="3"`
 }
 
-// BrowserAssertion signs a browser join assertion (poppy-core choice 3).
+// BrowserAssertion signs a browser join assertion (webkit/RULES.md choice 3).
 func (d *Delegation) BrowserAssertion(c BrowserClaims) (string, error) {
 	return d.signAgentJWT(TypBrowser, c.SessionClaims, map[string]any{
 		"return_to":  c.ReturnTo,

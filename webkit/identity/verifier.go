@@ -17,7 +17,7 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// Limits of poppy-core choices 1 and 3.
+// Limits of webkit/RULES.md choices 1 and 3.
 const (
 	// Leeway is the clock leeway for every time claim.
 	Leeway = 30 * time.Second
@@ -32,14 +32,14 @@ const (
 	maxIDBytes    = 255
 )
 
-// The JOSE typ of each token (poppy-core choices 1 and 3).
+// The JOSE typ of each token (webkit/RULES.md choices 1 and 3).
 const (
 	TypSession    = "poppy-session+jwt"
 	TypDelegation = "poppy-dlg+jwt"
 	TypBrowser    = "poppy-browser+jwt"
 )
 
-// Session is what a verified Session JWT says (poppy-core choice 1).
+// Session is what a verified Session JWT says (webkit/RULES.md choice 1).
 // Whether the Session is signed in is not here: that takes an access token
 // (see AccessTokens and CheckAccessToken).
 type Session struct {
@@ -52,14 +52,14 @@ type Session struct {
 }
 
 // BrowserAssertion is what a verified browser join assertion says
-// (poppy-core choice 3).
+// (webkit/RULES.md choice 3).
 type BrowserAssertion struct {
 	Session
 	// ReturnTo is return_to, checked to be an absolute URL on the
 	// Verifier's Origin without userinfo.
 	ReturnTo string
 	// Extensions is the extensions claim as sent, in the Poppy-Extensions
-	// syntax (poppy-core choice 4); "" when absent. The caller parses it.
+	// syntax (webkit/RULES.md choice 4); "" when absent. The caller parses it.
 	Extensions string
 	// ID is the assertion's jti. CheckBrowserAssertion does not use it up:
 	// the caller does, with UseBrowserAssertion, once the join can succeed.
@@ -95,7 +95,7 @@ type Verifier struct {
 const DefaultMaxDelegations = 10000
 
 // failedDelegationTTL is how long a failed delegation is remembered: as long
-// as a failed key load (poppy-core "Hardening").
+// as a failed key load (webkit/RULES.md "Hardening").
 const failedDelegationTTL = 30 * time.Second
 
 // agentClaims are the claims of a Session JWT and of a browser assertion.
@@ -121,7 +121,7 @@ func (v *Verifier) now() time.Time {
 	return time.Now()
 }
 
-// VerifySession verifies the Poppy-Session header token (poppy-core choice
+// VerifySession verifies the Poppy-Session header token (webkit/RULES.md choice
 // 1). accessToken is the Bearer token sent with it, or "" for none: with
 // one, the JWT must carry its ath; without, it must carry none. The jti is
 // used up, so a token verifies once.
@@ -138,7 +138,7 @@ func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string)
 }
 
 // VerifyBrowserAssertion verifies the assertion of a browser join
-// (poppy-core choice 3). audience is the join endpoint's URL; accessToken is
+// (webkit/RULES.md choice 3). audience is the join endpoint's URL; accessToken is
 // the form's access_token, or "" for a signed-out join.
 func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
 	b, err := v.CheckBrowserAssertion(ctx, assertion, audience, accessToken)
@@ -309,7 +309,7 @@ type delegation struct {
 	expiresAt time.Time
 }
 
-// delegation verifies a poppy_dlg (poppy-core choice 1): signed by one of
+// delegation verifies a poppy_dlg (webkit/RULES.md choice 1): signed by one of
 // the agent's long-term keys, chosen by kid and alg both, at most 24 h long,
 // not expired, vouching for cnf.jwk.
 //

@@ -1,4 +1,4 @@
-// opsgate.fetch: operations on fetch-driven pages (operations-v3 §4
+// opsgate.fetch: operations on fetch-driven pages (§4
 // "Websites", §6 W93, §8.2 W149). No build step, no dependency: load it
 // from the kit, then call opsgate.fetch where you called fetch.
 //

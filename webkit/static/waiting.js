@@ -1,4 +1,4 @@
-// opsgate waiting page: auto-continue (operations-v3 §6 W93: "the website
+// opsgate waiting page: auto-continue (§6 W93: "the website
 // MAY make it again itself, such as from a page that waits for the
 // approval"). Served as a file by the kit, so a Content-Security-Policy of
 // script-src 'self' holds. Without JavaScript the Continue control works.

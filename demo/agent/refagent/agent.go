@@ -1,5 +1,5 @@
 // Package refagent is opsgate's reference Personal Agent: the agent's side
-// of the Poppy `operations` extension v3 on a website (operations-v3.md §4
+// of the Poppy `operations` extension v3 on a website (§4
 // "Websites", §5, §6 "Websites", §7, §8.2), written to be read by agent
 // developers and driven by the e2e tests.
 //
@@ -10,7 +10,7 @@
 //     accepts http agents on localhost and 127.0.0.1);
 //   - reads the Company's /.well-known/poppy.json and uses the extension
 //     only when it lists operations version 3 (A03, A04);
-//   - joins its Chromium to a Session (poppy-core choice 3), declaring
+//   - joins its Chromium to a Session (webkit/RULES.md choice 3), declaring
 //     `"operations";v="3"` (A02), signed out or signed in with an access
 //     token for the demo account;
 //   - takes a reference only from the Poppy-Operation header of a response
@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 
 	// The agent's own server: its metadata document (its client_id URL)
-	// and JWKS (poppy-core choice 1), and the join pages.
+	// and JWKS (webkit/RULES.md choice 1), and the join pages.
 	a.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("refagent: listen: %w", err)
@@ -319,7 +319,7 @@ func (a *Agent) discover(ctx context.Context) error {
 	return nil
 }
 
-// --- Sessions, tokens and signing (poppy-core choices 1–3) ---
+// --- Sessions, tokens and signing (webkit/RULES.md choices 1–3) ---
 
 // NewSession starts a Session of the agent with the Company, signed in or
 // out, without joining a browser to it. Every Session shares the agent's
@@ -374,7 +374,7 @@ func (a *Agent) accessToken(ctx context.Context) (string, error) {
 }
 
 // delegation returns the current delegated key, renewing it when it has
-// less than 5 minutes left (poppy-core choice 1: at most 24 h).
+// less than 5 minutes left (webkit/RULES.md choice 1: at most 24 h).
 func (a *Agent) delegation() (*identity.Delegation, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -400,7 +400,7 @@ func (a *Agent) sessionHeader(s *Session, token string) (string, error) {
 	return d.SessionJWT(identity.SessionClaims{Audience: a.origin, SID: s.SID, User: a.cfg.User, AccessToken: token})
 }
 
-// --- The browser join (poppy-core choice 3) ---
+// --- The browser join (webkit/RULES.md choice 3) ---
 
 // JoinOptions says how to join the browser.
 type JoinOptions struct {
@@ -503,7 +503,7 @@ var joinTemplate = template.Must(template.New("join").Parse(`<!doctype html>
 </form></body></html>`))
 
 // serveJoinPage serves a join form once. The page holds the assertion
-// and token in its body, never in a URL (poppy-core choice 3).
+// and token in its body, never in a URL (webkit/RULES.md choice 3).
 func (a *Agent) serveJoinPage(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	p, ok := a.joinPages[r.PathValue("handle")]
