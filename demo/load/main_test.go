@@ -1,9 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"math"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/testenv"
 )
 
 // TestLoadToolSmall runs the load tool small on both stores, so that it
@@ -18,5 +25,91 @@ func TestLoadToolSmall(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestCeilingSmall runs -ceiling briefly on a redis-server it starts: every
+// measurement must produce a figure, and the last line must be the summary.
+func TestCeilingSmall(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 500, approvals: 30, rounds: 1, out: &out})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "bytes/op": res.bytesPerOp} {
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "ceiling: take/evalsha=") || !strings.Contains(last, " bytes/op=") {
+		t.Errorf("last line %q", last)
+	}
+}
+
+// TestFaultsShort runs the fault suite's short version (what CI runs):
+// no double performance in a durable mode, and the suite sees the doubles
+// that a Redis restarted from an older snapshot causes, so that its count
+// means something.
+func TestFaultsShort(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	results, durableDoubles, err := runFaults(ctx, faultsConfig{short: true, out: &out})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if durableDoubles != 0 {
+		t.Errorf("%d double performances in durable modes", durableDoubles)
+	}
+	for _, r := range results {
+		if r.name == "restart from an older RDB snapshot" && r.doubles == 0 {
+			t.Errorf("%s: no doubles seen; the suite can't see what it counts", r.name)
+		}
+		if r.skipped == "" && r.performed == 0 && r.name != "web server killed mid-handler" {
+			t.Errorf("%s [%s]: nothing performed", r.name, r.mode)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("faults: %d scenarios, ", len(results))) {
+		t.Errorf("last line %q", last)
+	}
+}
+
+// TestHostileShort runs -hostile briefly: legitimate traffic goes on under
+// attack with no 5xx, and attackers get refusals, not server errors. The
+// p99 target is for the full run on a quiet machine, not asserted here.
+func TestHostileShort(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := runHostile(ctx, hostileConfig{duration: time.Second, browsers: 4, out: &out})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.legit5xx != 0 || res.attack5xx != 0 {
+		t.Errorf("legitimate 5xx %d, attackers' unexpected 5xx %d", res.legit5xx, res.attack5xx)
+	}
+	if res.quiet.statuses[200] == 0 || res.attacked.statuses[200] == 0 {
+		t.Errorf("nothing performed: quiet %v, under attack %v", res.quiet.statuses, res.attacked.statuses)
+	}
+	for _, name := range []string{"junk key (endpoint)", "many client_ids"} {
+		if res.attacks[name][401] == 0 {
+			t.Errorf("%s: no 401 among %v", name, res.attacks[name])
+		}
 	}
 }

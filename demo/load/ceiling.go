@@ -1,0 +1,574 @@
+package main
+
+// -ceiling: the store's throughput beside Redis's own ceiling on the same
+// machine, in one run, so that the ratios mean something on any machine.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+type ceilingConfig struct {
+	redisURL  string
+	duration  time.Duration // each throughput measurement
+	memoryOps int           // performed operations for bytes/op
+	approvals int           // approval requests (and bare checks) timed
+	rounds    int           // each throughput figure is the best of this many
+	out       *bytes.Buffer // nil: stdout
+}
+
+// ceilingResult is what the last line reports, for tests.
+type ceilingResult struct {
+	takeRatio, cycleRatio, approvalRatio float64
+	bytesPerOp                           float64
+}
+
+// returnOne is the script redis-benchmark runs: Redis's ceiling for one
+// script call.
+const returnOne = "return 1"
+
+func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
+	var res ceilingResult
+	say := func(format string, args ...any) {
+		if c.out != nil {
+			fmt.Fprintf(c.out, format, args...)
+		} else {
+			fmt.Printf(format, args...)
+		}
+	}
+	var opts *redis.Options
+	where := ""
+	if c.redisURL != "" {
+		o, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return res, fmt.Errorf("-redis: %w", err)
+		}
+		opts, where = o, "at "+o.Addr
+	} else {
+		procs, err := redistest.NewProcs()
+		if err != nil {
+			return res, err
+		}
+		defer procs.Close()
+		srv, err := redistest.StartArgs(procs)
+		if err != nil {
+			return res, fmt.Errorf("start redis-server (or give -redis): %w", err)
+		}
+		opts, where = &redis.Options{Addr: srv.Addr}, "started on "+srv.Addr+", no persistence"
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.PoolSize = 64 // 50 goroutines each with its own connection, as 50 clients
+	client := redis.NewClient(opts)
+	defer client.Close()
+	version := infoField(ctx, client, "server", "redis_version")
+	say("opsgate ceiling: redis-server %s %s; %d CPUs (GOMAXPROCS %d), redis-benchmark and this tool run on the same machine\n",
+		version, where, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+
+	// A fresh prefix on a shared Redis; every key has a TTL (waiting
+	// operations expire with their 10-minute lifetime, performed ones with
+	// the 15-minute retention set here: the records' size doesn't depend on
+	// it).
+	prefix := fmt.Sprintf("opsgate-ceiling-%d:", time.Now().UnixNano())
+	// Durability "none": the scripts' own cost, beside the ceiling (a
+	// durable mode adds an fsync or a replica's round trip per claim).
+	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	if err := st.Load(ctx); err != nil {
+		return res, err
+	}
+
+	// Redis's own ceiling and the store's steps, measured in turn for
+	// several rounds; each figure is its best round, the one least
+	// disturbed by whatever else the machine runs.
+	sha, err := client.ScriptLoad(ctx, returnOne).Result()
+	if err != nil {
+		return res, err
+	}
+	// The store: Take (the 403 step: nothing approved, an operation issued)
+	// and the whole cycle Take→Record→Take→Finish, 4 steps.
+	agent := "https://agent.example/ceiling"
+	owner := func(g, i int) store.Owner {
+		return store.Owner{Agent: agent, User: fmt.Sprintf("usr_%d_%d", g, i%64)}
+	}
+	var phase atomic.Int64 // distinct action keys in every phase
+	action := func(g, i int) store.Action {
+		n := phase.Load()
+		return store.Action{
+			Key:      fmt.Sprintf("exchange:%d:%d:%d", n, g, i),
+			Terms:    []byte(fmt.Sprintf(`{"order_id":"ord_%d_%d_%d","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, n, g, i)),
+			Summary:  "Exchange the jacket on order " + strconv.Itoa(i) + " for $70.00 more.",
+			Lifetime: 10 * time.Minute,
+		}
+	}
+	take := func(ctx context.Context, g, i int) (int, error) {
+		r, err := st.Take(ctx, owner(g, i), action(g, i), time.Now())
+		if err == nil && r.Issued == nil {
+			err = fmt.Errorf("take of a new action: %+v", r)
+		}
+		return 1, err
+	}
+	cycle := func(ctx context.Context, g, i int) (int, error) {
+		o, a, now := owner(g, i), action(g, i), time.Now()
+		r, err := st.Take(ctx, o, a, now)
+		if err != nil || r.Issued == nil {
+			return 0, fmt.Errorf("take: %+v, %v", r, err)
+		}
+		rep, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
+		if err != nil || rep.Result != store.Recorded {
+			return 1, fmt.Errorf("record: %v, %v", rep.Result, err)
+		}
+		r, err = st.Take(ctx, o, a, now)
+		if err != nil || r.Claim == nil {
+			return 2, fmt.Errorf("take of the approved action: %+v, %v", r, err)
+		}
+		if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+			return 3, fmt.Errorf("finish: %v", err)
+		}
+		return 4, nil
+	}
+	type figure struct {
+		rate, usec float64 // best rate, and the server CPU per step in that round
+		rates      []float64
+		how        string
+	}
+	figures := map[string]*figure{}
+	best := func(key string, rate, usec float64, how string) {
+		f := figures[key]
+		if f == nil {
+			f = &figure{}
+			figures[key] = f
+		}
+		f.rates = append(f.rates, rate)
+		if rate > f.rate {
+			f.rate, f.usec, f.how = rate, usec, how
+		}
+	}
+	for range c.rounds {
+		for _, clients := range []int{1, 50} {
+			before := scriptStats(ctx, client)
+			rate, how, err := evalshaRate(ctx, opts, client, sha, clients, c.duration)
+			if err != nil {
+				return res, err
+			}
+			best(fmt.Sprint("evalsha", clients), rate, scriptStats(ctx, client).usecPerCall(before), how)
+		}
+		for _, m := range []struct {
+			name string
+			step func(context.Context, int, int) (int, error)
+		}{{"take", take}, {"cycle", cycle}} {
+			for _, g := range []int{1, 50} {
+				phase.Add(1)
+				before := scriptStats(ctx, client)
+				rate, n, err := stepRate(ctx, g, c.duration, 0, m.step)
+				if err != nil {
+					return res, fmt.Errorf("%s: %w", m.name, err)
+				}
+				best(fmt.Sprint(m.name, g), rate, scriptStats(ctx, client).usecSince(before)/float64(n), "")
+			}
+		}
+	}
+	spread := func(f *figure) string {
+		return fmt.Sprintf("rounds %.0f–%.0f", slices.Min(f.rates), slices.Max(f.rates))
+	}
+	evalsha := map[int]float64{}
+	for _, clients := range []int{1, 50} {
+		f := figures[fmt.Sprint("evalsha", clients)]
+		evalsha[clients] = f.rate
+		say("evalsha return 1  %2d clients     %9.0f calls/s  %5.1f µs server CPU per call  (%s; %s)\n", clients, f.rate, f.usec, f.how, spread(f))
+	}
+	steps := map[string]map[int]float64{"take": {}, "cycle": {}}
+	for _, name := range []string{"take", "cycle"} {
+		for _, g := range []int{1, 50} {
+			f := figures[fmt.Sprint(name, g)]
+			steps[name][g] = f.rate
+			say("store %-5s       %2d goroutines  %9.0f steps/s  %5.1f µs server CPU per step  (%.2f× evalsha; %s)\n",
+				name, g, f.rate, f.usec, f.rate/evalsha[g], spread(f))
+		}
+	}
+	res.takeRatio = steps["take"][50] / evalsha[50]
+	res.cycleRatio = steps["cycle"][50] / evalsha[50]
+
+	// Bytes per retained performed operation.
+	phase.Add(1)
+	before, err := usedMemory(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	_, n, err := stepRate(ctx, 50, 0, 4*c.memoryOps, cycle)
+	if err != nil {
+		return res, fmt.Errorf("memory: %w", err)
+	}
+	after, err := usedMemory(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	ops := n / 4
+	res.bytesPerOp = float64(after-before) / float64(ops)
+	say("memory            %d performed operations: used_memory +%.1f MB, %.0f bytes per retained operation\n",
+		ops, float64(after-before)/1e6, res.bytesPerOp)
+
+	// The approval request against the two bare signature checks.
+	approval, bare, err := approvalCost(ctx, st, c.approvals)
+	if err != nil {
+		return res, fmt.Errorf("approval: %w", err)
+	}
+	res.approvalRatio = float64(approval) / float64(bare)
+	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
+		approval.Round(100*time.Nanosecond), bare.Round(100*time.Nanosecond), res.approvalRatio)
+
+	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
+		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp)
+	return res, nil
+}
+
+// stepRate runs step from g goroutines, each with its own sequence of i,
+// for d (or, when d is 0, until total steps are done), and returns the
+// steps per second and the steps done.
+func stepRate(ctx context.Context, g int, d time.Duration, total int, step func(context.Context, int, int) (int, error)) (float64, int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var done atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for k := range g {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				if d > 0 && time.Now().After(deadline) {
+					return
+				}
+				if d == 0 && done.Load() >= int64(total) {
+					return
+				}
+				n, err := step(ctx, k, i)
+				done.Add(int64(n))
+				if err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	n := int(done.Load())
+	return float64(n) / time.Since(start).Seconds(), n, first
+}
+
+// evalshaRate measures EVALSHA of "return 1" from clients connections with
+// redis-benchmark, or with a Go driver of its own when redis-benchmark is
+// not installed.
+func evalshaRate(ctx context.Context, opts *redis.Options, client *redis.Client, sha string, clients int, d time.Duration) (float64, string, error) {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		if _, serr := os.Stat("/usr/bin/redis-benchmark"); serr == nil {
+			bin, err = "/usr/bin/redis-benchmark", nil
+		}
+	}
+	if err != nil {
+		rate, _, err := stepRate(ctx, clients, d, 0, func(ctx context.Context, _, _ int) (int, error) {
+			return 1, client.EvalSha(ctx, sha, nil).Err()
+		})
+		return rate, "Go driver: redis-benchmark not installed", err
+	}
+	run := func(n int) (float64, error) {
+		host, port, _ := strings.Cut(opts.Addr, ":")
+		args := []string{"-h", host, "-p", port, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "--csv"}
+		if opts.DB != 0 {
+			args = append(args, "--dbnum", strconv.Itoa(opts.DB))
+		}
+		if opts.Username != "" {
+			args = append(args, "--user", opts.Username)
+		}
+		cmd := exec.CommandContext(ctx, bin, append(args, "EVALSHA", sha, "0")...)
+		if opts.Password != "" {
+			cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+opts.Password) // not on the command line
+		}
+		out, err := cmd.Output()
+		if err != nil {
+			return 0, fmt.Errorf("redis-benchmark: %w", err)
+		}
+		rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
+		if err != nil || len(rows) < 2 || len(rows[1]) < 2 {
+			return 0, fmt.Errorf("redis-benchmark: unexpected output %q", out)
+		}
+		return strconv.ParseFloat(rows[1][1], 64)
+	}
+	// A short run finds the rate; the measured run then lasts about d.
+	rate, err := run(2000 * clients / max(clients/10, 1))
+	if err != nil {
+		return 0, "", err
+	}
+	rate, err = run(max(1000, int(rate*d.Seconds())))
+	return rate, "redis-benchmark", err
+}
+
+// scriptCalls is the script commands' share of INFO commandstats.
+type scriptCalls struct{ calls, usec float64 }
+
+// scriptStats sums EVAL, EVALSHA and FCALL (and their _ro forms) in INFO
+// commandstats: the server CPU the store's scripts took. The commands a
+// script calls are inside its usec.
+func scriptStats(ctx context.Context, c *redis.Client) scriptCalls {
+	info, err := c.Info(ctx, "commandstats").Result()
+	var s scriptCalls
+	if err != nil {
+		return s
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch name {
+		case "cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro", "cmdstat_fcall", "cmdstat_fcall_ro":
+		default:
+			continue
+		}
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				s.calls += x
+			case "usec":
+				s.usec += x
+			}
+		}
+	}
+	return s
+}
+
+func (s scriptCalls) usecSince(before scriptCalls) float64 { return s.usec - before.usec }
+
+func (s scriptCalls) usecPerCall(before scriptCalls) float64 {
+	if s.calls == before.calls {
+		return 0
+	}
+	return (s.usec - before.usec) / (s.calls - before.calls)
+}
+
+func infoField(ctx context.Context, c *redis.Client, section, field string) string {
+	info, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
+	v := infoField(ctx, c, "memory", "used_memory")
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO memory used_memory %q: %w", v, err)
+	}
+	return n, nil
+}
+
+// approvalCost times n approval requests through the endpoint on st (the
+// Session JWT verified with a warm key cache, its jti used up, the approval
+// recorded), one at a time, and n rounds of the two bare ES256 signature
+// checks of such a JWT (the delegation's, then the JWT's), and returns the
+// time of one of each.
+func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, time.Duration, error) {
+	mux := http.NewServeMux()
+	agentSrv := httptest.NewServer(mux)
+	defer agentSrv.Close()
+	keys, err := identity.NewAgentKeys(agentSrv.URL+"/client", "ES256")
+	if err != nil {
+		return 0, 0, err
+	}
+	mux.HandleFunc("/client", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(keys.Metadata(agentSrv.URL+"/jwks", "Load Agent"))
+	})
+	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(keys.JWKS())
+	})
+	dlg, err := keys.Delegate(time.Hour)
+	if err != nil {
+		return 0, 0, err
+	}
+	const origin = "https://shop.example"
+	kit := webkit.New(keys2...)
+	kit.Store = st
+	kit.Logger = slog.New(slog.DiscardHandler)
+	verifier := &identity.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	ep := endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier})
+	owner := store.Owner{Agent: keys.ClientID, User: "usr_approval"}
+
+	// Issue the operations and sign the JWTs first: only requests are timed.
+	type one struct{ jwt, body, approval string }
+	reqs := make([]one, n+1)
+	run := time.Now().UnixNano()
+	for i := range reqs {
+		iss, err := st.Issue(ctx, owner, store.Action{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
+		if err != nil {
+			return 0, 0, err
+		}
+		jwt, err := dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: owner.User})
+		if err != nil {
+			return 0, 0, err
+		}
+		reqs[i] = one{jwt, `{"ref":"` + iss.Ref + `"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, iss.Operation.ID, iss.Operation.Revision)}
+	}
+	do := func(r one) error {
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/poppy/operations", strings.NewReader(r.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(webkit.HeaderSession, r.jwt)
+		req.Header.Set(webkit.HeaderVersion, "1.0")
+		req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+		req.Header.Set(webkit.HeaderApproval, r.approval)
+		w := httptest.NewRecorder()
+		ep.ServeHTTP(w, req)
+		if w.Code != http.StatusNoContent {
+			return fmt.Errorf("approval request: status %d: %.200s", w.Code, w.Body)
+		}
+		return nil
+	}
+	if err := do(reqs[n]); err != nil { // warms the key cache
+		return 0, 0, err
+	}
+	// The bare checks, from the JWT's own parts.
+	checks, err := bareChecks(reqs[0].jwt, keys.JWKS())
+	if err != nil {
+		return 0, 0, err
+	}
+	// Requests and bare checks in turn, 5 rounds; the best round of each,
+	// the one least disturbed by the rest of the machine.
+	const rounds = 5
+	per := max(n/rounds, 1)
+	approval, bare := time.Duration(1<<62), time.Duration(1<<62)
+	for k := range rounds {
+		batch := reqs[k*per : min((k+1)*per, n)]
+		if len(batch) == 0 {
+			break
+		}
+		start := time.Now()
+		for _, r := range batch {
+			if err := do(r); err != nil {
+				return 0, 0, err
+			}
+		}
+		approval = min(approval, time.Since(start)/time.Duration(len(batch)))
+		start = time.Now()
+		for range len(batch) {
+			for _, c := range checks {
+				h := sha256.Sum256(c.msg)
+				if !ecdsa.Verify(c.key, h[:], new(big.Int).SetBytes(c.sig[:32]), new(big.Int).SetBytes(c.sig[32:])) {
+					return 0, 0, errors.New("bare signature check failed")
+				}
+			}
+		}
+		bare = min(bare, time.Since(start)/time.Duration(len(batch)))
+	}
+	return approval, bare, nil
+}
+
+// keys2 are the Kit's cookie keys for the approval measurement (unused by
+// the endpoint, required by webkit.New).
+var keys2 = [][]byte{[]byte("ceiling-tool-hash-key-0123456789"), []byte("ceiling-tool-encryption-key-0123")}
+
+type sigCheck struct {
+	key      *ecdsa.PublicKey
+	msg, sig []byte
+}
+
+// bareChecks splits a Session JWT into its two ES256 checks: the
+// delegation (poppy_dlg) with the agent's key from jwks, and the JWT with
+// the delegated key (the delegation's cnf.jwk).
+func bareChecks(jwt string, jwks []byte) ([]sigCheck, error) {
+	b64 := base64.RawURLEncoding
+	split := func(jws string) (header, payload []byte, msg, sig []byte, err error) {
+		parts := strings.Split(jws, ".")
+		if len(parts) != 3 {
+			return nil, nil, nil, nil, errors.New("not a compact JWS")
+		}
+		if header, err = b64.DecodeString(parts[0]); err == nil {
+			if payload, err = b64.DecodeString(parts[1]); err == nil {
+				sig, err = b64.DecodeString(parts[2])
+			}
+		}
+		return header, payload, []byte(parts[0] + "." + parts[1]), sig, err
+	}
+	header, _, msg, sig, err := split(jwt)
+	if err != nil {
+		return nil, err
+	}
+	var h struct {
+		Dlg string `json:"poppy_dlg"`
+	}
+	if err := json.Unmarshal(header, &h); err != nil {
+		return nil, err
+	}
+	_, dpayload, dmsg, dsig, err := split(h.Dlg)
+	if err != nil {
+		return nil, err
+	}
+	var d struct {
+		Cnf struct {
+			JWK json.RawMessage `json:"jwk"`
+		} `json:"cnf"`
+	}
+	if err := json.Unmarshal(dpayload, &d); err != nil {
+		return nil, err
+	}
+	delegated, err := identity.ParseJWK(d.Cnf.JWK)
+	if err != nil {
+		return nil, err
+	}
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(jwks, &set); err != nil || len(set.Keys) == 0 {
+		return nil, fmt.Errorf("agent JWKS: %v", err)
+	}
+	agentKey, err := identity.ParseJWK(set.Keys[0])
+	if err != nil {
+		return nil, err
+	}
+	ak, ok1 := agentKey.Key.(*ecdsa.PublicKey)
+	dk, ok2 := delegated.Key.(*ecdsa.PublicKey)
+	if !ok1 || !ok2 || len(sig) != 64 || len(dsig) != 64 {
+		return nil, errors.New("not ES256 keys and signatures")
+	}
+	return []sigCheck{{ak, dmsg, dsig}, {dk, msg, sig}}, nil
+}

@@ -1,0 +1,880 @@
+package main
+
+// -faults: what happens to at-most-once when Redis crashes, stalls, fails
+// over or loses a reply, and when a web server dies mid-handler. Every
+// scenario runs joined browsers through whole cycles (403, the agent's
+// approval, repeats across web servers) while the fault happens, then
+// repeats every approved request after recovery: an operation whose
+// handler runs twice is a double performance (§7), an approval recorded
+// but never performed is an approval lost.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+)
+
+type faultsConfig struct {
+	short bool      // the CI version: fewer browsers, shorter phases
+	out   io.Writer // where the lines go
+}
+
+// faultResult is one scenario's line.
+type faultResult struct {
+	name, mode string
+	durable    bool   // a durable mode: a double performance fails the suite
+	skipped    string // why the scenario did not run; "" when it ran
+	performed  int
+	doubles    int
+	lost       int
+	maxWait    time.Duration // the longest gated request
+	recovery   time.Duration // from the fault healed until gated requests are answered again
+	note       string
+}
+
+func (r faultResult) String() string {
+	name := r.name + " [" + r.mode + "]"
+	if r.skipped != "" {
+		return fmt.Sprintf("%-62s skipped: %s", name, r.skipped)
+	}
+	recovery := r.recovery.Round(time.Millisecond).String()
+	if r.recovery < 0 {
+		recovery = "never"
+	}
+	s := fmt.Sprintf("%-62s performed %5d  doubles %3d  approvals lost %3d  max wait %7v  recovery %7s",
+		name, r.performed, r.doubles, r.lost, r.maxWait.Round(time.Millisecond), recovery)
+	if r.note != "" {
+		s += "  (" + r.note + ")"
+	}
+	return s
+}
+
+// runFaults runs every scenario and returns the double performances in
+// durable modes, which must be 0.
+func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, durableDoubles int, err error) {
+	procs, err := redistest.NewProcs()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer procs.Close()
+	// go-redis logs every failed dial; during a fault that is thousands of
+	// lines saying what the scenario line says.
+	redis.SetLogger(quietLogger{})
+	fmt.Fprintf(c.out, "opsgate faults: redis-server processes on loopback, %s run\n", map[bool]string{true: "short", false: "full"}[c.short])
+	scenarios := []func(context.Context, *redistest.Procs, faultsConfig) faultResult{
+		faultKillAOF,
+		faultRestartOlder,
+		faultStall,
+		faultLaggingReplica("none"),
+		faultLaggingReplica("replicas 1"),
+		faultClusterKill,
+		faultWebServerKilled,
+		faultLostReply,
+	}
+	total, skipped := 0, 0
+	for _, sc := range scenarios {
+		if ctx.Err() != nil {
+			return results, durableDoubles, ctx.Err()
+		}
+		r := sc(ctx, procs, c)
+		fmt.Fprintln(c.out, r)
+		results = append(results, r)
+		switch {
+		case strings.HasPrefix(r.skipped, couldNotRun):
+			err = errors.Join(err, fmt.Errorf("%s [%s]: %s", r.name, r.mode, r.skipped))
+		case r.skipped != "":
+			skipped++
+		default:
+			total += r.doubles
+			if r.durable {
+				durableDoubles += r.doubles
+			}
+		}
+	}
+	fmt.Fprintf(c.out, "faults: %d scenarios, %d double performances (%d in durable modes; %d scenarios skipped)\n", len(results), total, durableDoubles, skipped)
+	return results, durableDoubles, err
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+const couldNotRun = "could not run: "
+
+// sizes of a run.
+func (c faultsConfig) browsers() int { return map[bool]int{true: 8, false: 24}[c.short] }
+func (c faultsConfig) servers() int  { return map[bool]int{true: 3, false: 4}[c.short] }
+func (c faultsConfig) load() time.Duration {
+	return map[bool]time.Duration{true: 1500 * time.Millisecond, false: 6 * time.Second}[c.short]
+}
+
+// redisClient is a client as a website would configure it: context
+// deadlines bound calls; the rest is go-redis's defaults.
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+// ---- the shop under test ----
+
+// rig is several web servers (Kits) sharing one store, with joined
+// browsers, and the books of what was approved and performed.
+type rig struct {
+	stores  []store.Store
+	kits    []*webkit.Kit
+	urls    []string
+	servers []*httptest.Server
+	client  *http.Client
+	cookies []*http.Cookie
+	owners  []store.Owner
+	pending []pendingOrder // approved, not yet used (preparePending)
+	short   bool           // the CI run: shorter waits
+
+	// block, when set, makes the handler wait on it after counting the
+	// performance (a handler that never ends: a web server killed in it).
+	block     chan struct{}
+	blockOnly atomic.Int32 // the server index that blocks, +1; 0: none
+
+	mu       sync.Mutex
+	runs     map[string]int      // operation ID → handler runs
+	approved map[string]approval // operation ID → its approval, confirmed or not
+	gated    []time.Duration
+}
+
+// approval is one approval the agents sent, by operation.
+type approval struct {
+	browser   int
+	order     string
+	ref       string
+	confirmed bool // Record answered Recorded; false: the reply was lost
+}
+
+func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
+	r := &rig{stores: stores, short: short, runs: map[string]int{}, approved: map[string]approval{}}
+	for i, st := range stores {
+		kit := webkit.New(keys...)
+		kit.Store = st
+		kit.Logger = slog.New(slog.DiscardHandler)
+		kit.Sessions.(*webkit.CookieSessions).Insecure = true
+		r.kits = append(r.kits, kit)
+		mux := http.NewServeMux()
+		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if claim, ok := webkit.ClaimOf(req); ok {
+				r.mu.Lock()
+				r.runs[claim.Operation.OperationID]++
+				r.mu.Unlock()
+				if r.blockOnly.Load() == int32(i+1) && r.block != nil {
+					<-r.block
+					return
+				}
+			}
+			io.WriteString(w, "exchanged\n")
+		})))
+		srv := httptest.NewServer(mux)
+		r.servers = append(r.servers, srv)
+		r.urls = append(r.urls, srv.URL)
+	}
+	r.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for i := range browsers {
+		s := webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: webkit.Extensions{"operations": "3"}}
+		rec := httptest.NewRecorder()
+		if err := r.kits[0].Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), s); err != nil {
+			return nil, err
+		}
+		r.cookies = append(r.cookies, rec.Result().Cookies()[0])
+		r.owners = append(r.owners, s.Owner())
+	}
+	return r, nil
+}
+
+func (r *rig) Close() {
+	if r.block != nil {
+		close(r.block)
+	}
+	for _, s := range r.servers {
+		s.CloseClientConnections()
+		s.Close()
+	}
+	r.client.CloseIdleConnections()
+}
+
+// request posts browser b's request for order to server srv and returns
+// the status and, for a 403, the ref.
+func (r *rig) request(ctx context.Context, srv, b int, order string) (int, string, error) {
+	var ref string
+	start := time.Now()
+	status, err := post(ctx, r.client, r.urls[srv], order, r.cookies[b], func(h http.Header) {
+		_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+	})
+	r.mu.Lock()
+	r.gated = append(r.gated, time.Since(start))
+	r.mu.Unlock()
+	return status, ref, err
+}
+
+// approve records the agent's approval of ref for browser b, as the
+// endpoint records it, through server srv's store.
+func (r *rig) approve(ctx context.Context, srv, b int, order, ref string) {
+	id, ok := store.ParseRef(ref)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	rec, found, err := r.stores[srv].Lookup(ctx, r.owners[b], ref, now)
+	if err != nil || !found {
+		return
+	}
+	reply, err := r.stores[srv].Record(ctx, r.owners[b], ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, now, store.RecordOptions{})
+	if err == nil && reply.Result != store.Recorded {
+		return
+	}
+	r.mu.Lock()
+	// An error may hide a recorded approval: its operation is repeated
+	// after recovery too, but not counted as lost.
+	r.approved[id] = approval{browser: b, order: order, ref: ref, confirmed: err == nil}
+	r.mu.Unlock()
+}
+
+// cycles runs whole cycles from every browser until ctx ends: ask, have
+// the agent approve, repeat the request up to three times across the
+// servers until it is performed, then a new order.
+//
+// stop ends the cycles between requests; requests in flight finish under
+// ctx, as a browser's would, so that ending the load strands nothing.
+func (r *rig) cycles(ctx, stop context.Context, tag string) {
+	var wg sync.WaitGroup
+	for b := range r.cookies {
+		wg.Go(func() {
+			for n := 0; stop.Err() == nil && ctx.Err() == nil; n++ {
+				order := fmt.Sprintf("ord_%s_%d_%d", tag, b, n)
+				status, ref, err := r.request(ctx, n%len(r.urls), b, order)
+				if err != nil || status != 403 || ref == "" {
+					pause(ctx, 20*time.Millisecond)
+					continue
+				}
+				r.approve(ctx, (b+n)%len(r.urls), b, order, ref)
+				for k := range 3 {
+					if stop.Err() != nil {
+						return
+					}
+					if status, _, err := r.request(ctx, (b+n+k)%len(r.urls), b, order); err == nil && status == 200 {
+						break
+					}
+					pause(stop, 20*time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// preparePending has one approval recorded per browser and not yet used:
+// the approvals a fault finds waiting. A scenario performs them
+// (performPending) at the moment that puts them at risk, such as after a
+// snapshot or while a replica lags.
+func (r *rig) preparePending(ctx context.Context) error {
+	for b := range r.cookies {
+		order := fmt.Sprintf("ord_pending_%d", b)
+		status, ref, err := r.request(ctx, b%len(r.urls), b, order)
+		if err != nil || status != 403 || ref == "" {
+			return fmt.Errorf("pending approval of browser %d: %d, %v", b, status, err)
+		}
+		r.approve(ctx, b%len(r.urls), b, order, ref)
+		r.pending = append(r.pending, pendingOrder{b, order})
+	}
+	return nil
+}
+
+type pendingOrder struct {
+	browser int
+	order   string
+}
+
+// performPending repeats the pending approvals' requests once each, at
+// most 16 at a time.
+func (r *rig) performPending(ctx context.Context) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for k, p := range r.pending {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r.request(ctx, (k+1)%len(r.urls), p.browser, p.order)
+		})
+	}
+	wg.Wait()
+}
+
+// drain repeats every approved request after recovery, twice on each
+// server, so that an approval that came back after its use is performed
+// again (a double), and one still unused is performed now.
+func (r *rig) drain(ctx context.Context) {
+	r.mu.Lock()
+	var todo []approval
+	for _, a := range r.approved {
+		todo = append(todo, a)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, a := range todo {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			for k := range 2 * len(r.urls) {
+				if ctx.Err() != nil {
+					return
+				}
+				r.request(ctx, k%len(r.urls), a.browser, a.order)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// tally fills performed, doubles, lost and max wait.
+func (r *rig) tally(res *faultResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.runs {
+		res.performed += n
+		if n > 1 {
+			res.doubles++
+		}
+	}
+	for id, a := range r.approved {
+		if a.confirmed && r.runs[id] == 0 {
+			res.lost++
+		}
+	}
+	for _, d := range r.gated {
+		res.maxWait = max(res.maxWait, d)
+	}
+}
+
+// probe measures recovery: from healed, it sends one gated request per
+// affected browser (a fresh order: it needs only a 403) every 50 ms until
+// each has been answered, and returns the time until the last first
+// answer, at most limit.
+func (r *rig) probe(ctx context.Context, healed time.Time, limit time.Duration, affected func(b int) bool) (time.Duration, bool) {
+	ctx, cancel := context.WithDeadline(ctx, healed.Add(limit))
+	defer cancel()
+	var worst atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for b := range r.cookies {
+		if affected != nil && !affected(b) {
+			continue
+		}
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				rctx, rcancel := context.WithTimeout(ctx, time.Second)
+				status, _, err := r.request(rctx, n%len(r.urls), b, fmt.Sprintf("probe_%d_%d", b, healed.UnixNano()))
+				rcancel()
+				if err == nil && (status == 200 || status == 403) {
+					d := int64(time.Since(healed))
+					for {
+						w := worst.Load()
+						if d <= w || worst.CompareAndSwap(w, d) {
+							break
+						}
+					}
+					return
+				}
+				if ctx.Err() != nil {
+					failed.Store(true)
+					return
+				}
+				pause(ctx, 50*time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return time.Duration(worst.Load()), !failed.Load()
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// storesOn returns n stores, one client each (as separate web servers
+// have), on addr, and a func closing the clients.
+func storesOn(addr string, n int, opts redisstore.Options) ([]store.Store, func()) {
+	var stores []store.Store
+	var clients []*redis.Client
+	for range n {
+		c := redisClient(addr)
+		clients = append(clients, c)
+		stores = append(stores, redisstore.New(c, opts))
+	}
+	return stores, func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+}
+
+// runLoad runs cycles for d with fault called at d/3 (in its own
+// goroutine); fault returns when the fault is healed, with that instant.
+// It then probes recovery and drains.
+func runLoad(ctx context.Context, r *rig, d time.Duration, fault func(context.Context) (time.Time, error), affected func(b int) bool, res *faultResult) error {
+	if err := r.preparePending(ctx); err != nil {
+		return err
+	}
+	loadCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { r.cycles(ctx, loadCtx, "load") })
+	pause(loadCtx, d/3)
+	healed, err := fault(ctx)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	limit := map[bool]time.Duration{true: 8 * time.Second, false: 30 * time.Second}[r.short]
+	rec, ok := r.probe(ctx, healed, limit, affected)
+	res.recovery = rec
+	if !ok {
+		res.recovery = -1
+		res.note = join(res.note, fmt.Sprintf("gated requests of some browsers still unanswered %v after the fault healed", limit))
+	}
+	wg.Wait()
+	r.drain(ctx)
+	r.tally(res)
+	return nil
+}
+
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func failed(res faultResult, err error) faultResult {
+	res.skipped = couldNotRun + err.Error()
+	return res
+}
+
+// ---- the scenarios ----
+
+// faultKillAOF: SIGKILL mid-load, restart from the AOF (appendfsync
+// always: every write is on disk before Redis answers).
+func faultKillAOF(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "SIGKILL + restart with AOF", mode: "disk: appendfsync always", durable: true}
+	srv, err := redistest.StartArgs(procs, aofAlways...)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer srv.Stop()
+	opts, _ := durability("disk")
+	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
+	defer closeStores()
+	r, err := newRig(stores, c.browsers(), c.short)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer r.Close()
+	err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
+		r.performPending(ctx)
+		srv.Kill()
+		err := srv.Restart()
+		return time.Now(), err
+	}, nil, &res)
+	if err != nil {
+		return failed(res, err)
+	}
+	return res
+}
+
+// faultRestartOlder: Redis comes back older (an RDB snapshot taken
+// mid-load, then SIGKILL and a restart from it): the risk of running
+// without durability, which the store can't see.
+func faultRestartOlder(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "restart from an older RDB snapshot", mode: "none: shows the risk"}
+	srv, err := redistest.StartArgs(procs)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer srv.Stop()
+	opts, _ := durability("none")
+	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
+	defer closeStores()
+	r, err := newRig(stores, c.browsers(), c.short)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer r.Close()
+	side := redisClient(srv.Addr)
+	defer side.Close()
+	err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
+		if err := side.Save(ctx).Err(); err != nil {
+			return time.Time{}, err
+		}
+		r.performPending(ctx)  // approvals in the snapshot, used after it
+		pause(ctx, c.load()/3) // and more cycles after the snapshot
+		srv.Kill()
+		err := srv.Restart()
+		return time.Now(), err
+	}, nil, &res)
+	if err != nil {
+		return failed(res, err)
+	}
+	return res
+}
+
+// faultStall: SIGSTOP mid-load, SIGCONT after a while. Gated requests
+// must fail closed in bounded time; ungated ones never touch the store.
+func faultStall(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "stalled Redis (SIGSTOP, SIGCONT)", mode: "disk: appendfsync always", durable: true}
+	stall := map[bool]time.Duration{true: 2 * time.Second, false: 5 * time.Second}[c.short]
+	srv, err := redistest.StartArgs(procs, aofAlways...)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer srv.Stop()
+	opts, _ := durability("disk")
+	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
+	defer closeStores()
+	r, err := newRig(stores, c.browsers(), c.short)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer r.Close()
+	var ordinaryMax time.Duration
+	err = runLoad(ctx, r, c.load()+stall, func(ctx context.Context) (time.Time, error) {
+		if err := srv.Pause(); err != nil {
+			return time.Time{}, err
+		}
+		// Ordinary browsers during the stall.
+		end := time.Now().Add(stall)
+		for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+			t := time.Now()
+			post(ctx, r.client, r.urls[i%len(r.urls)], "ord_plain", nil)
+			ordinaryMax = max(ordinaryMax, time.Since(t))
+			pause(ctx, 50*time.Millisecond)
+		}
+		err := srv.Resume()
+		return time.Now(), err
+	}, nil, &res)
+	if err != nil {
+		return failed(res, err)
+	}
+	res.note = join(res.note, fmt.Sprintf("stalled %v; ungated requests at most %v", stall, ordinaryMax.Round(time.Millisecond)))
+	return res
+}
+
+// faultLaggingReplica: the replica stops receiving (SIGSTOP) while the
+// master acknowledges claims; the master dies; the replica, promoted,
+// takes over behind the same address. With durability "replicas 1" no
+// claim is confirmed without the replica, so nothing performed is lost.
+func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, faultsConfig) faultResult {
+	return func(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+		res := faultResult{name: "lagging replica promoted", mode: mode, durable: mode != "none"}
+		opts, why := durability(mode)
+		if why != "" {
+			res.skipped = why
+			return res
+		}
+		if mode == "none" {
+			res.mode = "none: shows the risk"
+		}
+		master, err := redistest.StartArgs(procs)
+		if err != nil {
+			return failed(res, err)
+		}
+		defer master.Stop()
+		// The replica replicates through a proxy that can hold the stream
+		// back: a paused process would still get it from its socket buffer.
+		link, err := newProxy(master.Addr)
+		if err != nil {
+			return failed(res, err)
+		}
+		defer link.Close()
+		replica, err := redistest.StartArgs(procs, "--replicaof", "127.0.0.1", link.Addr()[strings.LastIndexByte(link.Addr(), ':')+1:])
+		if err != nil {
+			return failed(res, err)
+		}
+		defer replica.Stop()
+		lctx, lcancel := context.WithTimeout(ctx, 20*time.Second)
+		err = redistest.WaitLinked(lctx, replica.Addr)
+		lcancel()
+		if err != nil {
+			return failed(res, err)
+		}
+		px, err := newProxy(master.Addr)
+		if err != nil {
+			return failed(res, err)
+		}
+		defer px.Close()
+		stores, closeStores := storesOn(px.Addr(), c.servers(), opts)
+		defer closeStores()
+		r, err := newRig(stores, c.browsers(), c.short)
+		if err != nil {
+			return failed(res, err)
+		}
+		defer r.Close()
+		err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
+			// The pending approvals are on the replica too: a write after
+			// them acknowledged by it says so.
+			mc := redisClient(master.Addr)
+			defer mc.Close()
+			if err := mc.Set(ctx, "opsgate-faults:sync", "1", time.Minute).Err(); err != nil {
+				return time.Time{}, err
+			}
+			if n, err := mc.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n < 1 {
+				return time.Time{}, fmt.Errorf("replica never acknowledged: %d, %v", n, err)
+			}
+			link.hold.Store(true)
+			r.performPending(ctx)  // claims the master acknowledges and the replica never gets
+			pause(ctx, c.load()/3) // and more cycles
+			master.Kill()
+			link.Close() // what it held is lost with the master
+			rc := redisClient(replica.Addr)
+			defer rc.Close()
+			if err := rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				return time.Time{}, fmt.Errorf("promote: %w", err)
+			}
+			px.switchTo(replica.Addr)
+			return time.Now(), nil
+		}, nil, &res)
+		if err != nil {
+			return failed(res, err)
+		}
+		return res
+	}
+}
+
+// durability returns the store options of a durability mode.
+func durability(mode string) (redisstore.Options, string) {
+	switch mode {
+	case "none":
+		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}, ""
+	case "disk":
+		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableDisk}}, ""
+	case "replicas 1":
+		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}}, ""
+	}
+	return redisstore.Options{}, fmt.Sprintf("no durability mode %q", mode)
+}
+
+// aofAlways are the arguments of a redis-server on which durability
+// "disk" holds on Redis 7.0: every write is on disk before Redis answers.
+var aofAlways = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// faultClusterKill: a Cluster master SIGKILLed mid-load; its replica is
+// promoted after the node timeout. Recovery is measured for the browsers
+// whose slot the dead master served.
+func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "Cluster master killed, replica promoted", mode: "replicas 1", durable: true}
+	opts, _ := durability("replicas 1")
+	nodeTimeout := time.Second
+	cn, err := redistest.StartCluster(procs, 3, 1, nodeTimeout)
+	if err != nil {
+		return failed(res, err)
+	}
+	var stores []store.Store
+	for range c.servers() {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cn.Addrs(), ContextTimeoutEnabled: true})
+		defer cc.Close()
+		stores = append(stores, redisstore.New(cc, opts))
+	}
+	r, err := newRig(stores, c.browsers()*2, c.short) // enough browsers on every master
+	if err != nil {
+		return failed(res, err)
+	}
+	defer r.Close()
+	// Which browsers the master to be killed serves.
+	victim := cn.Masters[0]
+	side := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cn.Addrs()})
+	defer side.Close()
+	onVictim := map[int]bool{}
+	for b, o := range r.owners {
+		m, err := side.MasterForKey(ctx, "{"+store.Slot(o.Agent, o.User)+"}")
+		if err != nil {
+			return failed(res, err)
+		}
+		onVictim[b] = m.Options().Addr == victim.Addr
+	}
+	err = runLoad(ctx, r, c.load()+nodeTimeout*3, func(ctx context.Context) (time.Time, error) {
+		r.performPending(ctx)
+		victim.Kill()
+		// The replica's promotion is the cluster's job: recovery counts
+		// from the kill.
+		return time.Now(), nil
+	}, func(b int) bool { return onVictim[b] }, &res)
+	if err != nil {
+		return failed(res, err)
+	}
+	res.note = join(res.note, fmt.Sprintf("3 masters + 3 replicas, node timeout %v; recovery of the dead master's browsers, from the kill", nodeTimeout))
+	return res
+}
+
+// faultWebServerKilled: a web server dies in the handler (it never
+// returns, and its store connection is gone). The operation stays
+// performing: its repeats on the other servers must not perform it again.
+func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "web server killed mid-handler", mode: "disk: appendfsync always", durable: true}
+	srv, err := redistest.StartArgs(procs, aofAlways...)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer srv.Stop()
+	opts, _ := durability("disk")
+	// The doomed server has a client of its own, closed when it "dies".
+	doomedClient := redisClient(srv.Addr)
+	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
+	defer closeStores()
+	stores = append(stores, redisstore.New(doomedClient, opts))
+	r, err := newRig(stores, c.browsers(), c.short)
+	if err != nil {
+		doomedClient.Close()
+		return failed(res, err)
+	}
+	defer r.Close()
+	doomed := len(stores) - 1
+	r.block = make(chan struct{})
+	r.blockOnly.Store(int32(doomed + 1))
+	// Each browser asks, is approved, and sends its request to the doomed
+	// server; the handler starts (a performance: it may have taken effect).
+	var started sync.WaitGroup
+	for b := range r.cookies {
+		order := fmt.Sprintf("ord_killed_%d", b)
+		status, ref, err := r.request(ctx, 0, b, order)
+		if err != nil || status != 403 {
+			doomedClient.Close()
+			return failed(res, fmt.Errorf("ask: %d, %v", status, err))
+		}
+		r.approve(ctx, 0, b, order, ref)
+		started.Go(func() { r.request(ctx, doomed, b, order) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		n := len(r.runs)
+		r.mu.Unlock()
+		if n == len(r.cookies) {
+			break
+		}
+		pause(ctx, 10*time.Millisecond)
+	}
+	// The server dies: connections cut, its store client gone.
+	killed := time.Now()
+	doomedClient.Close()
+	r.servers[doomed].CloseClientConnections()
+	started.Wait()
+	// Its repeats on the live servers: never performed again.
+	r.urls = r.urls[:doomed]
+	r.drain(ctx)
+	rec, _ := r.probe(ctx, killed, 10*time.Second, nil)
+	res.recovery = rec
+	r.tally(&res)
+	stuck := r.stuckPerforming(ctx, stores[0])
+	res.lost = 0 // their approvals were used by a handler that started: outcome unknown, not lost
+	// The reconciliation job: every operation performing for a while is
+	// settled from the website's own records (here, the handler's count).
+	rc, ok := stores[0].(store.Reconciler)
+	if !ok {
+		res.note = fmt.Sprintf("%d operations left performing; the store has no Reconciler", stuck)
+		return res
+	}
+	resolved := 0
+	now := time.Now()
+	for st, err := range rc.Performing(ctx, now, now) {
+		if err != nil {
+			res.note = fmt.Sprintf("Performing: %v", err)
+			return res
+		}
+		r.mu.Lock()
+		outcome := map[bool]store.Outcome{true: store.Done, false: store.NotDone}[r.runs[st.Operation.ID] > 0]
+		r.mu.Unlock()
+		if err := rc.Resolve(ctx, st.Owner, st.Operation.ID, outcome, time.Now()); err == nil {
+			resolved++
+		}
+	}
+	// Repeats after the reconciliation: still never performed again.
+	r.drain(ctx)
+	res.performed, res.doubles, res.maxWait = 0, 0, 0
+	r.tally(&res)
+	res.lost = 0
+	res.note = fmt.Sprintf("%d operations left performing, outcome unknown; %d settled by Resolve; %d performing after", stuck, resolved, r.stuckPerforming(ctx, stores[0]))
+	return res
+}
+
+// stuckPerforming counts the approved operations that are performing.
+func (r *rig) stuckPerforming(ctx context.Context, st store.Store) int {
+	r.mu.Lock()
+	todo := make([]approval, 0, len(r.approved))
+	for _, a := range r.approved {
+		todo = append(todo, a)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, a := range todo {
+		rec, found, err := st.Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
+		if err == nil && found && rec.Status == store.Performing {
+			n++
+		}
+	}
+	return n
+}
+
+// faultLostReply: a proxy in front of Redis drops every reply for a
+// moment: Takes that ran in Redis never reach the Gate.
+func faultLostReply(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
+	res := faultResult{name: "replies lost after Take (proxy drops them)", mode: "disk: appendfsync always", durable: true}
+	srv, err := redistest.StartArgs(procs, aofAlways...)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer srv.Stop()
+	opts, _ := durability("disk")
+	px, err := newProxy(srv.Addr)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer px.Close()
+	stores, closeStores := storesOn(px.Addr(), c.servers(), opts)
+	defer closeStores()
+	r, err := newRig(stores, c.browsers(), c.short)
+	if err != nil {
+		return failed(res, err)
+	}
+	defer r.Close()
+	err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
+		px.drop.Store(true)
+		var wg sync.WaitGroup
+		wg.Go(func() { r.performPending(ctx) }) // Takes that claim, whose replies are lost
+		pause(ctx, 500*time.Millisecond)
+		px.drop.Store(false)
+		px.cut() // the clients' connections are out of step: they reconnect
+		wg.Wait()
+		return time.Now(), nil
+	}, nil, &res)
+	if err != nil {
+		return failed(res, err)
+	}
+	return res
+}

@@ -1,0 +1,565 @@
+package main
+
+// -hostile: legitimate browsers and agents keep working while attackers
+// send what a hostile agent can: Session JWTs whose agent publishes huge
+// junk keys, thousands of made-up client_ids, agents that drip their
+// metadata a byte at a time, many Users, and many approvals on one
+// operation. The legitimate side's throughput and p99 are measured quiet
+// and under attack, in one run.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+type hostileConfig struct {
+	redisURL string
+	duration time.Duration // each phase
+	browsers int           // legitimate browsers, one agent cycle at a time each
+	out      io.Writer
+}
+
+// hostileResult is what the run found, for tests.
+type hostileResult struct {
+	quiet, attacked     phaseStats
+	attacks             map[string]map[int]int // attack → status → count
+	legit5xx, attack5xx int
+}
+
+type phaseStats struct {
+	requests int
+	rate     float64
+	p50, p99 time.Duration
+	statuses map[int]int
+	errors   int
+}
+
+const hostileOrigin = "https://shop.example"
+
+// hostileShop is the website under attack: web servers sharing a Redis,
+// each with its Gate, endpoint and join.
+type hostileShop struct {
+	kits []*webkit.Kit
+	urls []string
+}
+
+func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
+	res := hostileResult{attacks: map[string]map[int]int{}}
+	addr := ""
+	if c.redisURL != "" {
+		o, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return res, fmt.Errorf("-redis: %w", err)
+		}
+		addr = o.Addr
+	} else {
+		procs, err := redistest.NewProcs()
+		if err != nil {
+			return res, err
+		}
+		defer procs.Close()
+		srv, err := redistest.StartArgs(procs)
+		if err != nil {
+			return res, fmt.Errorf("start redis-server (or give -redis): %w", err)
+		}
+		addr = srv.Addr
+	}
+	// Durability "none" on a server without persistence: this run is about
+	// CPU and Redis time per hostile request, not crashes (-faults).
+	prefix := fmt.Sprintf("opsgate-hostile-%d:", time.Now().UnixNano())
+	shop := &hostileShop{}
+	var clients []*redis.Client
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}()
+	for range 2 {
+		cl := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+		clients = append(clients, cl)
+		st := redisstore.New(cl, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		kit := webkit.New(keys...)
+		kit.Store = st
+		kit.Logger = slog.New(slog.DiscardHandler)
+		kit.Sessions.(*webkit.CookieSessions).Insecure = true
+		verifier := &identity.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+		mux := http.NewServeMux()
+		mux.Handle("POST /poppy/operations", endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier}))
+		mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: hostileOrigin + "/poppy/join", Verifier: verifier})
+		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "exchanged\n")
+		})))
+		srv := httptest.NewServer(mux)
+		defer srv.Close()
+		shop.kits = append(shop.kits, kit)
+		shop.urls = append(shop.urls, srv.URL)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
+	defer client.CloseIdleConnections()
+
+	legit, err := newHostileAgent("legit")
+	if err != nil {
+		return res, err
+	}
+	defer legit.Close()
+	attacker, err := newHostileAgent("attacker")
+	if err != nil {
+		return res, err
+	}
+	defer attacker.Close()
+
+	fmt.Fprintf(c.out, "opsgate hostile: 2 web servers on one redis-server (%s), %d legitimate browsers with their agent, %v per phase\n", addr, c.browsers, c.duration)
+	fmt.Fprintf(c.out, "%-36s %8s %9s %10s %10s  %s\n", "legitimate traffic", "requests", "req/s", "p50", "p99", "answers")
+
+	phase := func(name string, attack bool) (phaseStats, error) {
+		pctx, cancel := context.WithTimeout(ctx, c.duration)
+		defer cancel()
+		var wg sync.WaitGroup
+		var attackMu sync.Mutex
+		if attack {
+			for name, a := range shop.attacks(client, attacker) {
+				// Slow-drip agents hold the resolver's fetches: many at once.
+				workers := map[bool]int{true: 8, false: 1}[name == "slow-drip agents"]
+				for w := range workers {
+					wg.Go(func() {
+						counts := map[int]int{}
+						for n := w; pctx.Err() == nil && n < 1_000_000; n += workers {
+							status := a(pctx, n)
+							if pctx.Err() == nil || status != 0 {
+								counts[status]++
+							}
+						}
+						attackMu.Lock()
+						if res.attacks[name] == nil {
+							res.attacks[name] = map[int]int{}
+						}
+						for s, k := range counts {
+							res.attacks[name][s] += k
+						}
+						attackMu.Unlock()
+					})
+				}
+			}
+		}
+		st := shop.legitimate(pctx, client, legit, c.browsers, name)
+		wg.Wait()
+		st.print(c.out, name)
+		return st, nil
+	}
+	if res.quiet, err = phase("quiet", false); err != nil {
+		return res, err
+	}
+	if res.attacked, err = phase("under attack", true); err != nil {
+		return res, err
+	}
+	for s, n := range res.attacked.statuses {
+		if s >= 500 {
+			res.legit5xx += n
+		}
+	}
+	for _, name := range slices.Sorted(mapKeys(res.attacks)) {
+		var answers []string
+		for _, s := range slices.Sorted(mapKeys(res.attacks[name])) {
+			n := res.attacks[name][s]
+			label := fmt.Sprint(s)
+			if s == 0 {
+				label = "no answer"
+			}
+			answers = append(answers, fmt.Sprintf("%d×%s", n, label))
+			// An agent whose keys can't be fetched in time gets 503 with
+			// Retry-After by design (it may be a real agent briefly down);
+			// any other 5xx is a failure.
+			if s >= 500 && !(s == 503 && name == "slow-drip agents") {
+				res.attack5xx += n
+			}
+		}
+		fmt.Fprintf(c.out, "attack %-29s %s\n", name, strings.Join(answers, " "))
+	}
+	ratio := float64(res.attacked.p99) / float64(max(res.quiet.p99, 1))
+	fmt.Fprintf(c.out, "hostile: p99 %.2f× quiet (target ≤ 2), throughput %.2f× quiet (the attackers run on the same cores), legitimate 5xx %d, attackers' unexpected 5xx %d\n",
+		ratio, res.attacked.rate/max(res.quiet.rate, 1), res.legit5xx, res.attack5xx)
+	return res, nil
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func (s phaseStats) print(w io.Writer, name string) {
+	var answers []string
+	for _, st := range slices.Sorted(mapKeys(s.statuses)) {
+		answers = append(answers, fmt.Sprintf("%d×%d", s.statuses[st], st))
+	}
+	if s.errors > 0 {
+		answers = append(answers, fmt.Sprintf("%d errors", s.errors))
+	}
+	fmt.Fprintf(w, "%-36s %8d %9.0f %10v %10v  %s\n", name, s.requests, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), strings.Join(answers, " "))
+}
+
+// legitimate runs whole cycles from browsers of the legitimate agent until
+// ctx ends: the gated request (403), the agent's approval at the endpoint
+// (a fresh Session JWT each time), the repeat (200).
+func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, a *hostileAgent, browsers int, tag string) phaseStats {
+	var mu sync.Mutex
+	st := phaseStats{statuses: map[int]int{}}
+	var lat []time.Duration
+	note := func(d time.Duration, status int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lat = append(lat, d)
+		if err != nil {
+			if ctx.Err() == nil {
+				st.errors++
+			}
+			return
+		}
+		st.statuses[status]++
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for b := range browsers {
+		cookie, err := a.bind(shop.kits[0], fmt.Sprintf("usr_legit_%d", b))
+		if err != nil {
+			continue
+		}
+		wg.Go(func() {
+			for n := 0; ctx.Err() == nil && n < 1_000_000; n++ {
+				srv := shop.urls[(b+n)%len(shop.urls)]
+				order := fmt.Sprintf("ord_%s_%d_%d", strings.ReplaceAll(tag, " ", "_"), b, n)
+				t := time.Now()
+				var ref string
+				status, err := post(ctx, client, srv, order, cookie, func(h http.Header) {
+					_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+				})
+				note(time.Since(t), status, err)
+				if err != nil || status != 403 || ref == "" {
+					continue
+				}
+				t = time.Now()
+				status, err = a.approve(ctx, client, shop.urls[(b+n+1)%len(shop.urls)], fmt.Sprintf("usr_legit_%d", b), ref)
+				note(time.Since(t), status, err)
+				if err != nil || status != 204 {
+					continue
+				}
+				t = time.Now()
+				status, err = post(ctx, client, srv, order, cookie)
+				note(time.Since(t), status, err)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	st.requests = len(lat)
+	st.rate = float64(len(lat)) / elapsed.Seconds()
+	if len(lat) > 0 {
+		st.p50 = lat[len(lat)/2]
+		st.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return st
+}
+
+// hostileAgent is an agent's web presence on loopback: its metadata
+// document and JWKS, plus whatever junk an attacker serves.
+type hostileAgent struct {
+	keys   *identity.AgentKeys
+	dlg    *identity.Delegation
+	server *httptest.Server
+	big    []byte // a JWKS with a huge junk RSA key (attacker)
+	stop   chan struct{}
+}
+
+func newHostileAgent(name string) (*hostileAgent, error) {
+	a := &hostileAgent{stop: make(chan struct{})}
+	mux := http.NewServeMux()
+	a.server = httptest.NewServer(mux)
+	keys, err := identity.NewAgentKeys(a.server.URL+"/client", "ES256")
+	if err != nil {
+		a.server.Close()
+		return nil, err
+	}
+	a.keys = keys
+	if a.dlg, err = keys.Delegate(time.Hour); err != nil {
+		a.server.Close()
+		return nil, err
+	}
+	// A 16,384-bit modulus of random bytes and exponent 2^31−1: a key no
+	// one holds, as costly as possible to verify with.
+	n := make([]byte, 2048)
+	rand.Read(n)
+	n[0] |= 0x80
+	b64 := base64.RawURLEncoding
+	a.big, _ = json.Marshal(map[string]any{"keys": []map[string]string{{
+		"kty": "RSA", "kid": "big", "alg": "RS256", "use": "sig",
+		"n": b64.EncodeToString(n), "e": b64.EncodeToString(big.NewInt(1<<31 - 1).Bytes()),
+	}}})
+	mux.HandleFunc("/client", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(keys.Metadata(a.server.URL+"/jwks", name))
+	})
+	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(keys.JWKS())
+	})
+	// The junk-key agent: same server, another client_id.
+	mux.HandleFunc("/bigkey", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]string{"client_id": a.server.URL + "/bigkey", "client_name": "big", "jwks_uri": a.server.URL + "/bigjwks"})
+		w.Write(b)
+	})
+	mux.HandleFunc("/bigjwks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(a.big)
+	})
+	// Made-up client_ids: nothing there.
+	mux.HandleFunc("/junk/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	// A slow-drip agent: its metadata a byte every 200 ms, for at most 20 s.
+	mux.HandleFunc("/drip/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		doc := keys.Metadata(a.server.URL+"/jwks", name)
+		fl, _ := w.(http.Flusher)
+		for i := range min(len(doc), 100) {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-a.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			w.Write(doc[i : i+1])
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+	})
+	return a, nil
+}
+
+func (a *hostileAgent) Close() {
+	close(a.stop)
+	a.server.CloseClientConnections()
+	a.server.Close()
+}
+
+// bind joins a browser to a Session of this agent for user, as a join
+// does, and returns its cookie.
+func (a *hostileAgent) bind(kit *webkit.Kit, user string) (*http.Cookie, error) {
+	rec := httptest.NewRecorder()
+	s := webkit.Session{ID: "ses_" + user, Agent: a.keys.ClientID, User: user, Extensions: webkit.Extensions{"operations": "3"}}
+	if err := kit.Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), s); err != nil {
+		return nil, err
+	}
+	return rec.Result().Cookies()[0], nil
+}
+
+// approve has the agent look the ref up and approve its revision at the
+// endpoint, as the reference agent does (two requests, two Session JWTs);
+// it returns the approval's status.
+func (a *hostileAgent) approve(ctx context.Context, client *http.Client, base, user, ref string) (int, error) {
+	var answer struct { // 403 approval_required names the revision to approve
+		Operation struct {
+			OperationID string `json:"operation_id"`
+			Revision    string `json:"revision"`
+		} `json:"operation"`
+	}
+	status, body, err := a.endpoint(ctx, client, base, user, ref, "")
+	if err != nil || status != http.StatusForbidden {
+		return status, err
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return 0, err
+	}
+	op := answer.Operation
+	status, _, err = a.endpoint(ctx, client, base, user, ref, fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, op.OperationID, op.Revision))
+	return status, err
+}
+
+func (a *hostileAgent) endpoint(ctx context.Context, client *http.Client, base, user, ref, approval string) (int, []byte, error) {
+	jwt, err := a.dlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_" + user, User: user})
+	if err != nil {
+		return 0, nil, err
+	}
+	return sendSession(ctx, client, base, jwt, `{"ref":"`+ref+`"}`, approval)
+}
+
+func sendSession(ctx context.Context, client *http.Client, base, jwt, body, approval string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/poppy/operations", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webkit.HeaderSession, jwt)
+	req.Header.Set(webkit.HeaderVersion, "1.0")
+	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	if approval != "" {
+		req.Header.Set(webkit.HeaderApproval, approval)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	return res.StatusCode, b, nil
+}
+
+// rewrap returns jws with its header's members replaced by set (nil
+// removes), its payload kept, and sig as its signature.
+func rewrap(jws string, set map[string]any, sig []byte) string {
+	b64 := base64.RawURLEncoding
+	parts := strings.SplitN(jws, ".", 3)
+	var h map[string]any
+	raw, _ := b64.DecodeString(parts[0])
+	json.Unmarshal(raw, &h)
+	for k, v := range set {
+		if v == nil {
+			delete(h, k)
+		} else {
+			h[k] = v
+		}
+	}
+	hb, _ := json.Marshal(h)
+	return b64.EncodeToString(hb) + "." + parts[1] + "." + b64.EncodeToString(sig)
+}
+
+// attacks returns the attackers, each a function sending one hostile
+// request and returning its status (0: no answer).
+func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[string]func(context.Context, int) int {
+	base := func(n int) string { return shop.urls[n%len(shop.urls)] }
+	junkSig := make([]byte, 2048)
+	rand.Read(junkSig)
+	// A delegation from the junk-key agent: its own claims (iss), RS256
+	// under the huge key, a signature of garbage.
+	bigKeys, _ := identity.NewAgentKeys(a.server.URL+"/bigkey", "ES256")
+	bigDlg, _ := bigKeys.Delegate(time.Hour)
+	hoard, _ := a.bind(shop.kits[0], "usr_hoard")
+	var users atomic.Int64
+	return map[string]func(context.Context, int) int{
+		// Session JWTs whose delegation the huge junk key would verify: at
+		// the endpoint and the join. A replay of the same bytes is the
+		// cheapest attack; fresh jtis each time are the costlier one.
+		"junk key (endpoint)": func(ctx context.Context, n int) int {
+			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			parts := strings.SplitN(jwt, ".", 3)
+			dlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
+			jwt = rewrap(jwt, map[string]any{"poppy_dlg": dlg}, []byte(parts[2]))
+			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			return status
+		},
+		"junk key (join)": func(ctx context.Context, n int) int {
+			as, _ := bigDlg.BrowserAssertion(identity.BrowserClaims{SessionClaims: identity.SessionClaims{Audience: hostileOrigin + "/poppy/join", SID: "ses_x", User: "usr_x"}, ReturnTo: hostileOrigin + "/", Extensions: `"operations";v="3"`})
+			parts := strings.SplitN(as, ".", 3)
+			dlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
+			as = rewrap(as, map[string]any{"poppy_dlg": dlg}, []byte(parts[2]))
+			status, _ := postForm(ctx, client, base(n)+"/poppy/join", url.Values{"assertion": {as}})
+			return status
+		},
+		// Thousands of made-up client_ids, each a fetch and a failure.
+		"many client_ids": func(ctx context.Context, n int) int {
+			k, err := identity.NewAgentKeys(fmt.Sprintf("%s/junk/%d-%d", a.server.URL, time.Now().UnixNano(), n), "ES256")
+			if err != nil {
+				return 0
+			}
+			d, _ := k.Delegate(time.Hour)
+			jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			return status
+		},
+		// Agents whose metadata drips in a byte at a time.
+		"slow-drip agents": func(ctx context.Context, n int) int {
+			k, _ := identity.NewAgentKeys(fmt.Sprintf("%s/drip/%d-%d", a.server.URL, time.Now().UnixNano(), n), "ES256")
+			d, _ := k.Delegate(time.Hour)
+			jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			return status
+		},
+		// One agent minting Users, each asking for new actions.
+		"many Users": func(ctx context.Context, n int) int {
+			cookie, err := a.bind(shop.kits[0], fmt.Sprintf("usr_mint_%d", users.Add(1)))
+			if err != nil {
+				return 0
+			}
+			status, _ := post(ctx, client, base(n), fmt.Sprintf("ord_mint_%d", n), cookie)
+			return status
+		},
+		// One operation collecting approvals: the same action with new
+		// terms each time (a new revision), each approved by the agent,
+		// and the browser's repeats that must look through them.
+		"many approvals, one operation": func(ctx context.Context, n int) int {
+			var ref string
+			status, _ := postSKU(ctx, client, base(n), "ord_hoard", fmt.Sprintf("sku-%d", n), hoard, func(h http.Header) {
+				_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+			})
+			if status != 403 || ref == "" {
+				return status
+			}
+			s, _ := a.approve(ctx, client, base(n+1), "usr_hoard", ref)
+			return s
+		},
+	}
+}
+
+func postForm(ctx context.Context, client *http.Client, u string, form url.Values) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
+	res.Body.Close()
+	return res.StatusCode, nil
+}
+
+// postSKU is post with another replacement SKU: other terms, a new
+// revision of the same operation.
+func postSKU(ctx context.Context, client *http.Client, base, order, sku string, cookie *http.Cookie, seen ...func(http.Header)) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/orders/"+order+"/exchange", strings.NewReader(url.Values{"sku": {sku}}.Encode()))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.AddCookie(cookie)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	for _, f := range seen {
+		f(res.Header)
+	}
+	return res.StatusCode, nil
+}
