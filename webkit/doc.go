@@ -1,5 +1,8 @@
 // Package webkit is what a website imports first to speak the Poppy
-// `operations` extension v3 (§4 "Websites", §6 "Websites").
+// `operations` extension v3 (§4 "Websites", §6 "Websites" of
+// https://personalagentprotocol.org/docs/1.0/extensions/operations). RULES.md,
+// beside this package, explains the protocol briefly and every rule (W01…,
+// A01…) that comments and tests cite.
 //
 // # The Gate
 //
@@ -11,11 +14,13 @@
 //	mux.Handle("POST /orders/{order}/exchange", kit.Gate(func(r *http.Request) (webkit.Action, error) {
 //		return webkit.Action{
 //			Key:     "exchange:" + r.PathValue("order"),
+//			Kind:    "exchange", // a metrics label, never an ID
 //			Terms:   map[string]string{"order_id": r.PathValue("order"), "size": r.PostFormValue("size")},
 //			Summary: "Exchange the jacket on order " + r.PathValue("order") + " for size " + r.PostFormValue("size") + ".",
 //		}, nil
 //	})(exchangeHandler))
-//	mux.Handle(webkit.DefaultBasePath, kit.Handler()) // waiting.js, fetch.js, the status route
+//	m, err := endpoint.NewMount(endpoint.Config{Origin: "https://shop.example", Name: "Shop", Kit: kit})
+//	http.ListenAndServe(addr, m.Handler(mux)) // the endpoint, the join, /_opsgate/, poppy.json
 //
 // An ordinary browser passes straight through. A browser joined to a
 // Session (the kit's [Join], or the website's own login calling
@@ -25,8 +30,12 @@
 // handler once, in one atomic step of the store (§7). [ClaimOf] gives the
 // handler the approved operation; [SetOutcome] states its outcome.
 //
-// [Discovery] builds the poppy.json fragment (§2). The endpoint package's
-// Example wires a whole website.
+// endpoint.Mount serves, from the one origin it is given, the operations
+// endpoint, the [Join], the kit's routes ([Kit.Handler]) and poppy.json
+// ([Discovery], §2), in front of any router; the endpoint package's Example
+// wires a whole website. [Kit.Chrome] dresses the waiting page in the
+// website's own header, footer and stylesheet; [Kit.Observer] sees what the
+// kit does (webkit/metrics/prometheus and webkit/metrics/otel adapt it).
 //
 // # Vocabulary
 //
