@@ -94,4 +94,3 @@ func TestEndpointEvents(t *testing.T) {
 		t.Fatalf("store down observed %+v", got)
 	}
 }
-
