@@ -431,3 +431,32 @@ func (o *eventLog) has(e webkit.Event) bool {
 	}
 	return false
 }
+
+// The Observer hears why a join was refused: the request's shape, or its
+// assertion; and that a good one joined.
+func TestJoinEvents(t *testing.T) {
+	t.Parallel()
+	obs := &eventLog{}
+	s := newMounted(t, obs, func(m *endpoint.Mount, exchange http.Handler, _ *func(*http.Request) string) http.Handler {
+		return m.Handler(http.NotFoundHandler())
+	})
+	b := s.browser()
+	if res, _ := b.do("GET", "/poppy/join", nil, nil); res.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET join: %d", res.StatusCode)
+	}
+	if res, _ := b.do("POST", "/poppy/join", url.Values{"assertion": {"not-a-jwt"}}, crossSite); res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("forged assertion: %d", res.StatusCode)
+	}
+	if res, _ := b.join("ses_1"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("join: %d", res.StatusCode)
+	}
+	for _, want := range []webkit.Event{
+		{Route: webkit.RouteJoin, Outcome: "refused", Reason: "request"},
+		{Route: webkit.RouteJoin, Outcome: "refused", Reason: "assertion"},
+		{Route: webkit.RouteJoin, Outcome: "joined", Reason: "signed_out"},
+	} {
+		if !obs.has(want) {
+			t.Errorf("not observed: %+v (got %+v)", want, obs.events())
+		}
+	}
+}
