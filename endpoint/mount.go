@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -84,6 +85,9 @@ type Mount struct {
 	endpointPath, joinPath, poppyJSONPath string
 	poppyJSON                             []byte
 	static                                http.Handler
+
+	mu       sync.Mutex
+	bypassed map[*http.CrossOriginProtection]bool
 }
 
 // ErrConfig is wrapped by every error NewMount returns.
@@ -250,8 +254,18 @@ func (m *Mount) Exempt(r *http.Request) bool {
 // Bypass lets the join and the endpoint through cop, the website's
 // net/http.CrossOriginProtection around the whole site, and makes cop's
 // refusal of anything else still cop's. Every other route of the website,
-// gated or not, stays protected.
+// gated or not, stays protected. Calling it again for the same cop does
+// nothing (cop itself would panic on a pattern registered twice).
 func (m *Mount) Bypass(cop *http.CrossOriginProtection) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.bypassed[cop] {
+		return
+	}
+	if m.bypassed == nil {
+		m.bypassed = map[*http.CrossOriginProtection]bool{}
+	}
+	m.bypassed[cop] = true
 	cop.AddInsecureBypassPattern("POST " + m.joinPath)
 	cop.AddInsecureBypassPattern("POST " + m.endpointPath)
 }
