@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -31,7 +32,9 @@ type Config struct {
 	Origin string
 	// Name is the Company's name in poppy.json; "" leaves it out.
 	Name string
-	// Kit is the website's Kit (webkit.New). Required.
+	// Kit is the website's Kit (webkit.New). Required. A Kit built without
+	// New gets its missing defaults here (BasePath, an in-memory Store),
+	// as it would at its first request.
 	Kit *webkit.Kit
 	// Resolver loads agents' keys; nil is a new identity.Resolver (with
 	// AllowLocal when AllowLocal is set).
@@ -111,6 +114,9 @@ func NewMount(c Config) (*Mount, error) {
 	kit := c.Kit
 	if kit.BasePath == "" {
 		kit.BasePath = webkit.DefaultBasePath
+	}
+	if kit.Store == nil { // a zero Kit: the endpoint and the Gate share one store
+		kit.Store = store.NewMemory()
 	}
 	m := &Mount{
 		kit:           kit,

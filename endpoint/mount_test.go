@@ -283,6 +283,26 @@ func TestNewMountChecks(t *testing.T) {
 	}
 }
 
+// A zero Kit works with a Mount too: NewMount gives it the defaults New
+// would have (a base path, one in-memory store shared by the Gate and the
+// endpoint), and its routes serve.
+func TestMountZeroKit(t *testing.T) {
+	t.Parallel()
+	kit := &webkit.Kit{Logger: slog.New(slog.DiscardHandler)}
+	m, err := endpoint.NewMount(endpoint.Config{Origin: origin, Kit: kit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kit.BasePath != webkit.DefaultBasePath || kit.Store == nil || m.Endpoint == nil {
+		t.Fatalf("zero Kit after NewMount: base %q store %v", kit.BasePath, kit.Store)
+	}
+	w := httptest.NewRecorder()
+	m.ServeHTTP(w, httptest.NewRequest("GET", "/_opsgate/fetch.js", nil))
+	if w.Code != 200 {
+		t.Fatalf("fetch.js: %d", w.Code)
+	}
+}
+
 // ---- CSRF that composes ----
 
 // The whole site, join included, inside net/http's CrossOriginProtection:
