@@ -9,6 +9,7 @@
 //	go run ./demo/load                      # embedded miniredis
 //	go run ./demo/load -redis redis://127.0.0.1:6379/0 -browsers 500
 //	go run ./demo/load -store memory        # one process, one Memory store
+//	go run ./demo/load -port 9100 -redis-addr 127.0.0.1:6390   # web servers on 9100, 9101, …; the embedded store's address
 //	go run ./demo/load -ceiling              # the store beside Redis's own ceiling (ceiling.go)
 //	go run ./demo/load -faults               # crashes, stalls, failovers, lost replies (faults.go)
 //	go run ./demo/load -hostile              # legitimate traffic quiet and under attack (hostile.go)
@@ -27,12 +28,14 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +67,8 @@ func main() {
 		faults    = flag.Bool("faults", false, "run the fault suite on redis-server processes it starts (faults.go)")
 		short     = flag.Bool("short", false, "-faults: the short version CI runs")
 		hostile   = flag.Bool("hostile", false, "legitimate traffic quiet and under attack (hostile.go)")
+		port      = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
+		redisAddr = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
 	)
 	flag.Parse()
 	// Ctrl-C cancels the run, so that every server it started is stopped.
@@ -110,7 +115,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, config{*storeKind, *redisURL, *durable, *servers, *browsers, *repeats, *ordinary, *workers}); err != nil {
+	if err := run(ctx, config{*storeKind, *redisURL, *durable, *servers, *browsers, *repeats, *ordinary, *workers, *port, *redisAddr}); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
@@ -119,6 +124,11 @@ func main() {
 type config struct {
 	store, redisURL, durability                   string
 	servers, browsers, repeats, ordinary, workers int
+	// port is the first web server's port (0: free ports), and redisAddr
+	// the embedded miniredis's address ("": a free port): fixed ones let
+	// a profiler or redis-cli attach to a run.
+	port      int
+	redisAddr string
 }
 
 var keys = [][]byte{[]byte("load-tool-hash-key-0123456789abc"), []byte("load-tool-encryption-key-0123456")}
@@ -149,7 +159,16 @@ func run(ctx context.Context, c config) error {
 			}
 			io.WriteString(w, "exchanged\n")
 		})))
-		srv := httptest.NewServer(mux)
+		srv := httptest.NewUnstartedServer(mux)
+		if c.port > 0 {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port+i)))
+			if err != nil {
+				return fmt.Errorf("-port: %w", err)
+			}
+			srv.Listener.Close()
+			srv.Listener = ln
+		}
+		srv.Start()
 		defer srv.Close()
 		urls[i] = srv.URL
 	}
@@ -270,9 +289,13 @@ func openStores(c config) ([]store.Store, func(), error) {
 		}
 		opts = o
 	} else {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return nil, nil, err
+		mr := miniredis.NewMiniRedis()
+		addr := c.redisAddr
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		if err := mr.StartAddr(addr); err != nil {
+			return nil, nil, fmt.Errorf("embedded miniredis: %w", err)
 		}
 		closeAll = append(closeAll, mr.Close)
 		opts = &redis.Options{Addr: mr.Addr()}
