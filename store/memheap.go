@@ -1,7 +1,7 @@
 package store
 
 import (
-	"container/heap"
+	"hash/maphash"
 	"time"
 )
 
@@ -28,31 +28,73 @@ const (
 	memKindClaim
 )
 
-// memHeap is a min-heap of timers by until.
-type memHeap []*memTimer
+// memHeap is a min-heap of timers by until, kept in fixed-size chunks: it
+// grows and shrinks a chunk at a time, so no call ever copies (or
+// allocates) the whole heap, as doubling a slice of a million timers would.
+type memHeap struct {
+	chunks [][]*memTimer // each memHeapChunk long
+	n      int
+}
 
-func (h memHeap) Len() int           { return len(h) }
-func (h memHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
-func (h memHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].i, h[j].i = i, j
+// memHeapChunk is how many timers one chunk holds.
+const memHeapChunk = 1024
+
+func (h *memHeap) at(i int) *memTimer { return h.chunks[i/memHeapChunk][i%memHeapChunk] }
+
+func (h *memHeap) set(i int, t *memTimer) {
+	h.chunks[i/memHeapChunk][i%memHeapChunk] = t
+	t.i = i
 }
-func (h *memHeap) Push(x any) {
-	t := x.(*memTimer)
-	t.i = len(*h)
-	*h = append(*h, t)
+
+func (h *memHeap) less(i, j int) bool { return h.at(i).until.Before(h.at(j).until) }
+
+func (h *memHeap) swap(i, j int) {
+	a, b := h.at(i), h.at(j)
+	h.set(i, b)
+	h.set(j, a)
 }
-func (h *memHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.i = -1
-	return t
+
+func (h *memHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+// down moves i down and reports whether it moved.
+func (h *memHeap) down(i int) bool {
+	start := i
+	for {
+		l := 2*i + 1
+		if l >= h.n {
+			break
+		}
+		c := l
+		if r := l + 1; r < h.n && h.less(r, l) {
+			c = r
+		}
+		if !h.less(c, i) {
+			break
+		}
+		h.swap(i, c)
+		i = c
+	}
+	return i > start
 }
 
 // add puts t in the heap.
-func (h *memHeap) add(t *memTimer) { heap.Push(h, t) }
+func (h *memHeap) add(t *memTimer) {
+	if h.n == len(h.chunks)*memHeapChunk {
+		h.chunks = append(h.chunks, make([]*memTimer, memHeapChunk))
+	}
+	h.set(h.n, t)
+	h.n++
+	h.up(h.n - 1)
+}
 
 // extend moves t's until later (never earlier, so that one record's needs
 // never cut another's: W102, W137, W138).
@@ -62,100 +104,120 @@ func (h *memHeap) extend(t *memTimer, until time.Time) {
 	}
 	t.until = until
 	if t.i >= 0 {
-		heap.Fix(h, t.i)
+		h.down(t.i) // later: it can only move down
 	}
 }
 
 // remove takes t out of the heap, if it is in it.
 func (h *memHeap) remove(t *memTimer) {
-	if t.i >= 0 {
-		heap.Remove(h, t.i)
+	i := t.i
+	if i < 0 {
+		return
+	}
+	last := h.n - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.chunks[last/memHeapChunk][last%memHeapChunk] = nil
+	h.n--
+	t.i = -1
+	if i < h.n && !h.down(i) {
+		h.up(i)
+	}
+	// Give back chunks no longer needed, keeping one spare so that a heap
+	// hovering at a chunk boundary doesn't allocate on every call.
+	for len(h.chunks) > 1 && h.n <= (len(h.chunks)-2)*memHeapChunk {
+		h.chunks[len(h.chunks)-1] = nil
+		h.chunks = h.chunks[:len(h.chunks)-1]
+	}
+	if cap(h.chunks) >= 64 && len(h.chunks)*4 < cap(h.chunks) {
+		h.chunks = append([][]*memTimer(nil), h.chunks...) // small: chunk pointers only
 	}
 }
 
 // popExpired removes and returns the earliest timer if it is past now.
 func (h *memHeap) popExpired(now time.Time) *memTimer {
-	if len(*h) == 0 || !now.After((*h)[0].until) {
+	if h.n == 0 {
 		return nil
 	}
-	return heap.Pop(h).(*memTimer)
+	t := h.at(0)
+	if !now.After(t.until) {
+		return nil
+	}
+	h.remove(t)
+	return t
 }
 
-// compact gives back the heap's backing array once it holds under a quarter
-// of its capacity (a slice, like a map, never shrinks by itself).
-func (h *memHeap) compact() {
-	if cap(*h) >= memShrinkMin && len(*h)*4 < cap(*h) {
-		*h = append(make(memHeap, 0, 2*len(*h)), *h...)
+// memShards is how many maps a store map is split into, by a hash of the
+// key, so that rebuilding one that shrank copies a 256th of the records at
+// most: a bounded step, whatever the store's size.
+const memShards = 256
+
+// memShrinkMin is the least peak size of a shard rebuilt when it shrinks;
+// below it the memory is not worth the copying.
+const memShrinkMin = 64
+
+// shrinkMap is a map split into memShards shards, each rebuilt (copied into
+// a map sized for what it holds) as soon as it holds under an eighth of its
+// peak: a Go map never gives back the memory of deleted entries, and after
+// a mass expiry the store must (DESIGN "Bounded work"). A rebuild copies at
+// most an eighth of one shard, amortised against the deletions that
+// shrank it. The zero value is ready to use.
+type shrinkMap[K comparable, V any] struct {
+	seed   maphash.Seed
+	seeded bool
+	n      int
+	shards [memShards]struct {
+		m    map[K]V
+		peak int
 	}
 }
 
-// memShrinkMin is the least peak size at which a map or the heap is rebuilt
-// when it shrinks; below it the memory is not worth the copying.
-const memShrinkMin = 4096
-
-// memShrinkStep is how many entries one store call moves from a shrinking
-// map into its replacement, so that no call holds the lock for long.
-const memShrinkStep = 512
-
-// shrinkMap is a map that is rebuilt once it holds under an eighth of its
-// peak: its entries move, memShrinkStep per store call, into a new map sized
-// for them, and the old one (with every bucket of the peak) is then dropped.
-// Lookups see both while they move.
-type shrinkMap[K comparable, V any] struct {
-	m, old map[K]V
-	peak   int
+func (s *shrinkMap[K, V]) shard(k K) int {
+	if !s.seeded {
+		s.seed, s.seeded = maphash.MakeSeed(), true
+	}
+	return int(maphash.Comparable(s.seed, k) % memShards)
 }
 
 func (s *shrinkMap[K, V]) get(k K) (V, bool) {
-	if v, ok := s.m[k]; ok {
-		return v, true
-	}
-	v, ok := s.old[k] // a nil map reads as empty
+	v, ok := s.shards[s.shard(k)].m[k] // a nil map reads as empty
 	return v, ok
 }
 
 func (s *shrinkMap[K, V]) put(k K, v V) {
-	if s.m == nil {
-		s.m = make(map[K]V)
+	sh := &s.shards[s.shard(k)]
+	if sh.m == nil {
+		sh.m = make(map[K]V)
 	}
-	if s.old != nil {
-		delete(s.old, k)
+	n := len(sh.m)
+	sh.m[k] = v
+	if len(sh.m) > n {
+		s.n++
 	}
-	s.m[k] = v
-	if n := s.len(); n > s.peak {
-		s.peak = n
-	}
+	sh.peak = max(sh.peak, len(sh.m))
 }
 
 func (s *shrinkMap[K, V]) del(k K) {
-	delete(s.m, k)
-	if s.old != nil {
-		delete(s.old, k)
-	}
-}
-
-func (s *shrinkMap[K, V]) len() int { return len(s.m) + len(s.old) }
-
-// step moves up to n entries into the new map, or starts a rebuild when the
-// map has shrunk to under an eighth of its peak.
-func (s *shrinkMap[K, V]) step(n int) {
-	if s.old == nil {
-		if s.peak >= memShrinkMin && len(s.m)*8 < s.peak {
-			s.old, s.m = s.m, make(map[K]V, len(s.m))
-			s.peak = len(s.old)
-		}
+	sh := &s.shards[s.shard(k)]
+	n := len(sh.m)
+	delete(sh.m, k)
+	if len(sh.m) == n {
 		return
 	}
-	for k, v := range s.old {
-		if n <= 0 {
-			break
+	s.n--
+	if sh.peak >= memShrinkMin && len(sh.m)*8 < sh.peak {
+		if len(sh.m) == 0 {
+			sh.m = nil
+		} else {
+			m := make(map[K]V, len(sh.m))
+			for k, v := range sh.m {
+				m[k] = v
+			}
+			sh.m = m
 		}
-		s.m[k] = v
-		delete(s.old, k)
-		n--
-	}
-	if len(s.old) == 0 {
-		s.old = nil
-		s.peak = len(s.m)
+		sh.peak = len(sh.m)
 	}
 }
+
+func (s *shrinkMap[K, V]) len() int { return s.n }

@@ -20,9 +20,9 @@ import (
 // each call passes, never by time.Now, and no goroutine is ever started.
 // Nothing grows with expired records, and no call holds the lock for long
 // (webkit/RULES.md "Bounded work"): every record sits in an expiry heap, and each
-// call drops at most memSweepBudget expired records, O(log n) each; a map
-// that has shrunk to an eighth of its peak is rebuilt a few hundred entries
-// per call, because a Go map never gives back the memory of deleted
+// call drops at most memSweepBudget expired records, O(log n) each; each
+// map is split into shards, and a shard that has shrunk to an eighth of its
+// peak is rebuilt, because a Go map never gives back the memory of deleted
 // entries. After a mass expiry the heap returns to about an empty store's.
 //
 // Memory keeps its records in the process: a restart forgets every
@@ -148,7 +148,7 @@ func (m *Memory) Len() int {
 }
 
 // sweep drops up to memSweepBudget records the caller's now has made
-// forgettable, earliest first, and moves shrinking maps along.
+// forgettable, earliest first.
 func (m *Memory) sweep(now time.Time) {
 	for range memSweepBudget {
 		t := m.expiry.popExpired(now)
@@ -164,11 +164,6 @@ func (m *Memory) sweep(now time.Time) {
 			m.claims.del(t.key.slot)
 		}
 	}
-	m.ops.step(memShrinkStep)
-	m.actions.step(memShrinkStep)
-	m.once.step(memShrinkStep)
-	m.claims.step(memShrinkStep)
-	m.expiry.compact()
 }
 
 // dropOp forgets an operation, and its action once nothing of the action
