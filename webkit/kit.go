@@ -58,8 +58,9 @@ type Kit struct {
 	Logger *slog.Logger
 	// Observer sees what the Gate, the status route and (through
 	// Kit.Observe) the endpoint and the join do, and each store step's
-	// latency; nil observes nothing. See webkit/metrics/prometheus and
-	// webkit/metrics/otel.
+	// latency; nil observes nothing. Set it before endpoint.NewMount (or
+	// endpoint.New), which hand it to the endpoint. See
+	// webkit/metrics/prometheus and webkit/metrics/otel.
 	Observer Observer
 	// MaxBody is the longest gated request body the Gate reads, to replay it
 	// in Continue and hand it to the handler; longer bodies get 413.
