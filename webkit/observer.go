@@ -51,7 +51,8 @@ const (
 // Endpoint outcomes: a lookup answers "operation" (approval_required with
 // the operation), "status" or "not_found"; an approval answers "recorded",
 // "declined", "challenge" (sign_in_required) or "refused" with Reason
-// "check1", "check2" or "check3" (§6 "What the Company checks"); any
+// "check1", "check2" or "check3" (§6 "What the Company checks"), or
+// "csrf" when the website's CSRF protection refused it first; any
 // request may get "invalid_request", "extension_required",
 // "unauthenticated" (Reason "session" or "token") or "unavailable" (Reason
 // "store" or "verification").
