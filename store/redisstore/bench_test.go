@@ -1,9 +1,12 @@
 package redisstore_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
 )
@@ -34,4 +37,74 @@ func BenchmarkRedis(b *testing.B) {
 		}
 		return storetest.Harness{Store: st}
 	})
+}
+
+// go test -run '^$' -bench ClaimDurability -benchtime 2000x ./store/redisstore/
+// What each durability mode adds to a claim (Take that claims, then
+// Finish) on a real redis-server on loopback: none (no AOF), disk (AOF,
+// appendfsync always, on the test's temporary directory's disk; Redis 7.0
+// has no WAITAOF, so the fsync happens before the reply), and replicas 1
+// (WAIT 1 on a replica on loopback). The approvals are recorded with the
+// timer stopped.
+func BenchmarkClaimDurability(b *testing.B) {
+	for _, mode := range []string{"none", "disk", "replicas"} {
+		b.Run(mode, func(b *testing.B) {
+			var (
+				srv *redistest.Instance
+				err error
+				d   redisstore.Durability
+			)
+			switch mode {
+			case "none":
+				srv, err = redistest.StartArgs(b)
+				d.Mode = redisstore.DurableNone
+			case "disk":
+				srv, err = redistest.StartArgs(b, "--appendonly", "yes", "--appendfsync", "always")
+				d.Mode = redisstore.DurableDisk
+			case "replicas":
+				srv, err = redistest.StartArgs(b)
+				if err == nil {
+					_, err = redistest.StartReplica(b, srv)
+				}
+				d = redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}
+			}
+			if err != nil {
+				b.Skip(err)
+			}
+			c := srv.Client(b)
+			st := redisstore.New(c, redisstore.Options{Durability: d})
+			ctx := b.Context()
+			if err := st.Load(ctx); err != nil {
+				b.Fatal(err)
+			}
+			const batch = 256
+			var actions []store.Action
+			b.ResetTimer()
+			for i := range b.N {
+				if i%batch == 0 {
+					b.StopTimer()
+					actions = actions[:0]
+					for j := range batch {
+						a := action(fmt.Sprint("k", i+j), `{}`, time.Hour)
+						is, err := st.Issue(ctx, owner, a, at(0))
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
+							b.Fatal(err)
+						}
+						actions = append(actions, a)
+					}
+					b.StartTimer()
+				}
+				res, err := st.Take(ctx, owner, actions[i%batch], at(time.Second))
+				if err != nil || res.Claim == nil {
+					b.Fatalf("Take: %+v, %v", res, err)
+				}
+				if err := st.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
