@@ -1286,7 +1286,7 @@ func SubscriptionPage(c Chrome, v SubscriptionView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if v.Resubscribe != nil {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "<section class=\"card pad danger\"><h2 class=\"h3\">Resubscribe</h2><p>Resubscribe today and ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "<section class=\"card pad resubscribe\"><h2 class=\"h3\">Resubscribe</h2><p>Resubscribe today and ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
