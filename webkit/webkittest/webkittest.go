@@ -294,6 +294,10 @@ type Browser struct {
 	// Session is the Session the browser is joined to; nil for an ordinary
 	// browser.
 	Session *Session
+	// Header is added to every request the browser sends: what a real
+	// page's request carries and the site checks, such as a CSRF token
+	// header or Sec-Fetch-Site. Set it before sending.
+	Header http.Header
 
 	site   *Site
 	client *http.Client
@@ -368,6 +372,9 @@ func (b *Browser) send(method, target, contentType, accept string, body []byte) 
 	req, err := http.NewRequest(method, target, bytes.NewReader(body))
 	if err != nil {
 		return &Response{Err: err}
+	}
+	for k, v := range b.Header {
+		req.Header[k] = v
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

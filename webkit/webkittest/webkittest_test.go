@@ -74,3 +74,19 @@ func TestAgainWithoutRequest(t *testing.T) {
 		t.Error("Again with no earlier request did not fail")
 	}
 }
+
+// TestBrowserHeader: Header goes with every request, so that a site behind
+// a CSRF check can be tested: here net/http's CrossOriginProtection
+// refuses the cross-site POST a browser would mark so.
+func TestBrowserHeader(t *testing.T) {
+	site := webkittest.New("https://shop.example")
+	site.Handler = http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	b := site.Browser()
+	if res := b.PostForm("/x", nil); res.StatusCode != 200 {
+		t.Fatalf("same-origin POST: %d", res.StatusCode)
+	}
+	b.Header = http.Header{"Sec-Fetch-Site": {"cross-site"}}
+	if res := b.PostForm("/x", nil); res.StatusCode != 403 {
+		t.Fatalf("cross-site POST: %d, want 403", res.StatusCode)
+	}
+}
