@@ -267,7 +267,10 @@ func Cluster(t testing.TB) *redis.ClusterClient {
 			t.Fatalf("redistest: %s: %v", a, err)
 		}
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1})
+	// The slot map is refreshed every second, as redisstore.ClusterOptions
+	// does, so that a failover is noticed (redisstore's Check says so).
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: 1,
+		ClusterStateReloadInterval: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

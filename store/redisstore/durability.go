@@ -300,7 +300,8 @@ func (s *Store) releaseAfter(owner store.Owner, token string, now time.Time) {
 // hold (webkit/RULES.md "Durability"): AOF off, appendfsync not always before Redis
 // 7.2, fewer replicas connected than DurableReplicas needs, an AOF that
 // failed to write, or a server that isn't Redis at all (miniredis, a demo
-// store). With DurableNone it returns an error naming that risk too, so
+// store), and a Cluster client that would notice a failover late (see
+// ClusterOptions). With DurableNone it returns an error naming that risk too, so
 // call it at start-up, and refuse to start or log the error loudly.
 func (s *Store) Check(ctx context.Context) error {
 	nodes, err := s.masters(ctx)
@@ -311,6 +312,11 @@ func (s *Store) Check(ctx context.Context) error {
 	for _, node := range nodes {
 		if err := s.checkNode(ctx, node); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		if iv := cc.Options().ClusterStateReloadInterval; iv > maxClusterReload {
+			errs = append(errs, fmt.Errorf("the Cluster client refreshes its slot map every %v: after a failover, the users of a dead master's slots get 503 for up to that long; build the client from redisstore.ClusterOptions", iv))
 		}
 	}
 	if len(errs) > 0 {

@@ -187,6 +187,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
 	v, err := issueScript.Run(ctx, s.client, keys[:1], args...).StringSlice()
 	if err != nil {
+		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	op, ok := operation(v)
@@ -219,6 +220,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		v, err = s.takeDurable(ctx, keys, args, owner, token, now)
 	}
 	if err != nil {
+		s.failed(err)
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	if len(v) == 0 {
@@ -326,6 +328,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		base, owner.Account, opID, approval.OperationID, approval.Revision, ns(now),
 		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev).StringSlice()
 	if err != nil {
+		s.failed(err)
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
 	if len(v) == 0 {
@@ -379,6 +382,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
 		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "").Int()
 	if err != nil {
+		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
 	if n != 1 {
@@ -402,6 +406,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 	n, err := releaseScript.Run(ctx, s.client, []string{base + "tok:" + token},
 		base, token, ns(now), store.ClaimTokenTTL.Milliseconds()).Int()
 	if err != nil {
+		s.failed(err)
 		return false, fmt.Errorf("redisstore: release: %w", err)
 	}
 	return n == 1, nil
@@ -419,6 +424,7 @@ func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now t
 	}
 	h, err := s.client.HGetAll(ctx, s.base(owner.Agent, owner.User)+"op:"+opID).Result()
 	if err != nil {
+		s.failed(err)
 		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 	}
 	if _, ok := h["t:"+refRev]; !ok {
@@ -490,6 +496,7 @@ func (s *Store) UseOnce(ctx context.Context, key string, until time.Time, now ti
 	k := s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
 	n, err := useOnceScript.Run(ctx, s.client, []string{k}, ns(until), ns(now)).Int()
 	if err != nil {
+		s.failed(err)
 		return false, fmt.Errorf("redisstore: use once: %w", err)
 	}
 	return n == 1, nil
