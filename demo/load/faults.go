@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,7 +153,31 @@ type rig struct {
 	mu       sync.Mutex
 	runs     map[string]int      // operation ID → handler runs
 	approved map[string]approval // operation ID → its approval, confirmed or not
-	gated    []time.Duration
+	gated    []wait
+}
+
+// wait is one gated request: when it started, how long it took.
+type wait struct {
+	start time.Time
+	d     time.Duration
+}
+
+// waitsDuring returns how many gated requests started between from and to,
+// and their p99 wait.
+func (r *rig) waitsDuring(from, to time.Time) (int, time.Duration) {
+	r.mu.Lock()
+	var ds []time.Duration
+	for _, w := range r.gated {
+		if !w.start.Before(from) && w.start.Before(to) {
+			ds = append(ds, w.d)
+		}
+	}
+	r.mu.Unlock()
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return len(ds), ds[min(len(ds)-1, len(ds)*99/100)]
 }
 
 // approval is one approval the agents sent, by operation.
@@ -221,7 +246,7 @@ func (r *rig) request(ctx context.Context, srv, b int, order string) (int, strin
 		_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
 	})
 	r.mu.Lock()
-	r.gated = append(r.gated, time.Since(start))
+	r.gated = append(r.gated, wait{start, time.Since(start)})
 	r.mu.Unlock()
 	return status, ref, err
 }
@@ -363,8 +388,8 @@ func (r *rig) tally(res *faultResult) {
 			res.lost++
 		}
 	}
-	for _, d := range r.gated {
-		res.maxWait = max(res.maxWait, d)
+	for _, w := range r.gated {
+		res.maxWait = max(res.maxWait, w.d)
 	}
 }
 
@@ -438,7 +463,11 @@ func storesOn(addr string, n int, opts redisstore.Options) ([]store.Store, func(
 // runLoad runs cycles for d with fault called at d/3 (in its own
 // goroutine); fault returns when the fault is healed, with that instant.
 // It then probes recovery and drains.
-func runLoad(ctx context.Context, r *rig, d time.Duration, fault func(context.Context) (time.Time, error), affected func(b int) bool, res *faultResult) error {
+//
+// beforeDrain, when set, runs before the drain: an operator's repair, such
+// as a new replica for a promoted master, without which a durable mode
+// rightly performs nothing.
+func runLoad(ctx context.Context, r *rig, d time.Duration, fault func(context.Context) (time.Time, error), affected func(b int) bool, beforeDrain func(context.Context) error, res *faultResult) error {
 	if err := r.preparePending(ctx); err != nil {
 		return err
 	}
@@ -447,6 +476,7 @@ func runLoad(ctx context.Context, r *rig, d time.Duration, fault func(context.Co
 	var wg sync.WaitGroup
 	wg.Go(func() { r.cycles(ctx, loadCtx, "load") })
 	pause(loadCtx, d/3)
+	faulted := time.Now()
 	healed, err := fault(ctx)
 	if err != nil {
 		cancel()
@@ -461,8 +491,19 @@ func runLoad(ctx context.Context, r *rig, d time.Duration, fault func(context.Co
 		res.note = join(res.note, fmt.Sprintf("gated requests of some browsers still unanswered %v after the fault healed", limit))
 	}
 	wg.Wait()
+	if beforeDrain != nil {
+		if err := beforeDrain(ctx); err != nil {
+			return fmt.Errorf("before the drain: %w", err)
+		}
+	}
 	r.drain(ctx)
 	r.tally(res)
+	if res.lost > 0 {
+		res.note = join(res.note, "lost approvals' operations: "+r.lostStates(ctx))
+	}
+	if n, p99 := r.waitsDuring(faulted, healed); n > 0 {
+		res.note = join(res.note, fmt.Sprintf("%d gated requests sent during the fault, p99 wait %v", n, p99.Round(time.Millisecond)))
+	}
 	return nil
 }
 
@@ -502,7 +543,7 @@ func faultKillAOF(ctx context.Context, procs *redistest.Procs, c faultsConfig) f
 		srv.Kill()
 		err := srv.Restart()
 		return time.Now(), err
-	}, nil, &res)
+	}, nil, nil, &res)
 	if err != nil {
 		return failed(res, err)
 	}
@@ -538,7 +579,7 @@ func faultRestartOlder(ctx context.Context, procs *redistest.Procs, c faultsConf
 		srv.Kill()
 		err := srv.Restart()
 		return time.Now(), err
-	}, nil, &res)
+	}, nil, nil, &res)
 	if err != nil {
 		return failed(res, err)
 	}
@@ -578,7 +619,7 @@ func faultStall(ctx context.Context, procs *redistest.Procs, c faultsConfig) fau
 		}
 		err := srv.Resume()
 		return time.Now(), err
-	}, nil, &res)
+	}, nil, nil, &res)
 	if err != nil {
 		return failed(res, err)
 	}
@@ -636,6 +677,15 @@ func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, fa
 			return failed(res, err)
 		}
 		defer r.Close()
+		// With "replicas 1" the promoted replica confirms no claim until it
+		// has a replica of its own: the operator adds one.
+		var repair func(context.Context) error
+		if mode != "none" {
+			repair = func(context.Context) error {
+				_, err := redistest.StartReplica(procs, replica)
+				return err
+			}
+		}
 		err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
 			// The pending approvals are on the replica too: a write after
 			// them acknowledged by it says so.
@@ -659,7 +709,7 @@ func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, fa
 			}
 			px.switchTo(replica.Addr)
 			return time.Now(), nil
-		}, nil, &res)
+		}, nil, repair, &res)
 		if err != nil {
 			return failed(res, err)
 		}
@@ -724,11 +774,20 @@ func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfi
 		// The replica's promotion is the cluster's job: recovery counts
 		// from the kill.
 		return time.Now(), nil
-	}, func(b int) bool { return onVictim[b] }, &res)
+	}, func(b int) bool { return onVictim[b] }, func(ctx context.Context) error {
+		// The old master comes back, as a replica of the promoted one, so
+		// that durability "replicas 1" can confirm claims on its slots.
+		if err := victim.Restart(); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return redistest.WaitLinked(wctx, victim.Addr)
+	}, &res)
 	if err != nil {
 		return failed(res, err)
 	}
-	res.note = join(res.note, fmt.Sprintf("3 masters + 3 replicas, node timeout %v; recovery of the dead master's browsers, from the kill", nodeTimeout))
+	res.note = join(res.note, fmt.Sprintf("3 masters + 3 replicas, node timeout %v; recovery of the dead master's browsers, from the kill; the old master restarted as a replica before the drain", nodeTimeout))
 	return res
 }
 
@@ -823,6 +882,40 @@ func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsC
 	return res
 }
 
+// lostStates says what became of the operations of confirmed approvals
+// never performed: performing is a stranded claim (nobody released or
+// finished it); waiting with the approval used up is an approval spent
+// without a performance; not found is data Redis lost.
+func (r *rig) lostStates(ctx context.Context) string {
+	r.mu.Lock()
+	var todo []approval
+	for id, a := range r.approved {
+		if a.confirmed && r.runs[id] == 0 {
+			todo = append(todo, a)
+		}
+	}
+	r.mu.Unlock()
+	states := map[string]int{}
+	for _, a := range todo {
+		rec, found, err := r.stores[0].Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
+		switch {
+		case err != nil:
+			states["unreadable"]++
+		case !found:
+			states["not found"]++
+		case rec.Status == store.Waiting && len(rec.Approvals) > 0 && !rec.Approvals[len(rec.Approvals)-1].UsedAt.IsZero():
+			states["waiting, approval used up"]++
+		default:
+			states[string(rec.Status)]++
+		}
+	}
+	var out []string
+	for _, k := range slices.Sorted(mapKeys(states)) {
+		out = append(out, fmt.Sprintf("%d %s", states[k], k))
+	}
+	return strings.Join(out, ", ")
+}
+
 // stuckPerforming counts the approved operations that are performing.
 func (r *rig) stuckPerforming(ctx context.Context, st store.Store) int {
 	r.mu.Lock()
@@ -872,7 +965,7 @@ func faultLostReply(ctx context.Context, procs *redistest.Procs, c faultsConfig)
 		px.cut() // the clients' connections are out of step: they reconnect
 		wg.Wait()
 		return time.Now(), nil
-	}, nil, &res)
+	}, nil, nil, &res)
 	if err != nil {
 		return failed(res, err)
 	}
