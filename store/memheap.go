@@ -160,7 +160,7 @@ const memShrinkMin = 64
 // shrinkMap is a map split into memShards shards, each rebuilt (copied into
 // a map sized for what it holds) as soon as it holds under an eighth of its
 // peak: a Go map never gives back the memory of deleted entries, and after
-// a mass expiry the store must (DESIGN "Bounded work"). A rebuild copies at
+// a mass expiry the store must (webkit/RULES.md "Bounded work"). A rebuild copies at
 // most an eighth of one shard, amortised against the deletions that
 // shrank it. The zero value is ready to use.
 type shrinkMap[K comparable, V any] struct {

@@ -17,7 +17,7 @@ import (
 // stays down, a client built from ClusterOptions serves that owner from
 // the promoted replica within 2 s of the promotion, and the approval
 // recorded before the failover (durable on the replica: WAIT 1) performs
-// once (DESIGN "Durability").
+// once (webkit/RULES.md "Durability").
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 6-node cluster")

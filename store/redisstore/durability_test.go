@@ -36,7 +36,7 @@ func wantStatus(t *testing.T, st store.Store, ref string, want store.Status) {
 
 // DurableDisk on Redis 7.0: a claim is returned only while the server
 // fsyncs its AOF before each reply (appendfsync always); otherwise nothing
-// is claimed, Take fails closed, and the approval still applies (DESIGN
+// is claimed, Take fails closed, and the approval still applies (webkit/RULES.md
 // "Durability").
 func TestDurableDisk(t *testing.T) {
 	t.Parallel()
