@@ -209,7 +209,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		for _, g := range []int{1, 50} {
 			f := figures[fmt.Sprint(name, g)]
 			steps[name][g] = f.rate
-			say("store %-5s       %2d goroutines  %9.0f steps/s  %5.1f µs server CPU per step  (%.2f× evalsha; %s)\n",
+			say("store %-5s       %2d goroutines %9.0f steps/s  %5.1f µs server CPU per step  (%.2f× evalsha; %s)\n",
 				name, g, f.rate, f.usec, f.rate/evalsha[g], spread(f))
 		}
 	}
