@@ -93,6 +93,9 @@ func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, dura
 			return results, durableDoubles, ctx.Err()
 		}
 		r := sc(ctx, procs, c)
+		if ctx.Err() != nil { // interrupted: its figures mean nothing
+			return results, durableDoubles, ctx.Err()
+		}
 		fmt.Fprintln(c.out, r)
 		results = append(results, r)
 		switch {
