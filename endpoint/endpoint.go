@@ -297,6 +297,10 @@ func (e *Endpoint) answer(w http.ResponseWriter, ref string, a webkit.Approval, 
 		writeApprovalRequired(w, reply.Operation)
 	case store.OperationExpired: // W101
 		writeInvalidRequest(w)
+	case store.RateLimited: // the operation's cap of approvals (webkit/RULES.md "Bounded work")
+		note(w, "rate_limited", "")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+		writeError(w, http.StatusTooManyRequests, "rate_limited", "this operation has too many approvals; try again later")
 	default: // store.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
 		writeInvalidRequest(w)
 	}

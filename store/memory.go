@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"iter"
 	"slices"
@@ -34,6 +35,12 @@ type Memory struct {
 	// one is kept since its claim or its last Unknown (§7 W137, W138).
 	// Zero means DefaultRetention. Set it before the first call.
 	Retention time.Duration
+	// MaxOpenPerOwner and MaxOpenPerAgent cap the operations that are open
+	// (not performed, not forgotten) for one agent and User, and for one
+	// agent: a request that would open one more gets ErrRateLimited. Zero
+	// means DefaultMaxOpenPerOwner and DefaultMaxOpenPerAgent.
+	MaxOpenPerOwner int
+	MaxOpenPerAgent int
 
 	mu         sync.Mutex
 	ops        shrinkMap[memKey, *memOperation] // (slot, operation_id)
@@ -41,6 +48,8 @@ type Memory struct {
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
 	claims     shrinkMap[string, *memClaim]     // claim token → its claim
 	performing map[memKey]struct{}              // operations performing, for Performing
+	openOwner  map[string]int                   // open operations by Slot(agent, user)
+	openAgent  map[string]int                   // open operations by agent
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
 }
@@ -55,7 +64,7 @@ var (
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client
 // asking for ever new terms cannot grow one operation without bound.
-const memMaxRevisions = 32
+const memMaxRevisions = MaxRevisionsPerOperation
 
 // memSweepBudget is how many expired records one call drops at most. Each
 // costs O(log n), so a call's share is a fraction of a millisecond even at a
@@ -101,10 +110,37 @@ type memRevision struct {
 }
 
 // memAction is one owner's action: its current operation, and the approvals
-// recorded for it that may still be taken, first recorded first (W95).
+// recorded for it that may still be taken, by the digest of their terms and
+// first recorded first (W95), so that Take reads only those that can match
+// its request (webkit/RULES.md "Bounded work").
 type memAction struct {
 	current string // operation_id; "" for none
-	live    []memLive
+	live    map[termsKey][]memLive
+}
+
+// termsKey is the digest of an action's canonical terms.
+type termsKey [sha256.Size]byte
+
+func keyOf(terms []byte) termsKey { return sha256.Sum256(terms) }
+
+// addLive files l under its terms, in first-recorded order.
+func (a *memAction) addLive(k termsKey, l memLive) {
+	if a.live == nil {
+		a.live = make(map[termsKey][]memLive)
+	}
+	list := a.live[k]
+	i, _ := slices.BinarySearchFunc(list, l.seq, func(x memLive, seq uint64) int { return cmp.Compare(x.seq, seq) })
+	a.live[k] = slices.Insert(list, i, l)
+}
+
+// removeLive drops op's live approval of rev, if it is filed.
+func (a *memAction) removeLive(k termsKey, op, rev string) {
+	list := slices.DeleteFunc(a.live[k], func(l memLive) bool { return l.op == op && l.revision == rev })
+	if len(list) == 0 {
+		delete(a.live, k)
+	} else {
+		a.live[k] = list
+	}
 }
 
 type memLive struct {
@@ -182,9 +218,41 @@ func (m *Memory) dropOp(k memKey, now time.Time) {
 	if a.current == k.id {
 		a.current = ""
 	}
-	m.pruneLive(op.action.slot, a, now)
+	m.dropLive(k.id, op, a)
 	if a.current == "" && len(a.live) == 0 {
 		m.actions.del(op.action)
+	}
+	if op.state != memPerformed {
+		m.opened(op.owner, -1)
+	}
+}
+
+// dropLive takes op's approvals that were not used up off its action's
+// live lists: O(approvals of op).
+func (m *Memory) dropLive(id string, op *memOperation, a *memAction) {
+	for _, ap := range op.approvals {
+		if r := op.revisions[ap.Revision]; r != nil && ap.UsedAt.IsZero() {
+			a.removeLive(keyOf(r.op.Terms), id, ap.Revision)
+		}
+	}
+}
+
+// opened counts an owner's and its agent's open (not performed, not
+// forgotten) operations up or down.
+func (m *Memory) opened(o Owner, d int) {
+	if m.openOwner == nil {
+		m.openOwner = make(map[string]int)
+		m.openAgent = make(map[string]int)
+	}
+	for _, c := range []struct {
+		m map[string]int
+		k string
+	}{{m.openOwner, Slot(o.Agent, o.User)}, {m.openAgent, o.Agent}} {
+		if n := c.m[c.k] + d; n > 0 {
+			c.m[c.k] = n
+		} else {
+			delete(c.m, c.k)
+		}
 	}
 }
 
@@ -199,10 +267,11 @@ func (m *Memory) op(slot, id string, now time.Time) *memOperation {
 	return op
 }
 
-// pruneLive drops the live approvals that can never be taken again: their
-// operation is gone or performed, or their revision has expired (W103).
-func (m *Memory) pruneLive(slot string, a *memAction, now time.Time) {
-	a.live = slices.DeleteFunc(a.live, func(l memLive) bool {
+// pruneLive drops the live approvals of terms k that can never be taken
+// again: their operation is gone or performed, or their revision has
+// expired (W103).
+func (m *Memory) pruneLive(slot string, a *memAction, k termsKey, now time.Time) {
+	list := slices.DeleteFunc(a.live[k], func(l memLive) bool {
 		op := m.op(slot, l.op, now)
 		if op == nil || op.state == memPerformed {
 			return true
@@ -210,6 +279,11 @@ func (m *Memory) pruneLive(slot string, a *memAction, now time.Time) {
 		r := op.revisions[l.revision]
 		return r == nil || now.After(r.op.ExpiresAt)
 	})
+	if len(list) == 0 {
+		delete(a.live, k)
+	} else {
+		a.live[k] = list
+	}
 }
 
 // keep makes op remembered at least until the given instant.
@@ -220,22 +294,32 @@ func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time
 		return Issued{}, err
 	}
 	defer m.mu.Unlock()
-	return m.issue(owner, action, now), nil
+	return m.issue(owner, action, now)
 }
 
 // issue returns the action's operation and revision, reusing what it can
 // (W19, W20, W39) and making new ones only when it must (W24, W25, W141).
-func (m *Memory) issue(owner Owner, action Action, now time.Time) Issued {
+// A new operation beyond the owner's or the agent's cap of open ones is
+// ErrRateLimited.
+func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error) {
 	slot := Slot(owner.Agent, owner.User)
 	ak := memKey{slot, ActionDigest(owner.Account, action.Key)}
 	a, _ := m.actions.get(ak)
-	if a == nil {
-		a = &memAction{}
-		m.actions.put(ak, a)
+	op := (*memOperation)(nil)
+	if a != nil {
+		op = m.op(slot, a.current, now)
 	}
-	op := m.op(slot, a.current, now)
 	if op == nil || op.state != memOpen { // W141: performing or performed → new operation
+		if m.openOwner[slot] >= capOr(m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
+			m.openAgent[owner.Agent] >= capOr(m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
+			return Issued{}, ErrRateLimited
+		}
+		if a == nil {
+			a = &memAction{}
+			m.actions.put(ak, a)
+		}
 		a.current = NewOperationID()
+		m.opened(owner, +1)
 		k := memKey{slot, a.current}
 		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision)}
 		op.timer = memTimer{until: now, kind: memKindOp, key: k}
@@ -243,7 +327,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) Issued {
 		m.expiry.add(&op.timer)
 	}
 	if cur := op.revisions[op.current]; cur != nil && reusable(cur, action, now) {
-		return Issued{Operation: cur.op, Ref: MakeRef(cur.op.ID, cur.op.Revision)}
+		return Issued{Operation: cur.op, Ref: MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
 	if expiresAt.IsZero() {
@@ -261,7 +345,15 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) Issued {
 	}}
 	op.add(r)
 	m.keep(op, expiresAt)
-	return Issued{Operation: r.op, Ref: MakeRef(r.op.ID, r.op.Revision)}
+	return Issued{Operation: r.op, Ref: MakeRef(r.op.ID, r.op.Revision)}, nil
+}
+
+// capOr is a configured cap, or its default when 0.
+func capOr(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
 }
 
 // reusable says whether the current revision can answer action again: same
@@ -324,8 +416,11 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 	a, _ := m.actions.get(memKey{slot, ActionDigest(owner.Account, action.Key)})
 	busy := false
 	if a != nil {
-		m.pruneLive(slot, a, now) // W103: expired and performed ones go
-		for i, l := range a.live {
+		// Only approvals of these terms can pass check 3 (W117): they are
+		// filed apart, so the others cost nothing here.
+		k := keyOf(action.Terms)
+		m.pruneLive(slot, a, k, now) // W103: expired and performed ones go
+		for i, l := range a.live[k] {
 			op := m.op(slot, l.op, now)
 			r := op.revisions[l.revision]
 			if !bytes.Equal(r.op.Terms, action.Terms) { // §6 check 3
@@ -336,7 +431,11 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 				continue
 			}
 			// W95: the first recorded match; W96: only it is used up.
-			a.live = slices.Delete(a.live, i, i+1)
+			if list := slices.Delete(a.live[k], i, i+1); len(list) > 0 {
+				a.live[k] = list
+			} else {
+				delete(a.live, k)
+			}
 			r.used = true
 			op.state = memPerforming
 			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, now, false
@@ -362,7 +461,10 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 		// second approval of an action that may be taking effect (§7).
 		return TakeResult{Busy: true}, nil
 	}
-	is := m.issue(owner, action, now) // W99
+	is, err := m.issue(owner, action, now) // W99
+	if err != nil {
+		return TakeResult{}, err
+	}
 	return TakeResult{Issued: &is}, nil
 }
 
@@ -416,9 +518,10 @@ func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 		}
 		m.keep(op, now.Add(m.retention()))
 		if a, _ := m.actions.get(op.action); a != nil {
-			m.pruneLive(k.slot, a, now) // W37: its other approvals are never taken
+			m.dropLive(k.id, op, a) // W37: its other approvals are never taken
 		}
 		delete(m.performing, k)
+		m.opened(op.owner, -1)
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
@@ -484,9 +587,9 @@ func (m *Memory) Release(ctx context.Context, owner Owner, token string, now tim
 		a = &memAction{}
 		m.actions.put(op.action, a)
 	}
-	l := memLive{op: c.op.id, revision: op.claimed, seq: op.claimSeq}
-	i, _ := slices.BinarySearchFunc(a.live, l.seq, func(x memLive, seq uint64) int { return cmp.Compare(x.seq, seq) })
-	a.live = slices.Insert(a.live, i, l)
+	if r := op.revisions[op.claimed]; r != nil {
+		a.addLive(keyOf(r.op.Terms), memLive{op: c.op.id, revision: op.claimed, seq: op.claimSeq})
+	}
 	return true, nil
 }
 
@@ -495,8 +598,7 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		return Record{}, false, err
 	}
 	defer m.mu.Unlock()
-	slot := Slot(owner.Agent, owner.User)
-	id, op := m.refOp(slot, ref, now)
+	_, op := m.refOp(Slot(owner.Agent, owner.User), ref, now)
 	if op == nil {
 		return Record{}, false, nil // W74
 	}
@@ -507,7 +609,7 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		rec.Status = Performing // W107
 	case op.state == memPerformed:
 		rec.Status = Performed // W108, W109
-	case m.approved(id, op, now):
+	case approved(op, now):
 		rec.Status = Approved // W106
 	default:
 		rec.Expired = now.After(cur.ExpiresAt) // W75
@@ -516,17 +618,10 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 }
 
 // approved says whether op has a recorded approval that is neither used up
-// nor expired.
-func (m *Memory) approved(id string, op *memOperation, now time.Time) bool {
-	a, _ := m.actions.get(op.action)
-	if a == nil {
-		return false
-	}
-	for _, l := range a.live {
-		if l.op != id {
-			continue
-		}
-		if r := op.revisions[l.revision]; r != nil && !now.After(r.op.ExpiresAt) {
+// nor expired: O(approvals of op), which are capped.
+func approved(op *memOperation, now time.Time) bool {
+	for _, ap := range op.approvals {
+		if r := op.revisions[ap.Revision]; r != nil && ap.UsedAt.IsZero() && !now.After(r.op.ExpiresAt) {
 			return true
 		}
 	}
@@ -581,6 +676,9 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if r.approved {
 		return RecordReply{Result: AlreadyRecorded, Operation: r.op}, nil // §7
 	}
+	if len(op.approvals) >= MaxApprovalsPerOperation {
+		return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
+	}
 	if opts.CheckOnly {
 		return RecordReply{Result: Recorded, Operation: r.op}, nil
 	}
@@ -594,7 +692,7 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		m.actions.put(op.action, a)
 	}
 	m.seq++
-	a.live = append(a.live, memLive{op: id, revision: r.op.Revision, seq: m.seq})
+	a.addLive(keyOf(r.op.Terms), memLive{op: id, revision: r.op.Revision, seq: m.seq})
 	return RecordReply{Result: Recorded, Operation: r.op}, nil
 }
 

@@ -32,6 +32,7 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 	t0 := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	empty = heapMiB()
 	m := store.NewMemory()
+	m.MaxOpenPerAgent = n // one agent, n Users
 	a := store.Action{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
 		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}

@@ -178,3 +178,41 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 		}
 	}
 }
+
+// An agent's open operations are capped across its Users
+// (webkit/RULES.md "Bounded work"): the next one is ErrRateLimited, and a
+// performed one frees its place.
+func TestMemoryAgentCap(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m := &store.Memory{MaxOpenPerAgent: 3}
+	a := memAction("k", `{}`, time.Minute)
+	var first store.Issued
+	for i := range 3 {
+		is, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = is
+		}
+	}
+	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); !errors.Is(err, store.ErrRateLimited) {
+		t.Fatalf("fourth: %v, want ErrRateLimited", err)
+	}
+	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-b", User: "u9"}, a, t0); err != nil {
+		t.Fatalf("another agent: %v", err)
+	}
+	u0 := store.Owner{Agent: "agent-a", User: "u0"}
+	m.Record(ctx, u0, first.Ref, store.Approval{OperationID: first.Operation.ID, Revision: first.Operation.Revision, Approver: "user"}, t0, store.RecordOptions{})
+	res, err := m.Take(ctx, u0, a, t0)
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take: %+v, %v", res, err)
+	}
+	if err := m.Finish(ctx, *res.Claim, store.Done, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); err != nil {
+		t.Fatalf("after one was performed: %v", err)
+	}
+}

@@ -64,8 +64,18 @@
 //     the operation does not keep (never returned for it, or dropped beyond
 //     the cap below) is not found, like a made-up one (§4 "Any other
 //     reference", W74).
-//   - An operation keeps at most 32 revisions; beyond that the oldest
-//     never-approved one is dropped.
+//   - An operation keeps at most MaxRevisionsPerOperation revisions,
+//     approved ones included; beyond that the oldest never-approved one is
+//     dropped (there always is one: at most MaxApprovalsPerOperation are
+//     approved). An approval beyond MaxApprovalsPerOperation gets
+//     RateLimited.
+//   - An owner (agent and User) has at most MaxOpenPerOwner open operations
+//     (not performed, not forgotten), and an agent MaxOpenPerAgent: a
+//     request that would open one more gets ErrRateLimited (429 with
+//     Retry-After), so one agent can't grow the store without bound.
+//   - Live approvals are filed by action and terms, so that Take, Record and
+//     Lookup cost O(log n) or better however many approvals of other terms
+//     an owner has (webkit/RULES.md "Bounded work").
 //   - An answer to an approval never names the approval's revision (W122):
 //     in the one case where the current revision is the named one (an
 //     approval that names another operation), Record issues a fresh revision
@@ -199,9 +209,13 @@ const (
 	// OperationExpired: check 3 failed and the operation has expired: the
 	// answer is invalid_request (W101).
 	OperationExpired
+	// RateLimited: checks 1–3 passed but the operation already has
+	// MaxApprovalsPerOperation approvals: nothing is recorded, and the
+	// answer is 429 {"error":"rate_limited"} with Retry-After.
+	RateLimited
 )
 
-var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired"}
+var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired", "rate limited"}
 
 func (r RecordResult) String() string {
 	if r > 0 && int(r) < len(recordResultNames) {
@@ -340,6 +354,20 @@ type Store interface {
 // ErrClaimLost is returned by Finish for a claim that is no longer the
 // operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
+
+// ErrRateLimited is returned (wrapped) by Issue and Take when a new
+// operation would pass the owner's or the agent's cap of open operations:
+// the Gate answers 429 with Retry-After and performs nothing.
+var ErrRateLimited = errors.New("store: too many open operations")
+
+// The caps that bound what one agent can make a store hold (webkit/RULES.md
+// "Bounded work").
+const (
+	MaxRevisionsPerOperation = 32
+	MaxApprovalsPerOperation = 16
+	DefaultMaxOpenPerOwner   = 100
+	DefaultMaxOpenPerAgent   = 10000
+)
 
 // ErrClaimReleased is returned by Take for a token that was released: the
 // caller gave up on that request, and nothing is claimed for it.

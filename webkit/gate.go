@@ -154,6 +154,9 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	sa.ClaimToken = store.NewToken()
 	res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
 	switch {
+	case errors.Is(err, store.ErrRateLimited): // webkit/RULES.md "Bounded work": nothing claimed
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "rate_limited", Kind: act.kind()})
+		k.rateLimited(w, r)
 	case err != nil:
 		k.release(r, s.Owner(), sa.ClaimToken) // Take may have claimed all the same
 		k.storeFailed(r, "take", err)

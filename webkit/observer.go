@@ -45,14 +45,16 @@ const (
 // or "own_flow": the handler ran without the kit), "waiting" (403 with a
 // ref: the operation was issued or reused), "performed", "not_performed",
 // "unknown" (an approval was used up and the handler's outcome was that),
-// "busy" and "unavailable" (503, nothing performed), "extension_required",
+// "busy" and "unavailable" (503, nothing performed), "rate_limited" (429:
+// the owner's or agent's cap of open operations), "extension_required",
 // "invalid_request" (describe refused the request or its body).
 //
 // Endpoint outcomes: a lookup answers "operation" (approval_required with
 // the operation), "status" or "not_found"; an approval answers "recorded",
 // "declined", "challenge" (sign_in_required) or "refused" with Reason
 // "check1", "check2" or "check3" (§6 "What the Company checks"), or
-// "csrf" when the website's CSRF protection refused it first; any
+// "csrf" when the website's CSRF protection refused it first, or
+// "rate_limited" (429: the operation's cap of approvals); any
 // request may get "invalid_request", "extension_required",
 // "unauthenticated" (Reason "session" or "token") or "unavailable" (Reason
 // "store" or "verification").

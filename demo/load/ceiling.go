@@ -100,7 +100,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	prefix := fmt.Sprintf("opsgate-ceiling-%d:", time.Now().UnixNano())
 	// Durability "none": the scripts' own cost, beside the ceiling (a
 	// durable mode adds an fsync or a replica's round trip per claim).
-	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
+		// The ceiling measures the store's steps, not its caps: its Users
+		// open far more operations than the default cap of open ones.
+		MaxOpenPerOwner: 1 << 30})
 	if err := st.Load(ctx); err != nil {
 		return res, err
 	}

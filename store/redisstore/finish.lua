@@ -26,11 +26,13 @@ if outcome == 'done' then
   -- Its other approvals are never taken (W37, W141): drop them now rather
   -- than at the next Take.
   if f[4] then
-    local apr = base .. 'apr:' .. f[4]
     for _, r in ipairs(words(f[5])) do
-      redis.call('ZREM', apr, opID .. ' ' .. r)
+      local t = redis.call('HGET', op, 't:' .. r)
+      if t then redis.call('ZREM', apr_key(base, f[4], t), opID .. ' ' .. r) end
     end
   end
+  -- No longer open: it leaves its owner's count of open operations.
+  redis.call('ZREM', base .. 'open', opID)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')

@@ -17,6 +17,10 @@ local GRACE_MS = 60000
 -- MAX_REVISIONS caps an operation's revisions, so that a page reloaded with
 -- ever-changing terms can't grow one hash without bound.
 local MAX_REVISIONS = 32
+-- MAX_APPROVALS caps an operation's approvals (store.MaxApprovalsPerOperation):
+-- with at most that many approved, a revision beyond MAX_REVISIONS always
+-- finds a never-approved one to drop.
+local MAX_APPROVALS = 16
 
 -- cmp compares two decimal integer strings exactly: -1, 0 or 1.
 local function cmp(a, b)
@@ -83,13 +87,29 @@ end
 
 -- keep_until makes op remembered at least until untilNs (field k, the
 -- caller's clock) and its TTL at least that long (W102, W137, W138).
+-- An open operation's entry in its owner's open set follows k, so that the
+-- set counts exactly the operations not yet forgotten.
 local function keep_until(op, untilNs, now)
   local k = redis.call('HGET', op, 'k')
   if not k or cmp(untilNs, k) > 0 then
     k = untilNs
     redis.call('HSET', op, 'k', k)
+    local b, id = string.match(op, '^(.*)op:([^:]*)$')
+    if b then
+      local open = b .. 'open'
+      redis.call('ZADD', open, 'XX', 'GT', k, id)
+      keep(open, ttl_ms(k, now))
+    end
   end
   keep(op, ttl_ms(k, now))
+end
+
+-- apr_key is the set of an action's live approvals of one terms (their
+-- SHA-1, as Go's store computes it for Take's KEYS), first recorded first:
+-- Take reads only the approvals that can match its request (webkit/RULES.md
+-- "Bounded work").
+local function apr_key(base, akey, terms)
+  return base .. 'apr:' .. akey .. ':' .. redis.sha1hex(terms)
 end
 
 -- add_revision makes rev the operation's current revision. Beyond
@@ -128,8 +148,10 @@ end
 --
 -- fixed is the action's ExpiresAt ('' for none); newX the new revision's
 -- expires_at; half the least expires_at a reused revision may have (W39);
--- agent and user the owner's, kept so that Performing can name the owner.
-local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev, agent, user)
+-- agent and user the owner's, kept so that Performing can name the owner;
+-- maxOpen the owner's cap of open operations. Returns nil when a new
+-- operation would pass it.
+local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev, agent, user, maxOpen)
   local opID = redis.call('GET', actKey)
   local op
   local open = false
@@ -154,9 +176,17 @@ local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half
     end
   end
   if not open then
+    -- The owner's open operations: forgotten ones leave by their score
+    -- (their k), performed ones when performed.
+    local openSet = base .. 'open'
+    redis.call('ZREMRANGEBYSCORE', openSet, '-inf', '(' .. now)
+    if redis.call('ZCARD', openSet) >= tonumber(maxOpen) then
+      return nil
+    end
     opID = newOp
     op = base .. 'op:' .. opID
     redis.call('HSET', op, 'acct', acct, 'akey', akey, 'state', 'open', 'ag', agent, 'us', user)
+    redis.call('ZADD', openSet, newX, opID)
     redis.call('SET', actKey, opID)
   end
   add_revision(op, opID, newRev, terms, summary, newX)

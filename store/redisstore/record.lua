@@ -64,12 +64,16 @@ if r[3] then
   reply[1] = 'already'
   return reply
 end
+-- At most MAX_APPROVALS per operation (webkit/RULES.md "Bounded work").
+if #words(redis.call('HGET', op, 'al')) >= MAX_APPROVALS then
+  return {'limited'}
+end
 if checkOnly == '1' then
   return reply -- §6 "Declining": the checks alone
 end
 -- First recorded first (W95): one past the highest score among the
--- action's live approvals.
-local apr = base .. 'apr:' .. akey
+-- action's live approvals of these terms.
+local apr = apr_key(base, akey, r[1])
 local top = redis.call('ZRANGE', apr, -1, -1, 'WITHSCORES')
 local seq = (tonumber(top[2]) or 0) + 1
 redis.call('ZADD', apr, int(seq), opID .. ' ' .. apRev)

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1" // names the approvals of one terms, as Lua's redis.sha1hex does: not for security
 	"crypto/sha256"
 	_ "embed" // the Lua scripts
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,10 @@ type Options struct {
 	// beyond its approved revision's expires_at (W137);
 	// store.DefaultRetention when zero.
 	Retention time.Duration
+	// MaxOpenPerOwner caps the operations open (not performed, not
+	// forgotten) for one agent and User: a request that would open one more
+	// gets store.ErrRateLimited. 0 is store.DefaultMaxOpenPerOwner.
+	MaxOpenPerOwner int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
@@ -73,6 +79,8 @@ type Store struct {
 	prefix     string
 	retention  time.Duration
 	durability Durability
+
+	maxOpenOwner int
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
@@ -97,6 +105,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
+	}
+	s.maxOpenOwner = opts.MaxOpenPerOwner
+	if s.maxOpenOwner <= 0 {
+		s.maxOpenOwner = store.DefaultMaxOpenPerOwner
 	}
 	if s.retention <= 0 {
 		s.retention = store.DefaultRetention
@@ -169,12 +181,14 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 	}
 	// W39: a revision is reused while at least half its lifetime is left.
 	half := now.Add(action.Lifetime / 2)
-	keys = []string{base + "act:" + digest, base + "apr:" + digest}
+	// The live approvals are filed by action and terms (apr_key in lib.lua).
+	sum := sha1.Sum(action.Terms)
+	keys = []string{base + "act:" + digest, base + "apr:" + digest + ":" + hex.EncodeToString(sum[:])}
 	args = []any{
 		base, owner.Account, digest, action.Terms, action.Summary, fixed,
 		ns(expires), ns(half), ns(now),
 		store.NewOperationID(), store.NewRevision(expires),
-		owner.Agent, owner.User,
+		owner.Agent, owner.User, s.maxOpenOwner,
 	}
 	return keys, args
 }
@@ -189,6 +203,9 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	if err != nil {
 		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+	}
+	if len(v) == 1 && v[0] == "limited" {
+		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
 	}
 	op, ok := operation(v)
 	if !ok {
@@ -231,6 +248,8 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{}, store.ErrClaimReleased
 	case "lost":
 		return store.TakeResult{}, store.ErrClaimLost
+	case "limited":
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", store.ErrRateLimited)
 	case "busy":
 		return store.TakeResult{Busy: true}, nil
 	case "issued":
@@ -346,6 +365,8 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		r.Result = store.IsPerformed
 	case "expired":
 		r.Result = store.OperationExpired
+	case "limited":
+		r.Result = store.RateLimited
 	case "mismatch", "recorded", "already":
 		op, ok := operation(v[1:])
 		if !ok {

@@ -20,8 +20,9 @@ local rev = f[3]
 redis.call('HSET', op, 'state', 'open')
 redis.call('HDEL', op, 'claim', 'ap', 'as', 'pa', 'u:' .. rev)
 -- The approval applies again, in its first-recorded place (W95).
-if f[6] and f[4] then
-  local apr = base .. 'apr:' .. f[6]
+local t = redis.call('HGET', op, 't:' .. rev)
+if f[6] and f[4] and t then
+  local apr = apr_key(base, f[6], t)
   redis.call('ZADD', apr, f[4], tk .. ' ' .. rev)
   local x = redis.call('HGET', op, 'x:' .. rev)
   if x then keep(apr, ttl_ms(x, now)) end

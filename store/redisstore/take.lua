@@ -1,13 +1,13 @@
 -- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
 -- "Websites", §7).
--- KEYS: action key, approvals key, claim token key.
--- ARGV: 1-13 as issue.lua, then the claim token, now + retention, the token
+-- KEYS: action key, the approvals key of these terms, claim token key.
+-- ARGV: 1-14 as issue.lua, then the claim token, now + retention, the token
 --       key's TTL in ms.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires}
--- or {'released'} or {'lost'}.
+-- or {'released'} or {'lost'} or {'limited'}.
 local base, apr, terms, now = ARGV[1], KEYS[2], ARGV[4], ARGV[9]
-local tokKey, token, retained, tokTTL = KEYS[3], ARGV[14], ARGV[15], ARGV[16]
+local tokKey, token, retained, tokTTL = KEYS[3], ARGV[15], ARGV[16], ARGV[17]
 
 -- The caller chose the token, so that it can release what this step
 -- claims even if the reply is lost (W144). A Take repeated with it (a
@@ -28,9 +28,10 @@ if tk then
 end
 
 local busy = false
--- The live approvals of this owner's action, first recorded first (W95).
--- They are filed under the owner's account, so no other account's or
--- signed-out approval is ever found (W104).
+-- The live approvals of this owner's action with these terms, first
+-- recorded first (W95); approvals of other terms are filed apart and cost
+-- nothing here. They are filed under the owner's account, so no other
+-- account's or signed-out approval is ever found (W104).
 local live = redis.call('ZRANGE', apr, 0, -1, 'WITHSCORES')
 for i = 1, #live, 2 do
   local m, score = live[i], live[i + 1]
@@ -70,5 +71,6 @@ if busy then
   return {'busy'}
 end
 local r = issue(base, KEYS[1], ARGV[2], ARGV[3], terms, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
-  now, ARGV[10], ARGV[11], ARGV[12], ARGV[13])
+  now, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14])
+if not r then return {'limited'} end
 return {'issued', r[1], r[2], r[3], r[4], r[5]}

@@ -1561,3 +1561,71 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 	// W137: performed is remembered for the retention at least.
 	e.status(signedIn, isA.Ref, at(21*time.Second).Add(store.DefaultRetention-time.Second), store.Performed)
 })
+
+// ---- Bounded work: caps (webkit/RULES.md "Bounded work") ----
+
+var _ = add("an operation records at most MaxApprovalsPerOperation approvals, and keeps them among its revisions", func(t *testing.T, e *env) {
+	var approved []store.Issued
+	for i := range store.MaxApprovalsPerOperation {
+		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(0))
+		e.approve(signedIn, is, at(0))
+		approved = append(approved, is)
+	}
+	over := e.issue(signedIn, action(t, "k", `{"n":"over"}`), at(time.Second))
+	e.wantRecord(signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), store.RateLimited)
+	rep, err := e.h.Store.Record(e.ctx(), signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), store.RecordOptions{CheckOnly: true})
+	if err != nil || rep.Result != store.RateLimited {
+		t.Errorf("CheckOnly over the cap: %v, %v", rep.Result, err)
+	}
+	if rec := e.status(signedIn, over.Ref, at(2*time.Second), store.Approved); len(rec.Approvals) != store.MaxApprovalsPerOperation {
+		t.Errorf("approvals = %d, want %d", len(rec.Approvals), store.MaxApprovalsPerOperation)
+	}
+	// Ever new terms drop never-approved revisions, never an approved one.
+	for i := range 2 * store.MaxRevisionsPerOperation {
+		e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"m":%d}`, i)), at(3*time.Second))
+	}
+	for _, is := range approved {
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(4*time.Second), store.AlreadyRecorded)
+	}
+	c := e.claim(signedIn, action(t, "k", `{"n":3}`), at(5*time.Second))
+	if c.Operation.Revision != approved[3].Operation.Revision {
+		t.Errorf("took %s, want %s", c.Operation.Revision, approved[3].Operation.Revision)
+	}
+})
+
+var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(t *testing.T, e *env) {
+	limited := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, store.ErrRateLimited) {
+			t.Errorf("%s over the cap: %v, want ErrRateLimited", what, err)
+		}
+	}
+	var first store.Issued
+	for i := range store.DefaultMaxOpenPerOwner {
+		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
+		if i == 0 {
+			first = is
+		}
+	}
+	// A signed-out or another account's operation is the same agent and
+	// User's: it counts too.
+	_, err := e.h.Store.Issue(e.ctx(), signedOut, action(t, "more", `{}`), at(time.Second))
+	limited("Issue", err)
+	_, err = e.client(1).Take(e.ctx(), signedIn, action(t, "more", `{}`), at(time.Second))
+	limited("Take", err)
+	// Reusing an open operation opens nothing; another User is not counted.
+	again := e.issue(signedIn, action(t, "k0", `{}`), at(time.Second))
+	if again.Operation.ID != first.Operation.ID {
+		t.Errorf("k0 again: %s, want its operation %s", again.Operation.ID, first.Operation.ID)
+	}
+	e.issue(otherUser, action(t, "more", `{}`), at(time.Second))
+	// A performed operation is no longer open.
+	e.approve(signedIn, first, at(2*time.Second))
+	c := e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second))
+	e.finish(c, store.Done, at(4*time.Second))
+	e.issue(signedIn, action(t, "more", `{}`), at(5*time.Second))
+	_, err = e.h.Store.Issue(e.ctx(), signedIn, action(t, "more2", `{}`), at(5*time.Second))
+	limited("Issue after one was performed and another opened", err)
+	// Forgotten ones are not open either.
+	e.issue(signedIn, action(t, "later", `{}`), at(lifetime+time.Minute))
+})
