@@ -311,3 +311,55 @@ func TestDelegationCacheBounded(t *testing.T) {
 		t.Fatalf("the verified delegation after the junk: %v", err)
 	}
 }
+
+// TestFailedTokenRemembered: issue 10: a Session JWT that failed is refused
+// again for 30 s without being verified again (its jti was not used up, so
+// the same bytes could be replayed forever at the price of a signature
+// check each); the same token with other credentials (another access
+// token) is verified on its own. Before the fix every replay was verified.
+func TestFailedTokenRemembered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var asked atomic.Int64
+	e.v.AcceptAgent = func(string) bool { asked.Add(1); return true }
+	// A valid delegation and a Session JWT signed by another key.
+	other, err := e.a.keys.Delegate(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := forge(t, "ES256", other.key, map[string]any{"typ": TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
+	for i := range 5 {
+		if _, err := e.v.VerifySession(t.Context(), tok, ""); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("try %d: err = %v, want ErrInvalid", i, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the failed token was verified %d times in 30 s, want 1", n)
+	}
+	if _, err := e.v.VerifySession(t.Context(), tok, "another-token"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("with an access token: err = %v, want ErrInvalid", err)
+	}
+	if n := asked.Load(); n != 2 {
+		t.Errorf("the token with an access token was verified %d times in all, want 2", n)
+	}
+	e.clk.Add(failedDelegationTTL + time.Second)
+	if _, err := e.v.VerifySession(t.Context(), tok, ""); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	if n := asked.Load(); n != 3 {
+		t.Errorf("after 30 s the token was verified %d times in all, want 3", n)
+	}
+	// A replayed valid token: refused, then refused from the cache.
+	good := e.session(t, SessionClaims{})
+	if _, err := e.v.VerifySession(t.Context(), good, ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := e.v.VerifySession(t.Context(), good, ""); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("replay: err = %v", err)
+		}
+	}
+	if n := asked.Load(); n != 5 {
+		t.Errorf("the valid token and its replays were verified %d times, want 2", n-3)
+	}
+}

@@ -126,15 +126,49 @@ func (v *Verifier) now() time.Time {
 // one, the JWT must carry its ath; without, it must carry none. The jti is
 // used up, so a token verifies once.
 func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Session, error) {
+	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
+	if err != nil {
+		return Session{}, fmt.Errorf("Session JWT: %w", err)
+	}
 	var c agentClaims
 	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
 	if err == nil {
 		err = v.useOnce(ctx, c.Issuer, c.ID, s.ExpiresAt)
 	}
 	if err != nil {
+		v.rememberFailure(key, err)
 		return Session{}, fmt.Errorf("Session JWT: %w", err)
 	}
 	return s, nil
+}
+
+// failedBefore returns the remembered failure of exactly these credentials
+// (kind, audience, access token and token), and the key to remember a new
+// one under. A failed token is refused again for 30 s without a signature
+// check: its jti was not used up, so the same bytes could otherwise be
+// replayed at the price of a verification each.
+func (v *Verifier) failedBefore(typ, aud, accessToken, token string) ([32]byte, error) {
+	if v.MaxDelegations < 0 {
+		return [32]byte{}, nil
+	}
+	h := sha256.New()
+	for _, s := range []string{typ, aud, accessToken, token} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	err, _ := v.dlg.failedToken(key, v.now())
+	return key, err
+}
+
+// rememberFailure remembers a token's failure under key, when it is the
+// token's fault (ErrInvalid) and not an outage.
+func (v *Verifier) rememberFailure(key [32]byte, err error) {
+	if v.MaxDelegations < 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
+		return
+	}
+	v.dlg.putFailedToken(key, err, v.now(), v.maxDelegations())
 }
 
 // VerifyBrowserAssertion verifies the assertion of a browser join
@@ -156,9 +190,14 @@ func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audien
 // calls UseBrowserAssertion only once the join can succeed, so that an
 // assertion refused for another reason is not spent.
 func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
+	key, err := v.failedBefore(TypBrowser, audience, accessToken, assertion)
+	if err != nil {
+		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
+	}
 	var c agentClaims
 	s, err := v.verify(ctx, assertion, TypBrowser, audience, MaxBrowserLifetime, accessToken, &c)
 	if err != nil {
+		v.rememberFailure(key, err)
 		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
 	}
 	b := BrowserAssertion{Session: s}
@@ -443,6 +482,33 @@ type delegationCache struct {
 	mu       sync.Mutex
 	verified map[[32]byte]delegation
 	failed   map[[32]byte]failedDelegation
+	// tokens are Session JWTs and assertions that failed (failedBefore),
+	// bounded as failed is.
+	tokens map[[32]byte]failedDelegation
+}
+
+func (c *delegationCache) failedToken(key [32]byte, now time.Time) (error, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.tokens[key]
+	if !ok {
+		return nil, false
+	}
+	if !now.Before(f.until) {
+		delete(c.tokens, key)
+		return nil, false
+	}
+	return fmt.Errorf("%w (remembered for %v)", f.err, failedDelegationTTL), true
+}
+
+func (c *delegationCache) putFailedToken(key [32]byte, err error, now time.Time, max int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tokens == nil {
+		c.tokens = make(map[[32]byte]failedDelegation)
+	}
+	evictOne(c.tokens, max)
+	c.tokens[key] = failedDelegation{err: err, until: now.Add(failedDelegationTTL)}
 }
 
 type failedDelegation struct {

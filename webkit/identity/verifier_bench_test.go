@@ -108,7 +108,8 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 // every time, so each one is verified; "replayed" sends the same one, which
 // the delegation cache refuses with a lookup; "cnf.jwk" is a valid
 // delegation vouching for a 4096-bit key and a Session JWT with a garbage
-// signature.
+// signature, new each time ("fresh") or the same again ("replayed", which
+// the failed-token cache refuses with a lookup).
 func BenchmarkJunkSignature(b *testing.B) {
 	clk := newClock()
 	a := newAgentServer(b, "ES256", clk)
@@ -156,10 +157,15 @@ func BenchmarkJunkSignature(b *testing.B) {
 			b.Fatal(err)
 		}
 		hdr := b64json(map[string]any{"alg": "RS256", "typ": TypSession, "poppy_dlg": dlg})
-		run(b, func(int) string {
+		junk := func(int) string {
 			sig := make([]byte, 512)
 			rand.Read(sig)
 			return hdr + "." + b64json(e.claims()) + "." + b64.EncodeToString(sig)
+		}
+		b.Run("fresh", func(b *testing.B) { run(b, junk) })
+		b.Run("replayed", func(b *testing.B) {
+			tok := junk(0)
+			run(b, func(int) string { return tok })
 		})
 	})
 }
