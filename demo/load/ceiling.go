@@ -103,7 +103,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
 		// The ceiling measures the store's steps, not its caps: its Users
 		// open far more operations than the default cap of open ones.
-		MaxOpenPerOwner: 1 << 30})
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1})
 	if err := st.Load(ctx); err != nil {
 		return res, err
 	}

@@ -167,7 +167,9 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // TestOneRoundTrip: each method is one command, so the Gate's 403 path and
 // its performing path each start with a single round trip (store package
-// doc). With Load, the first call of each is one too.
+// doc). With Load, the first call of each is one too. Opening a new
+// operation costs one more, for the agent's cap of open operations (its
+// count is in a slot of its own).
 func TestOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t)
@@ -179,19 +181,21 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	ctx := t.Context()
 	a := action("k", `{}`, time.Hour)
-	count := func(name string, f func() error) {
+	countN := func(want int64, name string, f func() error) {
 		t.Helper()
 		before := hook.n.Load()
 		if err := f(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if n := hook.n.Load() - before; n != 1 {
-			t.Errorf("%s: %d commands, want 1", name, n)
+		if n := hook.n.Load() - before; n != want {
+			t.Errorf("%s: %d commands, want %d", name, n, want)
 		}
 	}
+	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
 	var is store.Issued
 	var claim *store.Claim
-	count("Issue", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
+	countN(2, "Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
+	count("Issue (the same)", func() (err error) { _, err = st.Issue(ctx, owner, a, at(0)); return err })
 	count("Take (issues)", func() error {
 		res, err := st.Take(ctx, owner, a, at(0))
 		if err == nil && res.Issued == nil {
@@ -296,5 +300,37 @@ func TestOddData(t *testing.T) {
 	res, err := st.Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
+	}
+}
+
+// The agent's cap of open operations spans its Users (and their Cluster
+// slots): over it, the new operation is refused and forgotten, so the
+// repeated request is refused too; another agent is not counted.
+func TestAgentCap(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.Mini(t)
+	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 3, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	ctx := t.Context()
+	a := action("k", `{}`, time.Hour)
+	user := func(i int) store.Owner { return store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)} }
+	for i := range 3 {
+		if _, err := st.Issue(ctx, user(i), a, at(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := st.Take(ctx, user(9), a, at(0)); !errors.Is(err, store.ErrRateLimited) {
+			t.Fatalf("fourth: %v, want ErrRateLimited", err)
+		}
+	}
+	if n, _ := c.Keys(ctx, "opsgate:{"+store.Slot("agent-a", "u9")+"}:op:*").Result(); len(n) != 0 {
+		t.Errorf("the refused operation is kept: %v", n)
+	}
+	if _, err := st.Issue(ctx, store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {
+		t.Fatalf("another agent: %v", err)
+	}
+	// Counted until the first revision expires.
+	if _, err := st.Issue(ctx, user(9), a, at(time.Hour+time.Second)); err != nil {
+		t.Fatalf("after the first revisions expired: %v", err)
 	}
 }

@@ -150,7 +150,8 @@ end
 -- expires_at; half the least expires_at a reused revision may have (W39);
 -- agent and user the owner's, kept so that Performing can name the owner;
 -- maxOpen the owner's cap of open operations. Returns nil when a new
--- operation would pass it.
+-- operation would pass it, else {opID, revision, summary, terms, expires}
+-- and, for a new operation, 'new'.
 local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev, agent, user, maxOpen)
   local opID = redis.call('GET', actKey)
   local op
@@ -194,5 +195,9 @@ local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
   keep(actKey, redis.call('PTTL', op))
-  return {opID, newRev, summary, terms, newX}
+  -- A sixth element 'new' says the operation is new, for the agent's cap
+  -- (agent.lua).
+  local new = ''
+  if not open then new = 'new' end
+  return {opID, newRev, summary, terms, newX, new}
 end

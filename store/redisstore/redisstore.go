@@ -48,7 +48,7 @@ var (
 
 // scripts are every script the store runs, for Load.
 func scripts() []*redis.Script {
-	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript, releaseScript}
+	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript, releaseScript, agentScript, undoScript}
 }
 
 // DefaultPrefix starts every key the store writes.
@@ -66,6 +66,12 @@ type Options struct {
 	// forgotten) for one agent and User: a request that would open one more
 	// gets store.ErrRateLimited. 0 is store.DefaultMaxOpenPerOwner.
 	MaxOpenPerOwner int
+	// MaxOpenPerAgent caps the operations one agent opened across all its
+	// Users, counted until their first revision expires (an upper bound of
+	// the open ones). Its count has a key of its own, so it costs one more
+	// round trip when a request opens a new operation. 0 is
+	// store.DefaultMaxOpenPerAgent; negative is no cap.
+	MaxOpenPerAgent int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
@@ -81,6 +87,7 @@ type Store struct {
 	durability Durability
 
 	maxOpenOwner int
+	maxOpenAgent int
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
@@ -109,6 +116,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	s.maxOpenOwner = opts.MaxOpenPerOwner
 	if s.maxOpenOwner <= 0 {
 		s.maxOpenOwner = store.DefaultMaxOpenPerOwner
+	}
+	s.maxOpenAgent = opts.MaxOpenPerAgent
+	if s.maxOpenAgent == 0 {
+		s.maxOpenAgent = store.DefaultMaxOpenPerAgent
 	}
 	if s.retention <= 0 {
 		s.retention = store.DefaultRetention
@@ -211,6 +222,11 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	if !ok {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", errReply)
 	}
+	if len(v) > 5 && v[5] == "new" {
+		if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
+			return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+		}
+	}
 	return store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}, nil
 }
 
@@ -256,6 +272,11 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		op, ok := operation(v[1:])
 		if !ok {
 			break
+		}
+		if len(v) > 6 && v[6] == "new" {
+			if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
+				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+			}
 		}
 		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
 	case "claim":

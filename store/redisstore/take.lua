@@ -4,7 +4,7 @@
 -- ARGV: 1-14 as issue.lua, then the claim token, now + retention, the token
 --       key's TTL in ms.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
--- or {'busy'} or {'issued', opID, revision, summary, terms, expires}
+-- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new}
 -- or {'released'} or {'lost'} or {'limited'}.
 local base, apr, terms, now = ARGV[1], KEYS[2], ARGV[4], ARGV[9]
 local tokKey, token, retained, tokTTL = KEYS[3], ARGV[15], ARGV[16], ARGV[17]
@@ -73,4 +73,4 @@ end
 local r = issue(base, KEYS[1], ARGV[2], ARGV[3], terms, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
   now, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14])
 if not r then return {'limited'} end
-return {'issued', r[1], r[2], r[3], r[4], r[5]}
+return {'issued', r[1], r[2], r[3], r[4], r[5], r[6] or ''}

@@ -1,0 +1,19 @@
+-- agent.lua (after lib.lua): the agent's cap of open operations
+-- (store.DefaultMaxOpenPerAgent; webkit/RULES.md "Bounded work"). An
+-- agent's Users are in many Cluster slots, so its count has a key (and a
+-- slot) of its own, and is kept by this second step, run only when Take or
+-- Issue made a new operation.
+-- KEYS: the agent's set. ARGV: member ("<slot> <operation_id>"), the
+-- operation's first expires_at, now, the cap.
+-- Returns 1 when counted, 0 when the cap is reached.
+local set = KEYS[1]
+-- An operation leaves the count when its first revision expires: a
+-- performed one is counted until then too (its slot is another's, so its
+-- Finish can't reach this key), which keeps the count an upper bound.
+redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[3])
+if redis.call('ZCARD', set) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('ZADD', set, ARGV[2], ARGV[1])
+keep(set, ttl_ms(ARGV[2], ARGV[3]))
+return 1
