@@ -38,7 +38,8 @@ type Memory struct {
 	// MaxOpenPerOwner and MaxOpenPerAgent cap the operations that are open
 	// (not performed, not forgotten) for one agent and User, and for one
 	// agent: a request that would open one more gets ErrRateLimited. Zero
-	// means DefaultMaxOpenPerOwner and DefaultMaxOpenPerAgent.
+	// means DefaultMaxOpenPerOwner and DefaultMaxOpenPerAgent; negative, no
+	// cap.
 	MaxOpenPerOwner int
 	MaxOpenPerAgent int
 
@@ -310,8 +311,8 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		op = m.op(slot, a.current, now)
 	}
 	if op == nil || op.state != memOpen { // W141: performing or performed → new operation
-		if m.openOwner[slot] >= capOr(m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
-			m.openAgent[owner.Agent] >= capOr(m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
+		if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
+			over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
 			return Issued{}, ErrRateLimited
 		}
 		if a == nil {
@@ -348,12 +349,16 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	return Issued{Operation: r.op, Ref: MakeRef(r.op.ID, r.op.Revision)}, nil
 }
 
-// capOr is a configured cap, or its default when 0.
-func capOr(n, def int) int {
-	if n > 0 {
-		return n
+// over says whether n open operations reach a configured cap: its default
+// when 0, none when negative.
+func over(n, limit, def int) bool {
+	switch {
+	case limit < 0:
+		return false
+	case limit == 0:
+		limit = def
 	}
-	return def
+	return n >= limit
 }
 
 // reusable says whether the current revision can answer action again: same
