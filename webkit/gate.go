@@ -162,6 +162,12 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		k.storeFailed(r, "take", err)
 		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
+	case res.Claim != nil && r.Context().Err() != nil:
+		// The browser left before the handler ran: perform nothing, so that
+		// its approval applies to the next repeat (W144).
+		k.release(r, s.Owner(), sa.ClaimToken)
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
+		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, r.Context().Err())))
 	case res.Claim != nil:
 		k.perform(w, r, next, res.Claim, act.kind())
 	case res.Busy: // §7 W143, W145: never as if it failed

@@ -34,19 +34,30 @@ func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.Action, no
 	if s.runFirst {
 		res, err := s.Store.Take(context.Background(), o, a, now)
 		<-s.gate
-		s.done <- err
+		s.report(err)
 		return res, err
 	}
 	<-s.gate
 	res, err := s.Store.Take(context.Background(), o, a, now) // the store runs it late
-	s.done <- err
+	s.report(err)
 	return res, err
+}
+
+// report hands the first Take's result to the test; later ones go unread.
+func (s *stallStore) report(err error) {
+	select {
+	case s.done <- err:
+	default:
+	}
 }
 
 func (s *stallStore) Release(ctx context.Context, o store.Owner, token string, now time.Time) (bool, error) {
 	ok, err := s.Store.Release(ctx, o, token, now)
 	if err == nil {
-		s.released <- ok
+		select {
+		case s.released <- ok:
+		default:
+		}
 	}
 	return ok, err
 }
@@ -197,5 +208,43 @@ func TestGateRedisStall(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > base+4 {
 		t.Errorf("goroutines: %d after the stall, %d before", n, base)
+	}
+}
+
+// A browser that left before the handler ran: nothing is performed, and
+// the claim Take made is released, so the approval performs on the next
+// repeat (W144).
+func TestGateClientGoneReleases(t *testing.T) {
+	t.Parallel()
+	mem := store.NewMemory()
+	// The store answers though the request's context is done, as a Redis
+	// whose reply arrives just after the browser left.
+	st := newStallStore(mem, true)
+	st.unstall()
+	e := newGateEnv(t, st, newClock())
+	approved := e.approve(sesIn, "ord_7", "M")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.do(e.request(joinedIn, formM, "text/html").WithContext(ctx)) // nobody reads the answer
+	if e.runs.Load() != 0 {
+		t.Fatalf("client gone: the handler ran")
+	}
+	// Once both the (late) Take and the Gate's release have run, in
+	// whichever order, the approval applies again.
+	select {
+	case <-st.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the store never ran the Take")
+	}
+	select {
+	case <-st.released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Gate never released the claim")
+	}
+	if got := e.lookup(sesIn, approved.Ref).Status; got != store.Approved {
+		t.Fatalf("after the release: %s, want approved", got)
+	}
+	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
+		t.Fatalf("repeat: %d runs %d", rec.Code, e.runs.Load())
 	}
 }
