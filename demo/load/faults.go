@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 )
 
 type faultsConfig struct {
+	only  string    // run only the scenarios whose name contains it ("" all)
 	short bool      // the CI version: fewer browsers, shorter phases
 	out   io.Writer // where the lines go
 }
@@ -87,14 +89,24 @@ func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, dura
 		faultWebServerKilled,
 		faultLostReply,
 	}
+	scenarioNames := []string{"kill", "older", "stall", "replica none", "replica durable", "cluster", "web server", "lost reply"}
 	total, skipped := 0, 0
-	for _, sc := range scenarios {
+	for i, sc := range scenarios {
 		if ctx.Err() != nil {
 			return results, durableDoubles, ctx.Err()
 		}
+		if c.only != "" && !strings.Contains(scenarioNames[i], c.only) {
+			continue
+		}
+		before := runtime.NumGoroutine()
 		r := sc(ctx, procs, c)
 		if ctx.Err() != nil { // interrupted: its figures mean nothing
 			return results, durableDoubles, ctx.Err()
+		}
+		// Everything the scenario started (web servers, clients, the
+		// kit's releases) should be gone once it is torn down.
+		if extra := settleGoroutines(ctx, before, 3*time.Second); extra > 0 && r.skipped == "" {
+			r.note = join(r.note, fmt.Sprintf("%d goroutines more than before it, 3 s after", extra))
 		}
 		fmt.Fprintln(c.out, r)
 		results = append(results, r)
@@ -112,6 +124,19 @@ func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, dura
 	}
 	fmt.Fprintf(c.out, "faults: %d scenarios, %d double performances (%d in durable modes; %d scenarios skipped)\n", len(results), total, durableDoubles, skipped)
 	return results, durableDoubles, err
+}
+
+// settleGoroutines waits up to d for the goroutine count to fall back to
+// baseline, and returns how many more there still are.
+func settleGoroutines(ctx context.Context, baseline int, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for {
+		n := runtime.NumGoroutine() - baseline
+		if n <= 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return max(n, 0)
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
 }
 
 type quietLogger struct{}
@@ -687,9 +712,18 @@ func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, fa
 		// With "replicas 1" the promoted replica confirms no claim until it
 		// has a replica of its own: the operator adds one.
 		var repair func(context.Context) error
+		var defers []func()
+		defer func() {
+			for _, f := range defers {
+				f()
+			}
+		}()
 		if mode != "none" {
 			repair = func(context.Context) error {
-				_, err := redistest.StartReplica(procs, replica)
+				fresh, err := redistest.StartReplica(procs, replica)
+				if err == nil {
+					defers = append(defers, fresh.Stop)
+				}
 				return err
 			}
 		}
@@ -752,6 +786,11 @@ func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfi
 	if err != nil {
 		return failed(res, err)
 	}
+	defer func() { // the nodes go with the scenario, not at the end of the run
+		for _, n := range append(cn.Masters, cn.Replicas...) {
+			n.Stop()
+		}
+	}()
 	var stores []store.Store
 	for range c.servers() {
 		cc := redis.NewClusterClient(redisstore.ClusterOptions(cn.Addrs()...)) // the store's documented Cluster options

@@ -66,6 +66,7 @@ func main() {
 		durable   = flag.String("durability", "", "the store's durability: disk, replicas 1, none (default: none on miniredis, disk on -redis)")
 		faults    = flag.Bool("faults", false, "run the fault suite on redis-server processes it starts (faults.go)")
 		short     = flag.Bool("short", false, "-faults: the short version CI runs")
+		only      = flag.String("only", "", "-faults: only the scenarios whose key contains this: kill, older, stall, replica none, replica durable, cluster, web server, lost reply")
 		hostile   = flag.Bool("hostile", false, "legitimate traffic quiet and under attack (hostile.go)")
 		port      = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
 		redisAddr = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
@@ -82,7 +83,7 @@ func main() {
 			ctx, cancel = context.WithTimeout(sigCtx, 10*time.Minute)
 			defer cancel()
 		}
-		_, doubles, err := runFaults(ctx, faultsConfig{short: *short, out: os.Stdout})
+		_, doubles, err := runFaults(ctx, faultsConfig{only: *only, short: *short, out: os.Stdout})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "load -faults:", err)
 			os.Exit(1)
