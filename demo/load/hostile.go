@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -25,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/endpoint"
@@ -294,6 +297,7 @@ type hostileAgent struct {
 	dlg    *identity.Delegation
 	server *httptest.Server
 	big    []byte // a JWKS with a huge junk RSA key (attacker)
+	cnfKey *ecdsa.PrivateKey
 	stop   chan struct{}
 }
 
@@ -339,6 +343,28 @@ func newHostileAgent(name string) (*hostileAgent, error) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(a.big)
 	})
+	// The cnf.jwk attacker: an ordinary P-256 key of its own, which signs
+	// delegations to the huge junk key.
+	if a.cnfKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		a.server.Close()
+		return nil, err
+	}
+	cnfJWK, err := identity.NewJWK(a.cnfKey.Public(), "cnf-1", "ES256")
+	if err != nil {
+		a.server.Close()
+		return nil, err
+	}
+	cnfJWK.Use = "sig"
+	cnfJWKS, _ := json.Marshal(map[string]any{"keys": []identity.JWK{cnfJWK}})
+	mux.HandleFunc("/cnf", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]string{"client_id": a.server.URL + "/cnf", "client_name": "cnf", "jwks_uri": a.server.URL + "/cnfjwks"})
+		w.Write(b)
+	})
+	mux.HandleFunc("/cnfjwks", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(cnfJWKS)
+	})
 	// Made-up client_ids: nothing there.
 	mux.HandleFunc("/junk/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
 	// A slow-drip agent: its metadata a byte every 200 ms, for at most 20 s.
@@ -361,6 +387,30 @@ func newHostileAgent(name string) (*hostileAgent, error) {
 		}
 	})
 	return a, nil
+}
+
+// hugeCnfDelegation returns a delegation signed with the cnf agent's real
+// key (served at /cnf) that delegates to the huge junk RSA key; "" if it
+// can't be made.
+func (a *hostileAgent) hugeCnfDelegation() string {
+	var set struct {
+		Keys []map[string]string `json:"keys"`
+	}
+	if json.Unmarshal(a.big, &set) != nil || len(set.Keys) == 0 {
+		return ""
+	}
+	now := time.Now()
+	t := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{
+		"iss": a.server.URL + "/cnf", "cnf": map[string]any{"jwk": set.Keys[0]},
+		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+	})
+	t.Header["typ"] = identity.TypDelegation
+	t.Header["kid"] = "cnf-1"
+	s, err := t.SignedString(a.cnfKey)
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 func (a *hostileAgent) Close() {
@@ -461,6 +511,7 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[strin
 	bigKeys, _ := identity.NewAgentKeys(a.server.URL+"/bigkey", "ES256")
 	bigDlg, _ := bigKeys.Delegate(time.Hour)
 	hoard, _ := a.bind(shop.kits[0], "usr_hoard")
+	cnfDlg := a.hugeCnfDelegation()
 	var users atomic.Int64
 	return map[string]func(context.Context, int) int{
 		// Session JWTs whose delegation the huge junk key would verify: at
@@ -480,6 +531,25 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[strin
 			dlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
 			as = rewrap(as, map[string]any{"poppy_dlg": dlg}, []byte(parts[2]))
 			status, _ := postForm(ctx, client, base(n)+"/poppy/join", url.Values{"assertion": {as}})
+			return status
+		},
+		// A properly signed delegation whose cnf.jwk is the huge junk
+		// key, and a Session JWT with a garbage RS256 signature under it.
+		"junk key in cnf.jwk": func(ctx context.Context, n int) int {
+			if cnfDlg == "" {
+				return 0
+			}
+			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			b64 := base64.RawURLEncoding
+			parts := strings.SplitN(jwt, ".", 3)
+			payload, _ := b64.DecodeString(parts[1])
+			var claims map[string]any
+			json.Unmarshal(payload, &claims)
+			claims["iss"] = a.server.URL + "/cnf"
+			pb, _ := json.Marshal(claims)
+			hb, _ := json.Marshal(map[string]any{"alg": "RS256", "typ": identity.TypSession, "poppy_dlg": cnfDlg})
+			jwt = b64.EncodeToString(hb) + "." + b64.EncodeToString(pb) + "." + b64.EncodeToString(junkSig)
+			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
 			return status
 		},
 		// Thousands of made-up client_ids, each a fetch and a failure.
