@@ -475,6 +475,11 @@ func (r *Resolver) fetch(ctx context.Context, u, what string, v any) error {
 		return invalid("%s %s: larger than %d bytes", what, u, max)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err == nil {
+		// A read cut short by the deadline can end without an error (the
+		// connection closed): it is a slow server, not a wrong document.
+		err = ctx.Err()
+	}
 	if err != nil {
 		return unavailable("%s %s: reading: %v", what, u, err)
 	}
