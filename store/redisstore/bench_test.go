@@ -72,7 +72,7 @@ func BenchmarkClaimDurability(b *testing.B) {
 				b.Skip(err)
 			}
 			c := srv.Client(b)
-			st := redisstore.New(c, redisstore.Options{Durability: d})
+			st := redisstore.New(c, redisstore.Options{Durability: d, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			ctx := b.Context()
 			if err := st.Load(ctx); err != nil {
 				b.Fatal(err)

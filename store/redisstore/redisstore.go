@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +65,8 @@ type Options struct {
 	Retention time.Duration
 	// MaxOpenPerOwner caps the operations open (not performed, not
 	// forgotten) for one agent and User: a request that would open one more
-	// gets store.ErrRateLimited. 0 is store.DefaultMaxOpenPerOwner.
+	// gets store.ErrRateLimited. 0 is store.DefaultMaxOpenPerOwner;
+	// negative, no cap.
 	MaxOpenPerOwner int
 	// MaxOpenPerAgent caps the operations one agent opened across all its
 	// Users, counted until their first revision expires (an upper bound of
@@ -113,9 +115,11 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
-	s.maxOpenOwner = opts.MaxOpenPerOwner
-	if s.maxOpenOwner <= 0 {
+	switch s.maxOpenOwner = opts.MaxOpenPerOwner; {
+	case s.maxOpenOwner == 0:
 		s.maxOpenOwner = store.DefaultMaxOpenPerOwner
+	case s.maxOpenOwner < 0:
+		s.maxOpenOwner = math.MaxInt32 // no cap
 	}
 	s.maxOpenAgent = opts.MaxOpenPerAgent
 	if s.maxOpenAgent == 0 {
