@@ -7,20 +7,76 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	st := redisstore.New(client, redisstore.Options{})
+//	if err := st.Check(ctx); err != nil {
+//		log.Fatal(err) // or log it loudly: it names what this Redis can't promise
+//	}
 //	_ = st.Load(ctx) // optional: first calls are one round trip too
 //
+// For a Redis Cluster, build the client from ClusterOptions, so that a
+// replica promoted after its master died serves that master's Users within
+// about two seconds:
+//
+//	client := redis.NewClusterClient(redisstore.ClusterOptions("10.0.0.1:7000", "10.0.0.2:7000"))
+//
 // New takes any redis.UniversalClient: a *redis.Client of a single Redis or a
-// miniredis, or a *redis.ClusterClient. Issue, Take, Record, Finish and
-// UseOnce are one EVALSHA each, Lookup one HGETALL: one round trip apiece.
+// miniredis, or a *redis.ClusterClient. Issue, Take, Record, Finish, Release
+// and UseOnce are one EVALSHA each, Lookup one HGETALL: one round trip
+// apiece. Two steps cost one more: a Take that claims confirms its
+// durability (below), and a request that opens a new operation counts it
+// against its agent's cap.
 //
-// # Client retries
+// # Durability
 //
-// go-redis retries a command after some network errors. A retried script can
-// never perform twice: a retried Take that already claimed finds the
-// operation performing, and its claim is lost (the operation stays
-// performing until the retention ends), and a retried Finish that already
-// finished reports store.ErrClaimLost. At most once holds; only an approval
-// or an outcome can be lost, as §7 allows.
+// Losing all of Redis's data can cost an approval, never a second
+// performance. Losing only recent writes can: a Redis restarted from an
+// older snapshot, an AOF cut back by an OS crash, or a replica promoted
+// before it received a claim still holds the approval without its use. So
+// Take confirms each claim before returning it (Options.Durability):
+//
+//   - DurableDisk (the default): on the server's disk. WAITAOF 1 0 on Redis
+//     7.2 and later; before that, appendfsync always, which the store
+//     verifies (CONFIG GET, INFO persistence) when it first claims on a
+//     server and every AOFRecheck after. Protects against a crash or
+//     restart of that server. Measured on loopback with an ext4 disk
+//     (BenchmarkClaimDurability, Take then Finish, Redis 7.0): about
+//     1–1.3 ms per claim against 0.13–0.17 ms without (two fsyncs).
+//   - DurableReplicas: on Durability.Replicas replicas (WAIT N). Protects
+//     against a failover to a replica that lagged, and against losing the
+//     master's disk. Measured with one replica on loopback: about 0.3–0.4
+//     ms per claim.
+//   - DurableNone, chosen explicitly: nothing waited for. Fast, and a
+//     restart or failover that loses recent writes can perform an approval
+//     twice. Check says so.
+//
+// A claim not confirmed within Durability.Timeout is released at once and
+// Take fails with store.ErrNotDurable: nothing is performed, and the Gate
+// answers 503 with Retry-After. Check reads INFO server, persistence and
+// replication on every master and names what falls short of the chosen
+// durability (AOF off, appendfsync not always before 7.2, too few replicas,
+// miniredis), and a Cluster client that would notice a failover late.
+//
+// # Claims are never stranded
+//
+// The caller picks a claim's token (store.Action.ClaimToken) before Take.
+// When Take's reply is lost or late, the caller releases the claim
+// (Release): the approval applies again, in its first-recorded place, and a
+// Take with that token that Redis runs later claims nothing. A Take repeated
+// with its token (go-redis retries a command after some network errors)
+// returns the same claim, never a second one. An outcome nobody reported
+// (a handler's unknown result, a web server killed mid-handler, a lost
+// Finish) leaves the operation performing: Performing lists those, a batch
+// of SCAN at a time on every master, and Resolve settles each as performed
+// or not performed (see ExampleStore_Performing).
+//
+// # Bounded work
+//
+// Live approvals are filed by action and terms, so Take reads only those
+// that can match its request; an operation keeps at most 32 revisions and
+// 16 approvals; an agent and User has at most Options.MaxOpenPerOwner open
+// operations (100), and an agent Options.MaxOpenPerAgent (10,000, counted
+// until each operation's first revision expires). Over a cap the answer is
+// store.ErrRateLimited or store.RateLimited: 429 at the Gate and the
+// endpoint.
 //
 // # Keys
 //
@@ -28,17 +84,24 @@
 // each script touches one Cluster slot:
 //
 //   - op:<operation_id>, a hash: acct (the owner's account), akey (the
-//     action digest), state (open, performing or performed), cur (the current
-//     revision), order (its revisions, oldest first, at most 32), and per
-//     revision t:, s:, x: (terms, summary, expires_at), a: (the recorded
-//     approval, JSON) and u: (when it was used up); al (approved revisions,
-//     first recorded first), claim and ap (the claim's token and revision),
-//     k (remembered until).
+//     action digest), ag and us (the owner's agent and User), state (open,
+//     performing or performed), cur (the current revision), order (its
+//     revisions, oldest first, at most 32), and per revision t:, s:, x:
+//     (terms, summary, expires_at), a: (the recorded approval, JSON) and u:
+//     (when it was used up); al (approved revisions, first recorded first);
+//     while performing claim, ap, pa and as (the claim's token, revision,
+//     when it was claimed, and the approval's place), fu once an unknown
+//     outcome was reported; k (remembered until).
 //   - act:<store.ActionDigest>: the action's current operation_id (W19).
-//   - apr:<store.ActionDigest>: a sorted set of the action's live approvals,
-//     "<operation_id> <revision>", scored first recorded first (W95).
+//   - apr:<store.ActionDigest>:<SHA-1 of the terms>: a sorted set of the
+//     action's live approvals of those terms, "<operation_id> <revision>",
+//     scored first recorded first (W95).
+//   - tok:<claim token>: the operation a token claimed, or "r" once
+//     released; kept store.ClaimTokenTTL.
+//   - open: a sorted set of the owner's open operations, scored by k.
 //
-// UseOnce's markers are "<prefix>jti:{<digest of the key>}".
+// An agent's count of open operations is "<prefix>agent:{<digest of the
+// agent>}", UseOnce's markers are "<prefix>jti:{<digest of the key>}".
 //
 // Times are the caller's clock, passed to the scripts as Unix nanoseconds and
 // compared exactly; expires_at is kept in whole seconds, as it goes out
