@@ -142,11 +142,12 @@ func TestGateStoreStallReleases(t *testing.T) {
 // (W144): whatever the stalled Take claimed when Redis woke was released.
 func TestGateRedisStall(t *testing.T) {
 	inst := redistest.Start(t)
-	st := redisstore.New(inst.Client(t), redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	client := inst.Client(t)
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 	e := newGateEnv(t, st, newClock())
 	e.kit.StoreTimeout = 200 * time.Millisecond
 	approved := e.approve(sesIn, "ord_7", "M")
-	base := runtime.NumGoroutine()
+	base, baseConns := runtime.NumGoroutine(), client.PoolStats().TotalConns
 
 	if err := inst.Pause(); err != nil {
 		t.Skipf("can't SIGSTOP redis-server: %v", err)
@@ -209,6 +210,11 @@ func TestGateRedisStall(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > base+4 {
 		t.Errorf("goroutines: %d after the stall, %d before", n, base)
 	}
+	// Connections too: those the stall's deadlines abandoned are closed.
+	if n := client.PoolStats().TotalConns; n > baseConns+4 {
+		t.Errorf("connections: %d after the stall, %d before", n, baseConns)
+	}
+	t.Logf("after the stall: %d goroutines (%d before), %d connections (%d before)", runtime.NumGoroutine(), base, client.PoolStats().TotalConns, baseConns)
 }
 
 // A browser that left before the handler ran: nothing is performed, and
