@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -41,7 +42,11 @@ type hostileConfig struct {
 	redisURL string
 	duration time.Duration // each phase
 	browsers int           // legitimate browsers, one agent cycle at a time each
-	out      io.Writer
+	// attackRate is each attacker's requests per second; 0: as fast as
+	// it can (it then competes for the same cores as the website).
+	attackRate float64
+	rounds     int // quiet and attacked phases in turn
+	out        io.Writer
 }
 
 // hostileResult is what the run found, for tests.
@@ -52,6 +57,8 @@ type hostileResult struct {
 }
 
 type phaseStats struct {
+	lat      []time.Duration
+	elapsed  time.Duration
 	requests int
 	rate     float64
 	p50, p99 time.Duration
@@ -122,33 +129,52 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	defer client.CloseIdleConnections()
 
-	legit, err := newHostileAgent("legit")
-	if err != nil {
-		return res, err
+	// Several legitimate agents, as a website has: one agent doing all the
+	// legitimate work would meet the store's cap of open operations per
+	// agent (DefaultMaxOpenPerAgent within a revision's lifetime) in this
+	// run, and its 429s would blur what the attackers cost.
+	var legit []*hostileAgent
+	for k := range 4 {
+		a, err := newHostileAgent(fmt.Sprint("legit-", k))
+		if err != nil {
+			return res, err
+		}
+		defer a.Close()
+		legit = append(legit, a)
 	}
-	defer legit.Close()
 	attacker, err := newHostileAgent("attacker")
 	if err != nil {
 		return res, err
 	}
 	defer attacker.Close()
 
-	fmt.Fprintf(c.out, "opsgate hostile: 2 web servers on one redis-server (%s), %d legitimate browsers with their agent, %v per phase\n", addr, c.browsers, c.duration)
+	fmt.Fprintf(c.out, "opsgate hostile: 2 web servers on one redis-server (%s), %d legitimate browsers of %d agents, %v per phase, each attacker %s\n", addr, c.browsers, len(legit), c.duration, rateText(c.attackRate))
 	fmt.Fprintf(c.out, "%-36s %8s %9s %10s %10s  %s\n", "legitimate traffic", "requests", "req/s", "p50", "p99", "answers")
 
 	phase := func(name string, attack bool) (phaseStats, error) {
+		var attacks map[string]func(context.Context, int) int
+		if attack { // before the phase's clock starts
+			attacks = shop.attacks(client, attacker, max(100, int(300*c.duration.Seconds())))
+		}
 		pctx, cancel := context.WithTimeout(ctx, c.duration)
 		defer cancel()
 		var wg sync.WaitGroup
 		var attackMu sync.Mutex
 		if attack {
-			for name, a := range shop.attacks(client, attacker) {
+			for name, a := range attacks {
 				// Slow-drip agents hold the resolver's fetches: many at once.
 				workers := map[bool]int{true: 8, false: 1}[name == "slow-drip agents"]
 				for w := range workers {
 					wg.Go(func() {
 						counts := map[int]int{}
-						for n := w; pctx.Err() == nil && n < 1_000_000; n += workers {
+						start := time.Now()
+						for n, k := w, 0; pctx.Err() == nil && n < 1_000_000; n, k = n+workers, k+1 {
+							if c.attackRate > 0 { // paced: attacker k's request at k/rate
+								pause(pctx, time.Until(start.Add(time.Duration(float64(k)/c.attackRate*float64(time.Second)))))
+								if pctx.Err() != nil {
+									break
+								}
+							}
 							status := a(pctx, n)
 							if pctx.Err() == nil || status != 0 {
 								counts[status]++
@@ -171,13 +197,31 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		st.print(c.out, name)
 		return st, nil
 	}
-	if res.quiet, err = phase("quiet", false); err != nil {
-		return res, err
+	// Quiet and attacked phases in turn, so that whatever else the machine
+	// runs weighs on both alike; the figures are over all rounds.
+	var quiet, attacked []phaseStats
+	for r := range max(c.rounds, 1) {
+		q, err := phase(fmt.Sprintf("quiet, round %d", r+1), false)
+		if err != nil {
+			return res, err
+		}
+		a, err := phase(fmt.Sprintf("under attack, round %d", r+1), true)
+		if err != nil {
+			return res, err
+		}
+		quiet, attacked = append(quiet, q), append(attacked, a)
 	}
-	if res.attacked, err = phase("under attack", true); err != nil {
-		return res, err
+	res.quiet, res.attacked = merge(quiet), merge(attacked)
+	if len(quiet) > 1 {
+		res.quiet.print(c.out, "quiet, all rounds")
+		res.attacked.print(c.out, "under attack, all rounds")
 	}
 	for s, n := range res.attacked.statuses {
+		if s >= 500 {
+			res.legit5xx += n
+		}
+	}
+	for s, n := range res.quiet.statuses {
 		if s >= 500 {
 			res.legit5xx += n
 		}
@@ -206,6 +250,13 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 	return res, nil
 }
 
+func rateText(r float64) string {
+	if r <= 0 {
+		return "as fast as it can"
+	}
+	return fmt.Sprintf("at %.0f requests/s", r)
+}
+
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 	return func(yield func(K) bool) {
 		for k := range m {
@@ -227,10 +278,10 @@ func (s phaseStats) print(w io.Writer, name string) {
 	fmt.Fprintf(w, "%-36s %8d %9.0f %10v %10v  %s\n", name, s.requests, s.rate, s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond), strings.Join(answers, " "))
 }
 
-// legitimate runs whole cycles from browsers of the legitimate agent until
+// legitimate runs whole cycles from browsers of the legitimate agents until
 // ctx ends: the gated request (403), the agent's approval at the endpoint
 // (a fresh Session JWT each time), the repeat (200).
-func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, a *hostileAgent, browsers int, tag string) phaseStats {
+func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, agents []*hostileAgent, browsers int, tag string) phaseStats {
 	var mu sync.Mutex
 	st := phaseStats{statuses: map[int]int{}}
 	var lat []time.Duration
@@ -249,6 +300,7 @@ func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, a 
 	start := time.Now()
 	var wg sync.WaitGroup
 	for b := range browsers {
+		a := agents[b%len(agents)]
 		cookie, err := a.bind(shop.kits[0], fmt.Sprintf("usr_legit_%d", b))
 		if err != nil {
 			continue
@@ -280,14 +332,35 @@ func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, a 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	slices.Sort(lat)
-	st.requests = len(lat)
-	st.rate = float64(len(lat)) / elapsed.Seconds()
-	if len(lat) > 0 {
-		st.p50 = lat[len(lat)/2]
-		st.p99 = lat[min(len(lat)-1, len(lat)*99/100)]
-	}
+	st.lat, st.elapsed = lat, elapsed
+	st.summarize()
 	return st
+}
+
+// summarize sets requests, rate, p50 and p99 from lat and elapsed.
+func (st *phaseStats) summarize() {
+	slices.Sort(st.lat)
+	st.requests = len(st.lat)
+	st.rate = float64(len(st.lat)) / st.elapsed.Seconds()
+	if len(st.lat) > 0 {
+		st.p50 = st.lat[len(st.lat)/2]
+		st.p99 = st.lat[min(len(st.lat)-1, len(st.lat)*99/100)]
+	}
+}
+
+// merge adds phases up.
+func merge(phases []phaseStats) phaseStats {
+	m := phaseStats{statuses: map[int]int{}}
+	for _, p := range phases {
+		m.lat = append(m.lat, p.lat...)
+		m.elapsed += p.elapsed
+		m.errors += p.errors
+		for s, n := range p.statuses {
+			m.statuses[s] += n
+		}
+	}
+	m.summarize()
+	return m
 }
 
 // hostileAgent is an agent's web presence on loopback: its metadata
@@ -502,7 +575,8 @@ func rewrap(jws string, set map[string]any, sig []byte) string {
 
 // attacks returns the attackers, each a function sending one hostile
 // request and returning its status (0: no answer).
-func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[string]func(context.Context, int) int {
+// pool is how many distinct tokens each attacker sends at most.
+func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int) map[string]func(context.Context, int) int {
 	base := func(n int) string { return shop.urls[n%len(shop.urls)] }
 	junkSig := make([]byte, 2048)
 	rand.Read(junkSig)
@@ -512,33 +586,31 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[strin
 	bigDlg, _ := bigKeys.Delegate(time.Hour)
 	hoard, _ := a.bind(shop.kits[0], "usr_hoard")
 	cnfDlg := a.hugeCnfDelegation()
-	var users atomic.Int64
-	return map[string]func(context.Context, int) int{
-		// Session JWTs whose delegation the huge junk key would verify: at
-		// the endpoint and the join. A replay of the same bytes is the
-		// cheapest attack; fresh jtis each time are the costlier one.
-		"junk key (endpoint)": func(ctx context.Context, n int) int {
+	// The attackers' tokens are signed before the attack, so that the
+	// attackers' own signing (on the same cores) weighs less on the
+	// figures; each is used once, but for the slow-drip agents'.
+	junkDlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
+	fresh := func(what string) string { // a Session JWT of a new agent under what
+		k, err := identity.NewAgentKeys(fmt.Sprintf("%s/%s/%d", a.server.URL, what, mrand.Int64()), "ES256")
+		if err != nil {
+			return ""
+		}
+		d, _ := k.Delegate(time.Hour)
+		jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+		return jwt
+	}
+	gens := map[string]func() string{
+		"endpoint": func() string {
 			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
 			parts := strings.SplitN(jwt, ".", 3)
-			dlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
-			jwt = rewrap(jwt, map[string]any{"poppy_dlg": dlg}, []byte(parts[2]))
-			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
-			return status
+			return rewrap(jwt, map[string]any{"poppy_dlg": junkDlg}, []byte(parts[2]))
 		},
-		"junk key (join)": func(ctx context.Context, n int) int {
+		"join": func() string {
 			as, _ := bigDlg.BrowserAssertion(identity.BrowserClaims{SessionClaims: identity.SessionClaims{Audience: hostileOrigin + "/poppy/join", SID: "ses_x", User: "usr_x"}, ReturnTo: hostileOrigin + "/", Extensions: `"operations";v="3"`})
 			parts := strings.SplitN(as, ".", 3)
-			dlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
-			as = rewrap(as, map[string]any{"poppy_dlg": dlg}, []byte(parts[2]))
-			status, _ := postForm(ctx, client, base(n)+"/poppy/join", url.Values{"assertion": {as}})
-			return status
+			return rewrap(as, map[string]any{"poppy_dlg": junkDlg}, []byte(parts[2]))
 		},
-		// A properly signed delegation whose cnf.jwk is the huge junk
-		// key, and a Session JWT with a garbage RS256 signature under it.
-		"junk key in cnf.jwk": func(ctx context.Context, n int) int {
-			if cnfDlg == "" {
-				return 0
-			}
+		"cnf": func() string {
 			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
 			b64 := base64.RawURLEncoding
 			parts := strings.SplitN(jwt, ".", 3)
@@ -548,27 +620,48 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent) map[strin
 			claims["iss"] = a.server.URL + "/cnf"
 			pb, _ := json.Marshal(claims)
 			hb, _ := json.Marshal(map[string]any{"alg": "RS256", "typ": identity.TypSession, "poppy_dlg": cnfDlg})
-			jwt = b64.EncodeToString(hb) + "." + b64.EncodeToString(pb) + "." + b64.EncodeToString(junkSig)
-			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			return b64.EncodeToString(hb) + "." + b64.EncodeToString(pb) + "." + b64.EncodeToString(junkSig)
+		},
+		"client_ids": func() string { return fresh("junk") },
+		"drip":       func() string { return fresh("drip") },
+	}
+	pools := map[string][]string{}
+	for name, gen := range gens {
+		n := pool
+		if name == "drip" {
+			n = 64
+		}
+		for range n {
+			pools[name] = append(pools[name], gen())
+		}
+	}
+	var users atomic.Int64
+	return map[string]func(context.Context, int) int{
+		// Session JWTs whose delegation the huge junk key would verify: at
+		// the endpoint and the join. A replay of the same bytes is the
+		// cheapest attack; fresh jtis each time are the costlier one.
+		"junk key (endpoint)": func(ctx context.Context, n int) int {
+			status, _, _ := sendSession(ctx, client, base(n), pools["endpoint"][n%len(pools["endpoint"])], `{"ref":"op_x.y"}`, "")
+			return status
+		},
+		"junk key (join)": func(ctx context.Context, n int) int {
+			status, _ := postForm(ctx, client, base(n)+"/poppy/join", url.Values{"assertion": {pools["join"][n%len(pools["join"])]}})
+			return status
+		},
+		// A properly signed delegation whose cnf.jwk is the huge junk
+		// key, and a Session JWT with a garbage RS256 signature under it.
+		"junk key in cnf.jwk": func(ctx context.Context, n int) int {
+			status, _, _ := sendSession(ctx, client, base(n), pools["cnf"][n%len(pools["cnf"])], `{"ref":"op_x.y"}`, "")
 			return status
 		},
 		// Thousands of made-up client_ids, each a fetch and a failure.
 		"many client_ids": func(ctx context.Context, n int) int {
-			k, err := identity.NewAgentKeys(fmt.Sprintf("%s/junk/%d-%d", a.server.URL, time.Now().UnixNano(), n), "ES256")
-			if err != nil {
-				return 0
-			}
-			d, _ := k.Delegate(time.Hour)
-			jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
-			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			status, _, _ := sendSession(ctx, client, base(n), pools["client_ids"][n%len(pools["client_ids"])], `{"ref":"op_x.y"}`, "")
 			return status
 		},
 		// Agents whose metadata drips in a byte at a time.
 		"slow-drip agents": func(ctx context.Context, n int) int {
-			k, _ := identity.NewAgentKeys(fmt.Sprintf("%s/drip/%d-%d", a.server.URL, time.Now().UnixNano(), n), "ES256")
-			d, _ := k.Delegate(time.Hour)
-			jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
-			status, _, _ := sendSession(ctx, client, base(n), jwt, `{"ref":"op_x.y"}`, "")
+			status, _, _ := sendSession(ctx, client, base(n), pools["drip"][n%len(pools["drip"])], `{"ref":"op_x.y"}`, "")
 			return status
 		},
 		// One agent minting Users, each asking for new actions.

@@ -52,24 +52,25 @@ import (
 
 func main() {
 	var (
-		storeKind = flag.String("store", "redis", "redis (embedded miniredis unless -redis) or memory (then -servers is 1)")
-		redisURL  = flag.String("redis", "", "a Redis URL to use instead of an embedded miniredis")
-		servers   = flag.Int("servers", 4, "web servers sharing the store")
-		browsers  = flag.Int("browsers", 200, "joined browsers, one operation each")
-		repeats   = flag.Int("repeats", 8, "concurrent repeats of each approved request")
-		ordinary  = flag.Int("ordinary", 5000, "requests from ordinary browsers")
-		workers   = flag.Int("concurrency", 32, "requests in flight at once")
-		limit     = flag.Duration("timeout", 2*time.Minute, "stop after this long whatever happens")
-		ceiling   = flag.Bool("ceiling", false, "measure the store against redis-benchmark's EVALSHA ceiling (starts a redis-server unless -redis)")
-		duration  = flag.Duration("duration", 2*time.Second, "-ceiling: length of each throughput measurement (3 rounds); -hostile: each phase")
-		memOps    = flag.Int("ops", 100_000, "-ceiling: performed operations measured for bytes per operation")
-		durable   = flag.String("durability", "", "the store's durability: disk, replicas 1, none (default: none on miniredis, disk on -redis)")
-		faults    = flag.Bool("faults", false, "run the fault suite on redis-server processes it starts (faults.go)")
-		short     = flag.Bool("short", false, "-faults: the short version CI runs")
-		only      = flag.String("only", "", "-faults: only the scenarios whose key contains this: kill, older, stall, replica none, replica durable, cluster, web server, lost reply")
-		hostile   = flag.Bool("hostile", false, "legitimate traffic quiet and under attack (hostile.go)")
-		port      = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
-		redisAddr = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
+		storeKind  = flag.String("store", "redis", "redis (embedded miniredis unless -redis) or memory (then -servers is 1)")
+		redisURL   = flag.String("redis", "", "a Redis URL to use instead of an embedded miniredis")
+		servers    = flag.Int("servers", 4, "web servers sharing the store")
+		browsers   = flag.Int("browsers", 200, "joined browsers, one operation each")
+		repeats    = flag.Int("repeats", 8, "concurrent repeats of each approved request")
+		ordinary   = flag.Int("ordinary", 5000, "requests from ordinary browsers")
+		workers    = flag.Int("concurrency", 32, "requests in flight at once")
+		limit      = flag.Duration("timeout", 2*time.Minute, "stop after this long whatever happens")
+		ceiling    = flag.Bool("ceiling", false, "measure the store against redis-benchmark's EVALSHA ceiling (starts a redis-server unless -redis)")
+		duration   = flag.Duration("duration", 2*time.Second, "-ceiling: length of each throughput measurement (3 rounds); -hostile: each phase")
+		memOps     = flag.Int("ops", 100_000, "-ceiling: performed operations measured for bytes per operation")
+		durable    = flag.String("durability", "", "the store's durability: disk, replicas 1, none (default: none on miniredis, disk on -redis)")
+		faults     = flag.Bool("faults", false, "run the fault suite on redis-server processes it starts (faults.go)")
+		short      = flag.Bool("short", false, "-faults: the short version CI runs")
+		only       = flag.String("only", "", "-faults: only the scenarios whose key contains this: kill, older, stall, replica none, replica durable, cluster, web server, lost reply")
+		hostile    = flag.Bool("hostile", false, "legitimate traffic quiet and under attack (hostile.go)")
+		attackRate = flag.Float64("attack-rate", 50, "-hostile: each attacker's requests per second (0: as fast as it can)")
+		port       = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
+		redisAddr  = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
 	)
 	flag.Parse()
 	// Ctrl-C cancels the run, so that every server it started is stopped.
@@ -94,7 +95,7 @@ func main() {
 		return
 	}
 	if *hostile {
-		res, err := runHostile(ctx, hostileConfig{redisURL: *redisURL, duration: *duration, browsers: 16, out: os.Stdout})
+		res, err := runHostile(ctx, hostileConfig{redisURL: *redisURL, duration: *duration, browsers: 16, attackRate: *attackRate, rounds: 3, out: os.Stdout})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "load -hostile:", err)
 			os.Exit(1)

@@ -96,7 +96,7 @@ func TestHostileShort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := runHostile(ctx, hostileConfig{duration: time.Second, browsers: 4, out: &out})
+	res, err := runHostile(ctx, hostileConfig{duration: time.Second, browsers: 4, attackRate: 50, rounds: 1, out: &out})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
