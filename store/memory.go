@@ -58,6 +58,11 @@ type Memory struct {
 // NewMemory returns an empty Memory with DefaultRetention.
 func NewMemory() *Memory { return &Memory{} }
 
+var _ InProcess = (*Memory)(nil)
+
+// InProcess reports true: Memory never waits on I/O (see [InProcess]).
+func (m *Memory) InProcess() bool { return true }
+
 var (
 	_ Store      = (*Memory)(nil)
 	_ Reconciler = (*Memory)(nil)

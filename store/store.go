@@ -305,6 +305,15 @@ type Issued struct {
 // reported as a result (not found), never as an error: errors are for the
 // store itself failing (unreachable, timed out), and a gated request that
 // meets one performs nothing (fail closed).
+// InProcess is implemented by a store whose calls never wait on I/O and
+// return at once when their context is done, such as [Memory]. A caller
+// that bounds every call with a deadline (the kit's StoreTimeout) calls
+// such a store directly, without a goroutine to abandon a stalled call.
+type InProcess interface {
+	Store
+	InProcess() bool
+}
+
 type Store interface {
 	// Issue returns the operation for owner's action: the current operation
 	// for the action key while it is neither performing nor performed (W19,

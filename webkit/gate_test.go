@@ -1165,6 +1165,12 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
+// InProcess is the counted store's: counting adds no waiting.
+func (c *countingStore) InProcess() bool {
+	p, ok := c.Store.(store.InProcess)
+	return ok && p.InProcess()
+}
+
 func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, o, a, now)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/pages"
@@ -121,6 +123,8 @@ type Kit struct {
 	// seal encrypts the waiting page's handle on its ref (W64).
 	seal     handleSeal
 	sealOnce sync.Once
+	// wrapped is the store the kit calls (see store()).
+	wrapped atomic.Pointer[wrappedStore]
 	// err is what New found wrong with its keys (Check).
 	err error
 	// zeroSessions are the join cookies of a Kit built without New.
@@ -231,12 +235,39 @@ func (k *Kit) store() store.Store {
 		defaultStoreOnce.Do(func() { defaultStore = store.NewMemory() })
 		s = defaultStore
 	}
-	// Each call has its own deadline, so failing closed takes bounded time.
-	s = WithStoreTimeout(s, k.storeTimeout())
-	if k.Observer != nil { // each step's latency and errors
-		return observedStore{Store: s, s: s, o: k.Observer}
+	d, o := k.storeTimeout(), k.Observer
+	// The wrapped store is kept while the fields it was made of stay the
+	// same: wrapping on every call cost allocations on every request.
+	if w := k.wrapped.Load(); w != nil && w.d == d && same(w.base, s) && same(w.o, o) {
+		return w.s
 	}
-	return s
+	w := &wrappedStore{base: s, d: d, o: o}
+	// Each call has its own deadline, so failing closed takes bounded time.
+	w.s = WithStoreTimeout(s, d)
+	if o != nil { // each step's latency and errors
+		w.s = observedStore{Store: w.s, s: w.s, o: o}
+	}
+	k.wrapped.Store(w)
+	return w.s
+}
+
+// wrappedStore is Kit.Store with the kit's deadline and Observer, and what
+// it was made of.
+type wrappedStore struct {
+	base store.Store
+	d    time.Duration
+	o    Observer
+	s    store.Store
+}
+
+// same reports whether a and b are the same value, without panicking on
+// values of types that can't be compared.
+func same(a, b any) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }
 
 func (k *Kit) sessions() Sessions {

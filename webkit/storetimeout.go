@@ -38,7 +38,11 @@ func WithStoreTimeout(s store.Store, d time.Duration) store.Store {
 	if t, ok := s.(timedStore); ok {
 		s = t.s
 	}
-	return timedStore{Store: s, s: s, d: d}
+	// The memory store never waits on I/O, and refuses a call whose
+	// context is done: it needs no goroutine to be abandoned.
+	p, ok := s.(store.InProcess)
+	inline := ok && p.InProcess()
+	return timedStore{Store: s, s: s, d: d, inline: inline}
 }
 
 // timedStore bounds each call of s by d. It embeds the store, so that a
@@ -46,8 +50,9 @@ func WithStoreTimeout(s store.Store, d time.Duration) store.Store {
 // listed here).
 type timedStore struct {
 	store.Store
-	s store.Store
-	d time.Duration
+	s      store.Store
+	d      time.Duration
+	inline bool // calls of s return promptly by themselves
 }
 
 // bounded runs f with a deadline of d, and returns at the deadline even if
@@ -81,10 +86,16 @@ func bounded[T any](ctx context.Context, d time.Duration, name string, f func(co
 }
 
 func (t timedStore) Issue(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+	if t.inline {
+		return t.s.Issue(ctx, owner, a, now)
+	}
 	return bounded(ctx, t.d, "issue", func(ctx context.Context) (store.Issued, error) { return t.s.Issue(ctx, owner, a, now) })
 }
 
 func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+	if t.inline {
+		return t.s.Take(ctx, owner, a, now)
+	}
 	return bounded(ctx, t.d, "take", func(ctx context.Context) (store.TakeResult, error) { return t.s.Take(ctx, owner, a, now) })
 }
 
@@ -92,6 +103,9 @@ func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, n
 	type found struct {
 		rec store.Record
 		ok  bool
+	}
+	if t.inline {
+		return t.s.Lookup(ctx, owner, ref, now)
 	}
 	f, err := bounded(ctx, t.d, "lookup", func(ctx context.Context) (found, error) {
 		rec, ok, err := t.s.Lookup(ctx, owner, ref, now)
@@ -101,16 +115,25 @@ func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, n
 }
 
 func (t timedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+	if t.inline {
+		return t.s.Record(ctx, owner, ref, a, now, opts)
+	}
 	return bounded(ctx, t.d, "record", func(ctx context.Context) (store.RecordReply, error) {
 		return t.s.Record(ctx, owner, ref, a, now, opts)
 	})
 }
 
 func (t timedStore) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+	if t.inline {
+		return t.s.Release(ctx, owner, token, now)
+	}
 	return bounded(ctx, t.d, "release", func(ctx context.Context) (bool, error) { return t.s.Release(ctx, owner, token, now) })
 }
 
 func (t timedStore) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	if t.inline {
+		return t.s.UseOnce(ctx, key, until, now)
+	}
 	return bounded(ctx, t.d, "use once", func(ctx context.Context) (bool, error) { return t.s.UseOnce(ctx, key, until, now) })
 }
 
