@@ -140,7 +140,10 @@ func NewMount(c Config) (*Mount, error) {
 	if resolver == nil {
 		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: kit.Clock}
 	}
-	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: kit.Store, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
+	// The jti check is a store call like the others: it has the kit's
+	// StoreTimeout, so a stalled store answers 503 in bounded time.
+	replay := webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout)
+	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
 	m.Endpoint = New(kit, IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	m.Endpoint.Decline = c.Decline
 	m.Join = &webkit.Join{Kit: kit, URL: origin + m.joinPath, Verifier: verifier, AccessTokens: c.AccessTokens}
