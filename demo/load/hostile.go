@@ -54,6 +54,7 @@ type hostileResult struct {
 	quiet, attacked     phaseStats
 	attacks             map[string]map[int]int // attack → status → count
 	legit5xx, attack5xx int
+	legit429            int // legitimate requests refused by a cap
 }
 
 type phaseStats struct {
@@ -129,12 +130,13 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 	defer client.CloseIdleConnections()
 
-	// Several legitimate agents, as a website has: one agent doing all the
-	// legitimate work would meet the store's cap of open operations per
-	// agent (DefaultMaxOpenPerAgent within a revision's lifetime) in this
-	// run, and its 429s would blur what the attackers cost.
+	// One legitimate agent per browser, as a website has many: fewer
+	// agents doing all the legitimate work would meet the store's cap of
+	// open operations per agent (DefaultMaxOpenPerAgent, counted over a
+	// revision's lifetime) in this run, and their quick 429s would blur
+	// what the attackers cost. Legitimate 429s are counted apart.
 	var legit []*hostileAgent
-	for k := range 4 {
+	for k := range c.browsers {
 		a, err := newHostileAgent(fmt.Sprint("legit-", k))
 		if err != nil {
 			return res, err
@@ -245,8 +247,9 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		fmt.Fprintf(c.out, "attack %-29s %s\n", name, strings.Join(answers, " "))
 	}
 	ratio := float64(res.attacked.p99) / float64(max(res.quiet.p99, 1))
-	fmt.Fprintf(c.out, "hostile: p99 %.2f× quiet (target ≤ 2), throughput %.2f× quiet (the attackers run on the same cores), legitimate 5xx %d, attackers' unexpected 5xx %d\n",
-		ratio, res.attacked.rate/max(res.quiet.rate, 1), res.legit5xx, res.attack5xx)
+	res.legit429 = res.quiet.statuses[429] + res.attacked.statuses[429]
+	fmt.Fprintf(c.out, "hostile: p99 %.2f× quiet (target ≤ 2), throughput %.2f× quiet (the attackers run on the same cores), legitimate 5xx %d, legitimate 429 %d, attackers' unexpected 5xx %d\n",
+		ratio, res.attacked.rate/max(res.quiet.rate, 1), res.legit5xx, res.legit429, res.attack5xx)
 	return res, nil
 }
 

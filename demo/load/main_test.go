@@ -101,8 +101,8 @@ func TestHostileShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.legit5xx != 0 || res.attack5xx != 0 {
-		t.Errorf("legitimate 5xx %d, attackers' unexpected 5xx %d", res.legit5xx, res.attack5xx)
+	if res.legit5xx != 0 || res.attack5xx != 0 || res.legit429 != 0 {
+		t.Errorf("legitimate 5xx %d, legitimate 429 %d, attackers' unexpected 5xx %d", res.legit5xx, res.legit429, res.attack5xx)
 	}
 	if res.quiet.statuses[200] == 0 || res.attacked.statuses[200] == 0 {
 		t.Errorf("nothing performed: quiet %v, under attack %v", res.quiet.statuses, res.attacked.statuses)
