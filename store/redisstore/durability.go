@@ -142,13 +142,26 @@ func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error 
 	if s.durability.Mode != DurableDisk || n.waitAOF() {
 		return nil
 	}
-	if !n.checked.IsZero() && time.Since(n.checked) < AOFRecheck {
+	// A good verdict holds for AOFRecheck; a bad one for a second, so that
+	// claims resume soon after the configuration is fixed.
+	if !n.checked.IsZero() && (n.checkErr == nil && time.Since(n.checked) < AOFRecheck ||
+		n.checkErr != nil && time.Since(n.checked) < time.Second) {
 		return n.checkErr
 	}
-	n.checkErr = checkAOFAlways(ctx, c)
-	n.checked = time.Now()
-	return n.checkErr
+	err := checkAOFAlways(ctx, c)
+	var v verdict
+	if err != nil && !errors.As(err, &v) {
+		return err // the server didn't answer: no verdict to keep
+	}
+	n.checkErr, n.checked = err, time.Now()
+	return err
 }
+
+// verdict is what checkAOFAlways found wrong with a server's settings (as
+// opposed to not reaching it).
+type verdict string
+
+func (v verdict) Error() string { return string(v) }
 
 // checkAOFAlways verifies that the server fsyncs its AOF before each reply.
 func checkAOFAlways(ctx context.Context, c *redis.Client) error {
@@ -160,13 +173,13 @@ func checkAOFAlways(ctx context.Context, c *redis.Client) error {
 	}
 	info := inf.Val()
 	if infoField(info, "aof_enabled") != "1" {
-		return errors.New("AOF is off (appendonly no): a claim is not on disk before the action runs")
+		return verdict("AOF is off (appendonly no): a claim is not on disk before the action runs")
 	}
 	if st := infoField(info, "aof_last_write_status"); st != "" && st != "ok" {
-		return fmt.Errorf("the AOF's last write failed (aof_last_write_status %s)", st)
+		return verdict(fmt.Sprintf("the AOF's last write failed (aof_last_write_status %s)", st))
 	}
 	if p := cfg.Val()["appendfsync"]; p != "always" {
-		return fmt.Errorf("appendfsync is %q, not always: before Redis 7.2 (no WAITAOF) only always puts a claim on disk before the reply", p)
+		return verdict(fmt.Sprintf("appendfsync is %q, not always: before Redis 7.2 (no WAITAOF) only always puts a claim on disk before the reply", p))
 	}
 	return nil
 }

@@ -139,3 +139,26 @@ func TestCheck(t *testing.T) {
 		t.Errorf("DurableDisk Take on miniredis: %v, want ErrNotDurable", err)
 	}
 }
+
+// A store that found appendfsync wrong claims again about a second after it
+// is fixed, without a restart.
+func TestDurableDiskRecovers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	if err := c.ConfigSet(t.Context(), "appendfsync", "everysec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	st := redisstore.New(c, redisstore.Options{})
+	a, _ := approvedAction(t, st, "k")
+	if _, err := st.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, store.ErrNotDurable) {
+		t.Fatalf("everysec: %v, want ErrNotDurable", err)
+	}
+	if err := c.ConfigSet(t.Context(), "appendfsync", "always").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the bad verdict is kept a second
+	if res, err := st.Take(t.Context(), owner, a, at(2*time.Second)); err != nil || res.Claim == nil {
+		t.Fatalf("always again: %+v, %v", res, err)
+	}
+}
