@@ -43,7 +43,10 @@ type ceilingConfig struct {
 	memoryOps int           // performed operations for bytes/op
 	approvals int           // approval requests (and bare checks) timed
 	rounds    int           // each throughput figure is the best of this many
-	out       *bytes.Buffer // nil: stdout
+	// durabilityClaims is how many claims are timed in each durability
+	// mode (only on servers the tool starts); 0 skips it.
+	durabilityClaims int
+	out              *bytes.Buffer // nil: stdout
 }
 
 // ceilingResult is what the last line reports, for tests.
@@ -66,6 +69,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 	var opts *redis.Options
+	var procs *redistest.Procs // the servers the tool started; nil with -redis
 	where := ""
 	if c.redisURL != "" {
 		o, err := redis.ParseURL(c.redisURL)
@@ -74,7 +78,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 		opts, where = o, "at "+o.Addr
 	} else {
-		procs, err := redistest.NewProcs()
+		var err error
+		procs, err = redistest.NewProcs()
 		if err != nil {
 			return res, err
 		}
@@ -246,6 +251,13 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	res.approvalRatio = float64(approval) / float64(bare)
 	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
 		approval.Round(100*time.Nanosecond), bare.Round(100*time.Nanosecond), res.approvalRatio)
+
+	// What each durability mode adds to a claim, on servers of its own.
+	if procs != nil && c.durabilityClaims > 0 {
+		if err := durabilityCost(ctx, procs, c.durabilityClaims, say); err != nil {
+			return res, fmt.Errorf("durability: %w", err)
+		}
+	}
 
 	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
 		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp)
@@ -574,4 +586,79 @@ func bareChecks(jwt string, jwks []byte) ([]sigCheck, error) {
 		return nil, errors.New("not ES256 keys and signatures")
 	}
 	return []sigCheck{{ak, dmsg, dsig}, {dk, msg, sig}}, nil
+}
+
+// durabilityCost times n claiming Takes, one at a time, in each durability
+// mode: "none" on a server without persistence, "disk" on one with
+// appendfsync always (its AOF in the system's temporary directory, so on
+// that disk), "replicas 1" on a master with one replica, and says what
+// each adds over "none".
+func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, say func(string, ...any)) error {
+	plain, err := redistest.StartArgs(procs)
+	if err != nil {
+		return err
+	}
+	defer plain.Stop()
+	disk, err := redistest.StartArgs(procs, aofAlways...)
+	if err != nil {
+		return err
+	}
+	defer disk.Stop()
+	master, err := redistest.StartArgs(procs)
+	if err != nil {
+		return err
+	}
+	defer master.Stop()
+	replica, err := redistest.StartReplica(procs, master)
+	if err != nil {
+		return err
+	}
+	defer replica.Stop()
+	var base time.Duration
+	for _, m := range []struct {
+		mode string
+		addr string
+	}{{"none", plain.Addr}, {"disk", disk.Addr}, {"replicas 1", master.Addr}} {
+		opts, _ := durability(m.mode)
+		cl := redisClient(m.addr)
+		st := redisstore.New(cl, opts)
+		owner := store.Owner{Agent: "https://agent.example/durability", User: "usr_d"}
+		var claims []time.Duration
+		for i := range n {
+			a := store.Action{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
+			now := time.Now()
+			r, err := st.Take(ctx, owner, a, now)
+			if err != nil || r.Issued == nil {
+				cl.Close()
+				return fmt.Errorf("%s: take: %+v, %v", m.mode, r, err)
+			}
+			if _, err := st.Record(ctx, owner, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
+				cl.Close()
+				return fmt.Errorf("%s: record: %v", m.mode, err)
+			}
+			t := time.Now()
+			r, err = st.Take(ctx, owner, a, now)
+			claims = append(claims, time.Since(t))
+			if err != nil || r.Claim == nil {
+				cl.Close()
+				return fmt.Errorf("%s: claim: %+v, %v", m.mode, r, err)
+			}
+			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+				cl.Close()
+				return fmt.Errorf("%s: finish: %v", m.mode, err)
+			}
+		}
+		cl.Close()
+		slices.Sort(claims)
+		p50, p99 := claims[len(claims)/2], claims[min(len(claims)-1, len(claims)*99/100)]
+		extra := ""
+		if m.mode == "none" {
+			base = p50
+		} else {
+			extra = fmt.Sprintf(", +%v at p50 over none", (p50 - base).Round(time.Microsecond))
+		}
+		say("durability %-10s claim (Take that claims) p50 %v, p99 %v over %d claims%s\n",
+			m.mode, p50.Round(time.Microsecond), p99.Round(time.Microsecond), n, extra)
+	}
+	return nil
 }

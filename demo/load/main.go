@@ -111,7 +111,7 @@ func main() {
 			ctx, cancel = context.WithTimeout(sigCtx, 10*time.Minute)
 			defer cancel()
 		}
-		if _, err := runCeiling(ctx, ceilingConfig{redisURL: *redisURL, duration: *duration, memoryOps: *memOps, approvals: 2000, rounds: 3}); err != nil {
+		if _, err := runCeiling(ctx, ceilingConfig{redisURL: *redisURL, duration: *duration, memoryOps: *memOps, approvals: 2000, rounds: 3, durabilityClaims: 1000}); err != nil {
 			fmt.Fprintln(os.Stderr, "load -ceiling:", err)
 			os.Exit(1)
 		}

@@ -37,7 +37,7 @@ func TestCeilingSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 500, approvals: 30, rounds: 1, out: &out})
+	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 500, approvals: 30, rounds: 1, durabilityClaims: 20, out: &out})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +45,11 @@ func TestCeilingSmall(t *testing.T) {
 	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "bytes/op": res.bytesPerOp} {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v", name, v)
+		}
+	}
+	for _, mode := range []string{"none", "disk", "replicas 1"} {
+		if !strings.Contains(out.String(), "durability "+mode+" ") {
+			t.Errorf("no claim cost for durability %s", mode)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
