@@ -22,43 +22,63 @@ type IdentityAuthenticator struct {
 	AccessTokens identity.AccessTokens
 }
 
-// Authenticate implements Authenticator.
+// Authenticate implements Authenticator: the Session JWT's jti is used up.
 func (a IdentityAuthenticator) Authenticate(ctx context.Context, r *http.Request) (webkit.Session, error) {
+	s, _, err := a.authenticate(ctx, r, false)
+	return s, err
+}
+
+// AuthenticateDeferred implements DeferredAuthenticator: the Session JWT's
+// jti is returned, for the endpoint to use up in the same store step as
+// the approval the request records.
+func (a IdentityAuthenticator) AuthenticateDeferred(ctx context.Context, r *http.Request) (webkit.Session, Replay, error) {
+	return a.authenticate(ctx, r, true)
+}
+
+func (a IdentityAuthenticator) authenticate(ctx context.Context, r *http.Request, deferReplay bool) (webkit.Session, Replay, error) {
 	values := r.Header.Values(webkit.HeaderSession)
 	if len(values) != 1 || values[0] == "" {
-		return webkit.Session{}, fmt.Errorf("%w: exactly one Poppy-Session header is required", ErrUnauthenticated)
+		return webkit.Session{}, Replay{}, fmt.Errorf("%w: exactly one Poppy-Session header is required", ErrUnauthenticated)
 	}
 	var token string
 	if len(r.Header.Values("Authorization")) > 0 {
 		t, err := identity.ParseAuthorization(r.Header)
 		if err != nil {
-			return webkit.Session{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+			return webkit.Session{}, Replay{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 		}
 		token = t
 	}
-	s, err := a.Verifier.VerifySession(ctx, values[0], token) // also checks ath against the token
+	verify := a.Verifier.VerifySession
+	if deferReplay {
+		verify = a.Verifier.CheckSession
+	}
+	s, err := verify(ctx, values[0], token) // also checks ath against the token
 	if err != nil {
-		return webkit.Session{}, classify(err, ErrUnauthenticated)
+		return webkit.Session{}, Replay{}, classify(err, ErrUnauthenticated)
 	}
 	session := webkit.Session{ID: s.SID, Agent: s.ClientID, User: s.User}
+	var replay Replay
+	if deferReplay {
+		replay = Replay{Key: s.ReplayKey, Until: s.ReplayUntil}
+	}
 	if token == "" {
-		return session, nil
+		return session, replay, nil
 	}
 	if a.AccessTokens == nil {
-		return webkit.Session{}, fmt.Errorf("%w: this website accepts no access tokens", ErrInvalidToken)
+		return webkit.Session{}, Replay{}, fmt.Errorf("%w: this website accepts no access tokens", ErrInvalidToken)
 	}
 	at, err := a.AccessTokens.VerifyAccessToken(ctx, token)
 	if err != nil {
-		return webkit.Session{}, classify(err, ErrInvalidToken)
+		return webkit.Session{}, Replay{}, classify(err, ErrInvalidToken)
 	}
 	if err := identity.CheckAccessToken(s, at); err != nil {
-		return webkit.Session{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		return webkit.Session{}, Replay{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if at.Account == "" {
-		return webkit.Session{}, fmt.Errorf("%w: the access token names no account (sub)", ErrInvalidToken)
+		return webkit.Session{}, Replay{}, fmt.Errorf("%w: the access token names no account (sub)", ErrInvalidToken)
 	}
 	session.Account = at.Account
-	return session, nil
+	return session, replay, nil
 }
 
 // classify maps identity's two failures to the endpoint's: keys or replay

@@ -135,7 +135,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	session, err := e.Auth.Authenticate(r.Context(), r) // W70
+	session, replay, err := e.authenticate(r) // W70
 	switch {
 	case errors.Is(err, ErrUnavailable):
 		e.log().Warn("opsgate endpoint: cannot verify the Session now", "err", err)
@@ -152,13 +152,23 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner := session.Owner()
+	if replay.Key != "" {
+		replay.Key = store.OnceKey(owner, replay.Key)
+	}
 
 	values := r.Header.Values(webkit.HeaderApproval)
+	approval, ignored, err := webkit.ParseApprovalReport(values)
+	if len(values) == 0 || err != nil {
+		// A lookup, or a malformed approval: the token is used up first,
+		// in a step of its own (an approval's is used up with its record).
+		if !e.useReplay(w, r.Context(), replay) {
+			return
+		}
+	}
 	if len(values) == 0 {
 		e.lookup(w, r.Context(), owner, ref)
 		return
 	}
-	approval, ignored, err := webkit.ParseApprovalReport(values)
 	if err != nil { // W78, W84: nothing recorded
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
@@ -166,7 +176,54 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, m := range ignored { // W82, W83: treated as absent, never refused
 		e.log().Info("opsgate endpoint: ignored a malformed optional member of Poppy-Approval", "member", m.Member, "reason", m.Err.Error())
 	}
-	e.approve(w, r.Context(), session, ref, approval)
+	e.approve(w, r.Context(), session, ref, approval, replay)
+}
+
+// Replay is a request's single-use key (a Session JWT's jti) that its
+// Authenticator left for the endpoint to use up, until Until.
+type Replay struct {
+	Key   string
+	Until time.Time
+}
+
+// DeferredAuthenticator is an Authenticator that can leave the request's
+// single-use key to the endpoint, which uses it up in the same store step
+// as the approval it records (store.RecordOptions.Once), or on its own
+// before a lookup: the approval request then costs one store round trip,
+// and a replay is still refused before anything is recorded.
+// IdentityAuthenticator is one.
+type DeferredAuthenticator interface {
+	Authenticator
+	// AuthenticateDeferred is Authenticate without using up the request's
+	// single-use key, which it returns instead.
+	AuthenticateDeferred(ctx context.Context, r *http.Request) (webkit.Session, Replay, error)
+}
+
+func (e *Endpoint) authenticate(r *http.Request) (webkit.Session, Replay, error) {
+	if d, ok := e.Auth.(DeferredAuthenticator); ok {
+		return d.AuthenticateDeferred(r.Context(), r)
+	}
+	s, err := e.Auth.Authenticate(r.Context(), r)
+	return s, Replay{}, err
+}
+
+// useReplay uses up the request's single-use key on its own; false when the
+// request was answered (a replay, or the store down).
+func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay Replay) bool {
+	if replay.Key == "" {
+		return true
+	}
+	first, err := e.Store.UseOnce(ctx, replay.Key, replay.Until, e.now())
+	switch {
+	case err != nil:
+		e.storeDown(w, err)
+		return false
+	case !first:
+		note(w, "unauthenticated", "replay")
+		writeInvalidSession(w) // the token was used before
+		return false
+	}
+	return true
 }
 
 // lookup answers a ref without an approval (§4, §6 "Looking up an approved
@@ -230,13 +287,19 @@ func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
 
 // approve makes checks 1–3 and records the approval (§6 "What the Company
 // checks"): the store answers as the first failing check says (W111).
-func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a webkit.Approval) {
+func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a webkit.Approval, replay Replay) {
 	owner := session.Owner()
 	statement := a.Statement()
 	now := e.now()
+	// The request's single-use key is used up by the first Record, before
+	// its checks: a replay records nothing.
+	once := store.RecordOptions{Once: replay.Key, OnceUntil: replay.Until}
 	if e.Decline != nil {
 		// W124: the website declines only once checks 1–3 pass.
-		reply, err := e.Store.Record(ctx, owner, ref, statement, now, store.RecordOptions{CheckOnly: true})
+		checks := once
+		checks.CheckOnly = true
+		once = store.RecordOptions{}
+		reply, err := e.Store.Record(ctx, owner, ref, statement, now, checks)
 		if err != nil {
 			e.storeDown(w, err)
 			return
@@ -253,7 +316,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 	}
-	reply, err := e.Store.Record(ctx, owner, ref, statement, now, store.RecordOptions{})
+	reply, err := e.Store.Record(ctx, owner, ref, statement, now, once)
 	if err != nil {
 		e.storeDown(w, err)
 		return
@@ -277,6 +340,9 @@ func (e *Endpoint) answer(w http.ResponseWriter, ref string, a webkit.Approval, 
 		note(w, "refused", "check1")
 	}
 	switch reply.Result {
+	case store.Replayed: // the Session JWT was used before: nothing recorded
+		note(w, "unauthenticated", "replay")
+		writeInvalidSession(w)
 	case store.Recorded, store.AlreadyRecorded: // W90, W91; §7 the same answer again
 		w.WriteHeader(http.StatusNoContent)
 	case store.SignInRequired: // W44 (check 1)

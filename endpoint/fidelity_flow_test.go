@@ -1,6 +1,7 @@
 package endpoint_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -99,5 +100,87 @@ func TestForgedSessionJWT(t *testing.T) {
 	}
 	if res := b.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusForbidden || runs.Load() != 0 {
 		t.Fatalf("W148: the browser's repeat performed: %d, runs %d", res.StatusCode, runs.Load())
+	}
+}
+
+// countingStore counts the store steps the endpoint takes.
+type countingStore struct {
+	store.Store
+	steps atomic.Int32
+}
+
+func (c *countingStore) Record(ctx context.Context, o store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+	c.steps.Add(1)
+	return c.Store.Record(ctx, o, ref, a, now, opts)
+}
+
+func (c *countingStore) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	c.steps.Add(1)
+	return c.Store.UseOnce(ctx, key, until, now)
+}
+
+func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+	c.steps.Add(1)
+	return c.Store.Lookup(ctx, o, ref, now)
+}
+
+// The approval request uses up its Session JWT's jti in the same store step
+// as the approval it records: one round trip, and a replay, whether of a
+// lookup's token or an approval's, is refused with nothing recorded, on
+// every web server sharing the store.
+func TestReplayFusedWithRecord(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			_, client := open(t)
+			key := tokenKey(t)
+			var runs atomic.Int32
+			c1, c2 := &countingStore{Store: client()}, &countingStore{Store: client()}
+			s1, s2 := newShop(t, c1, key, &runs), newShop(t, c2, key, &runs)
+			a := newAgent(t)
+			b := joinBrowser(t, s1, a, "ses_1", "usr_1", "", `"operations";v="3"`)
+			r := ref(t, b.exchange(s1, "ord_1", "S"), "ses_1")
+			_, body, _ := a.call(t, s1, r, agentRequest{sid: "ses_1", user: "usr_1"})
+			op := body["operation"].(map[string]any)
+
+			// A lookup's token can't carry an approval afterwards.
+			look := agentRequest{sid: "ses_1", user: "usr_1", jti: "jti-lookup"}
+			if status, _, _ := a.call(t, s1, r, look); status != 403 {
+				t.Fatalf("lookup: %d", status)
+			}
+			look.approval = userApproval(op)
+			if status, body, h := a.call(t, s2, r, look); status != 401 || body["error"] != "invalid_session" || h.Get("WWW-Authenticate") == "" {
+				t.Fatalf("approval with a lookup's token: %d %v", status, body)
+			}
+			if status, _, _ := a.call(t, s1, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 403 {
+				t.Fatalf("the replayed approval was recorded: %d", status)
+			}
+
+			// The approval request: one store step.
+			c1.steps.Store(0)
+			q := agentRequest{sid: "ses_1", user: "usr_1", jti: "jti-approve", approval: userApproval(op)}
+			if status, body, _ := a.call(t, s1, r, q); status != 204 {
+				t.Fatalf("approval: %d %v", status, body)
+			}
+			if n := c1.steps.Load(); n != 1 {
+				t.Errorf("the approval request took %d store steps, want 1 (the jti used up in Record's step)", n)
+			}
+			// Its token again, at the other server, with or without the approval.
+			if status, body, _ := a.call(t, s2, r, q); status != 401 || body["error"] != "invalid_session" {
+				t.Fatalf("replayed approval: %d %v", status, body)
+			}
+			q.approval = ""
+			if status, body, _ := a.call(t, s2, r, q); status != 401 {
+				t.Fatalf("lookup with an approval's token: %d %v", status, body)
+			}
+			// A malformed approval uses its token up too.
+			bad := agentRequest{sid: "ses_1", user: "usr_1", jti: "jti-bad", approval: `operation_id=`}
+			if status, _, _ := a.call(t, s1, r, bad); status != 400 {
+				t.Fatalf("malformed approval: %d", status)
+			}
+			bad.approval = ""
+			if status, _, _ := a.call(t, s2, r, bad); status != 401 {
+				t.Fatalf("a malformed approval's token used again: %d", status)
+			}
+		})
 	}
 }

@@ -543,9 +543,12 @@ func TestJoin(t *testing.T) {
 func BenchmarkApproval(b *testing.B) {
 	for _, name := range []string{"memory", "redis"} {
 		b.Run(name, func(b *testing.B) {
-			var st store.Store = store.NewMemory()
+			// One operation per request for one owner: no cap of open ones.
+			m := store.NewMemory()
+			m.MaxOpenPerOwner = -1
+			var st store.Store = m
 			if name == "redis" {
-				st = redisstore.New(redistest.Start(b).Client(b), redisstore.Options{})
+				st = redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1})
 			}
 			var runs atomic.Int32
 			s := newShop(b, st, tokenKey(b), &runs)

@@ -643,6 +643,10 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{}, err
 	}
 	defer m.mu.Unlock()
+	// The request's single-use key first: a replay records nothing.
+	if opts.Once != "" && !m.useOnce(opts.Once, opts.OnceUntil, now) {
+		return RecordReply{Result: Replayed}, nil
+	}
 	slot := Slot(owner.Agent, owner.User)
 	id, op := m.refOp(slot, ref, now)
 	if op == nil {
@@ -727,16 +731,21 @@ func (m *Memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 		return false, err
 	}
 	defer m.mu.Unlock()
+	return m.useOnce(key, until, now), nil
+}
+
+// useOnce marks key used until until; false when it was already.
+func (m *Memory) useOnce(key string, until, now time.Time) bool {
 	if prev, ok := m.once.get(key); ok {
 		if !now.After(prev.until) {
-			return false, nil
+			return false
 		}
 		m.expiry.remove(prev)
 	}
 	t := &memTimer{until: until, kind: memKindOnce, key: memKey{slot: key}}
 	m.once.put(key, t)
 	m.expiry.add(t)
-	return true, nil
+	return true
 }
 
 // Performing implements Reconciler. The store holds an index of performing

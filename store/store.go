@@ -213,9 +213,13 @@ const (
 	// MaxApprovalsPerOperation approvals: nothing is recorded, and the
 	// answer is 429 {"error":"rate_limited"} with Retry-After.
 	RateLimited
+	// Replayed: RecordOptions.Once was used before: the request is a
+	// replay, refused before anything else (401 invalid_session), and
+	// nothing is recorded.
+	Replayed
 )
 
-var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired", "rate limited"}
+var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired", "rate limited", "replayed"}
 
 func (r RecordResult) String() string {
 	if r > 0 && int(r) < len(recordResultNames) {
@@ -226,6 +230,14 @@ func (r RecordResult) String() string {
 
 // RecordOptions change how Record works.
 type RecordOptions struct {
+	// Once, when not "", is a single-use key (the Session JWT's jti, made
+	// with OnceKey for the same owner) that Record uses up first, in the
+	// same atomic step, until OnceUntil: a key used before (by UseOnce or
+	// Record) answers Replayed and records nothing. The approval request
+	// then costs one round trip instead of two.
+	Once      string
+	OnceUntil time.Time
+
 	// CheckOnly makes the checks and records no approval, so that the
 	// website's decline hook can run after the checks pass (§6
 	// "Declining"). It may still issue a fresh revision (see W122 above).
@@ -363,6 +375,27 @@ type Store interface {
 // ErrClaimLost is returned by Finish for a claim that is no longer the
 // operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
+
+// OnceKey returns the single-use key for id (such as a JWT's jti) of a
+// request sent for owner's agent and User, for UseOnce and
+// RecordOptions.Once alike: a key marked by one is used up for the other.
+// It lives with the owner's records (on Redis, in their Cluster slot), so
+// that Record can use it up in the same step.
+func OnceKey(owner Owner, id string) string {
+	return "{" + Slot(owner.Agent, owner.User) + "}" + id
+}
+
+func SplitOnceKey(key string) (slot, id string, ok bool) {
+	if len(key) < 2 || key[0] != '{' {
+		return "", "", false
+	}
+	for i := 1; i < len(key); i++ {
+		if key[i] == '}' {
+			return key[1:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
 
 // ErrRateLimited is returned (wrapped) by Issue and Take when a new
 // operation would pass the owner's or the agent's cap of open operations:

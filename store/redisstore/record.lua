@@ -1,13 +1,22 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
--- KEYS: operation key.
+-- KEYS: operation key; the request's single-use key when ARGV[11] is set.
 -- ARGV: base, account, operation_id (of the ref), approval operation_id,
 --       approval revision, now, approval JSON, check only ('1' or '0'),
 --       random part of a fresh revision (see W122 below), the ref's
---       revision.
+--       revision, the single-use key's until ('' for none).
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op, base, acct, opID = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local apOp, apRev, now, approval, checkOnly = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+-- The request's single-use key (KEYS[2], until ARGV[11]), used up before
+-- anything else: a replayed request records nothing.
+if ARGV[11] and ARGV[11] ~= '' then
+  local used = redis.call('GET', KEYS[2])
+  if used and cmp(now, used) <= 0 then
+    return {'replayed'}
+  end
+  redis.call('SET', KEYS[2], ARGV[11], 'PX', int(ttl_ms(ARGV[11], now)))
+end
 local f = redis.call('HMGET', op, 'state', 'acct', 'akey', 'cur', 'k', 't:' .. ARGV[10])
 local state, owner, akey, cur = f[1], f[2], f[3], f[4]
 if not state or not owner or not akey or not cur or gone(f[5], now) then

@@ -368,9 +368,18 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	if opts.CheckOnly {
 		checkOnly = "1"
 	}
-	v, err := recordScript.Run(ctx, s.client, []string{base + "op:" + opID},
+	keys, once := []string{base + "op:" + opID}, ""
+	if opts.Once != "" {
+		// The request's single-use key, used up first in the same script.
+		k := s.onceKey(opts.Once)
+		if !strings.HasPrefix(k, base) {
+			return store.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by store.OnceKey for this owner")
+		}
+		keys, once = append(keys, k), ns(opts.OnceUntil)
+	}
+	v, err := recordScript.Run(ctx, s.client, keys,
 		base, owner.Account, opID, approval.OperationID, approval.Revision, ns(now),
-		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev).StringSlice()
+		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once).StringSlice()
 	if err != nil {
 		s.failed(err)
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
@@ -380,6 +389,8 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	}
 	var r store.RecordReply
 	switch v[0] {
+	case "replayed":
+		r.Result = store.Replayed
 	case "notfound":
 		r.Result = store.NotFound
 	case "signin":
@@ -533,14 +544,24 @@ func record(h map[string]string, opID string, now time.Time) (store.Record, bool
 	return rec, true
 }
 
+// onceKey is the Redis key of a single-use key: with its owner's records
+// for a key made by store.OnceKey (so Record can use it up in the same
+// script, on one Cluster slot), in a slot of its own otherwise.
+func (s *Store) onceKey(key string) string {
+	if slot, id, ok := store.SplitOnceKey(key); ok {
+		sum := sha256.Sum256([]byte(id))
+		return s.prefix + "{" + slot + "}:jti:" + base64.RawURLEncoding.EncodeToString(sum[:15])
+	}
+	sum := sha256.Sum256([]byte(key))
+	return s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
+}
+
 // UseOnce implements store.Store.
 func (s *Store) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("redisstore: use once: %w", err)
 	}
-	sum := sha256.Sum256([]byte(key))
-	k := s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
-	n, err := useOnceScript.Run(ctx, s.client, []string{k}, ns(until), ns(now)).Int()
+	n, err := useOnceScript.Run(ctx, s.client, []string{s.onceKey(key)}, ns(until), ns(now)).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: use once: %w", err)

@@ -1164,6 +1164,51 @@ var _ = add("UseOnce: first use only, until the given time", func(t *testing.T, 
 	use("jti-1", at(2*time.Minute), until.Add(2*time.Second), false)
 })
 
+var _ = add("RecordOptions.Once: the request's single-use key is used up in the same step, and a replay records nothing", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"size":"M"}`)
+	is := e.issue(signedIn, a, at(0))
+	rec := func(client int, key string, now time.Time) store.RecordResult {
+		t.Helper()
+		rep, err := e.client(client).Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), now,
+			store.RecordOptions{Once: key, OnceUntil: at(time.Minute)})
+		if err != nil {
+			t.Fatalf("Record: %v", err)
+		}
+		return rep.Result
+	}
+	k1 := store.OnceKey(signedIn, "jti:agent-a:1")
+	if got := rec(0, k1, at(time.Second)); got != store.Recorded {
+		t.Fatalf("first Record with its key: %v", got)
+	}
+	// The same key again, at another web server: a replay, refused before
+	// the checks (it would otherwise be "already recorded").
+	if got := rec(1, k1, at(2*time.Second)); got != store.Replayed {
+		t.Fatalf("replayed Record: %v, want replayed", got)
+	}
+	// A key used by UseOnce (a lookup) is used up for Record, and back.
+	k2 := store.OnceKey(signedIn, "jti:agent-a:2")
+	if first, err := e.client(2).UseOnce(e.ctx(), k2, at(time.Minute), at(3*time.Second)); err != nil || !first {
+		t.Fatalf("UseOnce: %v %v", first, err)
+	}
+	if got := rec(3, k2, at(4*time.Second)); got != store.Replayed {
+		t.Fatalf("Record after UseOnce of its key: %v, want replayed", got)
+	}
+	k3 := store.OnceKey(signedIn, "jti:agent-a:3")
+	rec(0, k3, at(5*time.Second))
+	if first, err := e.client(1).UseOnce(e.ctx(), k3, at(time.Minute), at(6*time.Second)); err != nil || first {
+		t.Fatalf("UseOnce after Record used its key: %v %v, want false", first, err)
+	}
+	// Past its until the key may be used again (the token can't verify then).
+	if got := rec(2, k1, at(time.Minute+time.Second)); got == store.Replayed {
+		t.Fatalf("after until: %v", got)
+	}
+	// A replay never records: only the first approval is there.
+	got, _ := e.lookup(signedIn, is.Ref, at(7*time.Second))
+	if len(got.Approvals) != 1 {
+		t.Fatalf("approvals = %d, want 1", len(got.Approvals))
+	}
+})
+
 // ---- Ownership (§3 "Who can approve it", §8.2) ----
 
 var _ = add("W76 W148 an owner's operations are invisible to another owner", func(t *testing.T, e *env) {

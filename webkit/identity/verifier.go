@@ -49,6 +49,11 @@ type Session struct {
 	AgentName string // client_name from the agent's metadata; "" for none
 	IssuedAt  time.Time
 	ExpiresAt time.Time
+	// ReplayKey is the key its jti is used up under, and ReplayUntil how
+	// long: set by CheckSession, whose caller uses it up itself (for
+	// instance in the same store step as what the request does).
+	ReplayKey   string
+	ReplayUntil time.Time
 }
 
 // BrowserAssertion is what a verified browser join assertion says
@@ -142,6 +147,32 @@ func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string)
 	return s, nil
 }
 
+// CheckSession makes every check of VerifySession but the last: the jti
+// is not used up. The caller must use up s.ReplayKey until s.ReplayUntil
+// (store.Store.UseOnce, or store.RecordOptions.Once in the same step as
+// the approval it records) before it acts on the request, or a replayed
+// token would be accepted.
+func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) (Session, error) {
+	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
+	if err != nil {
+		return Session{}, fmt.Errorf("Session JWT: %w", err)
+	}
+	var c agentClaims
+	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
+	if err == nil && c.ID == "" {
+		err = invalid("jti is missing")
+	}
+	if err != nil {
+		v.rememberFailure(key, err)
+		return Session{}, fmt.Errorf("Session JWT: %w", err)
+	}
+	s.ReplayKey, s.ReplayUntil = replayKey(c.Issuer, c.ID), s.ExpiresAt.Add(Leeway)
+	return s, nil
+}
+
+// replayKey is the key a token's jti is used up under.
+func replayKey(iss, jti string) string { return "jti:" + iss + ":" + jti }
+
 // failedBefore returns the remembered failure of exactly these credentials
 // (kind, audience, access token and token), and the key to remember a new
 // one under. A failed token is refused again for 30 s without a signature
@@ -229,7 +260,7 @@ func (v *Verifier) useOnce(ctx context.Context, iss, jti string, exp time.Time) 
 	if jti == "" {
 		return invalid("jti is missing")
 	}
-	first, err := v.Replay.UseOnce(ctx, "jti:"+iss+":"+jti, exp.Add(Leeway), v.now())
+	first, err := v.Replay.UseOnce(ctx, replayKey(iss, jti), exp.Add(Leeway), v.now())
 	if err != nil {
 		return fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
 	}
