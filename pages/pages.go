@@ -225,7 +225,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeHTML(w http.ResponseWriter, ctx context.Context, status int, c templ.Component) {
 	var buf bytes.Buffer
-	if err := c.Render(ctx, &buf); err != nil {
+	// A client that has gone still gets the kit's answer written, not a
+	// 500: templ stops rendering once its context is done.
+	if err := c.Render(context.WithoutCancel(ctx), &buf); err != nil {
 		http.Error(w, "server error", http.StatusInternalServerError)
 		return
 	}

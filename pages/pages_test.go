@@ -1,6 +1,8 @@
 package pages
 
 import (
+	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -88,5 +90,27 @@ func TestWriteUnavailableAndExtensionRequired(t *testing.T) {
 	WriteExtensionRequired(rec)
 	if rec.Code != 403 || rec.Body.String() != `{"error":"extension_required","extension":"operations"}` {
 		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+// The kit's pages never turn into a 500 because the client went away.
+func TestPagesWhenTheClientHasGone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, "POST", "/exchange", nil)
+	r.Header.Set("Accept", "text/html")
+	for name, write := range map[string]func(http.ResponseWriter){
+		"unavailable": func(w http.ResponseWriter) { WriteUnavailable(w, r, time.Second, Unavailable{}) },
+		"unknown":     func(w http.ResponseWriter) { WriteOutcomeUnknown(w, r, time.Second, Unavailable{}) },
+		"waiting":     func(w http.ResponseWriter) { WriteWaiting(w, r, Waiting{}) },
+	} {
+		w := httptest.NewRecorder()
+		write(w)
+		if w.Code >= 500 && w.Code != http.StatusServiceUnavailable {
+			t.Errorf("%s: %d", name, w.Code)
+		}
+		if !strings.Contains(w.Header().Get("Content-Type"), "text/html") {
+			t.Errorf("%s: Content-Type %q", name, w.Header().Get("Content-Type"))
+		}
 	}
 }
