@@ -226,6 +226,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /deliveries", s.deliveries)
 	mux.HandleFunc("POST /signin", s.signIn)
 	mux.HandleFunc("POST /signout", s.signOut)
+	mux.HandleFunc("GET /admin/operations", s.adminOperations)
+	mux.HandleFunc("POST /admin/operations/resolve", s.adminResolve)
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
 
