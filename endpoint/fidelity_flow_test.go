@@ -184,3 +184,65 @@ func TestReplayFusedWithRecord(t *testing.T) {
 		})
 	}
 }
+
+// W87: an approval of a website operation is accepted only at endpoint. The
+// kit offers no other interface, so the only other place an agent could
+// send one is the website's own route, as an API call with its Session
+// header and Poppy-Approval but without the joined browser: the Gate treats
+// that as an ordinary request (W07), and neither records nor uses the
+// approval, nor the one recorded at endpoint.
+func TestApprovalOnlyAtEndpoint(t *testing.T) {
+	var runs atomic.Int32
+	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	a := newAgent(t)
+	b := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
+	r := ref(t, b.exchange(s, "ord_7Hk2", "L"), "ses_1")
+	_, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"})
+	op := body["operation"].(map[string]any)
+
+	jwt, err := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiCall := func() {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/orders/ord_7Hk2/exchange", strings.NewReader("size=L"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(webkit.HeaderSession, jwt)
+		req.Header.Set(webkit.HeaderVersion, "1.0")
+		req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+		req.Header.Set(webkit.HeaderApproval, userApproval(op))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.Header.Get(webkit.HeaderOperation) != "" {
+			t.Fatalf("the website's route answered the API call with an operation")
+		}
+	}
+	apiCall()
+	// Not recorded: the operation still waits for an approval.
+	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != http.StatusForbidden {
+		t.Fatalf("W87: after an approval sent to the website's route: %d %v", status, body)
+	}
+	// Recorded at endpoint, it isn't used by the API call either: the
+	// joined browser's repeat performs it, once.
+	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1", approval: userApproval(op)}); status != http.StatusNoContent {
+		t.Fatalf("approval at endpoint: %d %v", status, body)
+	}
+	before := runs.Load()
+	apiCall()
+	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != "approved" {
+		t.Fatalf("W87: the API call used the recorded approval: %d %v", status, body)
+	}
+	if res := b.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusOK {
+		t.Fatalf("the joined browser's repeat: %d", res.StatusCode)
+	}
+	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != "performed" {
+		t.Fatalf("after the browser's repeat: %d %v", status, body)
+	}
+	if got := runs.Load() - before; got != 2 { // the API call as an ordinary request, then the approved repeat
+		t.Fatalf("handler runs %d", got)
+	}
+}
