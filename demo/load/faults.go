@@ -210,6 +210,7 @@ func (r *rig) waitsDuring(from, to time.Time) (int, time.Duration) {
 
 // approval is one approval the agents sent, by operation.
 type approval struct {
+	id        string // the operation's ID (set by drain)
 	browser   int
 	order     string
 	ref       string
@@ -380,29 +381,43 @@ func (r *rig) performPending(ctx context.Context) {
 func (r *rig) drain(ctx context.Context) {
 	r.mu.Lock()
 	var todo []approval
-	for _, a := range r.approved {
+	for id, a := range r.approved {
+		a.id = id
 		todo = append(todo, a)
 	}
 	r.mu.Unlock()
+	patience := map[bool]time.Duration{true: 5 * time.Second, false: 10 * time.Second}[r.short]
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 64)
 	for _, a := range todo {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			for k := range 2 * len(r.urls) {
-				if ctx.Err() != nil {
+			// Twice on each server. An approval not yet performed is
+			// repeated until it is, every 250 ms for up to 10 s (5 s in the
+			// short run), as a
+			// browser comes back after a 503 (a claim being released, a
+			// store catching up).
+			start := time.Now()
+			for k := 0; ctx.Err() == nil; k++ {
+				status, _, _ := r.request(ctx, k%len(r.urls), a.browser, a.order)
+				if k+1 >= 2*len(r.urls) && (status == http.StatusOK || r.performedOnce(a.id) || time.Since(start) > patience) {
 					return
 				}
-				// A 503 asks the browser to come back (Retry-After): a
-				// claim being released, a store catching up.
-				if status, _, _ := r.request(ctx, k%len(r.urls), a.browser, a.order); status == http.StatusServiceUnavailable {
+				if status != http.StatusOK && k+1 >= 2*len(r.urls) {
 					pause(ctx, 250*time.Millisecond)
 				}
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// performedOnce reports whether operation id was performed.
+func (r *rig) performedOnce(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[id] > 0
 }
 
 // tally fills performed, doubles, lost and max wait.
