@@ -13,7 +13,7 @@ import (
 
 // The admin page lists the operations whose outcome nobody reported (a
 // handler that failed or panicked, a web server killed mid-action) and
-// resolves them (operations-v3 §7 W142; store.Reconciler). It is behind the
+// resolves them (§7 W142; store.Reconciler). It is behind the
 // shop's own login, never an agent's: an agent's Session can't settle what
 // its own approval did.
 

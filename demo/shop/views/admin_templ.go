@@ -15,7 +15,7 @@ import (
 )
 
 // StuckOperation is one row of the admin page: an operation whose outcome
-// nobody reported (operations-v3 §7 W142).
+// nobody reported (§7 W142).
 type StuckOperation struct {
 	Agent, User, Account string
 	OperationID          string
