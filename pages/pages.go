@@ -161,17 +161,7 @@ func WriteExtensionRequired(w http.ResponseWriter) {
 // down or the operation is being performed. Nothing was performed, and the
 // answer never says the action failed (W142).
 func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
-	NoStore(w.Header())
-	secs := int(retryAfter / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	if WantsJSON(r) {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
-		return
-	}
-	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.UnavailablePage(v))
+	write503(w, r, retryAfter, "temporarily_unavailable", templates.UnavailablePage(v))
 }
 
 // WriteOutcomeUnknown answers 503 with Retry-After for an action whose
@@ -180,17 +170,19 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 // never says it failed; the operation stays performing until the website
 // knows, and a retry never performs it twice.
 func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+	write503(w, r, retryAfter, "outcome_unknown", templates.OutcomeUnknownPage(v))
+}
+
+// write503 answers 503 with Retry-After (whole seconds, at least 1): the
+// error code for a script, the page for a browser.
+func write503(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, code string, page templ.Component) {
 	NoStore(w.Header())
-	secs := int(retryAfter / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	w.Header().Set("Retry-After", strconv.Itoa(max(int(retryAfter/time.Second), 1)))
 	if WantsJSON(r) {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "outcome_unknown"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": code})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusServiceUnavailable, templates.OutcomeUnknownPage(v))
+	writeHTML(w, r.Context(), http.StatusServiceUnavailable, page)
 }
 
 // WriteBadRequest answers 400 invalid_request for a request the website's
@@ -227,7 +219,10 @@ func writeHTML(w http.ResponseWriter, ctx context.Context, status int, c templ.C
 	var buf bytes.Buffer
 	// A client that has gone still gets the kit's answer written, not a
 	// 500: templ stops rendering once its context is done.
-	if err := c.Render(context.WithoutCancel(ctx), &buf); err != nil {
+	if ctx.Err() != nil { // only then: WithoutCancel costs allocations per page
+		ctx = context.WithoutCancel(ctx)
+	}
+	if err := c.Render(ctx, &buf); err != nil {
 		http.Error(w, "server error", http.StatusInternalServerError)
 		return
 	}

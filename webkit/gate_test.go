@@ -996,18 +996,7 @@ func TestStatusRoute(t *testing.T) {
 			status := e.kit.Handler()
 			rec := e.do(e.request(joinedIn, formM, "text/html"))
 			_, ref := refOf(t, rec)
-			doc, _ := html.Parse(strings.NewReader(rec.Body.String()))
-			var statusURL string
-			var find func(*html.Node)
-			find = func(n *html.Node) {
-				if v := attr(n, "data-opsgate-status"); v != "" {
-					statusURL = v
-				}
-				for c := n.FirstChild; c != nil; c = c.NextSibling {
-					find(c)
-				}
-			}
-			find(doc)
+			statusURL := statusURLOf(t, rec)
 			if !strings.HasPrefix(statusURL, DefaultBasePath+"status?w=") {
 				t.Fatalf("status URL %q", statusURL)
 			}

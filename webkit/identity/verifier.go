@@ -131,16 +131,11 @@ func (v *Verifier) now() time.Time {
 // one, the JWT must carry its ath; without, it must carry none. The jti is
 // used up, so a token verifies once.
 func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Session, error) {
-	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
+	s, key, err := v.checkSession(ctx, token, accessToken)
 	if err != nil {
-		return Session{}, fmt.Errorf("Session JWT: %w", err)
+		return Session{}, err
 	}
-	var c agentClaims
-	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
-	if err == nil {
-		err = v.useOnce(ctx, c.Issuer, c.ID, s.ExpiresAt)
-	}
-	if err != nil {
+	if err := v.useOnceKey(ctx, s.ReplayKey, s.ReplayUntil); err != nil {
 		v.rememberFailure(key, err)
 		return Session{}, fmt.Errorf("Session JWT: %w", err)
 	}
@@ -153,9 +148,16 @@ func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string)
 // the approval it records) before it acts on the request, or a replayed
 // token would be accepted.
 func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) (Session, error) {
+	s, _, err := v.checkSession(ctx, token, accessToken)
+	return s, err
+}
+
+// checkSession is CheckSession, also returning the key a failure of these
+// exact credentials is remembered under.
+func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Session, [32]byte, error) {
 	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
 	if err != nil {
-		return Session{}, fmt.Errorf("Session JWT: %w", err)
+		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
 	}
 	var c agentClaims
 	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
@@ -164,10 +166,10 @@ func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) 
 	}
 	if err != nil {
 		v.rememberFailure(key, err)
-		return Session{}, fmt.Errorf("Session JWT: %w", err)
+		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
 	}
 	s.ReplayKey, s.ReplayUntil = replayKey(c.Issuer, c.ID), s.ExpiresAt.Add(Leeway)
-	return s, nil
+	return s, key, nil
 }
 
 // replayKey is the key a token's jti is used up under.
@@ -260,7 +262,12 @@ func (v *Verifier) useOnce(ctx context.Context, iss, jti string, exp time.Time) 
 	if jti == "" {
 		return invalid("jti is missing")
 	}
-	first, err := v.Replay.UseOnce(ctx, replayKey(iss, jti), exp.Add(Leeway), v.now())
+	return v.useOnceKey(ctx, replayKey(iss, jti), exp.Add(Leeway))
+}
+
+// useOnceKey uses up a replay key until until: ErrInvalid for a replay.
+func (v *Verifier) useOnceKey(ctx context.Context, key string, until time.Time) error {
+	first, err := v.Replay.UseOnce(ctx, key, until, v.now())
 	if err != nil {
 		return fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
 	}
