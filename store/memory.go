@@ -466,6 +466,13 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			return TakeResult{Claim: m.claimOf(op)}, nil
 		}
 	}
+	if a != nil && !busy {
+		// W145: the action's operation is being performed (or its outcome
+		// is not known yet): a repeat, whatever its terms, waits for it.
+		if op := m.op(slot, a.current, now); op != nil && op.state == memPerforming {
+			busy = true
+		}
+	}
 	if busy {
 		// Answer 503 and issue nothing: a new operation now would invite a
 		// second approval of an action that may be taking effect (§7).
@@ -530,6 +537,13 @@ func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 		if a, _ := m.actions.get(op.action); a != nil {
 			m.dropLive(k.id, op, a) // W37: its other approvals are never taken
 		}
+		// Performed, it keeps only what its status and §7 need
+		// (store.Record): its revisions' names, not their terms, summaries
+		// or approvals.
+		for _, r := range op.revisions {
+			r.op.Terms, r.op.Summary = nil, ""
+		}
+		op.approvals = nil
 		delete(m.performing, k)
 		m.opened(op.owner, -1)
 	case NotDone:

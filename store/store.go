@@ -73,9 +73,14 @@
 //     (not performed, not forgotten), and an agent MaxOpenPerAgent: a
 //     request that would open one more gets ErrRateLimited (429 with
 //     Retry-After), so one agent can't grow the store without bound.
-//   - Live approvals are filed by action and terms, so that Take, Record and
-//     Lookup cost O(log n) or better however many approvals of other terms
-//     an owner has (webkit/RULES.md "Bounded work").
+//   - Take reads only the approvals that can apply to its request: those of
+//     the action's operation (at most MaxApprovalsPerOperation), so a step
+//     costs the same however many approvals an owner has elsewhere
+//     (webkit/RULES.md "Bounded work").
+//   - While an action's operation is being performed (or its outcome is not
+//     known yet), Take answers Busy to any request for the action, whatever
+//     its terms: no new operation is offered for approval while the first
+//     may be taking effect (W145, §7).
 //   - An answer to an approval never names the approval's revision (W122):
 //     in the one case where the current revision is the named one (an
 //     approval that names another operation), Record issues a fresh revision
@@ -166,6 +171,13 @@ type Approval struct {
 }
 
 // Record is an operation as Lookup finds it.
+//
+// Once an operation is Performed, a store may keep only what its status
+// answer and §7 need (its owner, operation_id, the names of its revisions):
+// Current then may carry only ID and Revision, and Approvals may be empty.
+// The approval a handler performs is in its Claim (webkit.ClaimOf); keep it
+// there if the site needs an audit record. Both stores of this module do
+// so, which is what bounds a retained operation's size.
 type Record struct {
 	Owner   Owner     // who it belongs to
 	Current Operation // its current (latest issued) revision

@@ -15,5 +15,5 @@ if redis.call('ZCARD', set) >= tonumber(ARGV[4]) then
   return 0
 end
 redis.call('ZADD', set, ARGV[2], ARGV[1])
-keep(set, ttl_ms(ARGV[2], ARGV[3]))
+extend(set, ttl(ARGV[2], ARGV[3]))
 return 1

@@ -70,11 +70,13 @@
 //
 // # Bounded work
 //
-// Live approvals are filed by action and terms, so Take reads only those
-// that can match its request; an operation keeps at most 32 revisions and
-// 16 approvals; an agent and User has at most Options.MaxOpenPerOwner open
-// operations (100), and an agent Options.MaxOpenPerAgent (10,000, counted
-// until each operation's first revision expires). Over a cap the answer is
+// An action's live approvals are its current operation's (while one is
+// being performed, a request for the action is answered busy, so no other
+// operation of it can hold live ones), so Take reads at most that
+// operation's 16 approvals; an operation keeps at most 32 revisions; an
+// agent and User has at most Options.MaxOpenPerOwner open operations
+// (100), and an agent Options.MaxOpenPerAgent (10,000, counted until each
+// operation's first revision expires). Over a cap the answer is
 // store.ErrRateLimited or store.RateLimited: 429 at the Gate and the
 // endpoint.
 //
@@ -88,16 +90,19 @@
 //     performing or performed), cur (the current revision), order (its
 //     revisions, oldest first, at most 32), and per revision t:, s:, x:
 //     (terms, summary, expires_at), a: (the recorded approval, JSON) and u:
-//     (when it was used up); al (approved revisions, first recorded first);
-//     while performing claim, ap, pa and as (the claim's token, revision,
-//     when it was claimed, and the approval's place), fu once an unknown
-//     outcome was reported; k (remembered until).
-//   - act:<store.ActionDigest>: the action's current operation_id (W19).
-//   - apr:<store.ActionDigest>:<SHA-1 of the terms>: a sorted set of the
-//     action's live approvals of those terms, "<operation_id> <revision>",
-//     scored first recorded first (W95).
+//     (when it was used up); al (approved revisions, first recorded first,
+//     W95); while performing claim, ap and pa (the claim's token, revision
+//     and when it was claimed), fu once an unknown outcome was reported; k
+//     (remembered until). Once performed it is written anew with only
+//     state, acct, cur, k and an empty t: per revision (so a ref it
+//     returned is still found, W74): about 300 bytes of Redis memory in
+//     all, where an open one with its terms takes about 1 KB.
+//   - act:<store.ActionDigest>: the action's current operation_id (W19),
+//     followed by the operation_id of one still being performed that
+//     Issue replaced; deleted when the operation is performed (W141).
 //   - tok:<claim token>: the operation a token claimed, or "r" once
-//     released; kept store.ClaimTokenTTL.
+//     released; kept store.ClaimTokenTTL, deleted when the claim is
+//     performed.
 //   - open: a sorted set of the owner's open operations, scored by k.
 //
 // An agent's count of open operations is "<prefix>agent:{<digest of the

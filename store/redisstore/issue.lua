@@ -1,10 +1,13 @@
 -- issue.lua (after lib.lua): Store.Issue.
--- KEYS: action key.
--- ARGV: base, account, action digest, terms, summary, fixed expires_at or '',
---       new expires_at, least reusable expires_at, now, new operation_id,
---       new revision, agent, user, the owner's cap of open operations.
--- Returns {opID, revision, summary, terms, expires} or {'limited'}.
-local r = issue(ARGV[1], KEYS[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-  ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14])
+-- KEYS: the action key ("<base>act:<action digest>").
+-- ARGV: 1 account, 2 terms, 3 summary, 4 fixed expires_at or '', 5 a fresh
+--       revision's expires_at, 6 the least expires_at a reused revision may
+--       have, 7 now, 8 seed (36 random characters: a new operation_id's 20,
+--       then a revision's 16), 9 agent, 10 user, 11 the owner's cap of open
+--       operations.
+-- Returns {opID, revision, summary, terms, expires[, 'new']} or {'limited'}.
+local a = request()
+read_action(a, redis.call('GET', a.actKey))
+local r = issue(a)
 if not r then return {'limited'} end
 return r

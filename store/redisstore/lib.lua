@@ -7,9 +7,13 @@
 -- garbage, are computed with (inexact) Lua numbers.
 --
 -- Every key a script touches is "<prefix>{<slot>}:..." with one hash tag, so
--- the keys it builds from ARGV (an operation found through the action key, the
--- approvals of an operation's action) are in the slot of its declared KEYS:
--- the scripts run unchanged on Redis, Redis Cluster and miniredis.
+-- the keys it builds (an operation found through the action key, the claim
+-- token of an operation) are in the slot of its declared KEYS: the scripts
+-- run unchanged on Redis, Redis Cluster and miniredis.
+--
+-- Cost: each redis.call costs the server about a microsecond, so a step
+-- reads what it needs with one MGET or HMGET, writes with one HSET, and
+-- leaves a TTL alone unless it must grow (doc.go "Cost per step").
 
 -- GRACE_MS is added to every TTL: a key outlives what it must keep by a
 -- minute, so that clock skew between web servers never loses a record early.
@@ -41,39 +45,25 @@ local function cmp(a, b)
   return r
 end
 
--- int formats a whole number for redis.call (gopher-lua and Lua 5.1 would
--- otherwise be free to print it with an exponent).
-local function int(n)
-  return string.format('%d', n)
-end
-
--- ttl_ms is the TTL that keeps a key until untilNs (plus the grace).
-local function ttl_ms(untilNs, nowNs)
+-- ttl is the TTL in milliseconds, as a decimal string, that keeps a key
+-- until untilNs plus the grace (gopher-lua and Lua 5.1 would otherwise be
+-- free to print a number with an exponent).
+local function ttl(untilNs, nowNs)
   local ms = math.floor(((tonumber(untilNs) or 0) - (tonumber(nowNs) or 0)) / 1e6)
   if ms < 0 then ms = 0 end
-  return ms + GRACE_MS
+  return string.format('%d', ms + GRACE_MS)
 end
 
--- keep makes key live at least ms more milliseconds; it never shortens a TTL,
--- so one record's needs never cut another's (W102, W137, W138).
-local function keep(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, int(ms))
-  end
+-- later is the later of two instants (decimal strings; b may be nil).
+local function later(a, b)
+  if not b or cmp(a, b) > 0 then return a end
+  return b
 end
 
 local function words(s)
   local out = {}
   if s then
     for w in string.gmatch(s, '%S+') do out[#out + 1] = w end
-  end
-  return out
-end
-
-local function without(list, v)
-  local out = {}
-  for _, w in ipairs(list) do
-    if w ~= v then out[#out + 1] = w end
   end
   return out
 end
@@ -85,119 +75,184 @@ local function gone(k, now)
   return not k or cmp(now, k) > 0
 end
 
--- keep_until makes op remembered at least until untilNs (field k, the
--- caller's clock) and its TTL at least that long (W102, W137, W138).
--- An open operation's entry in its owner's open set follows k, so that the
--- set counts exactly the operations not yet forgotten.
-local function keep_until(op, untilNs, now)
-  local k = redis.call('HGET', op, 'k')
-  if not k or cmp(untilNs, k) > 0 then
-    k = untilNs
-    redis.call('HSET', op, 'k', k)
-    local b, id = string.match(op, '^(.*)op:([^:]*)$')
-    if b then
-      local open = b .. 'open'
-      redis.call('ZADD', open, 'XX', 'GT', k, id)
-      keep(open, ttl_ms(k, now))
-    end
+-- extend makes a key that already has a TTL live at least ttlMs more; it
+-- never shortens one, so one record's needs never cut another's (W102,
+-- W137, W138). A key without a TTL (a set just created) gets this one.
+local function extend(key, ttlMs)
+  if redis.call('PEXPIRE', key, ttlMs, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ttlMs, 'NX')
   end
-  keep(op, ttl_ms(k, now))
-end
-
--- apr_key is the set of an action's live approvals of one terms (their
--- SHA-1, as Go's store computes it for Take's KEYS), first recorded first:
--- Take reads only the approvals that can match its request (webkit/RULES.md
--- "Bounded work").
-local function apr_key(base, akey, terms)
-  return base .. 'apr:' .. akey .. ':' .. redis.sha1hex(terms)
-end
-
--- add_revision makes rev the operation's current revision. Beyond
--- MAX_REVISIONS it drops the oldest never-approved one; approved ones are
--- kept for check 3 and "already recorded" (§6, §7).
-local function add_revision(op, opID, rev, terms, summary, x)
-  local revs = words(redis.call('HGET', op, 'order'))
-  revs[#revs + 1] = rev
-  if #revs > MAX_REVISIONS then
-    for i = 1, #revs - 1 do
-      local r = revs[i]
-      if redis.call('HEXISTS', op, 'a:' .. r) == 0 then
-        table.remove(revs, i)
-        redis.call('HDEL', op, 't:' .. r, 's:' .. r, 'x:' .. r)
-        break
-      end
-    end
-  end
-  redis.call('HSET', op, 't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x,
-    'cur', rev, 'order', table.concat(revs, ' '))
 end
 
 -- revision_name names a fresh revision expiring at x (Unix ns) as
--- store.NewRevision does: its Unix seconds, '-', the random suffix the
--- caller made.
+-- store.NewRevision does: its Unix seconds, '-', the random suffix.
 local function revision_name(x, suffix)
   local sec = '0'
   if #x > 9 then sec = string.sub(x, 1, #x - 9) end
   return sec .. '-' .. suffix
 end
 
--- issue returns the operation for an action: {opID, revision, summary,
--- terms, expires}. The action's current operation while it is open (W19,
--- W20), else newOp (W141); its current revision while it is reusable, else
--- newRev (W24, W25, W36).
---
--- fixed is the action's ExpiresAt ('' for none); newX the new revision's
--- expires_at; half the least expires_at a reused revision may have (W39);
--- agent and user the owner's, kept so that Performing can name the owner;
--- maxOpen the owner's cap of open operations. Returns nil when a new
--- operation would pass it, else {opID, revision, summary, terms, expires}
--- and, for a new operation, 'new'.
-local function issue(base, actKey, acct, akey, terms, summary, fixed, newX, half, now, newOp, newRev, agent, user, maxOpen)
-  local opID = redis.call('GET', actKey)
-  local op
-  local open = false
-  if opID then
-    op = base .. 'op:' .. opID
-    local f = redis.call('HMGET', op, 'state', 'acct', 'akey', 'cur', 'k')
-    if f[1] == 'open' and f[2] == acct and f[3] == akey and not gone(f[5], now) then
-      open = true
-      local cur = f[4]
-      if cur then
-        local r = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur)
-        local x = r[3]
-        -- Reusable: same terms (W24), not expired, the same fixed
-        -- expires_at (W25) or half its lifetime left (W39), and never
-        -- approved, so that an operation whose approval was used up
-        -- without performing can be approved again (W98).
-        if r[1] == terms and x and not r[4] and cmp(now, x) <= 0 and
-            ((fixed == '' and cmp(x, half) >= 0) or (fixed ~= '' and x == fixed)) then
-          return {opID, cur, r[2] or '', terms, x}
-        end
+-- revision_fields are the fields that make rev (terms t, summary s,
+-- expires_at x) the current revision of an operation whose revisions were
+-- order and whose approved ones al. Beyond MAX_REVISIONS the oldest
+-- never-approved one is dropped (its fields are returned in drop); approved
+-- ones are kept for check 3 and "already recorded" (§6, §7).
+local function revision_fields(order, al, rev, terms, summary, x)
+  local revs = words(order)
+  revs[#revs + 1] = rev
+  local drop = nil
+  if #revs > MAX_REVISIONS then
+    local approved = {}
+    for _, r in ipairs(words(al)) do approved[r] = true end
+    for i = 1, #revs - 1 do
+      local r = revs[i]
+      if not approved[r] then
+        table.remove(revs, i)
+        drop = {'t:' .. r, 's:' .. r, 'x:' .. r}
+        break
       end
     end
   end
-  if not open then
-    -- The owner's open operations: forgotten ones leave by their score
-    -- (their k), performed ones when performed.
-    local openSet = base .. 'open'
-    redis.call('ZREMRANGEBYSCORE', openSet, '-inf', '(' .. now)
-    if redis.call('ZCARD', openSet) >= tonumber(maxOpen) then
-      return nil
-    end
-    opID = newOp
-    op = base .. 'op:' .. opID
-    redis.call('HSET', op, 'acct', acct, 'akey', akey, 'state', 'open', 'ag', agent, 'us', user)
-    redis.call('ZADD', openSet, newX, opID)
-    redis.call('SET', actKey, opID)
+  return {'t:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x,
+    'cur', rev, 'order', table.concat(revs, ' ')}, drop
+end
+
+-- add_revision makes rev op's current revision (fields from
+-- revision_fields), kept until x at least: the operation (its k and TTL),
+-- its place in the owner's open set, and its action key follow (W102).
+-- k is the operation's keep-until before.
+local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now)
+  local fields, drop = revision_fields(order, al, rev, terms, summary, x)
+  if drop then redis.call('HDEL', op, unpack(drop)) end
+  if not k or cmp(x, k) > 0 then
+    -- Kept longer than before: the operation, its count among the owner's
+    -- open ones, and the action key that finds it.
+    fields[#fields + 1] = 'k'
+    fields[#fields + 1] = x
+    redis.call('HSET', op, unpack(fields))
+    local t = ttl(x, now)
+    extend(op, t)
+    local open = base .. 'open'
+    redis.call('ZADD', open, 'XX', 'GT', x, opID)
+    extend(open, t)
+    if actKey then extend(actKey, t) end
+  else
+    redis.call('HSET', op, unpack(fields))
   end
-  add_revision(op, opID, newRev, terms, summary, newX)
-  keep_until(op, newX, now)
+end
+
+-- new_operation opens operation opID for an action (its digest akey, its
+-- key actKey) with revision rev as its first, unless the owner's cap of
+-- open operations (maxOpen) is reached: then it returns false. prev is an
+-- operation of the action still being performed ('' for none): the action
+-- key names it after the new one, so that Take stays busy while it is
+-- (W145).
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev)
+  local open = base .. 'open'
+  -- The owner's open operations: forgotten ones leave by their score (their
+  -- k) when the count is reached, performed ones when performed.
+  if redis.call('ZCARD', open) >= tonumber(maxOpen) then
+    redis.call('ZREMRANGEBYSCORE', open, '-inf', '(' .. now)
+    if redis.call('ZCARD', open) >= tonumber(maxOpen) then
+      return false
+    end
+  end
+  local op = base .. 'op:' .. opID
+  local t = ttl(x, now)
+  redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
+    't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
+  redis.call('PEXPIRE', op, t)
+  local v = opID
+  if prev ~= '' then v = opID .. ' ' .. prev end
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
-  keep(actKey, redis.call('PTTL', op))
-  -- A sixth element 'new' says the operation is new, for the agent's cap
-  -- (agent.lua).
-  local new = ''
-  if not open then new = 'new' end
-  return {opID, newRev, summary, terms, newX, new}
+  redis.call('SET', actKey, v, 'PX', t)
+  redis.call('ZADD', open, x, opID)
+  extend(open, t)
+  return true
+end
+
+-- current_of reads an action key's value: the action's current
+-- operation_id, and the one still performing that it replaced ('' for none).
+local function current_of(v)
+  if not v then return nil, '' end
+  local id, prev = string.match(v, '^(%S+) (%S+)$')
+  if id then return id, prev end
+  return v, ''
+end
+
+-- performing reports whether operation id (of the owner at base) is being
+-- performed and not forgotten.
+local function performing(base, id, now)
+  if id == '' then return false end
+  local f = redis.call('HMGET', base .. 'op:' .. id, 'state', 'k')
+  return f[1] == 'performing' and not gone(f[2], now)
+end
+
+-- issue returns the operation for an action, after Take found nothing to
+-- claim (or for Issue): {opID, revision, summary, terms, expires} and, for a
+-- new operation, a sixth element 'new'; nil when a new operation would pass
+-- the owner's cap. The action's current operation while it is open (W19,
+-- W20), else a new one (W141); its current revision while it is reusable,
+-- else a fresh one (W24, W25, W36).
+--
+-- a is what the script read: base, actKey, akey, opID (the action's current
+-- operation or nil), prev, f (its fields state, acct, k, cur, al, order),
+-- c (its current revision's t, s, x, a), and the request's acct, terms,
+-- summary, fixed expires_at ('' for none), x (a fresh revision's
+-- expires_at), half (the least expires_at a reused revision may have,
+-- W39), now, seed (random: a new operation_id, then a revision's suffix),
+-- agent, user, maxOpen.
+local function issue(a)
+  local f, c, now = a.f, a.c, a.now
+  local prev = a.prev or ''
+  if a.opID and f[1] == 'open' and f[2] == a.acct and not gone(f[3], now) then
+    local cur = f[4]
+    local x = c and c[3]
+    -- Reusable: same terms (W24), not expired, the same fixed expires_at
+    -- (W25) or half its lifetime left (W39), and never approved, so that
+    -- an operation whose approval was used up without performing can be
+    -- approved again (W98).
+    if cur and c[1] == a.terms and x and not c[4] and cmp(now, x) <= 0 and
+        ((a.fixed == '' and cmp(x, a.half) >= 0) or (a.fixed ~= '' and x == a.fixed)) then
+      return {a.opID, cur, c[2] or '', a.terms, x}
+    end
+    local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
+    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now)
+    return {a.opID, rev, a.summary, a.terms, a.x}
+  end
+  if a.opID and f[1] == 'performing' and not gone(f[3], now) then
+    prev = a.opID -- Issue while it is performed (Take answers busy)
+  end
+  local opID = 'op_' .. string.sub(a.seed, 1, 20)
+  local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
+  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev) then
+    return nil
+  end
+  return {opID, rev, a.summary, a.terms, a.x, 'new'}
+end
+
+-- read_action reads an action's current operation for issue: it fills
+-- a.opID, a.prev, a.f and a.c from the action key's value v.
+local function read_action(a, v)
+  a.opID, a.prev = current_of(v)
+  if not a.opID then return end
+  local op = a.base .. 'op:' .. a.opID
+  a.f = redis.call('HMGET', op, 'state', 'acct', 'k', 'cur', 'al', 'order')
+  local cur = a.f[4]
+  if a.f[1] == 'open' and cur then
+    a.c = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur)
+  end
+end
+
+-- request reads the ARGV that issue.lua and take.lua share (KEYS[1] is the
+-- action key "<base>act:<action digest>").
+local function request()
+  local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
+  return {
+    base = base, actKey = KEYS[1], akey = akey,
+    acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
+    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8],
+    agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11],
+  }
 end

@@ -166,7 +166,7 @@ func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID stri
 	}
 	base := s.base(owner.Agent, owner.User)
 	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + operationID},
-		base, operationID, "", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account).Int()
+		"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	}

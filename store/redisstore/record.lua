@@ -1,28 +1,34 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
--- KEYS: operation key; the request's single-use key when ARGV[11] is set.
--- ARGV: base, account, operation_id (of the ref), approval operation_id,
---       approval revision, now, approval JSON, check only ('1' or '0'),
---       random part of a fresh revision (see W122 below), the ref's
---       revision, the single-use key's until ('' for none).
+-- KEYS: the operation key ("<base>op:<operation_id>", the ref's); the
+--       request's single-use key when ARGV[9] is set.
+-- ARGV: 1 account, 2 approval operation_id, 3 approval revision, 4 now,
+--       5 approval JSON, 6 check only ('1' or '0'), 7 random suffix of a
+--       fresh revision (see W122 below), 8 the ref's revision, 9 the
+--       single-use key's until ('' for none).
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
-local op, base, acct, opID = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local apOp, apRev, now, approval, checkOnly = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
--- The request's single-use key (KEYS[2], until ARGV[11]), used up before
--- anything else: a replayed request records nothing.
-if ARGV[11] and ARGV[11] ~= '' then
+local op = KEYS[1]
+local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local base, opID = string.match(op, '^(.*)op:([^:]*)$')
+-- The request's single-use key, used up before anything else: a replayed
+-- request records nothing.
+if ARGV[9] and ARGV[9] ~= '' then
   local used = redis.call('GET', KEYS[2])
   if used and cmp(now, used) <= 0 then
     return {'replayed'}
   end
-  redis.call('SET', KEYS[2], ARGV[11], 'PX', int(ttl_ms(ARGV[11], now)))
+  redis.call('SET', KEYS[2], ARGV[9], 'PX', ttl(ARGV[9], now))
 end
-local f = redis.call('HMGET', op, 'state', 'acct', 'akey', 'cur', 'k', 't:' .. ARGV[10])
-local state, owner, akey, cur = f[1], f[2], f[3], f[4]
-if not state or not owner or not akey or not cur or gone(f[5], now) then
+-- Everything the checks read, in one call: the operation, the ref's
+-- revision, the approval's revision (when it names this operation) and the
+-- current one's is read after, only when check 3 needs it.
+local f = redis.call('HMGET', op, 'state', 'acct', 'cur', 'k', 'al', 'order', 't:' .. ARGV[8],
+  't:' .. apRev, 's:' .. apRev, 'x:' .. apRev, 'a:' .. apRev, 'u:' .. apRev)
+local state, owner, cur, k = f[1], f[2], f[3], f[4]
+if not state or not owner or not cur or gone(k, now) then
   return {'notfound'} -- W74, W45
 end
-if not f[6] then
+if not f[7] then
   -- The ref names a revision this operation never returned (or no longer
   -- keeps): §4 "Any other reference" is not found, and records nothing.
   return {'notfound'} -- W74
@@ -41,16 +47,13 @@ if state ~= 'open' then return {'notfound'} end
 -- used-up approval never applies again, so "already recorded" would be a
 -- 204 that records nothing usable (W90, W91); it gets a revision that can
 -- still be approved instead (W122).
-local c = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur)
-if not c[1] or not c[3] then
-  return {'notfound'}
-end
-local x, used = false, false
-if apOp == opID then
-  local a = redis.call('HMGET', op, 'x:' .. apRev, 'u:' .. apRev)
-  x, used = a[1], a[2]
-end
-if not x or cmp(now, x) > 0 or used then
+local t, s, x = f[8], f[9], f[10]
+if apOp ~= opID then t, s, x = nil, nil, nil end
+if not t or not x or cmp(now, x) > 0 or f[12] then
+  local c = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur)
+  if not c[1] or not c[3] then
+    return {'notfound'}
+  end
   if cmp(now, c[3]) > 0 then
     return {'expired'} -- W101
   end
@@ -58,38 +61,28 @@ if not x or cmp(now, x) > 0 or used then
     -- Only reachable with another operation's id (W116): the answer must
     -- still not name the approval's revision (W122), so the same terms get
     -- a fresh revision, named as store.NewRevision names one.
-    cur = revision_name(c[3], ARGV[9])
-    add_revision(op, opID, cur, c[1], c[2] or '', c[3])
+    cur = revision_name(c[3], ARGV[7])
+    add_revision(op, opID, base, nil, f[6], f[5], cur, c[1], c[2] or '', c[3], k, now)
   end
   return {'mismatch', opID, cur, c[2] or '', c[1], c[3]} -- W100, W122
 end
-local r = redis.call('HMGET', op, 't:' .. apRev, 's:' .. apRev, 'a:' .. apRev)
-if not r[1] then
-  return {'notfound'}
-end
-local reply = {'recorded', opID, apRev, r[2] or '', r[1], x}
-if r[3] then
+local reply = {'recorded', opID, apRev, s or '', t, x}
+if f[11] then
   -- §7 "one that says the same": nothing new is recorded.
   reply[1] = 'already'
   return reply
 end
 -- At most MAX_APPROVALS per operation (webkit/RULES.md "Bounded work").
-if #words(redis.call('HGET', op, 'al')) >= MAX_APPROVALS then
+local al = words(f[5])
+if #al >= MAX_APPROVALS then
   return {'limited'}
 end
 if checkOnly == '1' then
   return reply -- §6 "Declining": the checks alone
 end
--- First recorded first (W95): one past the highest score among the
--- action's live approvals of these terms.
-local apr = apr_key(base, akey, r[1])
-local top = redis.call('ZRANGE', apr, -1, -1, 'WITHSCORES')
-local seq = (tonumber(top[2]) or 0) + 1
-redis.call('ZADD', apr, int(seq), opID .. ' ' .. apRev)
-local al = redis.call('HGET', op, 'al')
-if al and al ~= '' then al = al .. ' ' .. apRev else al = apRev end
-redis.call('HSET', op, 'a:' .. apRev, approval, 'al', al)
--- Kept until the approved revision's expires_at (W102).
-keep_until(op, x, now)
-keep(apr, ttl_ms(x, now))
+-- First recorded first (W95): the approved revisions in the order recorded.
+al[#al + 1] = apRev
+redis.call('HSET', op, 'a:' .. apRev, approval, 'al', table.concat(al, ' '))
+-- An operation is kept at least until each revision's expires_at (k), so
+-- the approved one's (W102) needs nothing more.
 return reply

@@ -2,11 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1" // names the approvals of one terms, as Lua's redis.sha1hex does: not for security
 	"crypto/sha256"
 	_ "embed" // the Lua scripts
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,7 +177,8 @@ func parseTime(s string) (time.Time, bool) {
 	return time.Unix(0, n).UTC(), true
 }
 
-// issueArgs are the ARGV that issue.lua and take.lua share.
+// issueArgs are the KEYS and ARGV that issue.lua and take.lua share (see
+// issue.lua): the action key, then what the scripts can't derive from it.
 func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, now time.Time) (keys []string, args []any) {
 	digest := store.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
@@ -196,17 +195,19 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 	}
 	// W39: a revision is reused while at least half its lifetime is left.
 	half := now.Add(action.Lifetime / 2)
-	// The live approvals are filed by action and terms (apr_key in lib.lua).
-	sum := sha1.Sum(action.Terms)
-	keys = []string{base + "act:" + digest, base + "apr:" + digest + ":" + hex.EncodeToString(sum[:])}
+	keys = []string{base + "act:" + digest}
 	args = []any{
-		base, owner.Account, digest, action.Terms, action.Summary, fixed,
-		ns(expires), ns(half), ns(now),
-		store.NewOperationID(), store.NewRevision(expires),
+		owner.Account, action.Terms, action.Summary, fixed,
+		ns(expires), ns(half), ns(now), seed(),
 		owner.Agent, owner.User, s.maxOpenOwner,
 	}
 	return keys, args
 }
+
+// seed is the randomness a new operation may need, in one argument: a new
+// operation_id's 20 characters, then a new revision's 16 (store.NewOperationID,
+// store.NewRevision).
+func seed() string { return store.NewToken() + store.NewToken() }
 
 // Issue implements store.Store.
 func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.Issued, error) {
@@ -214,7 +215,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
-	v, err := issueScript.Run(ctx, s.client, keys[:1], args...).StringSlice()
+	v, err := issueScript.Run(ctx, s.client, keys, args...).StringSlice()
 	if err != nil {
 		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
@@ -248,7 +249,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
 	keys = append(keys, base+"tok:"+token)
-	args = append(args, token, ns(now.Add(s.retention)), store.ClaimTokenTTL.Milliseconds())
+	args = append(args, token, ns(now.Add(s.retention)), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10))
 	var v []string
 	var err error
 	if s.durability.Mode == DurableNone {
@@ -378,7 +379,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		keys, once = append(keys, k), ns(opts.OnceUntil)
 	}
 	v, err := recordScript.Run(ctx, s.client, keys,
-		base, owner.Account, opID, approval.OperationID, approval.Revision, ns(now),
+		owner.Account, approval.OperationID, approval.Revision, ns(now),
 		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once).StringSlice()
 	if err != nil {
 		s.failed(err)
@@ -437,7 +438,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
-		base, claim.Operation.ID, claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "").Int()
+		claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "").Int()
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
@@ -461,7 +462,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 	}
 	base := s.base(owner.Agent, owner.User)
 	n, err := releaseScript.Run(ctx, s.client, []string{base + "tok:" + token},
-		base, token, ns(now), store.ClaimTokenTTL.Milliseconds()).Int()
+		token, ns(now), store.ClaimTokenTTL.Milliseconds()).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: release: %w", err)
@@ -506,6 +507,11 @@ func record(h map[string]string, opID string, now time.Time) (store.Record, bool
 	k, okK := parseTime(h["k"])
 	if !okAcct || cur == "" || !okK || now.After(k) {
 		return store.Record{}, false
+	}
+	if state == "performed" {
+		// A performed operation keeps only what its status and §7 need
+		// (finish.lua): its current revision's name, no terms.
+		return store.Record{Owner: store.Owner{Account: acct}, Current: store.Operation{ID: opID, Revision: cur}, Status: store.Performed}, true
 	}
 	curOp, ok := operation([]string{opID, cur, h["s:"+cur], h["t:"+cur], h["x:"+cur]})
 	if !ok || h["t:"+cur] == "" {

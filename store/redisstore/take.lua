@@ -1,19 +1,21 @@
 -- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
 -- "Websites", §7).
--- KEYS: action key, the approvals key of these terms, claim token key.
--- ARGV: 1-14 as issue.lua, then the claim token, now + retention, the token
---       key's TTL in ms.
+-- KEYS: the action key, the claim token key.
+-- ARGV: 1-11 as issue.lua, then 12 the claim token, 13 now + retention,
+--       14 the token key's TTL in ms.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new}
 -- or {'released'} or {'lost'} or {'limited'}.
-local base, apr, terms, now = ARGV[1], KEYS[2], ARGV[4], ARGV[9]
-local tokKey, token, retained, tokTTL = KEYS[3], ARGV[15], ARGV[16], ARGV[17]
+local a = request()
+local tokKey, token, retained, tokTTL = KEYS[2], ARGV[12], ARGV[13], ARGV[14]
+local now, base = a.now, a.base
 
+local v = redis.call('MGET', tokKey, a.actKey)
 -- The caller chose the token, so that it can release what this step
 -- claims even if the reply is lost (W144). A Take repeated with it (a
 -- client's retry) gets the same claim, and one after Release claims
 -- nothing.
-local tk = redis.call('GET', tokKey)
+local tk = v[1]
 if tk then
   if tk == 'r' then return {'released'} end
   local op = base .. 'op:' .. tk
@@ -27,50 +29,52 @@ if tk then
   return {'claim', tk, rev, r[2] or '', r[1], r[3], r[4] or '', r[5] or now}
 end
 
-local busy = false
--- The live approvals of this owner's action with these terms, first
--- recorded first (W95); approvals of other terms are filed apart and cost
--- nothing here. They are filed under the owner's account, so no other
--- account's or signed-out approval is ever found (W104).
-local live = redis.call('ZRANGE', apr, 0, -1, 'WITHSCORES')
-for i = 1, #live, 2 do
-  local m, score = live[i], live[i + 1]
-  local opID, rev = string.match(m, '^(%S+) (%S+)$')
-  local f = {}
-  if opID then
-    f = redis.call('HMGET', base .. 'op:' .. opID, 'state', 'k', 't:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
-  end
-  local state, t, x = f[1], f[3], f[4]
-  if not opID or not state or gone(f[2], now) or state == 'performed' or
-      not x or not f[5] or f[6] or cmp(now, x) > 0 then
-    -- Gone, performed (W141), expired (W103) or used up: it never
-    -- applies again.
-    redis.call('ZREM', apr, m)
-  elseif t ~= terms then
-    -- Check 3 fails for this request (W117); it may match another.
-  elseif state == 'performing' then
-    -- Check 2 fails for now (W145); a later approval may still be taken.
-    busy = true
-  elseif state == 'open' then
-    -- The first recorded match (W95): use it up, and only it (W96, W98).
-    -- Its score is kept, so that Release can put it back in its place.
-    local op = base .. 'op:' .. opID
-    redis.call('ZREM', apr, m)
-    redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', rev, 'u:' .. rev, now,
-      'pa', now, 'as', score)
-    redis.call('HDEL', op, 'fu')
-    keep_until(op, retained, now) -- W138
-    redis.call('SET', tokKey, opID, 'PX', tokTTL)
-    local s = redis.call('HGET', op, 's:' .. rev)
-    return {'claim', opID, rev, s or '', t, x, f[5], now}
+local opID, prev = current_of(v[2])
+if opID then
+  local op = base .. 'op:' .. opID
+  local f = redis.call('HMGET', op, 'state', 'acct', 'k', 'cur', 'al', 'order')
+  a.opID, a.prev, a.f = opID, prev, f
+  -- The action's operations are filed under the owner's account (the
+  -- action key's digest), so no other account's or signed-out approval is
+  -- ever found (W104).
+  if f[2] == a.acct and not gone(f[3], now) then
+    -- Being performed, or its outcome not known yet: nothing is claimed
+    -- and nothing issued, since a new operation now would invite a second
+    -- approval of an action that may be taking effect (W145, §7).
+    if f[1] == 'performing' or performing(base, prev, now) then
+      return {'busy'}
+    end
+    if f[1] == 'open' then
+      -- Its recorded approvals, first recorded first (W95), and its current
+      -- revision, in one read.
+      local cur = f[4] or ''
+      local al = words(f[5])
+      local fields = {'t:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur}
+      for _, r in ipairs(al) do
+        local n = #fields
+        fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5] =
+          't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r, 'u:' .. r
+      end
+      local g = redis.call('HMGET', op, unpack(fields))
+      for i, r in ipairs(al) do
+        local j = 5 * i
+        local t, s, x, ap, used = g[j], g[j + 1], g[j + 2], g[j + 3], g[j + 4]
+        -- The first recorded one of these very terms (W117) that is
+        -- neither used up (W96, W98) nor expired (W103): use it up, and
+        -- only it.
+        if t == a.terms and x and ap and not used and cmp(now, x) <= 0 then
+          local k = later(retained, f[3]) -- W138
+          redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
+            'pa', now, 'k', k)
+          if k ~= f[3] then extend(op, ttl(k, now)) end
+          redis.call('SET', tokKey, opID, 'PX', tokTTL)
+          return {'claim', opID, r, s or '', t, x, ap, now}
+        end
+      end
+      a.c = {g[1], g[2], g[3], g[4]}
+    end
   end
 end
-if busy then
-  -- Issue nothing: a new operation now would invite a second approval of
-  -- an action that may be taking effect (§7).
-  return {'busy'}
-end
-local r = issue(base, KEYS[1], ARGV[2], ARGV[3], terms, ARGV[5], ARGV[6], ARGV[7], ARGV[8],
-  now, ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14])
+local r = issue(a)
 if not r then return {'limited'} end
 return {'issued', r[1], r[2], r[3], r[4], r[5], r[6] or ''}

@@ -8,7 +8,7 @@ if f[1] ~= 'open' or (f[2] and f[2] ~= '') then
   return 0
 end
 redis.call('DEL', op)
-if redis.call('GET', act) == opID then
+if current_of(redis.call('GET', act)) == opID then
   redis.call('DEL', act)
 end
 redis.call('ZREM', base .. 'open', opID)

@@ -4,5 +4,5 @@ local v = redis.call('GET', KEYS[1])
 if v and cmp(ARGV[2], v) <= 0 then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', int(ttl_ms(ARGV[1], ARGV[2])))
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl(ARGV[1], ARGV[2]))
 return 1
