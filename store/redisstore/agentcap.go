@@ -3,24 +3,11 @@ package redisstore
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed" // the Lua scripts
 	"encoding/base64"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/opsgate/opsgate/store"
-)
-
-var (
-	//go:embed agent.lua
-	agentLua string
-	//go:embed undo.lua
-	undoLua string
-
-	agentScript = redis.NewScript(libLua + agentLua)
-	undoScript  = redis.NewScript(libLua + undoLua)
 )
 
 // countNew counts a new operation against its agent's cap of open
@@ -35,7 +22,7 @@ func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, 
 	}
 	sum := sha256.Sum256([]byte(owner.Agent))
 	key := s.prefix + "agent:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
-	n, err := agentScript.Run(ctx, s.client, []string{key},
+	n, err := s.run(ctx, s.client, agentStep, []string{key},
 		store.Slot(owner.Agent, owner.User)+" "+op.ID, ns(op.ExpiresAt), ns(now), s.maxOpenAgent).Int()
 	if err != nil {
 		s.failed(err)
@@ -45,7 +32,7 @@ func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, 
 		return nil
 	}
 	base := s.base(owner.Agent, owner.User)
-	if err := undoScript.Run(ctx, s.client, []string{base + "op:" + op.ID, actKey}, base, op.ID).Err(); err != nil {
+	if err := s.run(ctx, s.client, undoStep, []string{base + "op:" + op.ID, actKey}, base, op.ID).Err(); err != nil {
 		s.failed(err)
 		return fmt.Errorf("agent's open operations: %w", err)
 	}

@@ -269,7 +269,7 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 	}
 	conn := node.Conn()
 	defer conn.Close()
-	v, err := takeScript.Run(ctx, conn, keys, args...).StringSlice()
+	v, err := s.run(ctx, conn, takeStep, keys, args...).StringSlice()
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}

@@ -3,7 +3,7 @@
 -- ARGV: 1 claim token, 2 outcome ('done', 'notdone', 'unknown'), 3 now,
 --       4 now + retention, 5 random suffix of a fresh revision, 6 '1' to
 --       resolve (whoever holds the claim) else '0', 7 the account (to
---       resolve).
+--       resolve), 8 the TTL in ms that keeps a key until 4.
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 local op = KEYS[1]
 local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -34,7 +34,11 @@ if outcome == 'done' then
   end
   redis.call('DEL', op)
   redis.call('HSET', op, unpack(fields))
-  redis.call('PEXPIRE', op, ttl(k, now))
+  if k == retained then
+    redis.call('PEXPIRE', op, ARGV[8])
+  else
+    redis.call('PEXPIRE', op, ttl(k, now))
+  end
   -- The claim's token is never asked about again, and the action's next
   -- request gets a new operation (W141): neither key is needed.
   if f[2] then redis.call('DEL', base .. 'tok:' .. f[2]) end
@@ -67,6 +71,6 @@ else
   -- longer be released: the action may have taken effect.
   local kk = later(retained, k)
   redis.call('HSET', op, 'fu', '1', 'k', kk)
-  if kk ~= k then extend(op, ttl(kk, now)) end
+  if kk ~= k then extend(op, ARGV[8]) end
 end
 return 1

@@ -4,9 +4,9 @@
 --       revision's expires_at, 6 the least expires_at a reused revision may
 --       have, 7 now, 8 seed (36 random characters: a new operation_id's 20,
 --       then a revision's 16), 9 agent, 10 user, 11 the owner's cap of open
---       operations.
+--       operations, 12 the TTL in ms that keeps a key until 5.
 -- Returns {opID, revision, summary, terms, expires[, 'new']} or {'limited'}.
-local a = request()
+local a = request(KEYS, ARGV)
 read_action(a, redis.call('GET', a.actKey))
 local r = issue(a)
 if not r then return {'limited'} end

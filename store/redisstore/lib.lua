@@ -121,7 +121,7 @@ end
 -- revision_fields), kept until x at least: the operation (its k and TTL),
 -- its place in the owner's open set, and its action key follow (W102).
 -- k is the operation's keep-until before.
-local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now)
+local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl)
   local fields, drop = revision_fields(order, al, rev, terms, summary, x)
   if drop then redis.call('HDEL', op, unpack(drop)) end
   if not k or cmp(x, k) > 0 then
@@ -130,7 +130,7 @@ local function add_revision(op, opID, base, actKey, order, al, rev, terms, summa
     fields[#fields + 1] = 'k'
     fields[#fields + 1] = x
     redis.call('HSET', op, unpack(fields))
-    local t = ttl(x, now)
+    local t = xttl or ttl(x, now)
     extend(op, t)
     local open = base .. 'open'
     redis.call('ZADD', open, 'XX', 'GT', x, opID)
@@ -147,7 +147,7 @@ end
 -- operation of the action still being performed ('' for none): the action
 -- key names it after the new one, so that Take stays busy while it is
 -- (W145).
-local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev)
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
@@ -158,7 +158,7 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
     end
   end
   local op = base .. 'op:' .. opID
-  local t = ttl(x, now)
+  local t = xttl
   redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
     't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
   redis.call('PEXPIRE', op, t)
@@ -202,7 +202,7 @@ end
 -- summary, fixed expires_at ('' for none), x (a fresh revision's
 -- expires_at), half (the least expires_at a reused revision may have,
 -- W39), now, seed (random: a new operation_id, then a revision's suffix),
--- agent, user, maxOpen.
+-- agent, user, maxOpen, xttl (the TTL in ms that keeps a key until x).
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
   local prev = a.prev or ''
@@ -218,7 +218,7 @@ local function issue(a)
       return {a.opID, cur, c[2] or '', a.terms, x}
     end
     local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now)
+    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl)
     return {a.opID, rev, a.summary, a.terms, a.x}
   end
   if a.opID and f[1] == 'performing' and not gone(f[3], now) then
@@ -226,7 +226,7 @@ local function issue(a)
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev) then
+  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl) then
     return nil
   end
   return {opID, rev, a.summary, a.terms, a.x, 'new'}
@@ -247,12 +247,12 @@ end
 
 -- request reads the ARGV that issue.lua and take.lua share (KEYS[1] is the
 -- action key "<base>act:<action digest>").
-local function request()
+local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
   return {
     base = base, actKey = KEYS[1], akey = akey,
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
     x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8],
-    agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11],
+    agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
   }
 end

@@ -165,8 +165,8 @@ func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID stri
 		return store.ErrNotPerforming
 	}
 	base := s.base(owner.Agent, owner.User)
-	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + operationID},
-		"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account).Int()
+	n, err := s.run(ctx, s.client, finishStep, []string{base + "op:" + operationID},
+		"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account, ttlMs(now.Add(s.retention), now)).Int()
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	}

@@ -5,7 +5,8 @@
 -- ARGV: 1 account, 2 approval operation_id, 3 approval revision, 4 now,
 --       5 approval JSON, 6 check only ('1' or '0'), 7 random suffix of a
 --       fresh revision (see W122 below), 8 the ref's revision, 9 the
---       single-use key's until ('' for none).
+--       single-use key's until ('' for none), 10 the TTL in ms that keeps a
+--       key until then.
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op = KEYS[1]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -17,7 +18,7 @@ if ARGV[9] and ARGV[9] ~= '' then
   if used and cmp(now, used) <= 0 then
     return {'replayed'}
   end
-  redis.call('SET', KEYS[2], ARGV[9], 'PX', ttl(ARGV[9], now))
+  redis.call('SET', KEYS[2], ARGV[9], 'PX', ARGV[10])
 end
 -- Everything the checks read, in one call: the operation, the ref's
 -- revision, the approval's revision (when it names this operation) and the

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed" // the Lua scripts
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -12,43 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/store"
 )
-
-// Each script is lib.lua followed by its own file, so that each Store method
-// is one EVALSHA: one round trip and one atomic step (store package doc).
-var (
-	//go:embed lib.lua
-	libLua string
-	//go:embed issue.lua
-	issueLua string
-	//go:embed take.lua
-	takeLua string
-	//go:embed record.lua
-	recordLua string
-	//go:embed finish.lua
-	finishLua string
-	//go:embed useonce.lua
-	useOnceLua string
-	//go:embed release.lua
-	releaseLua string
-
-	issueScript   = redis.NewScript(libLua + issueLua)
-	takeScript    = redis.NewScript(libLua + takeLua)
-	recordScript  = redis.NewScript(libLua + recordLua)
-	finishScript  = redis.NewScript(libLua + finishLua)
-	useOnceScript = redis.NewScript(libLua + useOnceLua)
-	releaseScript = redis.NewScript(libLua + releaseLua)
-)
-
-// scripts are every script the store runs, for Load.
-func scripts() []*redis.Script {
-	return []*redis.Script{issueScript, takeScript, recordScript, finishScript, useOnceScript, releaseScript, agentScript, undoScript}
-}
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "opsgate:"
@@ -88,6 +57,9 @@ type Store struct {
 
 	maxOpenOwner int
 	maxOpenAgent int
+
+	// functions is set once Load loaded the steps as a function library.
+	functions atomic.Bool
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
@@ -133,15 +105,26 @@ func New(client redis.UniversalClient, opts Options) *Store {
 // so that the first call of each method is one round trip too. It is
 // optional: without it, a script's first run falls back to EVAL.
 //
+// Where the server has Redis functions (7.0 and later) and its ACL allows
+// FUNCTION LOAD, Load also loads the same steps as a function library
+// (named opsgate_<digest of its source>, so that two versions of the kit
+// can share a Redis during a rolling deploy), and the store then calls
+// them with FCALL: cheaper for the server than EVALSHA (see steps.go). A
+// server that lacks the library later (a node added since, FUNCTION
+// FLUSH) runs the scripts instead. Old versions' libraries stay in Redis
+// until removed with FUNCTION DELETE; each is a few kilobytes.
+//
 // With a durability other than DurableNone it also reads what each master
 // can confirm (its version; before Redis 7.2 its AOF settings), which
 // Take would otherwise do on its first claim there.
 func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range scripts() {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
+	for _, st := range steps {
+		if err := st.script.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load: %w", err)
 		}
 	}
+	// Functions where the server has them; scripts otherwise.
+	s.functions.Store(s.loadFunctions(ctx) == nil)
 	if s.durability.Mode == DurableNone {
 		return nil
 	}
@@ -167,6 +150,17 @@ func (s *Store) base(agent, user string) string {
 
 // ns writes a time as the scripts read it: Unix nanoseconds.
 func ns(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
+
+// ttlMs is the TTL in milliseconds, in decimal, that keeps a key until
+// until plus the scripts' minute of grace (GRACE_MS in lib.lua): computed
+// here, where it costs nanoseconds, rather than in Lua, where reading a
+// 19-digit time costs the server about a microsecond.
+func ttlMs(until, now time.Time) string {
+	return strconv.FormatInt(max(until.Sub(now).Milliseconds(), 0)+graceMs, 10)
+}
+
+// graceMs is lib.lua's GRACE_MS.
+const graceMs = 60_000
 
 // parseTime reads a time the scripts stored; ok is false for a malformed one.
 func parseTime(s string) (time.Time, bool) {
@@ -199,7 +193,7 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 	args = []any{
 		owner.Account, action.Terms, action.Summary, fixed,
 		ns(expires), ns(half), ns(now), seed(),
-		owner.Agent, owner.User, s.maxOpenOwner,
+		owner.Agent, owner.User, s.maxOpenOwner, ttlMs(expires, now),
 	}
 	return keys, args
 }
@@ -215,7 +209,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
-	v, err := issueScript.Run(ctx, s.client, keys, args...).StringSlice()
+	v, err := s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
 	if err != nil {
 		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
@@ -249,11 +243,12 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
 	keys = append(keys, base+"tok:"+token)
-	args = append(args, token, ns(now.Add(s.retention)), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10))
+	retained := now.Add(s.retention)
+	args = append(args, token, ns(retained), ttlMs(retained, now), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10))
 	var v []string
 	var err error
 	if s.durability.Mode == DurableNone {
-		v, err = takeScript.Run(ctx, s.client, keys, args...).StringSlice()
+		v, err = s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
 	} else {
 		v, err = s.takeDurable(ctx, keys, args, owner, token, now)
 	}
@@ -369,18 +364,18 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	if opts.CheckOnly {
 		checkOnly = "1"
 	}
-	keys, once := []string{base + "op:" + opID}, ""
+	keys, once, onceTTL := []string{base + "op:" + opID}, "", ""
 	if opts.Once != "" {
 		// The request's single-use key, used up first in the same script.
 		k := s.onceKey(opts.Once)
 		if !strings.HasPrefix(k, base) {
 			return store.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by store.OnceKey for this owner")
 		}
-		keys, once = append(keys, k), ns(opts.OnceUntil)
+		keys, once, onceTTL = append(keys, k), ns(opts.OnceUntil), ttlMs(opts.OnceUntil, now)
 	}
-	v, err := recordScript.Run(ctx, s.client, keys,
+	v, err := s.run(ctx, s.client, recordStep, keys,
 		owner.Account, approval.OperationID, approval.Revision, ns(now),
-		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once).StringSlice()
+		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL).StringSlice()
 	if err != nil {
 		s.failed(err)
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
@@ -437,8 +432,8 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 		return store.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
-	n, err := finishScript.Run(ctx, s.client, []string{base + "op:" + claim.Operation.ID},
-		claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "").Int()
+	n, err := s.run(ctx, s.client, finishStep, []string{base + "op:" + claim.Operation.ID},
+		claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)).Int()
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
@@ -461,7 +456,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 		return false, nil
 	}
 	base := s.base(owner.Agent, owner.User)
-	n, err := releaseScript.Run(ctx, s.client, []string{base + "tok:" + token},
+	n, err := s.run(ctx, s.client, releaseStep, []string{base + "tok:" + token},
 		token, ns(now), store.ClaimTokenTTL.Milliseconds()).Int()
 	if err != nil {
 		s.failed(err)
@@ -567,7 +562,7 @@ func (s *Store) UseOnce(ctx context.Context, key string, until time.Time, now ti
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("redisstore: use once: %w", err)
 	}
-	n, err := useOnceScript.Run(ctx, s.client, []string{s.onceKey(key)}, ns(until), ns(now)).Int()
+	n, err := s.run(ctx, s.client, useOnceStep, []string{s.onceKey(key)}, ns(until), ns(now)).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: use once: %w", err)

@@ -2,8 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,7 +40,14 @@ func TestMiniredis(t *testing.T) {
 func serverHarness(clients int) func(t *testing.T) storetest.Harness {
 	return func(t *testing.T) storetest.Harness {
 		srv := redistest.Start(t)
-		h := storetest.Harness{Store: redisstore.New(srv.Client(t), redisstore.Options{}), Down: srv.Stop}
+		// The first store calls the steps as functions (Load), the others
+		// as scripts: both run the same code on the same records, as web
+		// servers do while some have called Load and some not.
+		first := redisstore.New(srv.Client(t), redisstore.Options{})
+		if err := first.Load(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h := storetest.Harness{Store: first, Down: srv.Stop}
 		for range clients - 1 {
 			h.Clients = append(h.Clients, redisstore.New(srv.Client(t), redisstore.Options{}))
 		}
@@ -70,8 +80,12 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		first := redisstore.New(cluster, redisstore.Options{})
+		if err := first.Load(t.Context()); err != nil { // functions on every master
+			t.Fatal(err)
+		}
 		return storetest.Harness{
-			Store:   redisstore.New(cluster, redisstore.Options{}),
+			Store:   first,
 			Clients: []store.Store{redisstore.New(other, redisstore.Options{})},
 		}
 	})
@@ -95,4 +109,58 @@ func clusterClient(t *testing.T, c *redis.ClusterClient) *redis.ClusterClient {
 	o := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = o.Close() })
 	return o
+}
+
+// TestFunctions: after Load, a step is an FCALL; a server that has lost the
+// library (FUNCTION FLUSH) runs the script instead, and the step still
+// happens exactly once.
+func TestFunctions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	ctx := t.Context()
+	if err := st.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := func(cmd string) int {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	a := action("k", `{"v":1}`, time.Hour)
+	is, err := st.Issue(ctx, owner, a, at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Issue, and the agent's count of its new operation.
+	if f, e := calls("fcall"), calls("evalsha"); f != 2 || e != 0 {
+		t.Fatalf("after Issue: %d FCALLs and %d EVALSHAs, want 2 and 0", f, e)
+	}
+	if err := c.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{})
+	if err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record without the library: %v, %v", rep.Result, err)
+	}
+	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take without the library: %+v, %v", res, err)
+	}
+	if n := calls("evalsha"); n < 2 {
+		t.Errorf("%d EVALSHAs, want the scripts to have run", n)
+	}
+	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
+		t.Errorf("second Take: %+v, %v; want no second claim", res, err)
+	}
 }

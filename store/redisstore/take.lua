@@ -1,13 +1,14 @@
 -- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
 -- "Websites", §7).
 -- KEYS: the action key, the claim token key.
--- ARGV: 1-11 as issue.lua, then 12 the claim token, 13 now + retention,
---       14 the token key's TTL in ms.
+-- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
+--       15 the TTL in ms that keeps a key until then, 16 the token key's
+--       TTL in ms.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new}
 -- or {'released'} or {'lost'} or {'limited'}.
-local a = request()
-local tokKey, token, retained, tokTTL = KEYS[2], ARGV[12], ARGV[13], ARGV[14]
+local a = request(KEYS, ARGV)
+local tokKey, token, retained, retainedTTL, tokTTL = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
 local now, base = a.now, a.base
 
 local v = redis.call('MGET', tokKey, a.actKey)
@@ -66,7 +67,7 @@ if opID then
           local k = later(retained, f[3]) -- W138
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k)
-          if k ~= f[3] then extend(op, ttl(k, now)) end
+          if k ~= f[3] then extend(op, retainedTTL) end
           redis.call('SET', tokKey, opID, 'PX', tokTTL)
           return {'claim', opID, r, s or '', t, x, ap, now}
         end
