@@ -151,9 +151,11 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
-  if redis.call('ZCARD', open) >= tonumber(maxOpen) then
+  local n = redis.call('ZCARD', open)
+  if n >= tonumber(maxOpen) then
     redis.call('ZREMRANGEBYSCORE', open, '-inf', '(' .. now)
-    if redis.call('ZCARD', open) >= tonumber(maxOpen) then
+    n = redis.call('ZCARD', open)
+    if n >= tonumber(maxOpen) then
       return false
     end
   end
@@ -168,7 +170,11 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   -- keeps its operation_id (W19).
   redis.call('SET', actKey, v, 'PX', t)
   redis.call('ZADD', open, x, opID)
-  extend(open, t)
+  if n == 0 then
+    redis.call('PEXPIRE', open, t) -- a new set (Redis deletes empty ones)
+  else
+    extend(open, t)
+  end
   return true
 end
 
