@@ -7,6 +7,11 @@
 //	go run ./demo -addr :9090      # or ADDR=:9090
 //	go run ./demo -redis-addr 127.0.0.1:6390   # the embedded store's address (REDIS_ADDR)
 //	REDIS_URL=redis://localhost:6379/0 go run ./demo
+//	go run ./demo -metrics=false   # no /metrics (on by default)
+//
+// The shop serves the kit's Prometheus metrics at /metrics (the Gate's,
+// the operations endpoint's, the join's and the status route's answers and
+// the store's latency; webkit/metrics/prometheus), linked from no page.
 //
 // Every agent's User gets its own copy of the demo data (a sandbox, reset
 // from the account page), so many agents can share one running demo.
@@ -48,6 +53,7 @@ func run() error {
 	addr := flag.String("addr", envOr("ADDR", "localhost:8080"), "address to listen on (env ADDR)")
 	baseURL := flag.String("base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>")
 	redisAddr := flag.String("redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
+	metrics := flag.Bool("metrics", true, "serve the kit's Prometheus metrics at "+shop.PathMetrics)
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -104,6 +110,7 @@ func run() error {
 		Store:      st,
 		Logger:     logger,
 		AllowLocal: true, // demo mode: agents on localhost over http
+		Metrics:    *metrics,
 	})
 	if err != nil {
 		ln.Close()
@@ -127,9 +134,9 @@ Point an agent at it:
   Agents on localhost/127.0.0.1 over plain http are accepted (demo mode).
 
 Store: %[6]s
-Stop with Ctrl-C.
+%[7]sStop with Ctrl-C.
 
-`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc)
+`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(*metrics, srv.URL(shop.PathMetrics)))
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),
@@ -171,6 +178,14 @@ func startMiniredis(addr string) (*miniredis.Miniredis, error) {
 		return nil, err
 	}
 	return mr, nil
+}
+
+// metricsLine is the banner's line for /metrics.
+func metricsLine(on bool, url string) string {
+	if !on {
+		return ""
+	}
+	return "Metrics: " + url + " (Prometheus; -metrics=false turns it off)\n"
 }
 
 func envOr(name, def string) string {

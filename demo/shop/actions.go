@@ -119,6 +119,7 @@ func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
 		Key:     "exchange:" + plan.OrderID + ":" + plan.ItemID,
 		Terms:   exchangeTerms(plan),
 		Summary: exchangeSummary(plan),
+		Kind:    "exchange", // the metrics' label: never an ID
 	}, nil
 }
 
@@ -176,6 +177,7 @@ func (s *Server) describeCancel(r *http.Request) (webkit.Action, error) {
 		Key:     "cancel-subscription:" + plan.SubscriptionID,
 		Terms:   cancelTerms(plan),
 		Summary: cancelSummary(plan),
+		Kind:    "cancel_subscription", // the metrics' label: never an ID
 	}, nil
 }
 
@@ -239,6 +241,7 @@ func (s *Server) describeResubscribe(r *http.Request) (webkit.Action, error) {
 		Key:     "resubscribe:" + plan.SubscriptionID,
 		Terms:   resubscribeTerms(plan),
 		Summary: resubscribeSummary(plan),
+		Kind:    "resubscribe", // the metrics' label: never an ID
 	}, nil
 }
 
@@ -327,6 +330,7 @@ func (s *Server) describeReschedule(r *http.Request) (webkit.Action, error) {
 		Key:     "delivery-date:" + plan.DeliveryID,
 		Terms:   rescheduleTerms(plan),
 		Summary: rescheduleSummary(plan),
+		Kind:    "delivery_date", // the metrics' label: never an ID
 	}, nil
 }
 

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/gorilla/securecookie"
+	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
@@ -38,6 +40,7 @@ import (
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
+	opsgateprom "github.com/opsgate/opsgate/webkit/metrics/prometheus"
 )
 
 //go:embed static
@@ -50,6 +53,7 @@ const (
 	PathOperations = "/poppy/operations" // the operations endpoint (§4, §6)
 	PathToken      = "/demo/token"       // the demo authorization server
 	PathReset      = "/demo/reset"       // restores the browser's sandbox
+	PathMetrics    = "/metrics"          // Prometheus metrics, with Config.Metrics
 )
 
 // Config configures a Server.
@@ -79,6 +83,13 @@ type Config struct {
 	// kept; 0 is shopdb.DefaultSandboxIdle (a day).
 	MaxSandboxes int
 	SandboxIdle  time.Duration
+	// Metrics serves the kit's metrics at PathMetrics in the Prometheus
+	// text format (webkit/metrics/prometheus, on the shop's own registry,
+	// not the global one): the answers of the Gate, the operations
+	// endpoint, the join and the waiting pages' status route, and the
+	// store's latency. The labels are fixed sets and action kinds, never a
+	// Session, a token, an operation_id or a ref. No page links to it.
+	Metrics bool
 }
 
 // Server is the demo shop.
@@ -96,6 +107,7 @@ type Server struct {
 	issuer    crypto.Signer
 	issuerID  string // kid of issuer
 	ops       *endpoint.Endpoint
+	metrics   *prom.Registry // nil without Config.Metrics
 	handler   http.Handler
 }
 
@@ -162,6 +174,18 @@ func NewServer(cfg Config) (*Server, error) {
 		Stylesheets: []string{"/static/shop.css"},
 		Header:      views.WaitingMasthead(),
 		Footer:      views.WaitingFooter(),
+	}
+
+	// The Observer is set before the mount, which hands it to the
+	// endpoint: one Observer sees the Gate, the endpoint, the join, the
+	// status route and the store (webkit.Kit.Observer).
+	if cfg.Metrics {
+		s.metrics = prom.NewRegistry()
+		obs, err := opsgateprom.New(s.metrics)
+		if err != nil {
+			return nil, fmt.Errorf("shop: metrics: %w", err)
+		}
+		s.kit.Observer = obs
 	}
 
 	// One mount for the protocol's routes: the operations endpoint with
@@ -241,6 +265,11 @@ func (s *Server) routes() http.Handler {
 	// The demo's own routes for agents.
 	mux.HandleFunc("POST "+PathToken, s.issueToken)
 	mux.HandleFunc("POST "+PathReset, s.reset)
+
+	// The operator's: Prometheus scrapes it; no page links to it.
+	if s.metrics != nil {
+		mux.Handle("GET "+PathMetrics, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
+	}
 
 	// CSRF: browsers' cross-origin POSTs to the shop are refused. The
 	// mount's routes (the endpoint, the join, the kit's scripts,
