@@ -179,6 +179,13 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 			f.rate, f.usec, f.how = rate, usec, how
 		}
 	}
+	// This tool's own ceiling: go-redis calling "return 1" with a Take's
+	// keys and arguments, as the store calls its steps (FCALL where the
+	// server has functions). The Go client shares the machine's cores with
+	// Redis, so the store's steps can't run faster than this however cheap
+	// their scripts are.
+	emptyTake, cleanup := clientCeiling(ctx, client)
+	defer cleanup()
 	for range c.rounds {
 		for _, clients := range []int{1, 50} {
 			before := scriptStats(ctx, client)
@@ -187,6 +194,11 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 				return res, err
 			}
 			best(fmt.Sprint("evalsha", clients), rate, scriptStats(ctx, client).usecPerCall(before), how)
+			rate, _, err = stepRate(ctx, clients, c.duration, 0, emptyTake)
+			if err != nil {
+				return res, fmt.Errorf("go-redis ceiling: %w", err)
+			}
+			best(fmt.Sprint("client", clients), rate, 0, "")
 		}
 		for _, m := range []struct {
 			name string
@@ -212,6 +224,11 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		evalsha[clients] = f.rate
 		say("evalsha return 1  %2d clients     %9.0f calls/s  %5.1f µs server CPU per call  (%s; %s)\n", clients, f.rate, f.usec, f.how, spread(f))
 	}
+	client50 := figures["client50"].rate
+	for _, clients := range []int{1, 50} {
+		f := figures[fmt.Sprint("client", clients)]
+		say("go-redis return 1 %2d goroutines %9.0f calls/s  (a Take's 2 keys and 16 arguments: this tool's own client ceiling; %s)\n", clients, f.rate, spread(f))
+	}
 	steps := map[string]map[int]float64{"take": {}, "cycle": {}}
 	for _, name := range []string{"take", "cycle"} {
 		for _, g := range []int{1, 50} {
@@ -223,6 +240,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	res.takeRatio = steps["take"][50] / evalsha[50]
 	res.cycleRatio = steps["cycle"][50] / evalsha[50]
+	say("beside this tool's own client ceiling (50 goroutines): take %.2f×, cycle %.2f×; the client ceiling is %.2f× redis-benchmark's\n",
+		steps["take"][50]/client50, steps["cycle"][50]/client50, client50/evalsha[50])
 
 	// Bytes per retained performed operation.
 	phase.Add(1)
@@ -348,6 +367,29 @@ func evalshaRate(ctx context.Context, opts *redis.Options, client *redis.Client,
 	}
 	rate, err = run(max(1000, int(rate*d.Seconds())))
 	return rate, "redis-benchmark", err
+}
+
+// clientCeiling returns a step that calls "return 1" with a Take's keys and
+// arguments through go-redis: as a function when the server has them (as
+// the store calls its steps after Load), else with EVALSHA.
+func clientCeiling(ctx context.Context, client *redis.Client) (step func(context.Context, int, int) (int, error), cleanup func()) {
+	const lib = "#!lua name=opsgate_ceiling\nredis.register_function('opsgate_ceiling_return_one', function(KEYS, ARGV) return 1 end)"
+	keys := []string{"opsgate-ceiling:{c}:act:x", "opsgate-ceiling:{c}:tok:x"}
+	args := []any{"", `{"order_id":"ord_1_2_3","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`,
+		"Exchange the jacket on order 12 for $70.00 more.", "", "1796052877000000000", "1796052577000000000", "1796052277000000000",
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR", "https://agent.example/ceiling", "usr_1_2", "1073741824", "660000",
+		"abcdefghijklmnopqrstuv", "1796138677000000000", "86460000", "600000"}
+	if err := client.FunctionLoadReplace(ctx, lib).Err(); err == nil {
+		return func(ctx context.Context, _, _ int) (int, error) {
+				return 1, client.FCall(ctx, "opsgate_ceiling_return_one", keys, args...).Err()
+			}, func() {
+				_ = client.FunctionDelete(context.WithoutCancel(ctx), "opsgate_ceiling").Err()
+			}
+	}
+	sc := redis.NewScript(returnOne)
+	return func(ctx context.Context, _, _ int) (int, error) {
+		return 1, sc.Run(ctx, client, keys, args...).Err()
+	}, func() {}
 }
 
 // scriptCalls is the script commands' share of INFO commandstats.
