@@ -270,6 +270,9 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{Busy: true}, nil
 	case "issued":
 		op, ok := operation(v[1:])
+		if ok && v[4] == "" { // the request's terms (take.lua)
+			op.Terms = action.Terms
+		}
 		if !ok {
 			break
 		}
@@ -281,6 +284,9 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
 	case "claim":
 		op, ok := operation(v[1:])
+		if ok && v[4] == "" { // the request's terms (take.lua)
+			op.Terms = action.Terms
+		}
 		if !ok || len(v) < 8 {
 			break
 		}

@@ -5,7 +5,8 @@
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
 --       TTL in ms.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
--- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new}
+-- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
+-- where terms '' means the request's (stored terms are never empty)
 -- or {'released'} or {'lost'} or {'limited'}.
 local a = request(KEYS, ARGV)
 local tokKey, token, retained, retainedTTL, tokTTL = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
@@ -69,7 +70,7 @@ if opID then
             'pa', now, 'k', k)
           if k ~= f[3] then extend(op, retainedTTL) end
           redis.call('SET', tokKey, opID, 'PX', tokTTL)
-          return {'claim', opID, r, s or '', t, x, ap, now}
+          return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end
       end
       a.c = {g[1], g[2], g[3], g[4]}
@@ -78,4 +79,5 @@ if opID then
 end
 local r = issue(a)
 if not r then return {'limited'} end
-return {'issued', r[1], r[2], r[3], r[4], r[5], r[6] or ''}
+-- The terms are the request's: '' spares sending them back.
+return {'issued', r[1], r[2], r[3], '', r[5], r[6] or ''}
