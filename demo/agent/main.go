@@ -159,7 +159,7 @@ func run() error {
 	}
 
 	if _, err := a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn}); err != nil {
-		return err
+		return joinFailed(err)
 	}
 
 	origin := a.Origin()
@@ -218,3 +218,23 @@ func run() error {
 	}
 	return nil
 }
+
+// joinFailed is a failed join as the CLI prints it: a refused join (401,
+// 409, …) on several lines, with the status, the website's words and what
+// to do (refagent.JoinRefusedError); any other error as it is.
+func joinFailed(err error) error {
+	var refused *refagent.JoinRefusedError
+	if !errors.As(err, &refused) {
+		return err
+	}
+	return explained{text: refused.Explain(), err: err}
+}
+
+// explained is an error printed in other words, still err to errors.Is.
+type explained struct {
+	text string
+	err  error
+}
+
+func (e explained) Error() string { return e.text }
+func (e explained) Unwrap() error { return e.err }

@@ -148,12 +148,26 @@ var ErrNotSupported = errors.New("refagent: the Company does not support operati
 // New starts the agent: its keys, its server, the Company's poppy.json and
 // the watch on its browser's network events.
 func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if cfg.Browser == nil || chromedp.FromContext(cfg.Browser) == nil {
+		return nil, errors.New("refagent: Config.Browser must be a chromedp context")
+	}
+	a, err := start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.watch(cfg.Browser, "tab 1"); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// start is New without the browser: the agent's keys, its server and the
+// Company's poppy.json.
+func start(ctx context.Context, cfg Config) (*Agent, error) {
 	u, err := url.Parse(cfg.Shop)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("refagent: Shop must be an origin such as http://localhost:8080, got %q", cfg.Shop)
-	}
-	if cfg.Browser == nil || chromedp.FromContext(cfg.Browser) == nil {
-		return nil, errors.New("refagent: Config.Browser must be a chromedp context")
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
@@ -214,10 +228,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.step("agent %q is %s (metadata and JWKS served on loopback)", cfg.Name, a.clientID)
 
 	if err := a.discover(ctx); err != nil {
-		a.Close()
-		return nil, err
-	}
-	if _, err := a.watch(cfg.Browser, "tab 1"); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -419,46 +429,15 @@ type JoinOptions struct {
 // access_token: never in a URL), the browser submits it to the Company's
 // browser_session_endpoint, which answers 303 to return_to.
 func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
-	if a.disc.Join == "" {
-		return nil, errors.New("refagent: the Company lists no web.browser_session_endpoint")
-	}
-	s, err := a.NewSession(ctx, opts.SignedIn)
-	if err != nil {
-		return nil, err
-	}
-	token := ""
-	if s.SignedIn {
-		token, _ = a.accessToken(ctx)
-	}
-	ext := ""
-	if a.disc.Operations && !opts.NoExtension {
-		ext = webkit.Extensions{"operations": "3"}.Header() // A02
-	}
-	returnTo := a.origin + "/"
-	if opts.ReturnTo != "" {
-		returnTo = a.origin + opts.ReturnTo
-	}
-	d, err := a.delegation()
-	if err != nil {
-		return nil, err
-	}
-	assertion, err := d.BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: a.disc.Join, SID: s.SID, User: a.cfg.User, AccessToken: token},
-		ReturnTo:      returnTo,
-		Extensions:    ext,
-	})
+	s, form, decl, err := a.joinForm(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	handle := randomID(20)
 	a.mu.Lock()
-	a.joinPages[handle] = joinPage{action: a.disc.Join, assertion: assertion, token: token, expires: time.Now().Add(time.Minute)}
+	a.joinPages[handle] = joinPage{action: a.disc.Join, assertion: form.Get("assertion"), token: form.Get("access_token"), expires: time.Now().Add(time.Minute)}
 	a.mu.Unlock()
 
-	decl := ext
-	if decl == "" {
-		decl = "nothing"
-	}
 	a.step("joining the browser to Session %s (signed in: %v, declaring %s) at %s", s.SID, s.SignedIn, decl, a.disc.Join)
 	// The sid counts as joined to this browser from the moment the browser
 	// posts the form (A10); a refused join leaves it unused.
@@ -475,20 +454,83 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 		return nil, fmt.Errorf("refagent: join: the browser got no answer from %s within %s: %w", a.disc.Join, a.cfg.StepTimeout, err)
 	}
 	if res == nil || res.Status != http.StatusOK || !strings.HasPrefix(res.URL, a.origin+"/") {
-		status := int64(0)
-		if res != nil {
-			status = res.Status
-		}
 		a.mu.Lock()
 		delete(a.joined, s.SID)
 		a.mu.Unlock()
-		if status == http.StatusUnauthorized {
-			return nil, fmt.Errorf("refagent: the join was refused (status 401): %w", ErrSessionRefused)
+		status, header, body := 0, http.Header{}, ""
+		if res != nil {
+			status = int(res.Status)
+			for k, v := range res.Headers {
+				// Chromium joins a repeated header's values with "\n".
+				for _, line := range strings.Split(fmt.Sprint(v), "\n") {
+					header.Add(k, line)
+				}
+			}
+			// The website's own words: the text of the page the browser
+			// shows (a text/plain or JSON answer is one <pre>).
+			body, _ = chromedp.Run(jctx, chromedp.Evaluate[string](pageTextJS))
 		}
-		return nil, fmt.Errorf("refagent: the join was refused (status %d)", status)
+		err := a.joinRefusal(status, header, body, s.SignedIn)
+		a.step("the join was refused (status %d)", status)
+		return nil, err
 	}
 	a.step("browser joined to Session %s; it is at %s", s.SID, res.URL)
 	return s, nil
+}
+
+// pageTextJS reads the text of the page the browser shows, bounded.
+const pageTextJS = `(() => {
+	const d = document, b = d.body;
+	if (!b) return "";
+	const pre = d.contentType !== "text/html" && b.querySelector("pre");
+	return (pre || b).innerText.slice(0, 4096);
+})()`
+
+// joinForm starts a Session for a join and makes the join form's fields
+// (webkit/RULES.md choice 3): the browser join assertion (aud = the
+// Company's browser_session_endpoint) and, signed in, access_token (W54).
+// decl is the declared extensions, for the log.
+func (a *Agent) joinForm(ctx context.Context, opts JoinOptions) (s *Session, form url.Values, decl string, err error) {
+	if a.disc.Join == "" {
+		return nil, nil, "", errors.New("refagent: the Company lists no web.browser_session_endpoint")
+	}
+	s, err = a.NewSession(ctx, opts.SignedIn)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	token := ""
+	if s.SignedIn {
+		token, _ = a.accessToken(ctx)
+	}
+	ext := ""
+	if a.disc.Operations && !opts.NoExtension {
+		ext = webkit.Extensions{"operations": "3"}.Header() // A02
+	}
+	returnTo := a.origin + "/"
+	if opts.ReturnTo != "" {
+		returnTo = a.origin + opts.ReturnTo
+	}
+	d, err := a.delegation()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	assertion, err := d.BrowserAssertion(identity.BrowserClaims{
+		SessionClaims: identity.SessionClaims{Audience: a.disc.Join, SID: s.SID, User: a.cfg.User, AccessToken: token},
+		ReturnTo:      returnTo,
+		Extensions:    ext,
+	})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	form = url.Values{"assertion": {assertion}}
+	if token != "" {
+		form.Set("access_token", token)
+	}
+	decl = ext
+	if decl == "" {
+		decl = "nothing"
+	}
+	return s, form, decl, nil
 }
 
 var joinTemplate = template.Must(template.New("join").Parse(`<!doctype html>
