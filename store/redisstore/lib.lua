@@ -13,7 +13,7 @@
 --
 -- Cost: each redis.call costs the server about a microsecond, so a step
 -- reads what it needs with one MGET or HMGET, writes with one HSET, and
--- leaves a TTL alone unless it must grow (doc.go "Cost per step").
+-- leaves a TTL alone unless it must grow (package doc, "Cost per step").
 
 -- GRACE_MS is added to every TTL: a key outlives what it must keep by a
 -- minute, so that clock skew between web servers never loses a record early.
