@@ -53,7 +53,7 @@ var (
 	// its functions') carries a digest of the source, so that web servers
 	// of two versions sharing a Redis during a rolling deploy each call
 	// their own code.
-	libraryName, library = functionLibrary()
+	library = functionLibrary()
 )
 
 // step is one of the store's atomic steps.
@@ -68,7 +68,7 @@ func newStep(name, body string) *step {
 	return &step{name: name, body: body, script: redis.NewScript(libLua + body)}
 }
 
-func functionLibrary() (string, string) {
+func functionLibrary() string {
 	h := sha1.New()
 	h.Write([]byte(libLua))
 	for _, st := range steps {
@@ -84,7 +84,7 @@ func functionLibrary() (string, string) {
 		// parameters, as they are a script's globals.
 		fmt.Fprintf(&b, "\nredis.register_function(%q, function(KEYS, ARGV)\n%s\nend)\n", st.fn, st.body)
 	}
-	return name, b.String()
+	return b.String()
 }
 
 // caller runs a step: a client, a Cluster client or one connection.
