@@ -543,12 +543,13 @@ func TestJoin(t *testing.T) {
 func BenchmarkApproval(b *testing.B) {
 	for _, name := range []string{"memory", "redis"} {
 		b.Run(name, func(b *testing.B) {
-			// One operation per request for one owner: no cap of open ones.
+			// One operation per request for one owner and agent: no cap of
+			// open ones (b.N can pass the agent's default 10,000).
 			m := store.NewMemory()
-			m.MaxOpenPerOwner = -1
+			m.MaxOpenPerOwner, m.MaxOpenPerAgent = -1, -1
 			var st store.Store = m
 			if name == "redis" {
-				st = redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1})
+				st = redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			}
 			var runs atomic.Int32
 			s := newShop(b, st, tokenKey(b), &runs)

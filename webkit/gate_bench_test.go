@@ -70,10 +70,15 @@ type benchBackend struct {
 func benchBackends() []benchBackend {
 	return []benchBackend{
 		// The approved-repeat benchmark opens one operation per request
-		// for one owner, beyond the default cap of open operations.
-		{"memory", func(*testing.B) store.Store { m := store.NewMemory(); m.MaxOpenPerOwner = -1; return m }},
+		// for one owner and agent, beyond the default caps of open
+		// operations (b.N can pass the agent's 10,000).
+		{"memory", func(*testing.B) store.Store {
+			m := store.NewMemory()
+			m.MaxOpenPerOwner, m.MaxOpenPerAgent = -1, -1
+			return m
+		}},
 		{"redis", func(b *testing.B) store.Store {
-			return redisstore.New(sharedRedis(b).Client(b), redisstore.Options{Prefix: fmt.Sprintf("gb%d:", prefixes.Add(1)), MaxOpenPerOwner: -1})
+			return redisstore.New(sharedRedis(b).Client(b), redisstore.Options{Prefix: fmt.Sprintf("gb%d:", prefixes.Add(1)), MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 		}},
 	}
 }
