@@ -3,11 +3,14 @@ package identity
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -154,7 +157,7 @@ func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) 
 
 // checkSession is CheckSession, also returning the key a failure of these
 // exact credentials is remembered under.
-func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Session, [32]byte, error) {
+func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Session, credentials, error) {
 	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
 	if err != nil {
 		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
@@ -175,33 +178,49 @@ func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) 
 // replayKey is the key a token's jti is used up under.
 func replayKey(iss, jti string) string { return "jti:" + iss + ":" + jti }
 
-// failedBefore returns the remembered failure of exactly these credentials
-// (kind, audience, access token and token), and the key to remember a new
-// one under. A failed token is refused again for 30 s without a signature
-// check: its jti was not used up, so the same bytes could otherwise be
-// replayed at the price of a verification each.
-func (v *Verifier) failedBefore(typ, aud, accessToken, token string) ([32]byte, error) {
-	if v.MaxDelegations < 0 {
-		return [32]byte{}, nil
-	}
+// credentials are what a token's failure is remembered for: its kind,
+// audience, access token and the token itself.
+type credentials struct{ typ, aud, accessToken, token string }
+
+// key is the key a failure of c is remembered under: the SHA-256 of the
+// four, each followed by a zero byte.
+func (c credentials) key() [32]byte {
 	h := sha256.New()
-	for _, s := range []string{typ, aud, accessToken, token} {
+	for _, s := range []string{c.typ, c.aud, c.accessToken, c.token} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
 	var key [32]byte
 	h.Sum(key[:0])
-	err, _ := v.dlg.failedToken(key, v.now())
-	return key, err
+	return key
 }
 
-// rememberFailure remembers a token's failure under key, when it is the
-// token's fault (ErrInvalid) and not an outage.
-func (v *Verifier) rememberFailure(key [32]byte, err error) {
+// failedBefore returns the remembered failure of exactly these credentials
+// (kind, audience, access token and token), and the credentials to
+// remember a new one for. A failed token is refused again for 30 s without
+// a signature check: its jti was not used up, so the same bytes could
+// otherwise be replayed at the price of a verification each. While no
+// failure is remembered, there is nothing to look up and no key to hash.
+func (v *Verifier) failedBefore(typ, aud, accessToken, token string) (credentials, error) {
+	c := credentials{typ, aud, accessToken, token}
+	if v.MaxDelegations < 0 {
+		return c, nil
+	}
+	now := v.now()
+	if !v.dlg.anyFailedTokens(now) {
+		return c, nil
+	}
+	err, _ := v.dlg.failedToken(c.key(), now)
+	return c, err
+}
+
+// rememberFailure remembers a token's failure for its credentials, when it
+// is the token's fault (ErrInvalid) and not an outage.
+func (v *Verifier) rememberFailure(c credentials, err error) {
 	if v.MaxDelegations < 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
 		return
 	}
-	v.dlg.putFailedToken(key, err, v.now(), v.maxDelegations())
+	v.dlg.putFailedToken(c.key(), err, v.now(), v.maxDelegations())
 }
 
 // VerifyBrowserAssertion verifies the assertion of a browser join
@@ -287,53 +306,92 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 	if len(token) > maxTokenBytes {
 		return Session{}, invalid("longer than %d bytes", maxTokenBytes)
 	}
-	now := v.now()
-	var agent *Agent
-	var keyErr error
-	p := jwt.NewParser(
-		jwt.WithValidMethods(signingAlgs),
+	agent, err := v.verifySigned(ctx, token, typ, aud, v.now(), c)
+	if err != nil {
+		return Session{}, err
+	}
+	return checkClaims(c, agent, aud, maxLifetime, accessToken)
+}
+
+// verifySigned decodes token into c and checks its JOSE header, its
+// delegation, its signature by the delegated key, and its exp, iat, nbf
+// and aud at now (jwt.Validator), returning the agent that delegated.
+func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*Agent, error) {
+	// The steps of jwt.Parser.ParseWithClaims, in its order and with its
+	// decoding, validation and signature check, but with the JOSE header
+	// decoded once per exact header segment (sessionHeader): every check
+	// below still runs on every token.
+	h, hb, ok := strings.Cut(token, ".")
+	cb, sb, ok2 := strings.Cut(hb, ".")
+	if !ok || !ok2 || strings.Contains(sb, ".") {
+		return nil, invalid("%v: token contains an invalid number of segments", jwt.ErrTokenMalformed)
+	}
+	hdr, cached, err := v.sessionHeader(h)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := b64.DecodeString(cb)
+	if err != nil {
+		return nil, invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err)
+	}
+	if err := json.Unmarshal(claims, c); err != nil {
+		return nil, invalid("%v: could not JSON decode claim: %v", jwt.ErrTokenMalformed, err)
+	}
+	if !hdr.hasAlg {
+		return nil, invalid("%v: signing method (alg) is unspecified", jwt.ErrTokenUnverifiable)
+	}
+	method := jwt.GetSigningMethod(hdr.alg)
+	if method == nil {
+		return nil, invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable)
+	}
+	sig, err := b64.DecodeString(sb)
+	if err != nil {
+		return nil, invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err)
+	}
+	if !slices.Contains(signingAlgs, method.Alg()) {
+		return nil, invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg())
+	}
+	if err := checkHeaderFields(hdr.typ, hdr.crit, typ); err != nil {
+		return nil, err
+	}
+	if !hdr.hasDlg {
+		return nil, invalid("JOSE header poppy_dlg is missing")
+	}
+	if c.Issuer == "" {
+		return nil, invalid("iss is missing")
+	}
+	d, err := v.delegationKeyed(ctx, hdr.dlgKey, hdr.dlg, now)
+	if err != nil {
+		return nil, fmt.Errorf("poppy_dlg: %w", err)
+	}
+	if d.clientID != c.Issuer {
+		return nil, invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
+	}
+	if !d.key.Fits(method.Alg()) {
+		return nil, invalid("alg %q does not fit the delegated key", method.Alg())
+	}
+	if err := method.Verify(token[:len(h)+1+len(cb)], sig, d.key.Key); err != nil {
+		return nil, invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err)
+	}
+	err = jwt.NewValidator(
 		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithAudience(aud),
-	)
-	_, err := p.ParseWithClaims(token, c, func(t *jwt.Token) (any, error) {
-		if err := checkHeader(t, typ); err != nil {
-			keyErr = err
-			return nil, err
-		}
-		dlg, ok := t.Header["poppy_dlg"].(string)
-		if !ok {
-			keyErr = invalid("JOSE header poppy_dlg is missing")
-			return nil, keyErr
-		}
-		if c.Issuer == "" {
-			keyErr = invalid("iss is missing")
-			return nil, keyErr
-		}
-		d, err := v.delegation(ctx, dlg, now)
-		if err != nil {
-			keyErr = fmt.Errorf("poppy_dlg: %w", err)
-			return nil, keyErr
-		}
-		if d.clientID != c.Issuer {
-			keyErr = invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
-			return nil, keyErr
-		}
-		if !d.key.Fits(t.Method.Alg()) {
-			keyErr = invalid("alg %q does not fit the delegated key", t.Method.Alg())
-			return nil, keyErr
-		}
-		agent = d.agent
-		return d.key.Key, nil
-	})
-	if keyErr != nil {
-		return Session{}, keyErr
-	}
+	).Validate(c)
 	if err != nil {
-		return Session{}, invalid("%v", err)
+		return nil, invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
 	}
+	if !cached && v.MaxDelegations >= 0 {
+		v.dlg.putHeader(h, hdr)
+	}
+	return d.agent, nil
+}
+
+// checkClaims makes the checks of verify on a signed token's claims: iat,
+// its lifetime, aud exactly, sid, sub and jti, and ath.
+func checkClaims(c *agentClaims, agent *Agent, aud string, maxLifetime time.Duration, accessToken string) (Session, error) {
 	if c.IssuedAt == nil {
 		return Session{}, invalid("iat is missing")
 	}
@@ -386,7 +444,7 @@ type delegation struct {
 	expiresAt time.Time
 }
 
-// delegation verifies a poppy_dlg (webkit/RULES.md choice 1): signed by one of
+// delegationKeyed verifies a poppy_dlg (webkit/RULES.md choice 1): signed by one of
 // the agent's long-term keys, chosen by kid and alg both, at most 24 h long,
 // not expired, vouching for cnf.jwk.
 //
@@ -395,11 +453,13 @@ type delegation struct {
 // lookup; a verified one is not checked again until its exp, but exp,
 // AcceptAgent and the agent's current key set (a revoked or rotated key) are
 // checked on every use.
-func (v *Verifier) delegation(ctx context.Context, compact string, now time.Time) (delegation, error) {
+//
+// key is the SHA-256 of compact, the cache's key (joseHeader.dlgKey); it is
+// not used when the cache is off.
+func (v *Verifier) delegationKeyed(ctx context.Context, key [32]byte, compact string, now time.Time) (delegation, error) {
 	if v.MaxDelegations < 0 {
 		return v.verifyDelegation(ctx, compact, now)
 	}
-	key := sha256.Sum256([]byte(compact))
 	if d, err, ok := v.dlg.get(key, now); ok {
 		if err != nil {
 			return delegation{}, err
@@ -443,12 +503,25 @@ func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now 
 	if err != nil {
 		return delegation{}, err
 	}
-	if eq, ok := k.Key.(interface{ Equal(crypto.PublicKey) bool }); !ok || !eq.Equal(d.signer) {
+	if !sameKey(k.Key, d.signer) {
 		v.dlg.drop(key)
 		return delegation{}, invalid("kid %q of %s is now another key", d.kid, d.clientID)
 	}
 	d.agent = a
 	return d, nil
+}
+
+// sameKey reports whether a and b are the same public key: the same
+// *ecdsa.PublicKey (the Resolver's, unchanged since it was loaded), or keys
+// that are Equal.
+func sameKey(a, b crypto.PublicKey) bool {
+	if p, ok := a.(*ecdsa.PublicKey); ok && p != nil {
+		if q, ok := b.(*ecdsa.PublicKey); ok && p == q {
+			return true
+		}
+	}
+	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(b)
 }
 
 // verifyDelegation verifies a delegation without the cache.
@@ -523,6 +596,55 @@ type delegationCache struct {
 	// tokens are Session JWTs and assertions that failed (failedBefore),
 	// bounded as failed is.
 	tokens map[[32]byte]failedDelegation
+	// tokensUntil is when every entry of tokens has expired: from then on
+	// they are all dropped at once (anyFailedTokens).
+	tokensUntil time.Time
+	// headers are JOSE headers of tokens that verified, decoded, by their
+	// exact base64url segment (see sessionHeader).
+	headers map[string]joseHeader
+}
+
+// Bounds of the decoded JOSE headers kept: a Session JWT's header is its
+// poppy_dlg and a few members, about 1 KiB with an ES256 delegated key, so
+// the cache holds at most 1024 × (4 KiB + 3 KiB).
+const (
+	maxHeaders           = 1024
+	maxCachedHeaderBytes = 4 << 10
+)
+
+func (c *delegationCache) header(seg string) (joseHeader, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.headers[seg]
+	return h, ok
+}
+
+func (c *delegationCache) putHeader(seg string, h joseHeader) {
+	if len(seg) > maxCachedHeaderBytes {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.headers == nil {
+		c.headers = make(map[string]joseHeader)
+	}
+	evictOne(c.headers, maxHeaders)
+	c.headers[strings.Clone(seg)] = h // seg is part of a token: not kept
+}
+
+// anyFailedTokens reports whether a failed token may be remembered at now:
+// false when none is, or all have expired (they are then dropped).
+func (c *delegationCache) anyFailedTokens(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tokens) == 0 {
+		return false
+	}
+	if !now.Before(c.tokensUntil) {
+		clear(c.tokens)
+		return false
+	}
+	return true
 }
 
 func (c *delegationCache) failedToken(key [32]byte, now time.Time) (error, bool) {
@@ -546,7 +668,11 @@ func (c *delegationCache) putFailedToken(key [32]byte, err error, now time.Time,
 		c.tokens = make(map[[32]byte]failedDelegation)
 	}
 	evictOne(c.tokens, max)
-	c.tokens[key] = failedDelegation{err: err, until: now.Add(failedDelegationTTL)}
+	until := now.Add(failedDelegationTTL)
+	c.tokens[key] = failedDelegation{err: err, until: until}
+	if until.After(c.tokensUntil) {
+		c.tokensUntil = until
+	}
 }
 
 type failedDelegation struct {
@@ -599,7 +725,7 @@ func (c *delegationCache) drop(key [32]byte) {
 // evictOne makes room for one entry in m, bounded by max: an arbitrary
 // entry goes (map iteration order is random), which costs O(1) whatever
 // fills the map.
-func evictOne[V any](m map[[32]byte]V, max int) {
+func evictOne[K comparable, V any](m map[K]V, max int) {
 	for k := range m {
 		if len(m) < max {
 			return
@@ -608,15 +734,63 @@ func evictOne[V any](m map[[32]byte]V, max int) {
 	}
 }
 
+// joseHeader is what verify reads from the JOSE header of a Session JWT or
+// a browser assertion, decoded as jwt.Parser decodes it (into a map).
+type joseHeader struct {
+	alg    string
+	hasAlg bool // alg is present and a string
+	typ    string
+	crit   bool // crit is present
+	dlg    string
+	hasDlg bool     // poppy_dlg is present and a string
+	dlgKey [32]byte // SHA-256 of dlg, the delegation cache's key
+}
+
+// sessionHeader decodes the JOSE header segment seg of a Session JWT or a
+// browser assertion. A token's header is the same for every token of its
+// delegation, so the decoded header of a token that verified is kept by
+// its exact segment and cached is true: decoding is a function of those
+// bytes alone, and verify makes every check on it again.
+func (v *Verifier) sessionHeader(seg string) (h joseHeader, cached bool, err error) {
+	if v.MaxDelegations >= 0 {
+		if h, ok := v.dlg.header(seg); ok {
+			return h, true, nil
+		}
+	}
+	hb, err := b64.DecodeString(seg)
+	if err != nil {
+		return joseHeader{}, false, invalid("%v: could not base64 decode header: %v", jwt.ErrTokenMalformed, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(hb, &m); err != nil {
+		return joseHeader{}, false, invalid("%v: could not JSON decode header: %v", jwt.ErrTokenMalformed, err)
+	}
+	h.alg, h.hasAlg = m["alg"].(string)
+	h.typ, _ = m["typ"].(string)
+	_, h.crit = m["crit"]
+	h.dlg, h.hasDlg = m["poppy_dlg"].(string)
+	if h.hasDlg && v.MaxDelegations >= 0 {
+		h.dlgKey = sha256.Sum256([]byte(h.dlg))
+	}
+	return h, false, nil
+}
+
 // checkHeader checks typ (RFC 7515 §4.1.9: case-insensitive, "application/"
 // optional) and refuses crit, since no extension header is understood.
 func checkHeader(t *jwt.Token, want string) error {
 	typ, _ := t.Header["typ"].(string)
+	_, crit := t.Header["crit"]
+	return checkHeaderFields(typ, crit, want)
+}
+
+// checkHeaderFields is checkHeader on a header's typ (a string, or "") and
+// whether it has crit.
+func checkHeaderFields(typ string, crit bool, want string) error {
 	typ = strings.ToLower(typ)
 	if typ != want && typ != "application/"+want {
 		return invalid("JOSE header typ %q is not %q", typ, want)
 	}
-	if _, ok := t.Header["crit"]; ok {
+	if crit {
 		return invalid("JOSE header crit is not understood")
 	}
 	return nil
