@@ -410,7 +410,8 @@ func checkVersion(values []string) error {
 // MaxBodyBytes with exactly one "ref" member that is a valid ref (W59, W74).
 // Other members are ignored; a duplicated "ref" is invalid.
 func readRef(w http.ResponseWriter, r *http.Request) (string, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
+	// "application/json", the value agents send, is what it would parse to.
+	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
 			return "", errors.New("body: Content-Type must be application/json")
@@ -431,6 +432,21 @@ func readRef(w http.ResponseWriter, r *http.Request) (string, error) {
 }
 
 func parseRefBody(body []byte) (string, error) {
+	// The body agents send, {"ref":"<ref>"} without white space: a ref has
+	// no character JSON escapes, so the bytes between the quotes are the
+	// ref, as decodeRefBody would read it. Any other body, or one whose
+	// ref is not valid, is read by decodeRefBody.
+	const open, end = `{"ref":"`, `"}`
+	if len(body) > len(open)+len(end) && bytes.HasPrefix(body, []byte(open)) && bytes.HasSuffix(body, []byte(end)) {
+		if ref := string(body[len(open) : len(body)-len(end)]); store.ValidRef(ref) {
+			return ref, nil
+		}
+	}
+	return decodeRefBody(body)
+}
+
+// decodeRefBody is parseRefBody for any body.
+func decodeRefBody(body []byte) (string, error) {
 	if !json.Valid(body) {
 		return "", errors.New(`body: not JSON; send {"ref": "…"}`)
 	}

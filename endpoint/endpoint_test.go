@@ -610,3 +610,18 @@ func FuzzEndpoint(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRefBody checks parseRefBody's fast path for {"ref":"<ref>"}
+// against decodeRefBody: the same ref, or the same refusal.
+func FuzzParseRefBody(f *testing.F) {
+	for _, s := range []string{`{"ref":"op_a.1-b"}`, `{"ref":"a"}"}`, `{"ref":"a\"}`, `{"ref":"a\u0062"}`, `{"ref":""}`, `{"ref":"a.b","ref":"c.d"}`, `{"ref":"a.b"} `, `{"ref":"` + strings.Repeat("a", 2049) + `"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, gotErr := parseRefBody(body)
+		want, wantErr := decodeRefBody(body)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("%q: parseRefBody %q, %v; decodeRefBody %q, %v", body, got, gotErr, want, wantErr)
+		}
+	})
+}
