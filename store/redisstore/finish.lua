@@ -71,6 +71,10 @@ else
   -- longer be released: the action may have taken effect.
   local kk = later(retained, k)
   redis.call('HSET', op, 'fu', '1', 'k', kk)
-  if kk ~= k then extend(op, ARGV[8]) end
+  if kk ~= k then
+    extend(op, ARGV[8])
+    -- The action stays busy while it is (take.lua, W145).
+    if f[4] then extend(base .. 'act:' .. f[4], ARGV[8]) end
+  end
 end
 return 1

@@ -68,7 +68,12 @@ if opID then
           local k = later(retained, f[3]) -- W138
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k)
-          if k ~= f[3] then extend(op, retainedTTL) end
+          if k ~= f[3] then
+            -- The action key lives as long too, so that the action stays
+            -- busy however long the operation performs (W145, W138).
+            extend(op, retainedTTL)
+            extend(a.actKey, retainedTTL)
+          end
           redis.call('SET', tokKey, opID, 'PX', tokTTL)
           return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end

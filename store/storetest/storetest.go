@@ -1060,6 +1060,25 @@ var _ = add("W145 while an action's operation is performed, a request for it is 
 	}
 })
 
+var _ = add("W145 W142 an outcome not known keeps its action busy past the action's lifetime", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(c, store.Unknown, at(3*time.Second))
+	// Long after the action's own lifetime (and its revision's expiry), the
+	// operation is still performing (W138): a request for the action must
+	// still not get a new operation to approve.
+	later := at(lifetime + time.Hour)
+	if e.h.Advance != nil {
+		e.h.Advance(later.Sub(base))
+	}
+	if res := e.take(signedIn, a, later); !res.Busy {
+		t.Errorf("after the lifetime, outcome unknown: %+v, want busy", res)
+	}
+	e.status(signedIn, is.Ref, later, store.Performing)
+})
+
 // ---- Finish (§7) ----
 
 var _ = addRemembered(lifetime, "expires_at before now+retention")
