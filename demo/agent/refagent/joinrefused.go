@@ -50,11 +50,7 @@ const maxJoinDescription = 300
 func (e *JoinRefusedError) Error() string {
 	var b strings.Builder
 	b.WriteString("refagent: the website refused to join the browser to the agent's Session: ")
-	if e.Status == 0 {
-		fmt.Fprintf(&b, "%s gave the browser no answer it could show", e.Endpoint)
-	} else {
-		fmt.Fprintf(&b, "%s answered %d %s", e.Endpoint, e.Status, http.StatusText(e.Status))
-	}
+	b.WriteString(e.answer())
 	if e.Code != "" {
 		fmt.Fprintf(&b, " (error %s)", e.Code)
 	}
@@ -66,6 +62,14 @@ func (e *JoinRefusedError) Error() string {
 		b.WriteString(e.Advice)
 	}
 	return b.String()
+}
+
+// answer says what the join endpoint answered.
+func (e *JoinRefusedError) answer() string {
+	if e.Status == 0 {
+		return e.Endpoint + " gave the browser no answer it could show"
+	}
+	return fmt.Sprintf("%s answered %d %s", e.Endpoint, e.Status, http.StatusText(e.Status))
 }
 
 // Is makes a refused join ErrJoinRefused; a 409 ErrJoinConflict; a 401
@@ -87,11 +91,7 @@ func (e *JoinRefusedError) Is(target error) bool {
 func (e *JoinRefusedError) Explain() string {
 	var b strings.Builder
 	b.WriteString("the website refused to join the browser to the agent's Session.\n")
-	if e.Status == 0 {
-		fmt.Fprintf(&b, "  join:        %s gave the browser no answer it could show\n", e.Endpoint)
-	} else {
-		fmt.Fprintf(&b, "  join:        %s answered %d %s\n", e.Endpoint, e.Status, http.StatusText(e.Status))
-	}
+	fmt.Fprintf(&b, "  join:        %s\n", e.answer())
 	if e.Code != "" {
 		fmt.Fprintf(&b, "  error:       %s\n", e.Code)
 	}
