@@ -32,7 +32,7 @@
 // with one MGET or HMGET and writes with one HSET, and a TTL is set only
 // when it must grow. In redis.calls: the 403 step (Take of a new
 // operation) 7, a repeated 403 (the same revision reused) 3, Record 2 (4
-// with the Session JWT's jti), the Take that claims 7, Finish 8 (the
+// with the Session JWT's jti), the Take that claims 7, Finish 6 (the
 // performed operation is rewritten small, its action and token keys
 // deleted). `go run ./demo/load -ceiling` measures the steps beside
 // Redis's own ceiling; the README has the figures.

@@ -32,20 +32,21 @@ if outcome == 'done' then
     fields[#fields + 1] = 't:' .. r
     fields[#fields + 1] = ''
   end
-  redis.call('DEL', op)
+  -- The claim's token is never asked about again, and the action's next
+  -- request gets a new operation (W141): neither key is needed. One DEL
+  -- drops them with the operation's old hash.
+  local gone_keys = {op}
+  if f[2] then gone_keys[#gone_keys + 1] = base .. 'tok:' .. f[2] end
+  if f[4] then
+    local act = base .. 'act:' .. f[4]
+    if current_of(redis.call('GET', act)) == opID then gone_keys[#gone_keys + 1] = act end
+  end
+  redis.call('DEL', unpack(gone_keys))
   redis.call('HSET', op, unpack(fields))
   if k == retained then
     redis.call('PEXPIRE', op, ARGV[8])
   else
     redis.call('PEXPIRE', op, ttl(k, now))
-  end
-  -- The claim's token is never asked about again, and the action's next
-  -- request gets a new operation (W141): neither key is needed.
-  if f[2] then redis.call('DEL', base .. 'tok:' .. f[2]) end
-  if f[4] then
-    local act = base .. 'act:' .. f[4]
-    local id = current_of(redis.call('GET', act))
-    if id == opID then redis.call('DEL', act) end
   end
   -- No longer open: it leaves its owner's count of open operations.
   redis.call('ZREM', base .. 'open', opID)
