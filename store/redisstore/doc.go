@@ -19,7 +19,8 @@
 //	client := redis.NewClusterClient(redisstore.ClusterOptions("10.0.0.1:7000", "10.0.0.2:7000"))
 //
 // New takes any redis.UniversalClient: a *redis.Client of a single Redis or a
-// miniredis, or a *redis.ClusterClient. Issue, Take, Record, Finish, Release
+// miniredis, or a *redis.ClusterClient, of Redis 7.0 or later (Check says
+// so on an older one). Issue, Take, Record, Finish, Release
 // and UseOnce are one FCALL each after Load on Redis 7.0 and later (one
 // EVALSHA otherwise), Lookup one HGETALL: one round trip apiece. Two steps
 // cost one more: a Take that claims confirms its durability (below), and a

@@ -351,6 +351,10 @@ func (s *Store) checkNode(ctx context.Context, node redis.Cmdable) error {
 	if !ok {
 		return fmt.Errorf("%s: no redis_version in INFO server", addr)
 	}
+	if v[0] < 7 {
+		// The steps use PEXPIRE … GT/NX and SET … NX GET (Redis 7.0).
+		return fmt.Errorf("%s: Redis %d.%d: the store needs Redis 7.0 or later; its steps fail on this server", addr, v[0], v[1])
+	}
 	pers, err := node.Info(ctx, "persistence").Result()
 	if err != nil {
 		return fmt.Errorf("%s: INFO persistence: %w", addr, err)

@@ -14,11 +14,15 @@ local base, opID = string.match(op, '^(.*)op:([^:]*)$')
 -- The request's single-use key, used up before anything else: a replayed
 -- request records nothing.
 if ARGV[9] and ARGV[9] ~= '' then
-  local used = redis.call('GET', KEYS[2])
-  if used and cmp(now, used) <= 0 then
-    return {'replayed'}
+  -- One SET NX GET: set unless it is there, and what was there.
+  local used = redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', ARGV[10], 'GET')
+  if used then
+    if cmp(now, used) <= 0 then
+      return {'replayed'}
+    end
+    -- Past its until (by the caller's clock) it may be used again.
+    redis.call('SET', KEYS[2], ARGV[9], 'PX', ARGV[10])
   end
-  redis.call('SET', KEYS[2], ARGV[9], 'PX', ARGV[10])
 end
 -- Everything the checks read, in one call: the operation, the ref's
 -- revision, the approval's revision (when it names this operation) and the
