@@ -31,12 +31,14 @@
 // Each redis.call a step makes costs the server 1–2.5 µs (more when it
 // creates a key), more than the script's own logic, so each step reads
 // with one MGET or HMGET and writes with one HSET, and a TTL is set only
-// when it must grow. In redis.calls: the 403 step (Take of a new
-// operation) 7, a repeated 403 (the same revision reused) 3, Record 2 (4
-// with the Session JWT's jti), the Take that claims 7, Finish 6 (the
-// performed operation is rewritten small, its action and token keys
-// deleted). `go run ./demo/load -ceiling` measures the steps beside
-// Redis's own ceiling; the README has the figures.
+// when it must grow. The action key names the current revision beside the
+// operation, so that Take reads both with one HMGET. In redis.calls
+// (TestCallsPerStep): the 403 step (Take of a new operation) 7, a
+// repeated 403 (the same revision reused) 2, Record 2 (3 with the Session
+// JWT's jti), the Take that claims 6 (with one approval of the current
+// revision), Finish 6 (the performed operation is rewritten small, its
+// action and token keys deleted). `go run ./demo/load -ceiling` measures
+// the steps beside Redis's own ceiling; the README has the figures.
 //
 // # Durability
 //
@@ -111,8 +113,9 @@
 //     returned is still found, W74): about 300 bytes of Redis memory in
 //     all, where an open one with its terms takes about 1 KB.
 //   - act:<store.ActionDigest>: the action's current operation_id (W19),
-//     followed by the operation_id of one still being performed that
-//     Issue replaced; deleted when the operation is performed (W141).
+//     its current revision's name (a hint, read again when stale), and the
+//     operation_id of one still being performed that Issue replaced, if
+//     any; deleted when the operation is performed (W141).
 //   - tok:<claim token>: the operation a token claimed, or "r" once
 //     released; kept store.ClaimTokenTTL, deleted when the claim is
 //     performed.

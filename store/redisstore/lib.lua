@@ -117,11 +117,22 @@ local function revision_fields(order, al, rev, terms, summary, x)
     'cur', rev, 'order', table.concat(revs, ' ')}, drop
 end
 
+-- action_value is what an action key holds: its operation's id, the
+-- current revision's name (a hint: Take reads that revision with the
+-- operation, and reads again when the hint is stale), and the id of an
+-- operation still being performed that it replaced, if any.
+local function action_value(opID, rev, prev)
+  local v = opID .. ' ' .. rev
+  if prev and prev ~= '' then v = v .. ' ' .. prev end
+  return v
+end
+
 -- add_revision makes rev op's current revision (fields from
 -- revision_fields), kept until x at least: the operation (its k and TTL),
 -- its place in the owner's open set, and its action key follow (W102).
--- k is the operation's keep-until before.
-local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl)
+-- k is the operation's keep-until before. actKey, when given, gets the new
+-- revision as its hint (prev kept).
+local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl, prev)
   local fields, drop = revision_fields(order, al, rev, terms, summary, x)
   if drop then redis.call('HDEL', op, unpack(drop)) end
   if not k or cmp(x, k) > 0 then
@@ -135,9 +146,10 @@ local function add_revision(op, opID, base, actKey, order, al, rev, terms, summa
     local open = base .. 'open'
     redis.call('ZADD', open, 'XX', 'GT', x, opID)
     extend(open, t)
-    if actKey then extend(actKey, t) end
+    if actKey then redis.call('SET', actKey, action_value(opID, rev, prev), 'PX', t) end
   else
     redis.call('HSET', op, unpack(fields))
+    if actKey then redis.call('SET', actKey, action_value(opID, rev, prev), 'KEEPTTL') end
   end
 end
 
@@ -164,11 +176,9 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
     't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
   redis.call('PEXPIRE', op, t)
-  local v = opID
-  if prev ~= '' then v = opID .. ' ' .. prev end
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
-  redis.call('SET', actKey, v, 'PX', t)
+  redis.call('SET', actKey, action_value(opID, rev, prev), 'PX', t)
   redis.call('ZADD', open, x, opID)
   if n == 0 then
     redis.call('PEXPIRE', open, t) -- a new set (Redis deletes empty ones)
@@ -178,13 +188,23 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   return true
 end
 
--- current_of reads an action key's value: the action's current
--- operation_id, and the one still performing that it replaced ('' for none).
+-- current_of reads an action key's value (action_value): the action's
+-- current operation_id, its current revision's name ('' for none) and the
+-- operation still performing that it replaced ('' for none). Operation ids
+-- start with op_, revision names never do.
 local function current_of(v)
-  if not v then return nil, '' end
-  local id, prev = string.match(v, '^(%S+) (%S+)$')
-  if id then return id, prev end
-  return v, ''
+  if not v then return nil, '', '' end
+  local id, hint, prev = nil, '', ''
+  for w in string.gmatch(v, '%S+') do
+    if not id then
+      id = w
+    elseif string.sub(w, 1, 3) == 'op_' then
+      prev = w
+    else
+      hint = w
+    end
+  end
+  return id, hint, prev
 end
 
 -- performing reports whether operation id (of the owner at base) is being
@@ -224,7 +244,7 @@ local function issue(a)
       return {a.opID, cur, c[2] or '', a.terms, x}
     end
     local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl)
+    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev)
     return {a.opID, rev, a.summary, a.terms, a.x}
   end
   if a.opID and f[1] == 'performing' and not gone(f[3], now) then
@@ -241,7 +261,7 @@ end
 -- read_action reads an action's current operation for issue: it fills
 -- a.opID, a.prev, a.f and a.c from the action key's value v.
 local function read_action(a, v)
-  a.opID, a.prev = current_of(v)
+  a.opID, a.hint, a.prev = current_of(v)
   if not a.opID then return end
   local op = a.base .. 'op:' .. a.opID
   a.f = redis.call('HMGET', op, 'state', 'acct', 'k', 'cur', 'al', 'order')

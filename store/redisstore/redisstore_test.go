@@ -164,3 +164,74 @@ func TestFunctions(t *testing.T) {
 		t.Errorf("second Take: %+v, %v; want no second claim", res, err)
 	}
 }
+
+// TestCallsPerStep pins the redis.calls each step makes (the package doc's
+// "Cost per step"), counted with INFO commandstats on a real server: the
+// inner commands a function runs are counted apart from its FCALL.
+func TestCallsPerStep(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, MaxOpenPerAgent: -1})
+	ctx := t.Context()
+	if err := st.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inner := func() int {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for line := range strings.SplitSeq(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if !ok || name == "cmdstat_fcall" || name == "cmdstat_info" {
+				continue
+			}
+			k, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			n += k
+		}
+		return n
+	}
+	step := func(what string, want int, f func()) {
+		t.Helper()
+		before := inner()
+		f()
+		if got := inner() - before; got != want {
+			t.Errorf("%s: %d redis.calls, want %d", what, got, want)
+		}
+	}
+	a := action("k", `{"v":1}`, time.Hour)
+	var is store.Issued
+	step("the 403 step (a new operation)", 7, func() {
+		res, err := st.Take(ctx, owner, a, at(0))
+		if err != nil || res.Issued == nil {
+			t.Fatalf("Take: %+v, %v", res, err)
+		}
+		is = *res.Issued
+	})
+	step("a repeated 403 (the revision reused)", 2, func() {
+		if res, err := st.Take(ctx, owner, a, at(time.Second)); err != nil || res.Issued == nil || res.Issued.Ref != is.Ref {
+			t.Fatalf("Take: %+v, %v", res, err)
+		}
+	})
+	step("Record", 2, func() {
+		if rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(2*time.Second), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+			t.Fatalf("Record: %v, %v", rep.Result, err)
+		}
+	})
+	var claim store.Claim
+	step("the Take that claims", 6, func() {
+		res, err := st.Take(ctx, owner, a, at(3*time.Second))
+		if err != nil || res.Claim == nil {
+			t.Fatalf("Take: %+v, %v", res, err)
+		}
+		claim = *res.Claim
+	})
+	step("Finish", 6, func() {
+		if err := st.Finish(ctx, claim, store.Done, at(4*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
