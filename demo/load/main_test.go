@@ -37,7 +37,7 @@ func TestCeilingSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 500, approvals: 30, rounds: 1, durabilityClaims: 20, out: &out})
+	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 2000, approvals: 30, rounds: 1, durabilityClaims: 20, out: &out})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
