@@ -98,11 +98,12 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	say("opsgate ceiling: redis-server %s %s; %d CPUs (GOMAXPROCS %d), redis-benchmark and this tool run on the same machine\n",
 		version, where, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 
-	// A fresh prefix on a shared Redis; every key has a TTL (waiting
-	// operations expire with their 10-minute lifetime, performed ones with
-	// the 15-minute retention set here: the records' size doesn't depend on
-	// it).
-	prefix := fmt.Sprintf("opsgate-ceiling-%d:", time.Now().UnixNano())
+	// A fresh prefix on a shared Redis, as short as the default
+	// "opsgate:" so that keys have the size they have in a deployment;
+	// every key has a TTL (waiting operations expire with their 10-minute
+	// lifetime, performed ones with the 15-minute retention set here: the
+	// records' size doesn't depend on it).
+	prefix := fmt.Sprintf("oc%06x:", time.Now().UnixNano()&0xffffff)
 	// Durability "none": the scripts' own cost, beside the ceiling (a
 	// durable mode adds an fsync or a replica's round trip per claim).
 	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
@@ -179,6 +180,27 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 			f.rate, f.usec, f.how = rate, usec, how
 		}
 	}
+	// Bytes per retained performed operation, measured first, while the
+	// keyspace holds only what was there before the tool: the throughput
+	// rounds leave hundreds of thousands of waiting operations, and a
+	// keyspace that large doubles its hash table (a transient of several
+	// MB) at moments that would land in this figure.
+	phase.Add(1)
+	before, err := usedMemory(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	_, n, err := stepRate(ctx, 50, 0, 4*c.memoryOps, cycle)
+	if err != nil {
+		return res, fmt.Errorf("memory: %w", err)
+	}
+	after, err := usedMemory(ctx, client)
+	if err != nil {
+		return res, err
+	}
+	memOps, memBytes := n/4, after-before
+	res.bytesPerOp = float64(memBytes) / float64(memOps)
+
 	// This tool's own ceiling: go-redis calling "return 1" with a Take's
 	// keys and arguments, as the store calls its steps (FCALL where the
 	// server has functions). The Go client shares the machine's cores with
@@ -243,24 +265,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	say("beside this tool's own client ceiling (50 goroutines): take %.2f×, cycle %.2f×; the client ceiling is %.2f× redis-benchmark's\n",
 		steps["take"][50]/client50, steps["cycle"][50]/client50, client50/evalsha[50])
 
-	// Bytes per retained performed operation.
-	phase.Add(1)
-	before, err := usedMemory(ctx, client)
-	if err != nil {
-		return res, err
-	}
-	_, n, err := stepRate(ctx, 50, 0, 4*c.memoryOps, cycle)
-	if err != nil {
-		return res, fmt.Errorf("memory: %w", err)
-	}
-	after, err := usedMemory(ctx, client)
-	if err != nil {
-		return res, err
-	}
-	ops := n / 4
-	res.bytesPerOp = float64(after-before) / float64(ops)
 	say("memory            %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
-		ops, float64(after-before)/1e6, res.bytesPerOp)
+		memOps, float64(memBytes)/1e6, res.bytesPerOp)
 
 	// The approval request against the two bare signature checks.
 	approval, bare, err := approvalCost(ctx, st, c.approvals)
