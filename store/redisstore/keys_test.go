@@ -307,10 +307,35 @@ func TestOddData(t *testing.T) {
 			}
 		})
 	}
+	// An action key with odd contents: a stale or foreign revision hint, an
+	// unknown performing operation, extra words, nothing. None is an error,
+	// and none makes Take claim or issue the wrong operation.
+	for _, v := range []string{
+		is.Operation.ID + " 1700000000-staleRevision", is.Operation.ID + " op_unknownPerforming",
+		is.Operation.ID + " a b c d", is.Operation.ID + " " + is.Operation.Revision + " op_nope", "   ",
+	} {
+		t.Run("act "+v, func(t *testing.T) {
+			if err := mr.Set(actKey, v); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := mr.Set(actKey, act); err != nil {
+					t.Error(err)
+				}
+			}()
+			res, err := st.Take(ctx, owner, store.Action{Key: a.Key, Terms: []byte(`{"other":1}`), Lifetime: time.Hour}, at(time.Second))
+			if err != nil || res.Claim != nil {
+				t.Errorf("Take with other terms: %+v, %v", res, err)
+			}
+		})
+	}
 	// With the data restored, the approval is still taken exactly once.
 	res, err := st.Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
+	}
+	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
+		t.Fatalf("second Take: %+v, %v; want no second claim", res, err)
 	}
 }
 
