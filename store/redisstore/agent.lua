@@ -7,9 +7,10 @@
 -- operation's first expires_at, now, the cap.
 -- Returns 1 when counted, 0 when the cap is reached.
 local set = KEYS[1]
--- An operation leaves the count when its first revision expires: a
--- performed one is counted until then too (its slot is another's, so its
--- Finish can't reach this key), which keeps the count an upper bound.
+-- An operation leaves the count when it is performed (Finish pipelines a
+-- ZREM beside its script: this key is in another slot) or when its first
+-- revision expires, whichever comes first: the count stays an upper bound
+-- of the agent's open operations.
 redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[3])
 if redis.call('ZCARD', set) >= tonumber(ARGV[4]) then
   return 0

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -20,10 +22,8 @@ func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, 
 	if s.maxOpenAgent <= 0 {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(owner.Agent))
-	key := s.prefix + "agent:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
-	n, err := s.run(ctx, s.client, agentStep, []string{key},
-		store.Slot(owner.Agent, owner.User)+" "+op.ID, ns(op.ExpiresAt), ns(now), s.maxOpenAgent).Int()
+	n, err := s.run(ctx, s.client, agentStep, []string{s.agentKey(owner.Agent)},
+		agentMember(owner, op.ID), ns(op.ExpiresAt), ns(now), s.maxOpenAgent).Int()
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("agent's open operations: %w", err)
@@ -37,4 +37,45 @@ func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, 
 		return fmt.Errorf("agent's open operations: %w", err)
 	}
 	return store.ErrRateLimited
+}
+
+// agentKey is the key of an agent's count of open operations: a slot of its
+// own, since the agent's Users are in many.
+func (s *Store) agentKey(agent string) string {
+	sum := sha256.Sum256([]byte(agent))
+	return s.prefix + "agent:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
+}
+
+// agentMember is an operation in its agent's count.
+func agentMember(owner store.Owner, opID string) string {
+	return store.Slot(owner.Agent, owner.User) + " " + opID
+}
+
+// finishPerformed runs finish.lua for a performed operation and, in the
+// same round trip (a pipeline; on a Cluster the agent's key may be on
+// another node, reached in parallel), takes it off its agent's count, so
+// that an agent whose Users' actions get performed is not refused for
+// operations no longer open. Without that ZREM the count would keep it
+// until its first revision expires. Should the Finish not hold the claim
+// after all, the count is low by one until then: only the cap sees it.
+func (s *Store) finishPerformed(ctx context.Context, owner store.Owner, opID string, keys []string, args []any) (int64, error) {
+	if s.maxOpenAgent <= 0 {
+		return s.run(ctx, s.client, finishStep, keys, args...).Int64()
+	}
+	var fin *redis.Cmd
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if s.functions.Load() {
+			fin = p.FCall(ctx, finishStep.fn, keys, args...)
+		} else {
+			fin = p.EvalSha(ctx, finishStep.script.Hash(), keys, args...)
+		}
+		p.ZRem(ctx, s.agentKey(owner.Agent), agentMember(owner, opID))
+		return nil
+	})
+	if err := fin.Err(); err != nil && (noFunction(err) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		// The server lacked the step, so it did not run: run it on its own
+		// (loading it as it goes).
+		return s.run(ctx, s.client, finishStep, keys, args...).Int64()
+	}
+	return fin.Int64()
 }

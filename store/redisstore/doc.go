@@ -91,7 +91,7 @@
 // operation's 16 approvals; an operation keeps at most 32 revisions; an
 // agent and User has at most Options.MaxOpenPerOwner open operations
 // (100), and an agent Options.MaxOpenPerAgent (10,000, counted until each
-// operation's first revision expires). Over a cap the answer is
+// operation is performed or its first revision expires). Over a cap the answer is
 // store.ErrRateLimited or store.RateLimited: 429 at the Gate and the
 // endpoint.
 //

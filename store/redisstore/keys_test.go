@@ -149,7 +149,8 @@ func contains(s, sub string) bool {
 	return false
 }
 
-// counter is a go-redis hook that counts the commands sent to Redis.
+// counter is a go-redis hook that counts the round trips to Redis: a
+// command, or a pipeline of them.
 type counter struct{ n atomic.Int64 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -161,12 +162,12 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		c.n.Add(1)
 		return next(ctx, cmds)
 	}
 }
 
-// TestOneRoundTrip: each method is one command, so the Gate's 403 path and
+// TestOneRoundTrip: each method is one round trip, so the Gate's 403 path and
 // its performing path each start with a single round trip (store package
 // doc). With Load, the first call of each is one too. Opening a new
 // operation costs one more, for the agent's cap of open operations (its
@@ -189,7 +190,7 @@ func TestOneRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if n := hook.n.Load() - before; n != want {
-			t.Errorf("%s: %d commands, want %d", name, n, want)
+			t.Errorf("%s: %d round trips, want %d", name, n, want)
 		}
 	}
 	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
@@ -217,6 +218,7 @@ func TestOneRoundTrip(t *testing.T) {
 		claim = res.Claim
 		return err
 	})
+	// Finish also takes the operation off its agent's count, pipelined.
 	count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
 	count("UseOnce", func() error { _, err := st.UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
 }
@@ -368,5 +370,27 @@ func TestAgentCap(t *testing.T) {
 	// Counted until the first revision expires.
 	if _, err := st.Issue(ctx, user(9), a, at(time.Hour+time.Second)); err != nil {
 		t.Fatalf("after the first revisions expired: %v", err)
+	}
+	// Or until it is performed: agent-c's three Users each get an
+	// operation performed, and a fourth User is still served.
+	other := func(i int) store.Owner { return store.Owner{Agent: "agent-c", User: fmt.Sprint("u", i)} }
+	for i := range 3 {
+		is, err := st.Issue(ctx, other(i), a, at(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := st.Record(ctx, other(i), is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+			t.Fatalf("Record: %v, %v", rep.Result, err)
+		}
+		res, err := st.Take(ctx, other(i), a, at(0))
+		if err != nil || res.Claim == nil {
+			t.Fatalf("Take: %+v, %v", res, err)
+		}
+		if err := st.Finish(ctx, *res.Claim, store.Done, at(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Take(ctx, other(9), a, at(0)); err != nil {
+		t.Fatalf("after three were performed: %v, want served", err)
 	}
 }

@@ -36,10 +36,11 @@ type Options struct {
 	// negative, no cap.
 	MaxOpenPerOwner int
 	// MaxOpenPerAgent caps the operations one agent opened across all its
-	// Users, counted until their first revision expires (an upper bound of
-	// the open ones). Its count has a key of its own, so it costs one more
-	// round trip when a request opens a new operation. 0 is
-	// store.DefaultMaxOpenPerAgent; negative is no cap.
+	// Users, counted until they are performed or their first revision
+	// expires (an upper bound of the open ones). Its count has a key of its
+	// own, so it costs one more round trip when a request opens a new
+	// operation, and one more command, pipelined, when one is performed.
+	// 0 is store.DefaultMaxOpenPerAgent; negative is no cap.
 	MaxOpenPerAgent int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
@@ -438,8 +439,15 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 		return store.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
-	n, err := s.run(ctx, s.client, finishStep, []string{base + "op:" + claim.Operation.ID},
-		claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)).Int()
+	keys := []string{base + "op:" + claim.Operation.ID}
+	args := []any{claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)}
+	var n int64
+	var err error
+	if outcome == store.Done {
+		n, err = s.finishPerformed(ctx, claim.Owner, claim.Operation.ID, keys, args)
+	} else {
+		n, err = s.run(ctx, s.client, finishStep, keys, args...).Int64()
+	}
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
