@@ -96,6 +96,11 @@ func run() error {
 		// Not fatal for a demo, but loud: it names what this store risks.
 		logger.Error("opsgate: the store can't promise at most once across restarts; this is a demo store", "error", err)
 	}
+	// The steps as functions where the server has them (a real Redis), so
+	// each is one FCALL; miniredis runs them as scripts.
+	if err := st.Load(ctx); err != nil {
+		logger.Warn("opsgate: store load", "error", err)
+	}
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
