@@ -451,6 +451,33 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 	e.noClaim(signedIn, action(t, "k", `{}`), at(2*time.Second))
 })
 
+var _ = add("W74 W136 once performed, every revision it returned is still found, and no other", func(t *testing.T, e *env) {
+	a1 := action(t, "k", `{"v":1}`)
+	r1 := e.issue(signedIn, a1, at(0))
+	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(time.Second))
+	e.approve(signedIn, r1, at(2*time.Second))
+	e.finish(e.claim(signedIn, a1, at(3*time.Second)), store.Done, at(4*time.Second))
+	// A store may keep a performed operation small (store.Record): its refs
+	// still answer performed, and a made-up one still isn't found.
+	for _, is := range []store.Issued{r1, r2} {
+		e.status(signedIn, is.Ref, at(5*time.Second), store.Performed)
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), store.IsPerformed)
+	}
+	id := r1.Operation.ID
+	for _, ref := range []string{id + ".madeUp", id + ".1791487200-AAAAAAAAAAAAAAAA"} {
+		if rep := e.record(signedIn, ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != store.NotFound {
+			t.Errorf("Record ref %q of a performed operation: %v, want not found", ref, rep.Result)
+		}
+		if _, found := e.lookup(signedIn, ref, at(5*time.Second)); found {
+			t.Errorf("Lookup ref %q of a performed operation: found", ref)
+		}
+	}
+	// Check 1 still holds: another account's Session doesn't see it.
+	if rep := e.record(otherAccount, r1.Ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != store.NotFound {
+		t.Errorf("another account: %v, want not found", rep.Result)
+	}
+})
+
 var _ = add("W74 W34 every revision returned for an operation makes a ref that is found", func(t *testing.T, e *env) {
 	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
 	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(time.Second))
