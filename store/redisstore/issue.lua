@@ -8,6 +8,9 @@
 -- Returns {opID, revision, summary, terms, expires[, 'new']} or {'limited'}.
 local a = request(KEYS, ARGV)
 read_action(a, redis.call('GET', a.actKey))
+if a.f and a.f[1] == 'open' then
+  a.c = revisions_of(a, {})
+end
 local r = issue(a)
 if not r then return {'limited'} end
 return r

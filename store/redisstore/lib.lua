@@ -258,17 +258,35 @@ local function issue(a)
   return {opID, rev, a.summary, a.terms, a.x, 'new'}
 end
 
--- read_action reads an action's current operation for issue: it fills
--- a.opID, a.prev, a.f and a.c from the action key's value v.
+-- read_action reads an action's current operation from the action key's
+-- value v: a.opID, a.hint, a.prev, and a.f, the operation's state, acct,
+-- k, cur, al and order, then the hinted revision's t, s, x, a and u (fields
+-- 7-11), in one read.
 local function read_action(a, v)
   a.opID, a.hint, a.prev = current_of(v)
   if not a.opID then return end
-  local op = a.base .. 'op:' .. a.opID
-  a.f = redis.call('HMGET', op, 'state', 'acct', 'k', 'cur', 'al', 'order')
-  local cur = a.f[4]
-  if a.f[1] == 'open' and cur then
-    a.c = redis.call('HMGET', op, 't:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur)
+  local h = a.hint
+  a.f = redis.call('HMGET', a.base .. 'op:' .. a.opID, 'state', 'acct', 'k', 'cur', 'al', 'order',
+    't:' .. h, 's:' .. h, 'x:' .. h, 'a:' .. h, 'u:' .. h)
+end
+
+-- revisions_of returns, for the operation read_action read, its current
+-- revision's t, s, x and a, then t, s, x, a and u of each revision in al
+-- (its approved ones, first recorded first): from that read when the hint
+-- was right and names every revision needed, else with one more HMGET.
+local function revisions_of(a, al)
+  local f = a.f
+  local cur = f[4] or ''
+  if a.hint == cur and (#al == 0 or (#al == 1 and al[1] == cur)) then
+    return {f[7], f[8], f[9], f[10], f[7], f[8], f[9], f[10], f[11]}
   end
+  local fields = {'t:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur}
+  for _, r in ipairs(al) do
+    local n = #fields
+    fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5] =
+      't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r, 'u:' .. r
+  end
+  return redis.call('HMGET', a.base .. 'op:' .. a.opID, unpack(fields))
 end
 
 -- request reads the ARGV that issue.lua and take.lua share (KEYS[1] is the

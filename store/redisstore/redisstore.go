@@ -270,10 +270,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	case "busy":
 		return store.TakeResult{Busy: true}, nil
 	case "issued":
-		op, ok := operation(v[1:])
-		if ok && v[4] == "" { // the request's terms (take.lua)
-			op.Terms = action.Terms
-		}
+		op, ok := takenOperation(v[1:], action)
 		if !ok {
 			break
 		}
@@ -284,10 +281,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		}
 		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
 	case "claim":
-		op, ok := operation(v[1:])
-		if ok && v[4] == "" { // the request's terms (take.lua)
-			op.Terms = action.Terms
-		}
+		op, ok := takenOperation(v[1:], action)
 		if !ok || len(v) < 8 {
 			break
 		}
@@ -321,6 +315,17 @@ func operation(v []string) (store.Operation, bool) {
 		return store.Operation{}, false
 	}
 	return store.Operation{ID: v[0], Revision: v[1], Summary: v[2], Terms: []byte(v[3]), ExpiresAt: x}, true
+}
+
+// takenOperation reads Take's {opID, revision, summary, terms, expires},
+// where terms "" are the request's own (take.lua doesn't send them back;
+// stored terms are never empty).
+func takenOperation(v []string, action store.Action) (store.Operation, bool) {
+	op, ok := operation(v)
+	if ok && v[3] == "" {
+		op.Terms = action.Terms
+	}
+	return op, ok
 }
 
 // storedApproval is a recorded approval as the op hash keeps it (a:<rev>);

@@ -235,3 +235,52 @@ func TestCallsPerStep(t *testing.T) {
 		}
 	})
 }
+
+// TestPerformedIsSmall: a performed operation is rewritten with only what
+// its status and §7 need, as one compact hash (README "Redis sizing"):
+// Redis's listpack encoding, under 320 bytes by MEMORY USAGE with the
+// default prefix, and its action and claim token keys gone.
+func TestPerformedIsSmall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	ctx := t.Context()
+	if err := st.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := action("exchange:ord_7Hk2", `{"order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, time.Hour)
+	a.Summary = "Exchange the jacket on order ord_7Hk2 for $70.00 more."
+	is, err := st.Issue(ctx, owner, a, at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %v, %v", rep.Result, err)
+	}
+	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take: %+v, %v", res, err)
+	}
+	opKeys, err := c.Keys(ctx, "opsgate:*:op:"+is.Operation.ID).Result()
+	if err != nil || len(opKeys) != 1 {
+		t.Fatalf("operation key: %v, %v", opKeys, err)
+	}
+	if err := st.Finish(ctx, *res.Claim, store.Done, at(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if enc := c.ObjectEncoding(ctx, opKeys[0]).Val(); enc != "listpack" {
+		t.Errorf("performed: %s encoding, want listpack", enc)
+	}
+	if n, err := c.MemoryUsage(ctx, opKeys[0]).Result(); err != nil || n > 320 {
+		t.Errorf("performed: MEMORY USAGE %d bytes (%v), want at most 320", n, err)
+	}
+	for _, pattern := range []string{"opsgate:*:act:*", "opsgate:*:tok:*"} {
+		if k, _ := c.Keys(ctx, pattern).Result(); len(k) != 0 {
+			t.Errorf("kept after performing: %v", k)
+		}
+	}
+	if h, _ := c.HGetAll(ctx, opKeys[0]).Result(); h["t:"+is.Operation.Revision] != "" || h["state"] != "performed" || len(h) != 5 {
+		t.Errorf("performed hash = %v, want state, acct, cur, k and an empty t: per revision", h)
+	}
+}

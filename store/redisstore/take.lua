@@ -31,14 +31,11 @@ if tk then
   return {'claim', tk, rev, r[2] or '', r[1], r[3], r[4] or '', r[5] or now}
 end
 
-local opID, hint, prev = current_of(v[2])
+read_action(a, v[2])
+local opID = a.opID
 if opID then
   local op = base .. 'op:' .. opID
-  -- The operation, and the revision the action key names as its current
-  -- (fields 7-11), in one read.
-  local f = redis.call('HMGET', op, 'state', 'acct', 'k', 'cur', 'al', 'order',
-    't:' .. hint, 's:' .. hint, 'x:' .. hint, 'a:' .. hint, 'u:' .. hint)
-  a.opID, a.prev, a.f = opID, prev, f
+  local f = a.f
   -- The action's operations are filed under the owner's account (the
   -- action key's digest), so no other account's or signed-out approval is
   -- ever found (W104).
@@ -46,28 +43,14 @@ if opID then
     -- Being performed, or its outcome not known yet: nothing is claimed
     -- and nothing issued, since a new operation now would invite a second
     -- approval of an action that may be taking effect (W145, §7).
-    if f[1] == 'performing' or performing(base, prev, now) then
+    if f[1] == 'performing' or performing(base, a.prev, now) then
       return {'busy'}
     end
     if f[1] == 'open' then
       -- Its recorded approvals, first recorded first (W95), and its current
-      -- revision, in one read.
-      local cur = f[4] or ''
+      -- revision.
       local al = words(f[5])
-      local g
-      if hint == cur and (#al == 0 or (#al == 1 and al[1] == cur)) then
-        -- The hint was right and names every revision needed: g as the
-        -- read below would have it.
-        g = {f[7], f[8], f[9], f[10], f[7], f[8], f[9], f[10], f[11]}
-      else
-        local fields = {'t:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur}
-        for _, r in ipairs(al) do
-          local n = #fields
-          fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4], fields[n + 5] =
-            't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r, 'u:' .. r
-        end
-        g = redis.call('HMGET', op, unpack(fields))
-      end
+      local g = revisions_of(a, al)
       for i, r in ipairs(al) do
         local j = 5 * i
         local t, s, x, ap, used = g[j], g[j + 1], g[j + 2], g[j + 3], g[j + 4]
