@@ -324,11 +324,6 @@ type Issued struct {
 	Ref string
 }
 
-// Store is the at-most-once store. Every method is one atomic step and takes
-// the caller's clock reading now. A missing, expired or malformed record is
-// reported as a result (not found), never as an error: errors are for the
-// store itself failing (unreachable, timed out), and a gated request that
-// meets one performs nothing (fail closed).
 // InProcess is implemented by a store whose calls never wait on I/O and
 // return at once when their context is done, such as [Memory]. A caller
 // that bounds every call with a deadline (the kit's StoreTimeout) calls
@@ -338,6 +333,24 @@ type InProcess interface {
 	InProcess() bool
 }
 
+// ContextBound is implemented by a store whose calls wait on I/O but
+// return by their context's deadline (give or take the scheduler), such as
+// a redisstore.Store whose client has ContextTimeoutEnabled. The kit then
+// calls it directly too: the deadline it sets bounds a stalled call
+// without a goroutine to abandon it, which would add two goroutine
+// hand-offs to every store call. BoundByContext may answer false (a
+// client that doesn't apply deadlines to its I/O): the kit then runs each
+// call in a goroutine it can abandon at the deadline.
+type ContextBound interface {
+	Store
+	BoundByContext() bool
+}
+
+// Store is the at-most-once store. Every method is one atomic step and takes
+// the caller's clock reading now. A missing, expired or malformed record is
+// reported as a result (not found), never as an error: errors are for the
+// store itself failing (unreachable, timed out), and a gated request that
+// meets one performs nothing (fail closed).
 type Store interface {
 	// Issue returns the operation for owner's action: the current operation
 	// for the action key while it is neither performing nor performed (W19,

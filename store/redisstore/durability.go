@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,8 +95,8 @@ func (d Durability) replicas() int {
 
 // nodeState is what the store knows of one server's durability.
 type nodeState struct {
-	mu       sync.Mutex
-	version  [2]int // major, minor; zero until read
+	lock     chan struct{} // held (one element) while a caller reads or checks the server
+	version  [2]int        // major, minor; zero until read
 	checked  time.Time
 	checkErr error // the last check's verdict (DurableDisk before 7.2)
 }
@@ -116,7 +115,7 @@ func (s *Store) node(addr string) *nodeState {
 	}
 	n := s.nodes[addr]
 	if n == nil {
-		n = &nodeState{}
+		n = &nodeState{lock: make(chan struct{}, 1)}
 		s.nodes[addr] = n
 	}
 	return n
@@ -126,8 +125,14 @@ func (s *Store) node(addr string) *nodeState {
 // the server's version once, and for DurableDisk before 7.2 that AOF is on
 // with appendfsync always, again every AOFRecheck.
 func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	// One caller at a time reads the server; the others wait for it no
+	// longer than their own deadline (BoundByContext).
+	select {
+	case n.lock <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the server's durability check: %w", ctx.Err())
+	}
+	defer func() { <-n.lock }()
 	if n.version[0] == 0 {
 		info, err := c.Info(ctx, "server").Result()
 		if err != nil {
@@ -240,7 +245,7 @@ func (s *Store) takeDurable(ctx context.Context, keys []string, args []any, owne
 	}
 	if err != nil {
 		if errors.Is(err, errNotConfirmed) {
-			s.releaseAfter(owner, token, now)
+			s.releaseAfter(ctx, owner, token, now)
 			return nil, fmt.Errorf("%w: %w", store.ErrNotDurable, err)
 		}
 		return nil, err
@@ -299,14 +304,35 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 	return v, nil
 }
 
-// releaseAfter releases a claim whose durability was not confirmed, on a
-// fresh short context (the caller's may be done): nothing may be performed
-// for it, and its approval applies to the next request (W144).
-func (s *Store) releaseAfter(owner store.Owner, token string, now time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, _ = s.Release(ctx, owner, token, now) // the Gate releases again if this fails
+// releaseAfter releases a claim whose durability was not confirmed, so
+// that nothing is performed for it and its approval applies to the next
+// request (W144). It runs before Take returns while the caller's deadline
+// leaves time for it (the caller's context may be cancelled: a fresh one
+// with that deadline), and in the background otherwise, so that Take
+// still returns by its deadline (BoundByContext); the Gate releases again
+// if this fails.
+func (s *Store) releaseAfter(ctx context.Context, owner store.Owner, token string, now time.Time) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Second)
+	}
+	if time.Until(deadline) > releaseAtLeast {
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		if _, err := s.Release(ctx, owner, token, now); err == nil {
+			return
+		}
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = s.Release(ctx, owner, token, now)
+	}()
 }
+
+// releaseAtLeast is the least time left before the caller's deadline in
+// which releaseAfter releases before Take returns.
+const releaseAtLeast = 20 * time.Millisecond
 
 // Check reads what each server (every Cluster master) can promise and
 // returns an error that names the risk when the chosen durability can't

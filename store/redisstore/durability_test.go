@@ -1,10 +1,13 @@
 package redisstore_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
@@ -111,9 +114,63 @@ func TestDurableReplicas(t *testing.T) {
 		t.Errorf("Take took %v with a %v durability timeout", took, d.Timeout)
 	}
 	wantStatus(t, st, is.Ref, store.Approved) // released
+
+	// A caller's deadline shorter than the durability timeout (the kit's
+	// StoreTimeout, BoundByContext): Take returns by it, not by the
+	// timeout, and the claim is released in the background (W144).
+	if err := replica.Pause(); err != nil {
+		t.Skipf("pause: %v", err)
+	}
+	a2, is2 := approvedAction(t, st, "short deadline")
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	start = time.Now()
+	res, err = st.Take(ctx, owner, a2, at(time.Second))
+	took = time.Since(start)
+	cancel()
+	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+		t.Fatalf("Take with a 50ms deadline and the replica stalled: %+v, %v; want ErrNotDurable", res, err)
+	}
+	if took >= d.Timeout {
+		t.Errorf("Take took %v with a 50ms deadline: it waited for the %v durability timeout", took, d.Timeout)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec, found, err := st.Lookup(t.Context(), owner, is2.Ref, at(time.Second))
+		if err == nil && found && rec.Status == store.Approved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the claim past the caller's deadline was never released: %v found=%v err=%v", rec.Status, found, err)
+		}
+	}
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
 	res, err = st.Take(t.Context(), owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil || res.Claim.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("Take after the replica is back: %+v, %v", res, err)
+	}
+}
+
+// BoundByContext is true for the clients that apply a context's deadline
+// to their I/O (ContextTimeoutEnabled), so that the kit calls the store
+// directly with its StoreTimeout (store.ContextBound).
+func TestBoundByContext(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"client with ContextTimeoutEnabled", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), true},
+		{"client without", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), false},
+		{"Cluster client from ClusterOptions", redis.NewClusterClient(redisstore.ClusterOptions("127.0.0.1:1")), true},
+		{"Cluster client without", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), false},
+		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+	} {
+		t.Cleanup(func() { c.client.Close() })
+		if got := redisstore.New(c.client, redisstore.Options{}).BoundByContext(); got != c.want {
+			t.Errorf("%s: BoundByContext %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

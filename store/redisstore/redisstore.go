@@ -74,7 +74,8 @@ var _ store.Store = (*Store)(nil)
 //
 // The store bounds nothing itself: a call lasts as long as the client's
 // ReadTimeout and WriteTimeout allow, or the context's deadline when the
-// client has ContextTimeoutEnabled set (recommended).
+// client has ContextTimeoutEnabled set (recommended: the kit then calls
+// the store directly with its StoreTimeout, see BoundByContext).
 //
 // By default a claim must be on the server's disk before Take returns it
 // (Options.Durability, DurableDisk): that needs a *redis.Client or a
@@ -100,6 +101,24 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.retention = store.DefaultRetention
 	}
 	return s
+}
+
+var _ store.ContextBound = (*Store)(nil)
+
+// BoundByContext reports whether every call returns by its context's
+// deadline (store.ContextBound): true when the client is a *redis.Client
+// or *redis.ClusterClient with ContextTimeoutEnabled, which applies the
+// deadline to its network I/O and to waiting for a connection. The kit
+// then calls the store directly, with its StoreTimeout as the deadline,
+// rather than in a goroutine abandoned at the deadline.
+func (s *Store) BoundByContext() bool {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
