@@ -1159,10 +1159,16 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-// InProcess is the counted store's: counting adds no waiting.
+// InProcess and BoundByContext are the counted store's: counting adds no
+// waiting.
 func (c *countingStore) InProcess() bool {
 	p, ok := c.Store.(store.InProcess)
 	return ok && p.InProcess()
+}
+
+func (c *countingStore) BoundByContext() bool {
+	b, ok := c.Store.(store.ContextBound)
+	return ok && b.BoundByContext()
 }
 
 func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
