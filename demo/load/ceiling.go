@@ -53,6 +53,10 @@ type ceilingConfig struct {
 type ceilingResult struct {
 	takeRatio, cycleRatio, approvalRatio float64
 	bytesPerOp                           float64
+	// approvalCPURatio is the approval request's CPU (this process and
+	// redis-server) over the bare checks'; 0 where the tool can't read
+	// its CPU time.
+	approvalCPURatio float64
 }
 
 // returnOne is the script redis-benchmark runs: Redis's ceiling for one
@@ -276,13 +280,19 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		memOps, float64(memBytes)/1e6, res.bytesPerOp)
 
 	// The approval request against the two bare signature checks.
-	approval, bare, err := approvalCost(ctx, st, c.approvals)
+	ac, err := approvalCost(ctx, st, client, c.approvals)
 	if err != nil {
 		return res, fmt.Errorf("approval: %w", err)
 	}
-	res.approvalRatio = float64(approval) / float64(bare)
+	res.approvalRatio = float64(ac.latency) / float64(ac.bare)
 	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
-		approval.Round(100*time.Nanosecond), bare.Round(100*time.Nanosecond), res.approvalRatio)
+		ac.latency.Round(100*time.Nanosecond), ac.bare.Round(100*time.Nanosecond), res.approvalRatio)
+	if ac.cpu > 0 {
+		res.approvalCPURatio = float64(ac.cpu) / float64(ac.bareCPU)
+		say("approval CPU      %d goroutines  %9v per request (this process %v, redis-server %v) vs %v for the two bare checks: %.2f×\n",
+			runtime.GOMAXPROCS(0), ac.cpu.Round(100*time.Nanosecond), (ac.cpu - ac.serverCPU).Round(100*time.Nanosecond),
+			ac.serverCPU.Round(100*time.Nanosecond), ac.bareCPU.Round(100*time.Nanosecond), res.approvalCPURatio)
+	}
 
 	// What each durability mode adds to a claim, on servers of its own.
 	if procs != nil && c.durabilityClaims > 0 {
@@ -496,13 +506,27 @@ func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 // recorded), one at a time, and n rounds of the two bare ES256 signature
 // checks of such a JWT (the delegation's, then the JWT's), and returns the
 // time of one of each.
-func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, time.Duration, error) {
+// approvalCosts is what approvalCost measured.
+type approvalCosts struct {
+	// latency is one approval request at one goroutine, bare the two bare
+	// signature checks (each the best of 5 rounds).
+	latency, bare time.Duration
+	// cpu is the CPU time per approval request, of this process and of
+	// redis-server, with GOMAXPROCS goroutines; bareCPU this process's CPU
+	// time per two bare checks the same way. 0 where the tool can't read
+	// its CPU time.
+	cpu, bareCPU time.Duration
+	serverCPU    time.Duration // redis-server's part of cpu
+}
+
+func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n int) (approvalCosts, error) {
+	var ac approvalCosts
 	mux := http.NewServeMux()
 	agentSrv := httptest.NewServer(mux)
 	defer agentSrv.Close()
 	keys, err := identity.NewAgentKeys(agentSrv.URL+"/client", "ES256")
 	if err != nil {
-		return 0, 0, err
+		return ac, err
 	}
 	mux.HandleFunc("/client", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -514,7 +538,7 @@ func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, ti
 	})
 	dlg, err := keys.Delegate(time.Hour)
 	if err != nil {
-		return 0, 0, err
+		return ac, err
 	}
 	const origin = "https://shop.example"
 	kit := webkit.New(keys2...)
@@ -525,17 +549,18 @@ func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, ti
 	owner := store.Owner{Agent: keys.ClientID, User: "usr_approval"}
 
 	// Issue the operations and sign the JWTs first: only requests are timed.
+	// n for the timed rounds, n for the CPU measurement, one to warm up.
 	type one struct{ jwt, body, approval string }
-	reqs := make([]one, n+1)
+	reqs := make([]one, 2*n+1)
 	run := time.Now().UnixNano()
 	for i := range reqs {
 		iss, err := st.Issue(ctx, owner, store.Action{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
 		if err != nil {
-			return 0, 0, err
+			return ac, err
 		}
 		jwt, err := dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: owner.User})
 		if err != nil {
-			return 0, 0, err
+			return ac, err
 		}
 		reqs[i] = one{jwt, `{"ref":"` + iss.Ref + `"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, iss.Operation.ID, iss.Operation.Revision)}
 	}
@@ -553,13 +578,13 @@ func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, ti
 		}
 		return nil
 	}
-	if err := do(reqs[n]); err != nil { // warms the key cache
-		return 0, 0, err
+	if err := do(reqs[2*n]); err != nil { // warms the key cache
+		return ac, err
 	}
 	// The bare checks, from the JWT's own parts.
 	checks, err := bareChecks(reqs[0].jwt, keys.JWKS())
 	if err != nil {
-		return 0, 0, err
+		return ac, err
 	}
 	// Requests and bare checks in turn, 5 rounds; the best round of each,
 	// the one least disturbed by the rest of the machine.
@@ -574,22 +599,97 @@ func approvalCost(ctx context.Context, st store.Store, n int) (time.Duration, ti
 		start := time.Now()
 		for _, r := range batch {
 			if err := do(r); err != nil {
-				return 0, 0, err
+				return ac, err
 			}
 		}
 		approval = min(approval, time.Since(start)/time.Duration(len(batch)))
 		start = time.Now()
 		for range len(batch) {
-			for _, c := range checks {
-				h := sha256.Sum256(c.msg)
-				if !ecdsa.Verify(c.key, h[:], new(big.Int).SetBytes(c.sig[:32]), new(big.Int).SetBytes(c.sig[32:])) {
-					return 0, 0, errors.New("bare signature check failed")
-				}
+			if !verifyAll(checks) {
+				return ac, errBareCheck
 			}
 		}
 		bare = min(bare, time.Since(start)/time.Duration(len(batch)))
 	}
-	return approval, bare, nil
+	ac.latency, ac.bare = approval, bare
+
+	// CPU time: the other n requests from GOMAXPROCS goroutines, with this
+	// process's CPU time and redis-server's (INFO cpu), then as many bare
+	// checks the same way. Waiting for a round trip costs no CPU: this is
+	// what an approval costs a busy site.
+	g := runtime.GOMAXPROCS(0)
+	cpu0, ok := processCPU()
+	redis0 := serverCPU(ctx, client)
+	if !ok || redis0 < 0 {
+		return ac, nil
+	}
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := do(reqs[n+int(i)]); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return ac, *p
+	}
+	cpu1, _ := processCPU()
+	redis1 := serverCPU(ctx, client)
+	ac.cpu = (cpu1 - cpu0 + redis1 - redis0) / time.Duration(n)
+	ac.serverCPU = (redis1 - redis0) / time.Duration(n)
+	next.Store(0)
+	var bad atomic.Bool
+	for range g {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if !verifyAll(checks) {
+					bad.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load() {
+		return ac, errBareCheck
+	}
+	cpu2, _ := processCPU()
+	ac.bareCPU = (cpu2 - cpu1) / time.Duration(n)
+	return ac, nil
+}
+
+var errBareCheck = errors.New("bare signature check failed")
+
+// verifyAll makes the bare checks.
+func verifyAll(checks []sigCheck) bool {
+	for _, c := range checks {
+		h := sha256.Sum256(c.msg)
+		if !ecdsa.Verify(c.key, h[:], new(big.Int).SetBytes(c.sig[:32]), new(big.Int).SetBytes(c.sig[32:])) {
+			return false
+		}
+	}
+	return true
+}
+
+// serverCPU is redis-server's CPU time so far (INFO cpu: used_cpu_user +
+// used_cpu_sys); -1 when it can't be read.
+func serverCPU(ctx context.Context, c *redis.Client) time.Duration {
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(infoField(ctx, c, "cpu", f), 64)
+		if err != nil {
+			return -1
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // keys2 are the Kit's cookie keys for the approval measurement (unused by

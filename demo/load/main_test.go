@@ -42,7 +42,7 @@ func TestCeilingSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "bytes/op": res.bytesPerOp} {
+	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "approval CPU/bare": res.approvalCPURatio, "bytes/op": res.bytesPerOp} {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v", name, v)
 		}
