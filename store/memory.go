@@ -121,6 +121,10 @@ type memRevision struct {
 // its request (webkit/RULES.md "Bounded work").
 type memAction struct {
 	current string // operation_id; "" for none
+	// replaced is the operation_id of an operation being performed that
+	// Issue replaced as current (W141): the action's requests stay busy
+	// while it is (W145), as redisstore's action key names it.
+	replaced string
 	live    map[termsKey][]memLive
 }
 
@@ -324,6 +328,9 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 			a = &memAction{}
 			m.actions.put(ak, a)
 		}
+		if op != nil && op.state == memPerforming {
+			a.replaced = a.current // Issue while performing (Take answers busy)
+		}
 		a.current = NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
@@ -469,8 +476,10 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 	if a != nil && !busy {
 		// W145: the action's operation is being performed (or its outcome
 		// is not known yet): a repeat, whatever its terms, waits for it.
-		if op := m.op(slot, a.current, now); op != nil && op.state == memPerforming {
-			busy = true
+		for _, id := range []string{a.current, a.replaced} {
+			if op := m.op(slot, id, now); op != nil && op.state == memPerforming {
+				busy = true
+			}
 		}
 	}
 	if busy {

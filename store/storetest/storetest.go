@@ -1087,6 +1087,33 @@ var _ = add("W145 while an action's operation is performed, a request for it is 
 	}
 })
 
+var _ = add("W145 an operation issued while the action's operation is performed: requests stay busy until it is done", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"size":"M"}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	// Issue is not the Gate's path, but a site may call it (a page that
+	// shows the operation's terms ahead of the request): it gives the
+	// action a new operation (W141), and the one being performed still
+	// keeps the action's requests busy, whatever their terms, on every
+	// store alike.
+	other := e.issue(signedIn, action(t, "k", `{"size":"L"}`), at(3*time.Second))
+	if other.Operation.ID == is.Operation.ID {
+		t.Fatalf("W141: Issue while performing returned the performing operation")
+	}
+	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`} {
+		if res := e.take(signedIn, action(t, "k", terms), at(4*time.Second)); !res.Busy {
+			t.Errorf("%s after an Issue while performing: %+v, want busy", terms, res)
+		}
+	}
+	e.finish(c, store.Done, at(5*time.Second))
+	// Performed: the new operation is the action's, with its terms.
+	got := e.noClaim(signedIn, action(t, "k", `{"size":"L"}`), at(6*time.Second))
+	if got.Operation.ID != other.Operation.ID || got.Operation.Revision != other.Operation.Revision {
+		t.Errorf("after performing: %s.%s, want the operation Issue made, %s", got.Operation.ID, got.Operation.Revision, other.Ref)
+	}
+})
+
 var _ = add("W145 W142 an outcome not known keeps its action busy past the action's lifetime", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
