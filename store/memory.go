@@ -125,7 +125,7 @@ type memAction struct {
 	// Issue replaced as current (W141): the action's requests stay busy
 	// while it is (W145), as redisstore's action key names it.
 	replaced string
-	live    map[termsKey][]memLive
+	live     map[termsKey][]memLive
 }
 
 // termsKey is the digest of an action's canonical terms.
