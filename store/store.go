@@ -340,7 +340,9 @@ type InProcess interface {
 // without a goroutine to abandon it, which would add two goroutine
 // hand-offs to every store call. BoundByContext may answer false (a
 // client that doesn't apply deadlines to its I/O): the kit then runs each
-// call in a goroutine it can abandon at the deadline.
+// call in a goroutine it can abandon at the deadline. A store that wraps
+// another (to trace or count its calls) should pass on its InProcess and
+// BoundByContext, as webkit.ObserveStore does.
 type ContextBound interface {
 	Store
 	BoundByContext() bool

@@ -110,6 +110,18 @@ type observedStore struct {
 	o Observer
 }
 
+// InProcess and BoundByContext are the observed store's: timing a call
+// adds no waiting, so WithStoreTimeout still calls it directly.
+func (t observedStore) InProcess() bool {
+	p, ok := t.s.(store.InProcess)
+	return ok && p.InProcess()
+}
+
+func (t observedStore) BoundByContext() bool {
+	b, ok := t.s.(store.ContextBound)
+	return ok && b.BoundByContext()
+}
+
 func (t observedStore) step(ctx context.Context, name string, start time.Time, err error) {
 	t.o.StoreStep(ctx, name, time.Since(start), err)
 }

@@ -288,18 +288,25 @@ func (s *seenStore) Take(ctx context.Context, o store.Owner, a store.Action, now
 // a goroutine abandoned at the deadline, with the same deadline.
 func TestStoreTimeoutCallsBoundStoresDirectly(t *testing.T) {
 	const d = 300 * time.Millisecond
-	for _, bound := range []bool{true, false} {
+	for _, c := range []struct {
+		bound, observed bool
+	}{{true, false}, {false, false}, {true, true}, {false, true}} {
+		bound := c.bound
 		seen := &seenStore{Store: store.NewMemory(), bound: bound}
-		st := WithStoreTimeout(seen, d)
+		var s store.Store = seen
+		if c.observed { // ObserveStore passes BoundByContext on
+			s = ObserveStore(seen, NopObserver{})
+		}
+		st := WithStoreTimeout(s, d)
 		start := time.Now()
 		if _, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_1"}, store.Action{Key: "k", Terms: []byte(`{}`), Lifetime: time.Minute}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if left := seen.deadline.Sub(start); left <= 0 || left > d+time.Since(start) {
-			t.Errorf("bound %v: the store's deadline was %v after the call began, want StoreTimeout %v", bound, left, d)
+			t.Errorf("%+v: the store's deadline was %v after the call began, want StoreTimeout %v", c, left, d)
 		}
 		if direct := seen.goroutine == goroutineID(); direct != bound {
-			t.Errorf("bound %v: called on the caller's goroutine: %v", bound, direct)
+			t.Errorf("%+v: called on the caller's goroutine: %v", c, direct)
 		}
 	}
 }
