@@ -1,8 +1,9 @@
 -- agent.lua (after lib.lua): the agent's cap of open operations
 -- (store.DefaultMaxOpenPerAgent; webkit/RULES.md "Bounded work"). An
 -- agent's Users are in many Cluster slots, so its count has a key (and a
--- slot) of its own, and is kept by this second step, run only when Take or
--- Issue made a new operation.
+-- slot) of its own; on a Cluster it is kept by this second step, run only
+-- when Take or Issue made a new operation (on a single Redis, Take and
+-- Issue count it themselves: new_operation in lib.lua).
 -- KEYS: the agent's set. ARGV: member ("<slot> <operation_id>"), the
 -- operation's first expires_at, now, the cap.
 -- Returns 1 when counted, 0 when the cap is reached.
@@ -11,10 +12,9 @@ local set = KEYS[1]
 -- ZREM beside its script: this key is in another slot) or when its first
 -- revision expires, whichever comes first: the count stays an upper bound
 -- of the agent's open operations.
-redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[3])
-if redis.call('ZCARD', set) >= tonumber(ARGV[4]) then
+local n = under_cap(set, ARGV[4], ARGV[3])
+if not n then
   return 0
 end
-redis.call('ZADD', set, ARGV[2], ARGV[1])
-extend(set, ttl(ARGV[2], ARGV[3]))
+add_open(set, n, ARGV[2], ARGV[1], ttl(ARGV[2], ARGV[3]))
 return 1

@@ -12,12 +12,24 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
+// withAgentCount adds the agent's count of open operations to the keys
+// and arguments of Take's and Issue's step when the step keeps it itself
+// (agentInStep: a single Redis, so that opening an operation stays one
+// round trip; new_operation in lib.lua).
+func (s *Store) withAgentCount(keys []string, args []any, owner store.Owner) ([]string, []any) {
+	if !s.agentInStep {
+		return keys, args
+	}
+	return append(keys, s.agentKey(owner.Agent)), append(args, s.maxOpenAgent, agentMember(owner, ""))
+}
+
 // countNew counts a new operation against its agent's cap of open
-// operations (Options.MaxOpenPerAgent). An agent's Users are in many Cluster
-// slots, so the count has a key of its own and costs one more round trip,
-// only when Take or Issue made a new operation. Over the cap, the new
-// operation is forgotten again (if nothing was recorded for it meanwhile)
-// and the answer is store.ErrRateLimited.
+// operations (Options.MaxOpenPerAgent) when the step that opened it could
+// not: on a Cluster, an agent's Users are in many slots, so the count has a
+// key (and a slot) of its own and costs one more round trip, only when
+// Take or Issue made a new operation. Over the cap, the new operation is
+// forgotten again (if nothing was recorded for it meanwhile) and the
+// answer is store.ErrRateLimited.
 func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, op store.Operation, now time.Time) error {
 	if s.maxOpenAgent <= 0 {
 		return nil

@@ -22,9 +22,11 @@
 // miniredis, or a *redis.ClusterClient, of Redis 7.0 or later (Check says
 // so on an older one). Issue, Take, Record, Finish, Release
 // and UseOnce are one FCALL each after Load on Redis 7.0 and later (one
-// EVALSHA otherwise), Lookup one HGETALL: one round trip apiece. Two steps
-// cost one more: a Take that claims confirms its durability (below), and a
-// request that opens a new operation counts it against its agent's cap.
+// EVALSHA otherwise), Lookup one HGETALL: one round trip apiece. A Take that
+// claims costs one more to confirm its durability (below); on a Cluster, a
+// request that opens a new operation costs one more to count it against
+// its agent's cap, whose count is in a slot of its own (on a single Redis
+// the step that opens it counts it).
 //
 // # Cost per step
 //
@@ -37,8 +39,10 @@
 // repeated 403 (the same revision reused) 2, Record 2 (3 with the Session
 // JWT's jti), the Take that claims 6 (with one approval of the current
 // revision), Finish 6 (the performed operation is rewritten small, its
-// action and token keys deleted). `go run ./demo/load -ceiling` measures
-// the steps beside Redis's own ceiling; the README has the figures.
+// action and token keys deleted); counting a new operation against its
+// agent's cap adds 3 to the 403 step on a single Redis. `go run
+// ./demo/load -ceiling` measures the steps beside Redis's own ceiling; the
+// README has the figures.
 //
 // # Durability
 //

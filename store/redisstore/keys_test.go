@@ -169,9 +169,10 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // TestOneRoundTrip: each method is one round trip, so the Gate's 403 path and
 // its performing path each start with a single round trip (store package
-// doc). With Load, the first call of each is one too. Opening a new
-// operation costs one more, for the agent's cap of open operations (its
-// count is in a slot of its own).
+// doc). With Load, the first call of each is one too. On a single Redis,
+// opening a new operation counts it against its agent's cap in the same
+// step; where that count is kept apart (a Cluster, where it is in a slot of
+// its own), it costs one more.
 func TestOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t)
@@ -196,7 +197,7 @@ func TestOneRoundTrip(t *testing.T) {
 	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
 	var is store.Issued
 	var claim *store.Claim
-	countN(2, "Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
+	count("Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
 	count("Issue (the same)", func() (err error) { _, err = st.Issue(ctx, owner, a, at(0)); return err })
 	count("Take (issues)", func() error {
 		res, err := st.Take(ctx, owner, a, at(0))
@@ -221,6 +222,13 @@ func TestOneRoundTrip(t *testing.T) {
 	// Finish also takes the operation off its agent's count, pipelined.
 	count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
 	count("UseOnce", func() error { _, err := st.UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
+
+	apart := redisstore.New(c, redisstore.Options{})
+	redisstore.CountAgentApart(apart)
+	countN(2, "Issue (a new operation, the agent's count kept apart)", func() error {
+		_, err := apart.Issue(ctx, owner, action("apart", `{}`, time.Hour), at(0))
+		return err
+	})
 }
 
 // TestDeadline: with the store down, a call fails by the context's
@@ -346,8 +354,21 @@ func TestOddData(t *testing.T) {
 // repeated request is refused too; another agent is not counted.
 func TestAgentCap(t *testing.T) {
 	t.Parallel()
+	for _, apart := range []bool{false, true} {
+		name := "counted in the step that opens"
+		if apart {
+			name = "counted apart, as on a Cluster"
+		}
+		t.Run(name, func(t *testing.T) { testAgentCap(t, apart) })
+	}
+}
+
+func testAgentCap(t *testing.T, apart bool) {
 	_, c := redistest.Mini(t)
 	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 3, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	if apart {
+		redisstore.CountAgentApart(st)
+	}
 	ctx := t.Context()
 	a := action("k", `{}`, time.Hour)
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)} }

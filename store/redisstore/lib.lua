@@ -153,23 +153,51 @@ local function add_revision(op, opID, base, actKey, order, al, rev, terms, summa
   end
 end
 
+-- under_cap returns how many members the sorted set key of open operations
+-- (scored by when each is forgotten) has, once those forgotten by now are
+-- dropped when the count reaches cap; nil when it is at cap all the same.
+local function under_cap(key, cap, now)
+  local n = redis.call('ZCARD', key)
+  if n >= tonumber(cap) then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. now)
+    n = redis.call('ZCARD', key)
+    if n >= tonumber(cap) then return nil end
+  end
+  return n
+end
+
+-- add_open files member, forgotten at x, in the sorted set key of open
+-- operations, which had n members (under_cap), and keeps the set at least
+-- t ms. A set is created with a TTL and keeps one (Redis deletes an empty
+-- set), so one PEXPIRE does, even when the TTL is already that long.
+local function add_open(key, n, x, member, t)
+  redis.call('ZADD', key, x, member)
+  if n == 0 then
+    redis.call('PEXPIRE', key, t)
+  else
+    redis.call('PEXPIRE', key, t, 'GT')
+  end
+end
+
 -- new_operation opens operation opID for an action (its digest akey, its
 -- key actKey) with revision rev as its first, unless the owner's cap of
--- open operations (maxOpen) is reached: then it returns false. prev is an
--- operation of the action still being performed ('' for none): the action
--- key names it after the new one, so that Take stays busy while it is
--- (W145).
-local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl)
+-- open operations (maxOpen) is reached, or, when agentKey is given, the
+-- agent's (maxAgent; its count's members are agentMember .. opID): then it
+-- returns false. prev is an operation of the action still being performed
+-- ('' for none): the action key names it after the new one, so that Take
+-- stays busy while it is (W145).
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
-  local n = redis.call('ZCARD', open)
-  if n >= tonumber(maxOpen) then
-    redis.call('ZREMRANGEBYSCORE', open, '-inf', '(' .. now)
-    n = redis.call('ZCARD', open)
-    if n >= tonumber(maxOpen) then
-      return false
-    end
+  local n = under_cap(open, maxOpen, now)
+  if not n then return false end
+  -- The agent's, in this same step when its count is on the same server
+  -- (a single Redis: agentKey given), else in a step of its own (agent.lua).
+  local m
+  if agentKey then
+    m = under_cap(agentKey, maxAgent, now)
+    if not m then return false end
   end
   local op = base .. 'op:' .. opID
   local t = xttl
@@ -179,11 +207,11 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
   redis.call('SET', actKey, action_value(opID, rev, prev), 'PX', t)
-  redis.call('ZADD', open, x, opID)
-  if n == 0 then
-    redis.call('PEXPIRE', open, t) -- a new set (Redis deletes empty ones)
-  else
-    extend(open, t)
+  add_open(open, n, x, opID, t)
+  if agentKey then
+    -- Counted until its first revision expires, or until it is performed
+    -- (Finish pipelines a ZREM), as agent.lua counts.
+    add_open(agentKey, m, x, agentMember .. opID, t)
   end
   return true
 end
@@ -252,7 +280,7 @@ local function issue(a)
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl) then
+  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember) then
     return nil
   end
   return {opID, rev, a.summary, a.terms, a.x, 'new'}

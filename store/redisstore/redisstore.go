@@ -38,9 +38,12 @@ type Options struct {
 	// MaxOpenPerAgent caps the operations one agent opened across all its
 	// Users, counted until they are performed or their first revision
 	// expires (an upper bound of the open ones). Its count has a key of its
-	// own, so it costs one more round trip when a request opens a new
-	// operation, and one more command, pipelined, when one is performed.
-	// 0 is store.DefaultMaxOpenPerAgent; negative is no cap.
+	// own: on a single Redis (a *redis.Client) the step that opens an
+	// operation counts it too; on a Cluster, whose slots spread an agent's
+	// Users over many nodes, that costs one more round trip when a request
+	// opens a new operation. Either way one more command, pipelined, takes
+	// a performed operation off the count. 0 is
+	// store.DefaultMaxOpenPerAgent; negative is no cap.
 	MaxOpenPerAgent int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
@@ -58,6 +61,10 @@ type Store struct {
 
 	maxOpenOwner int
 	maxOpenAgent int
+	// agentInStep: the agent's count is kept by the step that opens an
+	// operation (a single Redis, where every key is on one server), not by
+	// a step of its own (countNew).
+	agentInStep bool
 
 	// functions is set once Load loaded the steps as a function library.
 	functions atomic.Bool
@@ -97,6 +104,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.maxOpenAgent == 0 {
 		s.maxOpenAgent = store.DefaultMaxOpenPerAgent
 	}
+	_, single := client.(*redis.Client)
+	s.agentInStep = single && s.maxOpenAgent > 0
 	if s.retention <= 0 {
 		s.retention = store.DefaultRetention
 	}
@@ -229,6 +238,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
+	keys, args = s.withAgentCount(keys, args, owner)
 	v, err := s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
 	if err != nil {
 		s.failed(err)
@@ -241,7 +251,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	if !ok {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", errReply)
 	}
-	if len(v) > 5 && v[5] == "new" {
+	if len(v) > 5 && v[5] == "new" && !s.agentInStep {
 		if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
 			return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
@@ -265,6 +275,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	keys = append(keys, base+"tok:"+token)
 	retained := now.Add(s.retention)
 	args = append(args, token, ns(retained), ttlMs(retained, now), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10))
+	keys, args = s.withAgentCount(keys, args, owner)
 	var v []string
 	var err error
 	if s.durability.Mode == DurableNone {
@@ -293,7 +304,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		if !ok {
 			break
 		}
-		if len(v) > 6 && v[6] == "new" {
+		if len(v) > 6 && v[6] == "new" && !s.agentInStep {
 			if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
 				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,9 +143,9 @@ func TestFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Issue, and the agent's count of its new operation.
-	if f, e := calls("fcall"), calls("evalsha"); f != 2 || e != 0 {
-		t.Fatalf("after Issue: %d FCALLs and %d EVALSHAs, want 2 and 0", f, e)
+	// Issue, which also counts its new operation for its agent.
+	if f, e := calls("fcall"), calls("evalsha"); f != 1 || e != 0 {
+		t.Fatalf("after Issue: %d FCALLs and %d EVALSHAs, want 1 and 0", f, e)
 	}
 	if err := c.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -234,6 +235,22 @@ func TestCallsPerStep(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+
+	// With the agent's cap (the default), on a single Redis the 403 step
+	// also counts the new operation: 3 more calls in the same step (its
+	// count, the member, the set's TTL), rather than a step of its own.
+	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	if err := capped.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, what := range []string{"the 403 step with the agent's count (a new count)", "the 403 step with the agent's count"} {
+		step(what, 10, func() {
+			res, err := capped.Take(ctx, owner, action(fmt.Sprint("capped", i), `{"v":1}`, time.Hour), at(5*time.Second))
+			if err != nil || res.Issued == nil {
+				t.Fatalf("Take: %+v, %v", res, err)
+			}
+		})
+	}
 }
 
 // TestPerformedIsSmall: a performed operation is rewritten with only what

@@ -1,14 +1,17 @@
 -- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
 -- "Websites", §7).
--- KEYS: the action key, the claim token key.
+-- KEYS: the action key, the claim token key, and on a single Redis the
+--       agent's count of open operations (agent.lua).
 -- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
---       TTL in ms.
+--       TTL in ms, and with the agent's count: 17 the agent's cap, 18 its
+--       members' prefix ("<slot> ").
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
 -- or {'released'} or {'lost'} or {'limited'}.
 local a = request(KEYS, ARGV)
+a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[17], ARGV[18]
 local tokKey, token, retained, retainedTTL, tokTTL = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
 local now, base = a.now, a.base
 

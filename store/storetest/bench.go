@@ -32,6 +32,27 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 		}
 	})
 
+	// The Gate's 403 path for a new action: Take opens an operation,
+	// counted against its owner's and its agent's caps.
+	b.Run("TakeOpens", func(b *testing.B) {
+		h := newHarness(b)
+		ctx := b.Context()
+		var actions []store.Action
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if i%benchBatch == 0 {
+				b.StopTimer()
+				actions = benchActions(b, i, benchBatch)
+				b.StartTimer()
+			}
+			res, err := h.Store.Take(ctx, benchOwner(i), actions[i%benchBatch], now)
+			if err != nil || res.Issued == nil {
+				b.Fatalf("Take: %+v, %v", res, err)
+			}
+		}
+	})
+
 	// The endpoint recording an approval (§6), one operation each.
 	b.Run("Record", func(b *testing.B) {
 		h := newHarness(b)
