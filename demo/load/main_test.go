@@ -47,6 +47,9 @@ func TestCeilingSmall(t *testing.T) {
 			t.Errorf("%s = %v", name, v)
 		}
 	}
+	if !strings.Contains(out.String(), "store take+cap    50 goroutines") {
+		t.Errorf("no figure for a Take with the agent's cap counting")
+	}
 	for _, mode := range []string{"none", "disk", "replicas 1"} {
 		if !strings.Contains(out.String(), "durability "+mode+" ") {
 			t.Errorf("no claim cost for durability %s", mode)
