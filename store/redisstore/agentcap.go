@@ -12,15 +12,28 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// withAgentCount adds the agent's count of open operations to the keys
-// and arguments of Take's and Issue's step when the step keeps it itself
-// (agentInStep: a single Redis, so that opening an operation stays one
-// round trip; new_operation in lib.lua).
-func (s *Store) withAgentCount(keys []string, args []any, owner store.Owner) ([]string, []any) {
-	if !s.agentInStep {
-		return keys, args
+// opening runs the step of Take or Issue, given its keys and arguments,
+// with the agent's count of open operations added when the step keeps it
+// itself (agentInStep: a single Redis, so that opening an operation stays
+// one round trip; new_operation in lib.lua). counted says whether it did;
+// when not, the caller counts a new operation with countNew.
+//
+// A server that refuses a script's keys in more than one slot (CROSSSLOT:
+// a proxy in front of a Cluster, such as Redis Enterprise's, reached with
+// a *redis.Client) ran nothing: the step runs again without the count,
+// and the store keeps the count apart from then on.
+func (s *Store) opening(keys []string, args []any, owner store.Owner, step func([]string, []any) ([]string, error)) (v []string, counted bool, err error) {
+	if !s.agentInStep.Load() {
+		v, err = step(keys, args)
+		return v, false, err
 	}
-	return append(keys, s.agentKey(owner.Agent)), append(args, s.maxOpenAgent, agentMember(owner, ""))
+	v, err = step(append(keys, s.agentKey(owner.Agent)), append(args, s.maxOpenAgent, agentMember(owner, "")))
+	if err == nil || !redis.HasErrorPrefix(err, "CROSSSLOT") {
+		return v, true, err
+	}
+	s.agentInStep.Store(false)
+	v, err = step(keys, args)
+	return v, false, err
 }
 
 // countNew counts a new operation against its agent's cap of open

@@ -3,4 +3,4 @@ package redisstore
 // CountAgentApart makes s keep its agents' counts of open operations in a
 // step of their own (countNew), as on a Cluster, so that tests cover that
 // path on a single server too.
-func CountAgentApart(s *Store) { s.agentInStep = false }
+func CountAgentApart(s *Store) { s.agentInStep.Store(false) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -413,5 +415,69 @@ func testAgentCap(t *testing.T, apart bool) {
 	}
 	if _, err := st.Take(ctx, other(9), a, at(0)); err != nil {
 		t.Fatalf("after three were performed: %v, want served", err)
+	}
+}
+
+// oneSlotProxy answers a script whose keys are in more than one slot as a
+// proxy in front of a Cluster does (Redis Enterprise's, reached with a
+// plain client): CROSSSLOT, and nothing runs.
+type oneSlotProxy struct{ refused atomic.Int64 }
+
+type crossSlotError string
+
+func (e crossSlotError) Error() string { return string(e) }
+func (crossSlotError) RedisError()     {}
+
+func (p *oneSlotProxy) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *oneSlotProxy) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		switch strings.ToLower(fmt.Sprint(args[0])) {
+		case "fcall", "evalsha", "eval":
+			n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+			slots := map[string]bool{}
+			for _, k := range args[3 : 3+n] {
+				key := fmt.Sprint(k)
+				_, tag, _ := strings.Cut(key, "{")
+				tag, _, _ = strings.Cut(tag, "}")
+				slots[tag] = true
+			}
+			if len(slots) > 1 {
+				p.refused.Add(1)
+				err := crossSlotError("CROSSSLOT Keys in request don't hash to the same slot")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (p *oneSlotProxy) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Behind a proxy that refuses a script's keys in two slots, the first
+// operation opened is refused once, then opened and counted with the
+// agent's count apart, and so is every later one: nothing is lost and the
+// cap still holds.
+func TestAgentCountBehindAProxy(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.Mini(t)
+	var proxy oneSlotProxy
+	c.AddHook(&proxy)
+	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 2, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	ctx := t.Context()
+	user := func(i int) store.Owner { return store.Owner{Agent: "agent-p", User: fmt.Sprint("u", i)} }
+	for i := range 2 {
+		res, err := st.Take(ctx, user(i), action("k", `{}`, time.Hour), at(0))
+		if err != nil || res.Issued == nil {
+			t.Fatalf("Take %d behind the proxy: %+v, %v", i, res, err)
+		}
+	}
+	if n := proxy.refused.Load(); n != 1 {
+		t.Errorf("the proxy refused %d steps, want only the first", n)
+	}
+	if _, err := st.Issue(ctx, user(2), action("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
+		t.Errorf("a third operation for an agent capped at 2: %v, want ErrRateLimited", err)
 	}
 }

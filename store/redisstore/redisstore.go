@@ -63,8 +63,9 @@ type Store struct {
 	maxOpenAgent int
 	// agentInStep: the agent's count is kept by the step that opens an
 	// operation (a single Redis, where every key is on one server), not by
-	// a step of its own (countNew).
-	agentInStep bool
+	// a step of its own (countNew). Cleared for good when the server
+	// refuses a step's keys in two slots (a proxy in front of a Cluster).
+	agentInStep atomic.Bool
 
 	// functions is set once Load loaded the steps as a function library.
 	functions atomic.Bool
@@ -105,7 +106,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		s.maxOpenAgent = store.DefaultMaxOpenPerAgent
 	}
 	_, single := client.(*redis.Client)
-	s.agentInStep = single && s.maxOpenAgent > 0
+	s.agentInStep.Store(single && s.maxOpenAgent > 0)
 	if s.retention <= 0 {
 		s.retention = store.DefaultRetention
 	}
@@ -238,8 +239,9 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
-	keys, args = s.withAgentCount(keys, args, owner)
-	v, err := s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
+	v, counted, err := s.opening(keys, args, owner, func(keys []string, args []any) ([]string, error) {
+		return s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
+	})
 	if err != nil {
 		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
@@ -251,7 +253,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	if !ok {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", errReply)
 	}
-	if len(v) > 5 && v[5] == "new" && !s.agentInStep {
+	if len(v) > 5 && v[5] == "new" && !counted {
 		if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
 			return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
@@ -275,14 +277,12 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	keys = append(keys, base+"tok:"+token)
 	retained := now.Add(s.retention)
 	args = append(args, token, ns(retained), ttlMs(retained, now), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10))
-	keys, args = s.withAgentCount(keys, args, owner)
-	var v []string
-	var err error
-	if s.durability.Mode == DurableNone {
-		v, err = s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
-	} else {
-		v, err = s.takeDurable(ctx, keys, args, owner, token, now)
-	}
+	v, counted, err := s.opening(keys, args, owner, func(keys []string, args []any) ([]string, error) {
+		if s.durability.Mode == DurableNone {
+			return s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
+		}
+		return s.takeDurable(ctx, keys, args, owner, token, now)
+	})
 	if err != nil {
 		s.failed(err)
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
@@ -304,7 +304,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		if !ok {
 			break
 		}
-		if len(v) > 6 && v[6] == "new" && !s.agentInStep {
+		if len(v) > 6 && v[6] == "new" && !counted {
 			if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
 				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
