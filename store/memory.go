@@ -228,8 +228,13 @@ func (m *Memory) dropOp(k memKey, now time.Time) {
 	if a.current == k.id {
 		a.current = ""
 	}
+	if a.replaced == k.id {
+		a.replaced = ""
+	}
 	m.dropLive(k.id, op, a)
-	if a.current == "" && len(a.live) == 0 {
+	// An operation the current one replaced keeps the action (and its
+	// requests busy, W145) while it is remembered.
+	if a.current == "" && a.replaced == "" && len(a.live) == 0 {
 		m.actions.del(op.action)
 	}
 	if op.state != memPerformed {

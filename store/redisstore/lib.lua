@@ -127,6 +127,20 @@ local function action_value(opID, rev, prev)
   return v
 end
 
+-- set_action points the action key at operation opID, revision rev, and
+-- keeps it at least t ms. While prev, an operation it replaced, may still
+-- be performing, the key keeps its TTL if that is longer: prev keeps the
+-- action busy as long as it performs (W145, W138).
+local function set_action(actKey, opID, rev, prev, t)
+  local v = action_value(opID, rev, prev)
+  if prev and prev ~= '' then
+    redis.call('SET', actKey, v, 'KEEPTTL')
+    extend(actKey, t)
+  else
+    redis.call('SET', actKey, v, 'PX', t)
+  end
+end
+
 -- add_revision makes rev op's current revision (fields from
 -- revision_fields), kept until x at least: the operation (its k and TTL),
 -- its place in the owner's open set, and its action key follow (W102).
@@ -146,7 +160,7 @@ local function add_revision(op, opID, base, actKey, order, al, rev, terms, summa
     local open = base .. 'open'
     redis.call('ZADD', open, 'XX', 'GT', x, opID)
     extend(open, t)
-    if actKey then redis.call('SET', actKey, action_value(opID, rev, prev), 'PX', t) end
+    if actKey then set_action(actKey, opID, rev, prev, t) end
   else
     redis.call('HSET', op, unpack(fields))
     if actKey then redis.call('SET', actKey, action_value(opID, rev, prev), 'KEEPTTL') end
@@ -206,7 +220,7 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   redis.call('PEXPIRE', op, t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
-  redis.call('SET', actKey, action_value(opID, rev, prev), 'PX', t)
+  set_action(actKey, opID, rev, prev, t)
   add_open(open, n, x, opID, t)
   if agentKey then
     -- Counted until its first revision expires, or until it is performed

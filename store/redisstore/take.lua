@@ -36,6 +36,14 @@ end
 
 read_action(a, v[2])
 local opID = a.opID
+-- Being performed, or its outcome not known yet: nothing is claimed and
+-- nothing issued, since a new operation now would invite a second approval
+-- of an action that may be taking effect (W145, §7). That is the action's
+-- operation, or one it replaced (Issue while that one performed), however
+-- long ago the action's own operation expired.
+if performing(base, a.prev, now) then
+  return {'busy'}
+end
 if opID then
   local op = base .. 'op:' .. opID
   local f = a.f
@@ -43,10 +51,7 @@ if opID then
   -- action key's digest), so no other account's or signed-out approval is
   -- ever found (W104).
   if f[2] == a.acct and not gone(f[3], now) then
-    -- Being performed, or its outcome not known yet: nothing is claimed
-    -- and nothing issued, since a new operation now would invite a second
-    -- approval of an action that may be taking effect (W145, §7).
-    if f[1] == 'performing' or performing(base, a.prev, now) then
+    if f[1] == 'performing' then
       return {'busy'}
     end
     if f[1] == 'open' then

@@ -1114,6 +1114,27 @@ var _ = add("W145 an operation issued while the action's operation is performed:
 	}
 })
 
+var _ = add("W145 W142 an operation issued while another's outcome is not known: the action stays busy past the new one's lifetime", func(t *testing.T, e *env) {
+	a := action(t, "k", `{"size":"M"}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	e.finish(c, store.Unknown, at(3*time.Second))
+	// A new operation for the action (Issue), which expires long before
+	// the first, still performing, is forgotten (W138).
+	e.issue(signedIn, action(t, "k", `{"size":"L"}`), at(4*time.Second))
+	later := at(lifetime + time.Hour)
+	if e.h.Advance != nil {
+		e.h.Advance(later.Sub(base))
+	}
+	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`} {
+		if res := e.take(signedIn, action(t, "k", terms), later); !res.Busy {
+			t.Errorf("%s after the new operation expired, the first's outcome unknown: %+v, want busy", terms, res)
+		}
+	}
+	e.status(signedIn, is.Ref, later, store.Performing)
+})
+
 var _ = add("W145 W142 an outcome not known keeps its action busy past the action's lifetime", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
