@@ -438,6 +438,17 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 	a, _ := m.actions.get(memKey{slot, ActionDigest(owner.Account, action.Key)})
 	busy := false
 	if a != nil {
+		// W145: the action's operation, or one it replaced (Issue while that
+		// one performed), is being performed or its outcome is not known:
+		// a request, whatever its terms, waits for it before any approval
+		// applies.
+		for _, id := range []string{a.current, a.replaced} {
+			if op := m.op(slot, id, now); op != nil && op.state == memPerforming {
+				busy = true
+			}
+		}
+	}
+	if a != nil && !busy {
 		// Only approvals of these terms can pass check 3 (W117): they are
 		// filed apart, so the others cost nothing here.
 		k := keyOf(action.Terms)
@@ -476,15 +487,6 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			m.performing[k] = struct{}{}
 			m.setClaim(token, &memClaim{op: k}, now)
 			return TakeResult{Claim: m.claimOf(op)}, nil
-		}
-	}
-	if a != nil && !busy {
-		// W145: the action's operation is being performed (or its outcome
-		// is not known yet): a repeat, whatever its terms, waits for it.
-		for _, id := range []string{a.current, a.replaced} {
-			if op := m.op(slot, id, now); op != nil && op.state == memPerforming {
-				busy = true
-			}
 		}
 	}
 	if busy {

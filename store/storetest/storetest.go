@@ -1101,16 +1101,19 @@ var _ = add("W145 an operation issued while the action's operation is performed:
 	if other.Operation.ID == is.Operation.ID {
 		t.Fatalf("W141: Issue while performing returned the performing operation")
 	}
+	// Even approved, the new operation waits for the first to be done.
+	e.approve(signedIn, other, at(3*time.Second))
 	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`} {
 		if res := e.take(signedIn, action(t, "k", terms), at(4*time.Second)); !res.Busy {
 			t.Errorf("%s after an Issue while performing: %+v, want busy", terms, res)
 		}
 	}
 	e.finish(c, store.Done, at(5*time.Second))
-	// Performed: the new operation is the action's, with its terms.
-	got := e.noClaim(signedIn, action(t, "k", `{"size":"L"}`), at(6*time.Second))
+	// Performed: the new operation is the action's, and its approval
+	// applies.
+	got := e.claim(signedIn, action(t, "k", `{"size":"L"}`), at(6*time.Second))
 	if got.Operation.ID != other.Operation.ID || got.Operation.Revision != other.Operation.Revision {
-		t.Errorf("after performing: %s.%s, want the operation Issue made, %s", got.Operation.ID, got.Operation.Revision, other.Ref)
+		t.Errorf("after performing: claimed %s.%s, want the operation Issue made, %s", got.Operation.ID, got.Operation.Revision, other.Ref)
 	}
 })
 
