@@ -121,10 +121,6 @@ type memRevision struct {
 // its request (webkit/RULES.md "Bounded work").
 type memAction struct {
 	current string // operation_id; "" for none
-	// replaced is the operation_id of an operation being performed that
-	// Issue replaced as current (W141): the action's requests stay busy
-	// while it is (W145), as redisstore's action key names it.
-	replaced string
 	live     map[termsKey][]memLive
 }
 
@@ -228,13 +224,8 @@ func (m *Memory) dropOp(k memKey, now time.Time) {
 	if a.current == k.id {
 		a.current = ""
 	}
-	if a.replaced == k.id {
-		a.replaced = ""
-	}
 	m.dropLive(k.id, op, a)
-	// An operation the current one replaced keeps the action (and its
-	// requests busy, W145) while it is remembered.
-	if a.current == "" && a.replaced == "" && len(a.live) == 0 {
+	if a.current == "" && len(a.live) == 0 {
 		m.actions.del(op.action)
 	}
 	if op.state != memPerformed {
@@ -324,7 +315,12 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	if a != nil {
 		op = m.op(slot, a.current, now)
 	}
-	if op == nil || op.state != memOpen { // W141: performing or performed → new operation
+	// W141: once performed, a new operation. While one is being performed
+	// (or its outcome is not known) it stays the action's: a revision for
+	// other terms is added to it, which no approval can use while it
+	// performs (§6 check 2), so that no second operation of the action is
+	// offered for approval while the first may be taking effect (W145).
+	if op == nil || op.state == memPerformed {
 		if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
 			over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
 			return Issued{}, ErrRateLimited
@@ -332,9 +328,6 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		if a == nil {
 			a = &memAction{}
 			m.actions.put(ak, a)
-		}
-		if op != nil && op.state == memPerforming {
-			a.replaced = a.current // Issue while performing (Take answers busy)
 		}
 		a.current = NewOperationID()
 		m.opened(owner, +1)
@@ -438,14 +431,10 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 	a, _ := m.actions.get(memKey{slot, ActionDigest(owner.Account, action.Key)})
 	busy := false
 	if a != nil {
-		// W145: the action's operation, or one it replaced (Issue while that
-		// one performed), is being performed or its outcome is not known:
-		// a request, whatever its terms, waits for it before any approval
-		// applies.
-		for _, id := range []string{a.current, a.replaced} {
-			if op := m.op(slot, id, now); op != nil && op.state == memPerforming {
-				busy = true
-			}
+		// W145: the action's operation is being performed or its outcome
+		// is not known: a request, whatever its terms, waits for it.
+		if op := m.op(slot, a.current, now); op != nil && op.state == memPerforming {
+			busy = true
 		}
 	}
 	if a != nil && !busy {

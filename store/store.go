@@ -355,17 +355,22 @@ type ContextBound interface {
 // meets one performs nothing (fail closed).
 type Store interface {
 	// Issue returns the operation for owner's action: the current operation
-	// for the action key while it is neither performing nor performed (W19,
-	// W20), else a new operation_id (W141); its current revision while the
-	// terms are equal and the revision is reusable, else a new revision
-	// (W24, W25, W36).
+	// for the action key until it is performed (W19, W20), then a new
+	// operation_id (W141); its current revision while the terms are equal
+	// and the revision is reusable, else a new revision (W24, W25, W36).
+	// While the operation is being performed (or its outcome is not known)
+	// a new revision is one no approval can use until it is done (§6 check
+	// 2): no second operation of the action is offered for approval while
+	// the first may be taking effect (W145).
 	Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error)
 
 	// Take looks, in one atomic step, for the first-recorded approval (W95)
 	// of owner's action whose revision's terms equal action.Terms, not
 	// expired, whose operation is neither performing nor performed. Found,
 	// it uses the approval up (W96) and moves the operation to performing.
-	// Not found, it issues as Issue does.
+	// While the action's operation is being performed (or its outcome is
+	// not known) it answers Busy, whatever the terms (W145). Otherwise it
+	// issues as Issue does.
 	Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error)
 
 	// Finish ends a claim. It returns ErrClaimLost when the claim is no

@@ -120,7 +120,10 @@ end
 -- action_value is what an action key holds: its operation's id, the
 -- current revision's name (a hint: Take reads that revision with the
 -- operation, and reads again when the hint is stale), and the id of an
--- operation still being performed that it replaced, if any.
+-- operation still being performed that it replaced, if any. This kit
+-- never replaces one being performed (Issue adds a revision to it), but
+-- an earlier version's Issue did: its servers may share the Redis during
+-- a rolling deploy, so the third id is still read, kept and obeyed.
 local function action_value(opID, rev, prev)
   local v = opID .. ' ' .. rev
   if prev and prev ~= '' then v = v .. ' ' .. prev end
@@ -198,8 +201,8 @@ end
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
--- ('' for none): the action key names it after the new one, so that Take
--- stays busy while it is (W145).
+-- that an earlier version replaced ('' for none, action_value): the action
+-- key keeps naming it, so that Take stays busy while it is (W145).
 local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
@@ -274,7 +277,12 @@ end
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
   local prev = a.prev or ''
-  if a.opID and f[1] == 'open' and f[2] == a.acct and not gone(f[3], now) then
+  -- Open, or being performed (Issue; Take answers busy first): the
+  -- action's operation. One being performed gets a revision for other
+  -- terms, which no approval can use while it performs (check 2): no second
+  -- operation of the action is offered while the first may be taking
+  -- effect (W145). Once performed, a new one (W141).
+  if a.opID and (f[1] == 'open' or f[1] == 'performing') and f[2] == a.acct and not gone(f[3], now) then
     local cur = f[4]
     local x = c and c[3]
     -- Reusable: same terms (W24), not expired, the same fixed expires_at
@@ -288,9 +296,6 @@ local function issue(a)
     local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
     add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev)
     return {a.opID, rev, a.summary, a.terms, a.x}
-  end
-  if a.opID and f[1] == 'performing' and not gone(f[3], now) then
-    prev = a.opID -- Issue while it is performed (Take answers busy)
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,4 +301,37 @@ func TestPerformedIsSmall(t *testing.T) {
 	if h, _ := c.HGetAll(ctx, opKeys[0]).Result(); h["t:"+is.Operation.Revision] != "" || h["state"] != "performed" || len(h) != 5 {
 		t.Errorf("performed hash = %v, want state, acct, cur, k and an empty t: per revision", h)
 	}
+}
+
+// TestSameAsMemory: random sequences of calls get the same answers from
+// the Redis store as from the memory store: on miniredis, whose clock
+// moves with the sequence's, and on a real redis-server (its steps as
+// functions), whose keys outlive the sequence's clock (answers then rest
+// on the steps' own judgement of expiry).
+func TestSameAsMemory(t *testing.T) {
+	t.Parallel()
+	memory := func(t testing.TB) storetest.Harness { return storetest.Harness{Store: store.NewMemory()} }
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		storetest.Differential(t, 200, 60, memory, func(t testing.TB) storetest.Harness {
+			mr, c := redistest.Mini(t)
+			return storetest.Harness{
+				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
+				Advance: mr.FastForward,
+			}
+		})
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.Server(t)
+		var n atomic.Int64
+		storetest.Differential(t, 20, 60, memory, func(t testing.TB) storetest.Harness {
+			// One server, a prefix per sequence.
+			st := redisstore.New(c, redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1)), Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+			if err := st.Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Harness{Store: st}
+		})
+	})
 }

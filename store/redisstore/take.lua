@@ -39,8 +39,8 @@ local opID = a.opID
 -- Being performed, or its outcome not known yet: nothing is claimed and
 -- nothing issued, since a new operation now would invite a second approval
 -- of an action that may be taking effect (W145, §7). That is the action's
--- operation, or one it replaced (Issue while that one performed), however
--- long ago the action's own operation expired.
+-- operation, or one an earlier version's Issue replaced while it performed
+-- (action_value), however long ago the action's own operation expired.
 if performing(base, a.prev, now) then
   return {'busy'}
 end

@@ -374,15 +374,19 @@ var _ = add("W26 a revision keeps its terms and expires_at", func(t *testing.T, 
 	}
 })
 
-var _ = add("W141 once claimed or performed, the next Issue gets a new operation_id", func(t *testing.T, e *env) {
+var _ = add("W141 W145 while performed, Issue keeps the operation (its approval waits, check 2); once performed, the next Issue gets a new operation_id", func(t *testing.T, e *env) {
 	a := action(t, "k", `{"v":1}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	during := e.issue(signedIn, a, at(3*time.Second))
-	if during.Operation.ID == is.Operation.ID {
-		t.Errorf("while performing: Issue kept operation_id %s", is.Operation.ID)
+	// No second operation of the action is offered for approval while the
+	// first may be taking effect: other terms get a revision of the one
+	// being performed, and an approval of it is refused for now.
+	during := e.issue(signedIn, action(t, "k", `{"v":2}`), at(3*time.Second))
+	if during.Operation.ID != is.Operation.ID || during.Operation.Revision == is.Operation.Revision {
+		t.Errorf("while performing: Issue gave %s, want a new revision of %s", during.Ref, is.Operation.ID)
 	}
+	e.wantRecord(signedIn, during.Ref, approvalOf(during.Operation), at(3*time.Second), store.IsPerforming)
 	e.finish(c, store.Done, at(4*time.Second))
 	after := e.issue(signedIn, a, at(5*time.Second))
 	if after.Operation.ID == is.Operation.ID {
@@ -1087,44 +1091,43 @@ var _ = add("W145 while an action's operation is performed, a request for it is 
 	}
 })
 
-var _ = add("W145 an operation issued while the action's operation is performed: requests stay busy until it is done", func(t *testing.T, e *env) {
+var _ = add("W145 an Issue while the action's operation is performed offers nothing new to approve: requests stay busy until it is done", func(t *testing.T, e *env) {
 	a := action(t, "k", `{"size":"M"}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
 	// Issue is not the Gate's path, but a site may call it (a page that
-	// shows the operation's terms ahead of the request): it gives the
-	// action a new operation (W141), and the one being performed still
-	// keeps the action's requests busy, whatever their terms, on every
-	// store alike.
+	// shows the operation's terms ahead of the request): other terms get a
+	// revision of the operation being performed, which no approval can use
+	// until it is done, on every store alike.
 	other := e.issue(signedIn, action(t, "k", `{"size":"L"}`), at(3*time.Second))
-	if other.Operation.ID == is.Operation.ID {
-		t.Fatalf("W141: Issue while performing returned the performing operation")
+	if other.Operation.ID != is.Operation.ID {
+		t.Fatalf("Issue while performing: a second operation %s beside %s", other.Operation.ID, is.Operation.ID)
 	}
-	// Even approved, the new operation waits for the first to be done.
-	e.approve(signedIn, other, at(3*time.Second))
+	e.wantRecord(signedIn, other.Ref, approvalOf(other.Operation), at(3*time.Second), store.IsPerforming)
 	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`} {
 		if res := e.take(signedIn, action(t, "k", terms), at(4*time.Second)); !res.Busy {
 			t.Errorf("%s after an Issue while performing: %+v, want busy", terms, res)
 		}
 	}
-	e.finish(c, store.Done, at(5*time.Second))
-	// Performed: the new operation is the action's, and its approval
-	// applies.
-	got := e.claim(signedIn, action(t, "k", `{"size":"L"}`), at(6*time.Second))
-	if got.Operation.ID != other.Operation.ID || got.Operation.Revision != other.Operation.Revision {
-		t.Errorf("after performing: claimed %s.%s, want the operation Issue made, %s", got.Operation.ID, got.Operation.Revision, other.Ref)
+	// Not performed after all (W98): the operation waits again, and the
+	// revision Issue added can now be approved and performed.
+	e.finish(c, store.NotDone, at(5*time.Second))
+	e.approve(signedIn, other, at(6*time.Second))
+	got := e.claim(signedIn, action(t, "k", `{"size":"L"}`), at(7*time.Second))
+	if got.Operation.ID != is.Operation.ID || got.Operation.Revision != other.Operation.Revision {
+		t.Errorf("after not performing: claimed %s.%s, want %s", got.Operation.ID, got.Operation.Revision, other.Ref)
 	}
 })
 
-var _ = add("W145 W142 an operation issued while another's outcome is not known: the action stays busy past the new one's lifetime", func(t *testing.T, e *env) {
+var _ = add("W145 W142 an Issue while the outcome is not known keeps the action busy past its new revision's expiry", func(t *testing.T, e *env) {
 	a := action(t, "k", `{"size":"M"}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
 	e.finish(c, store.Unknown, at(3*time.Second))
-	// A new operation for the action (Issue), which expires long before
-	// the first, still performing, is forgotten (W138).
+	// A revision for other terms (Issue), which expires long before the
+	// operation, still performing, is forgotten (W138).
 	e.issue(signedIn, action(t, "k", `{"size":"L"}`), at(4*time.Second))
 	later := at(lifetime + time.Hour)
 	if e.h.Advance != nil {
@@ -1132,7 +1135,7 @@ var _ = add("W145 W142 an operation issued while another's outcome is not known:
 	}
 	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`} {
 		if res := e.take(signedIn, action(t, "k", terms), later); !res.Busy {
-			t.Errorf("%s after the new operation expired, the first's outcome unknown: %+v, want busy", terms, res)
+			t.Errorf("%s after the new revision expired, the outcome unknown: %+v, want busy", terms, res)
 		}
 	}
 	e.status(signedIn, is.Ref, later, store.Performing)
@@ -1360,7 +1363,10 @@ var _ = add("W139 everything expires: nothing grows without bound", func(t *test
 		if i%2 == 1 {
 			o = signedOut
 		}
-		a := action(t, fmt.Sprint("k", i%5), fmt.Sprintf(`{"i":%d}`, i))
+		// An action each (one whose operation's outcome is not known keeps
+		// that operation, W145): waiting, approved, performed, outcome
+		// unknown in turn.
+		a := action(t, fmt.Sprint("k", i), fmt.Sprintf(`{"i":%d}`, i))
 		is := e.issue(o, a, now)
 		refs = append(refs, is.Ref)
 		if i%4 == 0 {

@@ -1,0 +1,237 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// Differential runs seeded random sequences of store calls (Take, Issue,
+// Record, Finish with every outcome, Lookup, and the clock moving on) on a
+// reference store and on the store under test, and fails at the first call
+// whose answer differs: the suite's cases show the rules, this shows that
+// two stores keep them alike in the orders no case thought of. Operation
+// ids, revisions and refs are random in each store, so answers are
+// compared by the order in which each first appeared.
+//
+// OPSGATE_DIFFERENTIAL_SEEDS, when set, replaces seeds: a long campaign
+// outside CI (the README says how).
+func Differential(t *testing.T, seeds, steps int, reference, subject func(t testing.TB) Harness) {
+	if n, err := strconv.Atoi(os.Getenv("OPSGATE_DIFFERENTIAL_SEEDS")); err == nil && n > 0 {
+		seeds = n
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			t.Parallel()
+			a, b := newWorld(reference(t)), newWorld(subject(t))
+			r := rand.New(rand.NewPCG(uint64(seed), 0x6f7073))
+			now := base
+			var log []string
+			kinds := map[string]int{} // what the answers were, for -v
+			defer func() { t.Logf("answers: %v", kinds) }()
+			for step := range steps {
+				c := randomCall(r, len(a.refs), len(a.claims))
+				if c.advance > 0 {
+					now = now.Add(c.advance)
+					for _, w := range []*world{a, b} {
+						if w.h.Advance != nil {
+							w.h.Advance(c.advance)
+						}
+					}
+				}
+				ga, gb := a.do(t, c, now), b.do(t, c, now)
+				log = append(log, fmt.Sprintf("%3d %-60s %s", step, c, ga))
+				kind, _, _ := strings.Cut(ga, " op ")
+				kinds[kind]++
+				if ga != gb {
+					t.Fatalf("seed %d, step %d: %s\nreference: %s\nsubject:   %s\nsteps so far:\n%s",
+						seed, step, c, ga, gb, strings.Join(log, "\n"))
+				}
+			}
+		})
+	}
+}
+
+// call is one random store call.
+type call struct {
+	kind    string // take, issue, record, finish, lookup, wait
+	owner   int
+	key     string
+	terms   string
+	ref     int // index into the refs seen
+	claim   int // index into the claims held
+	outcome store.Outcome
+	advance time.Duration
+}
+
+var (
+	diffOwners = []store.Owner{signedIn, signedOut, otherUser}
+	diffKeys   = []string{"k1", "k2"}
+	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`}
+	diffWaits  = []time.Duration{time.Second, time.Minute, 6 * time.Minute, 11 * time.Minute, 2 * time.Hour}
+)
+
+// refsOwner, as a call's owner, is the owner who got the call's ref.
+const refsOwner = -1
+
+func randomCall(r *rand.Rand, refs, claims int) call {
+	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))]}
+	switch n := r.IntN(100); {
+	case n < 35:
+		c.kind = "take"
+	case n < 45:
+		c.kind = "issue"
+	case n < 70 && refs > 0:
+		c.kind, c.ref = "record", r.IntN(refs)
+		if r.IntN(4) > 0 {
+			c.owner = refsOwner // mostly the owner who got the ref
+		}
+	case n < 82 && claims > 0:
+		c.kind, c.claim = "finish", r.IntN(claims)
+		c.outcome = []store.Outcome{store.Done, store.Done, store.NotDone, store.Unknown}[r.IntN(4)]
+	case n < 95 && refs > 0:
+		c.kind, c.ref = "lookup", r.IntN(refs)
+		if r.IntN(4) > 0 {
+			c.owner = refsOwner
+		}
+	default:
+		c.kind, c.advance = "wait", diffWaits[r.IntN(len(diffWaits))]
+	}
+	return c
+}
+
+func (c call) String() string {
+	switch c.kind {
+	case "take", "issue":
+		return fmt.Sprintf("%s owner %d %s %s", c.kind, c.owner, c.key, c.terms)
+	case "record", "lookup":
+		if c.owner == refsOwner {
+			return fmt.Sprintf("%s ref %d by its owner", c.kind, c.ref)
+		}
+		return fmt.Sprintf("%s owner %d ref %d", c.kind, c.owner, c.ref)
+	case "finish":
+		return fmt.Sprintf("finish claim %d %s", c.claim, c.outcome)
+	}
+	return fmt.Sprintf("wait %v", c.advance)
+}
+
+// world is one store under a sequence, with its ids numbered in the order
+// they first appeared.
+type world struct {
+	h      Harness
+	ids    map[string]int
+	refs   []string
+	owners []int // who got each ref first
+	claims []store.Claim
+}
+
+func newWorld(h Harness) *world { return &world{h: h, ids: map[string]int{}} }
+
+// n is the number of id (an operation id or a revision) in this world.
+func (w *world) n(id string) string {
+	if id == "" {
+		return "-"
+	}
+	i, ok := w.ids[id]
+	if !ok {
+		i = len(w.ids)
+		w.ids[id] = i
+	}
+	return fmt.Sprint("#", i)
+}
+
+// seen files a ref the store returned to owner, once.
+func (w *world) seen(ref string, owner int) {
+	for _, r := range w.refs {
+		if r == ref {
+			return
+		}
+	}
+	w.refs = append(w.refs, ref)
+	w.owners = append(w.owners, owner)
+}
+
+func (w *world) op(op store.Operation) string {
+	return fmt.Sprintf("op %s rev %s expires %s", w.n(op.ID), w.n(op.Revision), op.ExpiresAt.Sub(base))
+}
+
+// do makes the call and describes its answer in this world's numbering.
+func (w *world) do(t *testing.T, c call, now time.Time) string {
+	t.Helper()
+	ctx, st := t.Context(), w.h.Store
+	who := c.owner
+	if who == refsOwner {
+		who = w.owners[c.ref]
+	}
+	o := diffOwners[who]
+	switch c.kind {
+	case "take", "issue":
+		a := action(t, c.key, c.terms)
+		if c.kind == "issue" {
+			is, err := st.Issue(ctx, o, a, now)
+			if err != nil {
+				return errClass(t, err)
+			}
+			w.seen(is.Ref, who)
+			return "issued " + w.op(is.Operation)
+		}
+		res, err := st.Take(ctx, o, a, now)
+		switch {
+		case err != nil:
+			return errClass(t, err)
+		case res.Busy:
+			return "busy"
+		case res.Claim != nil:
+			w.claims = append(w.claims, *res.Claim)
+			return "claim " + w.op(res.Claim.Operation) + " approval of rev " + w.n(res.Claim.Approval.Revision)
+		case res.Issued != nil:
+			w.seen(res.Issued.Ref, who)
+			return "issued " + w.op(res.Issued.Operation)
+		}
+		return "nothing"
+	case "record":
+		ref := w.refs[c.ref]
+		id, rev, _ := strings.Cut(ref, ".")
+		ap := approvalOf(store.Operation{ID: id, Revision: rev})
+		rep, err := st.Record(ctx, o, ref, ap, now, store.RecordOptions{})
+		if err != nil {
+			return errClass(t, err)
+		}
+		return fmt.Sprintf("record %v", rep.Result)
+	case "finish":
+		cl := w.claims[c.claim]
+		return "finish " + errClass(t, st.Finish(ctx, cl, c.outcome, now))
+	case "lookup":
+		rec, found, err := st.Lookup(ctx, o, w.refs[c.ref], now)
+		switch {
+		case err != nil:
+			return errClass(t, err)
+		case !found:
+			return "not found"
+		}
+		return fmt.Sprintf("found %v expired %v current %s", rec.Status, rec.Expired, w.n(rec.Current.Revision))
+	}
+	return "waited"
+}
+
+// errClass names a store's answer by the error it returned; a store
+// failing (not an answer) ends the test.
+func errClass(t *testing.T, err error) string {
+	t.Helper()
+	for _, e := range []error{store.ErrRateLimited, store.ErrClaimLost, store.ErrClaimReleased} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	if err != nil {
+		t.Fatalf("store failed: %v", err)
+	}
+	return "ok"
+}
