@@ -121,7 +121,7 @@ type memRevision struct {
 // its request (webkit/RULES.md "Bounded work").
 type memAction struct {
 	current string // operation_id; "" for none
-	live     map[termsKey][]memLive
+	live    map[termsKey][]memLive
 }
 
 // termsKey is the digest of an action's canonical terms.
