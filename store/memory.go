@@ -532,6 +532,12 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time) {
 	switch outcome {
 	case Done:
+		// The claim's token is never asked about again (as redisstore
+		// deletes its key): a Take that names it is a new request.
+		if c, ok := m.claims.get(op.token); ok {
+			m.expiry.remove(&c.timer)
+			m.claims.del(op.token)
+		}
 		// W137: remembered until the approved revision's expires_at, and for
 		// Retention at least.
 		op.state, op.token = memPerformed, ""
@@ -589,10 +595,16 @@ func (m *Memory) Release(ctx context.Context, owner Owner, token string, now tim
 		m.setClaim(token, &memClaim{released: true}, now)
 		return false, nil
 	}
-	if c.released || c.op.slot != slot {
+	if c.op.slot != slot && !c.released {
+		return false, nil // another owner's claim
+	}
+	// Released, and remembered ClaimTokenTTL from now, as redisstore's key.
+	wasReleased := c.released
+	c.released = true
+	m.setClaim(token, c, now)
+	if wasReleased {
 		return false, nil
 	}
-	c.released = true
 	op := m.op(c.op.slot, c.op.id, now)
 	if op == nil || op.state != memPerforming || op.token != token || op.unknown {
 		return false, nil // finished, or its outcome may be known: leave it

@@ -290,7 +290,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	client50 := figures["client50"].rate
 	for _, clients := range []int{1, 50} {
 		f := figures[fmt.Sprint("client", clients)]
-		say("go-redis return 1 %2d goroutines %9.0f calls/s  (a Take's 2 keys and 16 arguments: this tool's own client ceiling; %s)\n", clients, f.rate, spread(f))
+		say("go-redis return 1 %2d goroutines %9.0f calls/s  (a Take's 2 keys and 17 arguments: this tool's own client ceiling; %s)\n", clients, f.rate, spread(f))
 	}
 	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}}
 	for _, name := range []string{"take", "cycle", "take+cap"} {
@@ -427,7 +427,7 @@ func clientCeiling(ctx context.Context, client *redis.Client) (step func(context
 	args := []any{"", `{"order_id":"ord_1_2_3","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`,
 		"Exchange the jacket on order 12 for $70.00 more.", "", "1796052877000000000", "1796052577000000000", "1796052277000000000",
 		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQR", "https://agent.example/ceiling", "usr_1_2", "1073741824", "660000",
-		"abcdefghijklmnopqrstuv", "1796138677000000000", "86460000", "600000"}
+		"abcdefghijklmnopqrstuv", "1796138677000000000", "86460000", "600000", "1796052877000000000"}
 	if err := client.FunctionLoadReplace(ctx, lib).Err(); err == nil {
 		return func(ctx context.Context, _, _ int) (int, error) {
 				return 1, client.FCall(ctx, "opsgate_ceiling_return_one", keys, args...).Err()

@@ -121,8 +121,9 @@
 //     operation_id of one still being performed that Issue replaced, if
 //     any; deleted when the operation is performed (W141).
 //   - tok:<claim token>: the operation a token claimed, or "r" once
-//     released; kept store.ClaimTokenTTL, deleted when the claim is
-//     performed.
+//     released, then the instant it is forgotten (now +
+//     store.ClaimTokenTTL, judged by the caller's clock like every other
+//     expiry); deleted when the claim is performed.
 //   - open: a sorted set of the owner's open operations, scored by k.
 //
 // An agent's count of open operations is "<prefix>agent:{<digest of the

@@ -233,6 +233,19 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   return true
 end
 
+-- token_of reads a claim token key's value: the operation the token
+-- claimed, or 'r' once released, then the instant (Unix ns) after which
+-- the token is forgotten, so that answers never depend on when Redis
+-- collects the key. nil when there is none or it is forgotten by now. (A
+-- value without the instant, from an earlier version, lasts its TTL.)
+local function token_of(v, now)
+  if not v then return nil end
+  local what, till = string.match(v, '^(%S+) (%S+)$')
+  if not what then return v end
+  if cmp(now, till) > 0 then return nil end
+  return what
+end
+
 -- current_of reads an action key's value (action_value): the action's
 -- current operation_id, its current revision's name ('' for none) and the
 -- operation still performing that it replaced ('' for none). Operation ids

@@ -1,14 +1,15 @@
 -- release.lua (after lib.lua): Store.Release (W144, webkit/RULES.md "Claims are
 -- never stranded").
 -- KEYS: the claim token key ("<base>tok:<token>").
--- ARGV: 1 claim token, 2 now, 3 the token key's TTL in ms.
+-- ARGV: 1 claim token, 2 now, 3 the token key's TTL in ms, 4 now + that
+--       TTL (when the token is forgotten, token_of).
 -- Returns 1 when a claim was undone, else 0.
-local tokKey, token, now, tokTTL = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local tokKey, token, now, tokTTL, tokUntil = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local base = string.sub(tokKey, 1, #tokKey - #token - 4)
-local tk = redis.call('GET', tokKey)
+local tk = token_of(redis.call('GET', tokKey), now)
 -- Whatever happens next, a Take with this token that runs later (its
 -- reply was lost, or it ran after the caller gave up) claims nothing.
-redis.call('SET', tokKey, 'r', 'PX', tokTTL)
+redis.call('SET', tokKey, 'r ' .. tokUntil, 'PX', tokTTL)
 if not tk or tk == 'r' then return 0 end
 local op = base .. 'op:' .. tk
 local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'fu', 'k')

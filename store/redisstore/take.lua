@@ -4,15 +4,16 @@
 --       agent's count of open operations (agent.lua).
 -- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
---       TTL in ms, and with the agent's count: 17 the agent's cap, 18 its
---       members' prefix ("<slot> ").
+--       TTL in ms, 17 now + that TTL (when the token is forgotten), and with
+--       the agent's count: 18 the agent's cap, 19 its members' prefix
+--       ("<slot> ").
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
 -- or {'released'} or {'lost'} or {'limited'}.
 local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[17], ARGV[18]
-local tokKey, token, retained, retainedTTL, tokTTL = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16]
+a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[18], ARGV[19]
+local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 local now, base = a.now, a.base
 
 local v = redis.call('MGET', tokKey, a.actKey)
@@ -20,7 +21,7 @@ local v = redis.call('MGET', tokKey, a.actKey)
 -- claims even if the reply is lost (W144). A Take repeated with it (a
 -- client's retry) gets the same claim, and one after Release claims
 -- nothing.
-local tk = v[1]
+local tk = token_of(v[1], now)
 if tk then
   if tk == 'r' then return {'released'} end
   local op = base .. 'op:' .. tk
@@ -75,7 +76,7 @@ if opID then
             extend(op, retainedTTL)
             extend(a.actKey, retainedTTL)
           end
-          redis.call('SET', tokKey, opID, 'PX', tokTTL)
+          redis.call('SET', tokKey, opID .. ' ' .. tokUntil, 'PX', tokTTL)
           return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end
       end

@@ -61,13 +61,17 @@ func Differential(t *testing.T, seeds, steps int, reference, subject func(t test
 
 // call is one random store call.
 type call struct {
-	kind    string // take, issue, record, finish, lookup, wait
+	kind    string // take, issue, record, finish, release, lookup, wait
 	owner   int
 	key     string
 	terms   string
 	ref     int // index into the refs seen
+	other   int // record: index of a ref whose revision the approval names, or -1 for ref's own
 	claim   int // index into the claims held
 	outcome store.Outcome
+	token   string // take, release: a claim token from a small pool ("" for a fresh one)
+	once    string // record: a single-use key from a small pool ("" for none)
+	check   bool   // record: CheckOnly
 	advance time.Duration
 }
 
@@ -81,21 +85,35 @@ var (
 // refsOwner, as a call's owner, is the owner who got the call's ref.
 const refsOwner = -1
 
+// pick returns one of pool, or "" (half the time).
+func pick(r *rand.Rand, pool ...string) string {
+	if r.IntN(2) == 0 {
+		return ""
+	}
+	return pool[r.IntN(len(pool))]
+}
+
 func randomCall(r *rand.Rand, refs, claims int) call {
-	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))]}
+	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))], other: -1}
 	switch n := r.IntN(100); {
-	case n < 35:
-		c.kind = "take"
-	case n < 45:
+	case n < 33:
+		c.kind, c.token = "take", pick(r, "tok1", "tok2", "tok3")
+	case n < 42:
 		c.kind = "issue"
-	case n < 70 && refs > 0:
+	case n < 66 && refs > 0:
 		c.kind, c.ref = "record", r.IntN(refs)
 		if r.IntN(4) > 0 {
 			c.owner = refsOwner // mostly the owner who got the ref
 		}
-	case n < 82 && claims > 0:
+		if r.IntN(6) == 0 {
+			c.other = r.IntN(refs)
+		}
+		c.once, c.check = pick(r, "jti1", "jti2", "jti3", "jti4", "jti5", "jti6"), r.IntN(5) == 0
+	case n < 78 && claims > 0:
 		c.kind, c.claim = "finish", r.IntN(claims)
 		c.outcome = []store.Outcome{store.Done, store.Done, store.NotDone, store.Unknown}[r.IntN(4)]
+	case n < 82:
+		c.kind, c.token = "release", []string{"tok1", "tok2", "tok3"}[r.IntN(3)]
 	case n < 95 && refs > 0:
 		c.kind, c.ref = "lookup", r.IntN(refs)
 		if r.IntN(4) > 0 {
@@ -109,13 +127,21 @@ func randomCall(r *rand.Rand, refs, claims int) call {
 
 func (c call) String() string {
 	switch c.kind {
-	case "take", "issue":
-		return fmt.Sprintf("%s owner %d %s %s", c.kind, c.owner, c.key, c.terms)
+	case "take":
+		return fmt.Sprintf("take owner %d %s %s token %q", c.owner, c.key, c.terms, c.token)
+	case "issue":
+		return fmt.Sprintf("issue owner %d %s %s", c.owner, c.key, c.terms)
+	case "release":
+		return fmt.Sprintf("release owner %d token %q", c.owner, c.token)
 	case "record", "lookup":
+		who := fmt.Sprint("owner ", c.owner)
 		if c.owner == refsOwner {
-			return fmt.Sprintf("%s ref %d by its owner", c.kind, c.ref)
+			who = "its owner"
 		}
-		return fmt.Sprintf("%s owner %d ref %d", c.kind, c.owner, c.ref)
+		if c.kind == "lookup" {
+			return fmt.Sprintf("lookup ref %d by %s", c.ref, who)
+		}
+		return fmt.Sprintf("record ref %d (revision of ref %d) by %s once %q check-only %v", c.ref, c.other, who, c.once, c.check)
 	case "finish":
 		return fmt.Sprintf("finish claim %d %s", c.claim, c.outcome)
 	}
@@ -182,6 +208,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			w.seen(is.Ref, who)
 			return "issued " + w.op(is.Operation)
 		}
+		a.ClaimToken = claimToken(c.token, who)
 		res, err := st.Take(ctx, o, a, now)
 		switch {
 		case err != nil:
@@ -199,12 +226,25 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 	case "record":
 		ref := w.refs[c.ref]
 		id, rev, _ := strings.Cut(ref, ".")
+		if c.other >= 0 {
+			_, rev, _ = strings.Cut(w.refs[c.other], ".")
+		}
 		ap := approvalOf(store.Operation{ID: id, Revision: rev})
-		rep, err := st.Record(ctx, o, ref, ap, now, store.RecordOptions{})
+		opts := store.RecordOptions{CheckOnly: c.check}
+		if c.once != "" {
+			opts.Once, opts.OnceUntil = store.OnceKey(o, c.once), now.Add(5*time.Minute)
+		}
+		rep, err := st.Record(ctx, o, ref, ap, now, opts)
 		if err != nil {
 			return errClass(t, err)
 		}
-		return fmt.Sprintf("record %v", rep.Result)
+		return fmt.Sprintf("record %v rev %s", rep.Result, w.n(rep.Operation.Revision))
+	case "release":
+		released, err := st.Release(ctx, o, claimToken(c.token, who), now)
+		if err != nil {
+			return errClass(t, err)
+		}
+		return fmt.Sprint("release ", released)
 	case "finish":
 		cl := w.claims[c.claim]
 		return "finish " + errClass(t, st.Finish(ctx, cl, c.outcome, now))
@@ -216,9 +256,28 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		case !found:
 			return "not found"
 		}
-		return fmt.Sprintf("found %v expired %v current %s", rec.Status, rec.Expired, w.n(rec.Current.Revision))
+		used := 0
+		for _, ap := range rec.Approvals {
+			if !ap.UsedAt.IsZero() {
+				used++
+			}
+		}
+		terms := string(rec.Current.Terms)
+		if rec.Status == store.Performed {
+			terms = "" // a store may drop a performed operation's terms (store.Record)
+		}
+		return fmt.Sprintf("found %v expired %v current %s %s approvals %d used %d", rec.Status, rec.Expired, w.n(rec.Current.Revision), terms, len(rec.Approvals), used)
 	}
 	return "waited"
+}
+
+// claimToken is a pool's token as owner's: the Gate makes a random one per
+// request, so two owners never share one.
+func claimToken(token string, owner int) string {
+	if token == "" {
+		return ""
+	}
+	return fmt.Sprint(token, "-", owner)
 }
 
 // errClass names a store's answer by the error it returned; a store
