@@ -276,7 +276,8 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	keys, args := s.issueArgs(base, owner, action, now)
 	keys = append(keys, base+"tok:"+token)
 	retained := now.Add(s.retention)
-	args = append(args, token, ns(retained), ttlMs(retained, now), strconv.FormatInt(store.ClaimTokenTTL.Milliseconds(), 10), ns(now.Add(store.ClaimTokenTTL)))
+	tokUntil := now.Add(store.ClaimTokenTTL)
+	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil))
 	v, counted, err := s.opening(keys, args, owner, func(keys []string, args []any) ([]string, error) {
 		if s.durability.Mode == DurableNone {
 			return s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
@@ -506,7 +507,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 	}
 	base := s.base(owner.Agent, owner.User)
 	n, err := s.run(ctx, s.client, releaseStep, []string{base + "tok:" + token},
-		token, ns(now), store.ClaimTokenTTL.Milliseconds(), ns(now.Add(store.ClaimTokenTTL))).Int()
+		token, ns(now), ttlMs(now.Add(store.ClaimTokenTTL), now), ns(now.Add(store.ClaimTokenTTL))).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: release: %w", err)

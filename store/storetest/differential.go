@@ -76,7 +76,7 @@ type call struct {
 }
 
 var (
-	diffOwners = []store.Owner{signedIn, signedOut, otherUser}
+	diffOwners = []store.Owner{signedIn, signedOut, otherUser, otherAccount}
 	diffKeys   = []string{"k1", "k2"}
 	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`}
 	diffWaits  = []time.Duration{time.Second, time.Minute, 6 * time.Minute, 11 * time.Minute, 2 * time.Hour}
