@@ -333,7 +333,10 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
 		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision)}
-		op.timer = memTimer{until: now, kind: memKindOp, key: k}
+		// Kept until its first revision's expires_at (m.keep below), even
+		// one already past (a fixed expires_at): forgotten from the start,
+		// as redisstore judges it.
+		op.timer = memTimer{kind: memKindOp, key: k}
 		m.ops.put(k, op)
 		m.expiry.add(&op.timer)
 	}

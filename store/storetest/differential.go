@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func Differential(t *testing.T, seeds, steps int, reference, subject func(t test
 
 // call is one random store call.
 type call struct {
-	kind    string // take, issue, record, finish, release, lookup, wait
+	kind    string // take, issue, record, finish, release, resolve, performing, lookup, wait
 	owner   int
 	key     string
 	terms   string
@@ -72,13 +73,14 @@ type call struct {
 	token   string // take, release: a claim token from a small pool ("" for a fresh one)
 	once    string // record: a single-use key from a small pool ("" for none)
 	check   bool   // record: CheckOnly
+	fixed   bool   // take, issue: the action has a fixed expires_at (W25)
 	advance time.Duration
 }
 
 var (
 	diffOwners = []store.Owner{signedIn, signedOut, otherUser, otherAccount}
 	diffKeys   = []string{"k1", "k2"}
-	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`}
+	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`}
 	diffWaits  = []time.Duration{time.Second, time.Minute, 6 * time.Minute, 11 * time.Minute, 2 * time.Hour}
 )
 
@@ -95,6 +97,7 @@ func pick(r *rand.Rand, pool ...string) string {
 
 func randomCall(r *rand.Rand, refs, claims int) call {
 	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))], other: -1}
+	c.fixed = c.key == "k2" && r.IntN(3) == 0
 	switch n := r.IntN(100); {
 	case n < 33:
 		c.kind, c.token = "take", pick(r, "tok1", "tok2", "tok3")
@@ -112,8 +115,13 @@ func randomCall(r *rand.Rand, refs, claims int) call {
 	case n < 78 && claims > 0:
 		c.kind, c.claim = "finish", r.IntN(claims)
 		c.outcome = []store.Outcome{store.Done, store.Done, store.NotDone, store.Unknown}[r.IntN(4)]
-	case n < 82:
+	case n < 81:
 		c.kind, c.token = "release", []string{"tok1", "tok2", "tok3"}[r.IntN(3)]
+	case n < 83 && refs > 0:
+		c.kind, c.ref, c.owner = "resolve", r.IntN(refs), refsOwner
+		c.outcome = []store.Outcome{store.Done, store.NotDone}[r.IntN(2)]
+	case n < 84:
+		c.kind = "performing"
 	case n < 95 && refs > 0:
 		c.kind, c.ref = "lookup", r.IntN(refs)
 		if r.IntN(4) > 0 {
@@ -128,9 +136,13 @@ func randomCall(r *rand.Rand, refs, claims int) call {
 func (c call) String() string {
 	switch c.kind {
 	case "take":
-		return fmt.Sprintf("take owner %d %s %s token %q", c.owner, c.key, c.terms, c.token)
+		return fmt.Sprintf("take owner %d %s %s fixed %v token %q", c.owner, c.key, c.terms, c.fixed, c.token)
 	case "issue":
-		return fmt.Sprintf("issue owner %d %s %s", c.owner, c.key, c.terms)
+		return fmt.Sprintf("issue owner %d %s %s fixed %v", c.owner, c.key, c.terms, c.fixed)
+	case "resolve":
+		return fmt.Sprintf("resolve ref %d's operation %s", c.ref, c.outcome)
+	case "performing":
+		return "performing (the reconciler's list)"
 	case "release":
 		return fmt.Sprintf("release owner %d token %q", c.owner, c.token)
 	case "record", "lookup":
@@ -200,6 +212,9 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 	switch c.kind {
 	case "take", "issue":
 		a := action(t, c.key, c.terms)
+		if c.fixed {
+			a.ExpiresAt = base.Add(3 * time.Hour) // one expires_at for every request of it
+		}
 		if c.kind == "issue" {
 			is, err := st.Issue(ctx, o, a, now)
 			if err != nil {
@@ -245,6 +260,31 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			return errClass(t, err)
 		}
 		return fmt.Sprint("release ", released)
+	case "resolve":
+		rc, ok := st.(store.Reconciler)
+		if !ok {
+			return "no reconciler"
+		}
+		id, _, _ := strings.Cut(w.refs[c.ref], ".")
+		err := rc.Resolve(ctx, o, id, c.outcome, now)
+		if errors.Is(err, store.ErrNotPerforming) {
+			return "resolve: not performing"
+		}
+		return "resolve " + errClass(t, err)
+	case "performing":
+		rc, ok := st.(store.Reconciler)
+		if !ok {
+			return "no reconciler"
+		}
+		var stuck []string
+		for s, err := range rc.Performing(ctx, now, now) {
+			if err != nil {
+				return errClass(t, err)
+			}
+			stuck = append(stuck, fmt.Sprintf("%s %s unknown %v", w.n(s.Operation.ID), w.n(s.Operation.Revision), s.Unknown))
+		}
+		slices.Sort(stuck)
+		return fmt.Sprint("performing ", stuck)
 	case "finish":
 		cl := w.claims[c.claim]
 		return "finish " + errClass(t, st.Finish(ctx, cl, c.outcome, now))
