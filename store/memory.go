@@ -36,8 +36,9 @@ type Memory struct {
 	// Zero means DefaultRetention. Set it before the first call.
 	Retention time.Duration
 	// MaxOpenPerOwner and MaxOpenPerAgent cap the operations that are open
-	// (not performed, not forgotten) for one agent and User, and for one
-	// agent: a request that would open one more gets ErrRateLimited. Zero
+	// (waiting: not being performed, not performed, not forgotten) for one
+	// agent and User, and for one agent: a request that would open one more
+	// gets ErrRateLimited. Zero
 	// means DefaultMaxOpenPerOwner and DefaultMaxOpenPerAgent; negative, no
 	// cap.
 	MaxOpenPerOwner int
@@ -228,7 +229,7 @@ func (m *Memory) dropOp(k memKey, now time.Time) {
 	if a.current == "" && len(a.live) == 0 {
 		m.actions.del(op.action)
 	}
-	if op.state != memPerformed {
+	if op.state == memOpen {
 		m.opened(op.owner, -1)
 	}
 }
@@ -243,8 +244,9 @@ func (m *Memory) dropLive(id string, op *memOperation, a *memAction) {
 	}
 }
 
-// opened counts an owner's and its agent's open (not performed, not
-// forgotten) operations up or down.
+// opened counts an owner's and its agent's open operations (waiting: not
+// being performed, not performed, not forgotten) up or down, as
+// redisstore's sets of open operations count them.
 func (m *Memory) opened(o Owner, d int) {
 	if m.openOwner == nil {
 		m.openOwner = make(map[string]int)
@@ -463,6 +465,7 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			}
 			r.used = true
 			op.state = memPerforming
+			m.opened(op.owner, -1) // an approval bounds it now, not the caps
 			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, now, false
 			m.keep(op, now.Add(m.retention())) // W138
 			for j := range op.approvals {
@@ -559,10 +562,10 @@ func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 		}
 		op.approvals = nil
 		delete(m.performing, k)
-		m.opened(op.owner, -1)
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
+		m.opened(op.owner, +1)
 		delete(m.performing, k)
 		// W90, W122: the used-up revision can't be approved again, so the
 		// operation offers the same terms under a fresh revision, with the
@@ -615,6 +618,7 @@ func (m *Memory) Release(ctx context.Context, owner Owner, token string, now tim
 	// W144: the operation waits again and the approval applies again, in
 	// its first-recorded place (W95).
 	op.state, op.token, op.unknown = memOpen, "", false
+	m.opened(op.owner, +1)
 	delete(m.performing, c.op)
 	if r := op.revisions[op.claimed]; r != nil {
 		r.used = false

@@ -70,7 +70,8 @@
 //     approved). An approval beyond MaxApprovalsPerOperation gets
 //     RateLimited.
 //   - An owner (agent and User) has at most MaxOpenPerOwner open operations
-//     (not performed, not forgotten), and an agent MaxOpenPerAgent: a
+//     (waiting: not being performed, not performed, not forgotten), and an
+//     agent MaxOpenPerAgent: a
 //     request that would open one more gets ErrRateLimited (429 with
 //     Retry-After), so one agent can't grow the store without bound.
 //   - Take reads only the approvals that can apply to its request: those of

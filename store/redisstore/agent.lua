@@ -10,8 +10,10 @@
 local set = KEYS[1]
 -- An operation leaves the count when it is performed (Finish pipelines a
 -- ZREM beside its script: this key is in another slot) or when its first
--- revision expires, whichever comes first: the count stays an upper bound
--- of the agent's open operations.
+-- revision expires, whichever comes first. On a Cluster that is an
+-- approximation: an operation whose later revisions outlive its first
+-- leaves the count early. (On a single Redis the count is exact: the
+-- steps keep each operation's score at its keep-until, as the owner's.)
 local n = under_cap(set, ARGV[4], ARGV[3])
 if not n then
   return 0

@@ -76,16 +76,39 @@ func agentMember(owner store.Owner, opID string) string {
 	return store.Slot(owner.Agent, owner.User) + " " + opID
 }
 
-// finishPerformed runs finish.lua for a performed operation and, in the
-// same round trip (a pipeline; on a Cluster the agent's key may be on
-// another node, reached in parallel), takes it off its agent's count, so
-// that an agent whose Users' actions get performed is not refused for
-// operations no longer open. Without that ZREM the count would keep it
-// until its first revision expires. Should the Finish not hold the claim
-// after all, the count is low by one until then: only the cap sees it.
-func (s *Store) finishPerformed(ctx context.Context, owner store.Owner, opID string, keys []string, args []any) (int64, error) {
-	if s.maxOpenAgent <= 0 {
+// finish runs finish.lua with outcome o ("done", "notdone", "unknown")
+// for operation opID of owner (Finish, and Resolve when exact).
+//
+// A performed operation leaves its agent's count of open operations, and
+// one not performed after all comes back to it. On a single Redis
+// (agentInStep) the step does both itself, only when it finishes the
+// operation: exact, and one round trip. On a Cluster the count is on
+// another node, and its claim did not take the operation off it: Finish
+// pipelines a ZREM beside the step for a performed one (one round trip;
+// should the step not hold the claim after all, the count is low by one
+// until the operation's first revision expires: only the cap sees it),
+// and Resolve (exact) removes it after the step has finished it.
+func (s *Store) finish(ctx context.Context, owner store.Owner, opID string, keys []string, args []any, o string, exact bool) (int64, error) {
+	counted := s.maxOpenAgent > 0 && (o == "done" || o == "notdone")
+	if counted && s.agentInStep.Load() {
+		n, err := s.run(ctx, s.client, finishStep, append(keys, s.agentKey(owner.Agent)), append(args, agentMember(owner, ""))...).Int64()
+		if err == nil || !redis.HasErrorPrefix(err, "CROSSSLOT") {
+			return n, err
+		}
+		s.agentInStep.Store(false) // a proxy in front of a Cluster (opening)
+	}
+	if !counted || o != "done" {
 		return s.run(ctx, s.client, finishStep, keys, args...).Int64()
+	}
+	member := agentMember(owner, opID)
+	if exact {
+		n, err := s.run(ctx, s.client, finishStep, keys, args...).Int64()
+		if err == nil && n == 1 {
+			// Should this fail, the count keeps the operation until its
+			// first revision expires: only the cap sees it.
+			_ = s.client.ZRem(ctx, s.agentKey(owner.Agent), member).Err()
+		}
+		return n, err
 	}
 	var fin *redis.Cmd
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -94,7 +117,7 @@ func (s *Store) finishPerformed(ctx context.Context, owner store.Owner, opID str
 		} else {
 			fin = p.EvalSha(ctx, finishStep.script.Hash(), keys, args...)
 		}
-		p.ZRem(ctx, s.agentKey(owner.Agent), agentMember(owner, opID))
+		p.ZRem(ctx, s.agentKey(owner.Agent), member)
 		return nil
 	})
 	if err := fin.Err(); err != nil && (noFunction(err) || redis.HasErrorPrefix(err, "NOSCRIPT")) {

@@ -37,7 +37,7 @@
 // operation, so that Take reads both with one HMGET. In redis.calls
 // (TestCallsPerStep): the 403 step (Take of a new operation) 7, a
 // repeated 403 (the same revision reused) 2, Record 2 (3 with the Session
-// JWT's jti), the Take that claims 6 (with one approval of the current
+// JWT's jti), the Take that claims 7 (with one approval of the current
 // revision), Finish 6 (the performed operation is rewritten small, its
 // action and token keys deleted); counting a new operation against its
 // agent's cap adds 3 to the 403 step on a single Redis. `go run
@@ -94,10 +94,11 @@
 // operation of it can hold live ones), so Take reads at most that
 // operation's 16 approvals; an operation keeps at most 32 revisions; an
 // agent and User has at most Options.MaxOpenPerOwner open operations
-// (100), and an agent Options.MaxOpenPerAgent (10,000, counted until each
-// operation is performed or its first revision expires). Over a cap the answer is
-// store.ErrRateLimited or store.RateLimited: 429 at the Gate and the
-// endpoint.
+// (100), and an agent Options.MaxOpenPerAgent (10,000); an open operation
+// is one waiting for an approval or a request: not being performed
+// (an approval bounds that one), not performed, not forgotten. Over a cap
+// the answer is store.ErrRateLimited or store.RateLimited: 429 at the Gate
+// and the endpoint.
 //
 // # Keys
 //

@@ -1,9 +1,11 @@
 -- finish.lua (after lib.lua): Store.Finish (§7), and Reconciler.Resolve.
--- KEYS: the operation key ("<base>op:<operation_id>").
+-- KEYS: the operation key ("<base>op:<operation_id>"), and on a single
+--       Redis the agent's count of open operations (agent.lua).
 -- ARGV: 1 claim token, 2 outcome ('done', 'notdone', 'unknown'), 3 now,
 --       4 now + retention, 5 random suffix of a fresh revision, 6 '1' to
 --       resolve (whoever holds the claim) else '0', 7 the account (to
---       resolve), 8 the TTL in ms that keeps a key until 4.
+--       resolve), 8 the TTL in ms that keeps a key until 4, and with the
+--       agent's count: 9 its members' prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 local op = KEYS[1]
 local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -48,8 +50,11 @@ if outcome == 'done' then
   else
     redis.call('PEXPIRE', op, ttl(k, now))
   end
-  -- No longer open: it leaves its owner's count of open operations.
+  -- Its claim took it off its owner's count of open operations, and its
+  -- agent's on this server (take.lua); a claim made by an earlier version
+  -- did not.
   redis.call('ZREM', base .. 'open', opID)
+  if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[9] .. opID) end
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
@@ -64,8 +69,9 @@ elseif outcome == 'notdone' then
       add_revision(op, opID, base, nil, f[9], f[5], revision_name(r[3], ARGV[5]), r[1], r[2] or '', r[3], k, now)
     end
   end
-  -- Open again, it counts among its owner's open operations until k.
-  redis.call('ZADD', base .. 'open', k, opID)
+  -- Open again, it counts among its owner's (and agent's) open
+  -- operations until k.
+  reopen(base, opID, k, now, KEYS[2], ARGV[9])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no

@@ -148,8 +148,9 @@ end
 -- revision_fields), kept until x at least: the operation (its k and TTL),
 -- its place in the owner's open set, and its action key follow (W102).
 -- k is the operation's keep-until before. actKey, when given, gets the new
--- revision as its hint (prev kept).
-local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl, prev)
+-- revision as its hint (prev kept); agentKey, when given (the agent's
+-- count on this server, new_operation), the operation's longer life.
+local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl, prev, agentKey, agentMember)
   local fields, drop = revision_fields(order, al, rev, terms, summary, x)
   if drop then redis.call('HDEL', op, unpack(drop)) end
   if not k or cmp(x, k) > 0 then
@@ -164,6 +165,10 @@ local function add_revision(op, opID, base, actKey, order, al, rev, terms, summa
     redis.call('ZADD', open, 'XX', 'GT', x, opID)
     extend(open, t)
     if actKey then set_action(actKey, opID, rev, prev, t) end
+    if agentKey then
+      redis.call('ZADD', agentKey, 'XX', 'GT', x, agentMember .. opID)
+      redis.call('PEXPIRE', agentKey, t, 'GT')
+    end
   else
     redis.call('HSET', op, unpack(fields))
     if actKey then redis.call('SET', actKey, action_value(opID, rev, prev), 'KEEPTTL') end
@@ -193,6 +198,20 @@ local function add_open(key, n, x, member, t)
     redis.call('PEXPIRE', key, t)
   else
     redis.call('PEXPIRE', key, t, 'GT')
+  end
+end
+
+-- reopen puts operation opID, open again until k (not performed after
+-- all, or released), back in its owner's count of open operations, and
+-- its agent's when agentKey is given (on this server).
+local function reopen(base, opID, k, now, agentKey, agentMember)
+  local t = ttl(k, now)
+  local open = base .. 'open'
+  redis.call('ZADD', open, k, opID)
+  extend(open, t)
+  if agentKey then
+    redis.call('ZADD', agentKey, k, agentMember .. opID)
+    extend(agentKey, t)
   end
 end
 
@@ -307,7 +326,7 @@ local function issue(a)
       return {a.opID, cur, c[2] or '', a.terms, x}
     end
     local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev)
+    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev, a.agentKey, a.agentMember)
     return {a.opID, rev, a.summary, a.terms, a.x}
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)

@@ -167,13 +167,7 @@ func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID stri
 	base := s.base(owner.Agent, owner.User)
 	keys := []string{base + "op:" + operationID}
 	args := []any{"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account, ttlMs(now.Add(s.retention), now)}
-	var n int64
-	var err error
-	if outcome == store.Done {
-		n, err = s.finishPerformed(ctx, owner, operationID, keys, args)
-	} else {
-		n, err = s.run(ctx, s.client, finishStep, keys, args...).Int64()
-	}
+	n, err := s.finish(ctx, owner, operationID, keys, args, o, true)
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	}

@@ -30,19 +30,20 @@ type Options struct {
 	// beyond its approved revision's expires_at (W137);
 	// store.DefaultRetention when zero.
 	Retention time.Duration
-	// MaxOpenPerOwner caps the operations open (not performed, not
-	// forgotten) for one agent and User: a request that would open one more
-	// gets store.ErrRateLimited. 0 is store.DefaultMaxOpenPerOwner;
-	// negative, no cap.
+	// MaxOpenPerOwner caps the operations open (waiting: not being
+	// performed, not performed, not forgotten) for one agent and User: a
+	// request that would open one more gets store.ErrRateLimited. 0 is
+	// store.DefaultMaxOpenPerOwner; negative, no cap.
 	MaxOpenPerOwner int
-	// MaxOpenPerAgent caps the operations one agent opened across all its
-	// Users, counted until they are performed or their first revision
-	// expires (an upper bound of the open ones). Its count has a key of its
-	// own: on a single Redis (a *redis.Client) the step that opens an
-	// operation counts it too; on a Cluster, whose slots spread an agent's
-	// Users over many nodes, that costs one more round trip when a request
-	// opens a new operation. Either way one more command, pipelined, takes
-	// a performed operation off the count. 0 is
+	// MaxOpenPerAgent caps the operations open (as MaxOpenPerOwner) for
+	// one agent across all its Users. Its count has a key of its own: on a
+	// single Redis (a *redis.Client) the steps that open, revise, claim,
+	// release and finish an operation keep it, exactly as the memory store
+	// counts; on a Cluster, whose slots spread an agent's Users over many
+	// nodes, opening costs one more round trip, Finish pipelines one more
+	// command, and the count is an approximation: an operation being
+	// performed still counts, and one leaves the count when its first
+	// revision expires (early, when later revisions outlive it). 0 is
 	// store.DefaultMaxOpenPerAgent; negative is no cap.
 	MaxOpenPerAgent int
 	// Durability is what a claim must reach before Take returns it; the
@@ -477,13 +478,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	keys := []string{base + "op:" + claim.Operation.ID}
 	args := []any{claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)}
-	var n int64
-	var err error
-	if outcome == store.Done {
-		n, err = s.finishPerformed(ctx, claim.Owner, claim.Operation.ID, keys, args)
-	} else {
-		n, err = s.run(ctx, s.client, finishStep, keys, args...).Int64()
-	}
+	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
 		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
@@ -506,8 +501,23 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 		return false, nil
 	}
 	base := s.base(owner.Agent, owner.User)
-	n, err := s.run(ctx, s.client, releaseStep, []string{base + "tok:" + token},
-		token, ns(now), ttlMs(now.Add(store.ClaimTokenTTL), now), ns(now.Add(store.ClaimTokenTTL))).Int()
+	keys := []string{base + "tok:" + token}
+	args := []any{token, ns(now), ttlMs(now.Add(store.ClaimTokenTTL), now), ns(now.Add(store.ClaimTokenTTL))}
+	release := func(keys []string, args []any) (int, error) {
+		return s.run(ctx, s.client, releaseStep, keys, args...).Int()
+	}
+	var n int
+	var err error
+	if s.maxOpenAgent > 0 && s.agentInStep.Load() {
+		// A released claim's operation comes back to its agent's count.
+		n, err = release(append(keys, s.agentKey(owner.Agent)), append(args, agentMember(owner, "")))
+		if err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") {
+			s.agentInStep.Store(false) // a proxy in front of a Cluster (opening)
+			n, err = release(keys, args)
+		}
+	} else {
+		n, err = release(keys, args)
+	}
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: release: %w", err)

@@ -224,7 +224,7 @@ func TestCallsPerStep(t *testing.T) {
 		}
 	})
 	var claim store.Claim
-	step("the Take that claims", 6, func() {
+	step("the Take that claims (and takes its operation off its owner's count)", 7, func() {
 		res, err := st.Take(ctx, owner, a, at(3*time.Second))
 		if err != nil || res.Claim == nil {
 			t.Fatalf("Take: %+v, %v", res, err)
@@ -317,6 +317,23 @@ func TestSameAsMemory(t *testing.T) {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
 				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
+				Advance: mr.FastForward,
+			}
+		})
+	})
+	t.Run("small caps", func(t *testing.T) {
+		// Both stores with caps of open operations a sequence reaches:
+		// refusals (429), and counts that claimed, reopened, performed and
+		// forgotten operations leave and rejoin.
+		t.Parallel()
+		storetest.Differential(t, 200, 60, func(t testing.TB) storetest.Harness {
+			m := store.NewMemory()
+			m.MaxOpenPerOwner, m.MaxOpenPerAgent = 2, 3
+			return storetest.Harness{Store: m}
+		}, func(t testing.TB) storetest.Harness {
+			mr, c := redistest.Mini(t)
+			return storetest.Harness{
+				Store:   redisstore.New(c, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3, Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
 				Advance: mr.FastForward,
 			}
 		})

@@ -1,8 +1,10 @@
 -- release.lua (after lib.lua): Store.Release (W144, webkit/RULES.md "Claims are
 -- never stranded").
--- KEYS: the claim token key ("<base>tok:<token>").
+-- KEYS: the claim token key ("<base>tok:<token>"), and on a single Redis
+--       the agent's count of open operations (agent.lua).
 -- ARGV: 1 claim token, 2 now, 3 the token key's TTL in ms, 4 now + that
---       TTL (when the token is forgotten, token_of).
+--       TTL (when the token is forgotten, token_of), and with the agent's
+--       count: 5 its members' prefix ("<slot> ").
 -- Returns 1 when a claim was undone, else 0.
 local tokKey, token, now, tokTTL, tokUntil = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local base = string.sub(tokKey, 1, #tokKey - #token - 4)
@@ -22,4 +24,5 @@ end
 -- operation's approvals keep the order they were recorded in.
 redis.call('HSET', op, 'state', 'open')
 redis.call('HDEL', op, 'claim', 'ap', 'pa', 'u:' .. f[3])
+reopen(base, tk, f[5], now, KEYS[2], ARGV[5])
 return 1

@@ -76,6 +76,12 @@ if opID then
             extend(op, retainedTTL)
             extend(a.actKey, retainedTTL)
           end
+          -- Being performed, it leaves the counts of open operations (its
+          -- owner's, and its agent's when on this server): an approval
+          -- bounds it, not the caps. Reopened, it comes back (finish.lua,
+          -- release.lua).
+          redis.call('ZREM', base .. 'open', opID)
+          if a.agentKey then redis.call('ZREM', a.agentKey, a.agentMember .. opID) end
           redis.call('SET', tokKey, opID .. ' ' .. tokUntil, 'PX', tokTTL)
           return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end
