@@ -343,12 +343,15 @@ func TestSameAsMemory(t *testing.T) {
 		c := redistest.Server(t)
 		var n atomic.Int64
 		storetest.Differential(t, 20, 60, memory, func(t testing.TB) storetest.Harness {
-			// One server, a prefix per sequence.
-			st := redisstore.New(c, redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1)), Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+			// One server (AOF, appendfsync always: the default durability),
+			// a prefix per sequence, and two web servers taking turns: one
+			// calls the steps as functions (Load), the other as scripts.
+			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
+			st := redisstore.New(c, opts)
 			if err := st.Load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			return storetest.Harness{Store: st}
+			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}
 		})
 	})
 }

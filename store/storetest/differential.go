@@ -164,6 +164,7 @@ func (c call) String() string {
 // they first appeared.
 type world struct {
 	h      Harness
+	calls  int // store calls made, to take turns among the harness's clients
 	ids    map[string]int
 	refs   []string
 	owners []int // who got each ref first
@@ -203,7 +204,11 @@ func (w *world) op(op store.Operation) string {
 // do makes the call and describes its answer in this world's numbering.
 func (w *world) do(t *testing.T, c call, now time.Time) string {
 	t.Helper()
-	ctx, st := t.Context(), w.h.Store
+	// Calls take turns among the web servers the harness has (Store and
+	// Clients, over the same data).
+	clients := append([]store.Store{w.h.Store}, w.h.Clients...)
+	ctx, st := t.Context(), clients[w.calls%len(clients)]
+	w.calls++
 	who := c.owner
 	if who == refsOwner {
 		who = w.owners[c.ref]
