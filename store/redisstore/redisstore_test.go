@@ -338,6 +338,22 @@ func TestSameAsMemory(t *testing.T) {
 			}
 		})
 	})
+	t.Run("cluster", func(t *testing.T) {
+		// A Redis Cluster (its agents' counts kept apart: an
+		// approximation the default caps never reach), two web servers.
+		t.Parallel()
+		cluster := redistest.Cluster(t)
+		other := clusterClient(t, cluster)
+		var n atomic.Int64
+		storetest.Differential(t, 20, 60, memory, func(t testing.TB) storetest.Harness {
+			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
+			st := redisstore.New(cluster, opts)
+			if err := st.Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(other, opts)}}
+		})
+	})
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
 		c := redistest.Server(t)
