@@ -12,22 +12,23 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// opening runs the step of Take or Issue, given its keys and arguments,
-// with the agent's count of open operations added when the step keeps it
-// itself (agentInStep: a single Redis, so that opening an operation stays
-// one round trip; new_operation in lib.lua). counted says whether it did;
-// when not, the caller counts a new operation with countNew.
+// withAgentCount runs step with the agent's count of open operations added
+// to its keys, and its arguments followed by extra, when steps keep that
+// count themselves (agentInStep: a single Redis, where opening, claiming,
+// releasing and finishing an operation each stay one round trip; see
+// new_operation and reopen in lib.lua). counted says whether it did; when
+// not, the caller keeps the count apart (countNew, finish).
 //
 // A server that refuses a script's keys in more than one slot (CROSSSLOT:
 // a proxy in front of a Cluster, such as Redis Enterprise's, reached with
 // a *redis.Client) ran nothing: the step runs again without the count,
 // and the store keeps the count apart from then on.
-func (s *Store) opening(keys []string, args []any, owner store.Owner, step func([]string, []any) ([]string, error)) (v []string, counted bool, err error) {
+func withAgentCount[T any](s *Store, owner store.Owner, keys []string, args []any, step func([]string, []any) (T, error), extra ...any) (v T, counted bool, err error) {
 	if !s.agentInStep.Load() {
 		v, err = step(keys, args)
 		return v, false, err
 	}
-	v, err = step(append(keys, s.agentKey(owner.Agent)), append(args, s.maxOpenAgent, agentMember(owner, "")))
+	v, err = step(append(keys, s.agentKey(owner.Agent)), append(append(args, extra...), agentMember(owner, "")))
 	if err == nil || !redis.HasErrorPrefix(err, "CROSSSLOT") {
 		return v, true, err
 	}
@@ -87,28 +88,35 @@ func agentMember(owner store.Owner, opID string) string {
 // pipelines a ZREM beside the step for a performed one (one round trip;
 // should the step not hold the claim after all, the count is low by one
 // until the operation's first revision expires: only the cap sees it),
-// and Resolve (exact) removes it after the step has finished it.
+// and Resolve (exact) removes it after the step has finished it, as does
+// a Finish that a CROSSSLOT proxy made keep the count apart
+// (withAgentCount).
 func (s *Store) finish(ctx context.Context, owner store.Owner, opID string, keys []string, args []any, o string, exact bool) (int64, error) {
-	counted := s.maxOpenAgent > 0 && (o == "done" || o == "notdone")
-	if counted && s.agentInStep.Load() {
-		n, err := s.run(ctx, s.client, finishStep, append(keys, s.agentKey(owner.Agent)), append(args, agentMember(owner, ""))...).Int64()
-		if err == nil || !redis.HasErrorPrefix(err, "CROSSSLOT") {
-			return n, err
-		}
-		s.agentInStep.Store(false) // a proxy in front of a Cluster (opening)
-	}
-	if !counted || o != "done" {
+	step := func(keys []string, args []any) (int64, error) {
 		return s.run(ctx, s.client, finishStep, keys, args...).Int64()
 	}
+	if o == "unknown" || s.maxOpenAgent <= 0 {
+		return step(keys, args)
+	}
 	member := agentMember(owner, opID)
-	if exact {
-		n, err := s.run(ctx, s.client, finishStep, keys, args...).Int64()
-		if err == nil && n == 1 {
-			// Should this fail, the count keeps the operation until its
-			// first revision expires: only the cap sees it.
+	// takeOff takes a performed operation off its agent's count once the
+	// step has finished it. Should that fail, the count keeps it until its
+	// first revision expires: only the cap sees it.
+	takeOff := func(n int64, err error) (int64, error) {
+		if err == nil && n == 1 && o == "done" {
 			_ = s.client.ZRem(ctx, s.agentKey(owner.Agent), member).Err()
 		}
 		return n, err
+	}
+	if o == "notdone" || s.agentInStep.Load() {
+		n, counted, err := withAgentCount(s, owner, keys, args, step)
+		if counted {
+			return n, err
+		}
+		return takeOff(n, err) // behind a CROSSSLOT proxy: the count is apart now
+	}
+	if exact {
+		return takeOff(step(keys, args))
 	}
 	var fin *redis.Cmd
 	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -480,4 +480,38 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	if _, err := st.Issue(ctx, user(2), action("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
 		t.Errorf("a third operation for an agent capped at 2: %v, want ErrRateLimited", err)
 	}
+
+	// A store whose first call behind the proxy is a Finish: refused once,
+	// it finishes the operation without the count, then takes the
+	// performed operation off the agent's count all the same.
+	mr, direct := redistest.Mini(t)
+	opts := redisstore.Options{MaxOpenPerAgent: 1, Durability: redisstore.Durability{Mode: redisstore.DurableNone}}
+	a := action("k", `{}`, time.Hour)
+	before := redisstore.New(direct, opts)
+	redisstore.CountAgentApart(before) // claimed with the count apart: still counted
+	is, err := before.Issue(ctx, user(0), a, at(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := before.Record(ctx, user(0), is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %v, %v", rep.Result, err)
+	}
+	res, err := before.Take(ctx, user(0), a, at(0))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take: %+v, %v", res, err)
+	}
+	var proxy2 oneSlotProxy
+	behind := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { behind.Close() })
+	behind.AddHook(&proxy2)
+	after := redisstore.New(behind, opts)
+	if err := after.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+		t.Fatalf("Finish behind the proxy: %v", err)
+	}
+	if proxy2.refused.Load() != 1 {
+		t.Errorf("the proxy refused %d steps, want the Finish once", proxy2.refused.Load())
+	}
+	if _, err := after.Issue(ctx, user(1), a, at(2*time.Second)); err != nil {
+		t.Errorf("a new operation once the only one was performed (agent cap 1): %v", err)
+	}
 }

@@ -240,9 +240,9 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
-	v, counted, err := s.opening(keys, args, owner, func(keys []string, args []any) ([]string, error) {
+	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		return s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
-	})
+	}, s.maxOpenAgent)
 	if err != nil {
 		s.failed(err)
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
@@ -279,12 +279,12 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	retained := now.Add(s.retention)
 	tokUntil := now.Add(store.ClaimTokenTTL)
 	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil))
-	v, counted, err := s.opening(keys, args, owner, func(keys []string, args []any) ([]string, error) {
+	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if s.durability.Mode == DurableNone {
 			return s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
 		}
 		return s.takeDurable(ctx, keys, args, owner, token, now)
-	})
+	}, s.maxOpenAgent)
 	if err != nil {
 		s.failed(err)
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
@@ -503,21 +503,10 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 	base := s.base(owner.Agent, owner.User)
 	keys := []string{base + "tok:" + token}
 	args := []any{token, ns(now), ttlMs(now.Add(store.ClaimTokenTTL), now), ns(now.Add(store.ClaimTokenTTL))}
-	release := func(keys []string, args []any) (int, error) {
+	// A released claim's operation comes back to its agent's count.
+	n, _, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) (int, error) {
 		return s.run(ctx, s.client, releaseStep, keys, args...).Int()
-	}
-	var n int
-	var err error
-	if s.maxOpenAgent > 0 && s.agentInStep.Load() {
-		// A released claim's operation comes back to its agent's count.
-		n, err = release(append(keys, s.agentKey(owner.Agent)), append(args, agentMember(owner, "")))
-		if err != nil && redis.HasErrorPrefix(err, "CROSSSLOT") {
-			s.agentInStep.Store(false) // a proxy in front of a Cluster (opening)
-			n, err = release(keys, args)
-		}
-	} else {
-		n, err = release(keys, args)
-	}
+	})
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: release: %w", err)

@@ -113,32 +113,46 @@ func clusterClient(t *testing.T, c *redis.ClusterClient) *redis.ClusterClient {
 	return o
 }
 
+// loadedStore starts a redis-server (the test's own, so that its command
+// counts are the test's) and returns a store on it with the steps loaded
+// as functions, and its client.
+func loadedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t).Client(t)
+	st := redisstore.New(c, opts)
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return st, c
+}
+
+// commandCalls is INFO commandstats: the calls of each command so far, by
+// name ("fcall", "hset", …; a function's redis.calls count as theirs).
+func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if cmd, isStat := strings.CutPrefix(name, "cmdstat_"); ok && isStat {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			calls[cmd] = n
+		}
+	}
+	return calls
+}
+
 // TestFunctions: after Load, a step is an FCALL; a server that has lost the
 // library (FUNCTION FLUSH) runs the script instead, and the step still
 // happens exactly once.
 func TestFunctions(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 	ctx := t.Context()
-	if err := st.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	calls := func(cmd string) int {
-		t.Helper()
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.SplitSeq(info, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n
-			}
-		}
-		return 0
-	}
+	calls := func(cmd string) int { t.Helper(); return commandCalls(t, c)[cmd] }
 	a := action("k", `{"v":1}`, time.Hour)
 	is, err := st.Issue(ctx, owner, a, at(0))
 	if err != nil {
@@ -172,27 +186,15 @@ func TestFunctions(t *testing.T) {
 // inner commands a function runs are counted apart from its FCALL.
 func TestCallsPerStep(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, MaxOpenPerAgent: -1})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, MaxOpenPerAgent: -1})
 	ctx := t.Context()
-	if err := st.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	inner := func() int {
+	inner := func() int { // the redis.calls the steps made
 		t.Helper()
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
 		n := 0
-		for line := range strings.SplitSeq(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if !ok || name == "cmdstat_fcall" || name == "cmdstat_info" {
-				continue
+		for cmd, k := range commandCalls(t, c) {
+			if cmd != "fcall" && cmd != "info" {
+				n += k
 			}
-			k, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			n += k
 		}
 		return n
 	}
@@ -260,13 +262,8 @@ func TestCallsPerStep(t *testing.T) {
 // default prefix, and its action and claim token keys gone.
 func TestPerformedIsSmall(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 	ctx := t.Context()
-	if err := st.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
 	a := action("exchange:ord_7Hk2", `{"order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, time.Hour)
 	a.Summary = "Exchange the jacket on order ord_7Hk2 for $70.00 more."
 	is, err := st.Issue(ctx, owner, a, at(0))
