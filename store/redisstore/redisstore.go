@@ -50,6 +50,15 @@ type Options struct {
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
 	Durability Durability
+	// Pipelines is how many round trips may carry steps to a single Redis
+	// (a *redis.Client) at once: while that many are on their way, the
+	// steps other goroutines call wait and then share the next round trip,
+	// each still its own atomic step. At high concurrency this is most of
+	// the store's throughput (README "Performance"); a goroutine alone is
+	// never delayed. 0 is DefaultPipelines; negative sends every call on a
+	// connection of its own, as go-redis does. A Cluster client always
+	// does.
+	Pipelines int
 }
 
 // Store is the at-most-once store on Redis. It is safe for concurrent use,
@@ -70,6 +79,10 @@ type Store struct {
 
 	// functions is set once Load loaded the steps as a function library.
 	functions atomic.Bool
+
+	// pipe, when set, sends the steps of concurrent calls in shared round
+	// trips (a *redis.Client).
+	pipe *pipeliner
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
@@ -108,6 +121,13 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	}
 	_, single := client.(*redis.Client)
 	s.agentInStep.Store(single && s.maxOpenAgent > 0)
+	if c, ok := client.(*redis.Client); ok && opts.Pipelines >= 0 {
+		n := opts.Pipelines
+		if n == 0 {
+			n = DefaultPipelines
+		}
+		s.pipe = newPipeliner(c, n)
+	}
 	if s.retention <= 0 {
 		s.retention = store.DefaultRetention
 	}

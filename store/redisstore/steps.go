@@ -96,6 +96,9 @@ type caller interface {
 // run runs st: its function when Load loaded the library, else its script
 // (EVALSHA, falling back to EVAL when the server doesn't have it).
 func (s *Store) run(ctx context.Context, c caller, st *step, keys []string, args ...any) *redis.Cmd {
+	if s.pipe != nil && c == caller(s.client) {
+		return s.runPiped(ctx, st, keys, args)
+	}
 	if s.functions.Load() {
 		cmd := c.FCall(ctx, st.fn, keys, args...)
 		if err := cmd.Err(); err == nil || !noFunction(err) {
@@ -130,4 +133,30 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 	default:
 		return errors.New("not a *redis.Client or *redis.ClusterClient")
 	}
+}
+
+// runPiped runs st as run does, through the pipeliner.
+func (s *Store) runPiped(ctx context.Context, st *step, keys []string, args []any) *redis.Cmd {
+	if s.functions.Load() {
+		cmd := redis.NewCmd(ctx, stepArgs("fcall", st.fn, keys, args)...)
+		if err := s.pipe.do(ctx, cmd); err == nil || !noFunction(err) {
+			return cmd
+		}
+	}
+	cmd := redis.NewCmd(ctx, stepArgs("evalsha", st.script.Hash(), keys, args)...)
+	if err := s.pipe.do(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return st.script.Run(ctx, s.client, keys, args...)
+	}
+	return cmd
+}
+
+// stepArgs is a command calling a step: FCALL or EVALSHA, the function or
+// script, its keys and its arguments.
+func stepArgs(command, name string, keys []string, args []any) []any {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, command, name, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return append(a, args...)
 }

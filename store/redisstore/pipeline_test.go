@@ -1,0 +1,421 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// roundTrips is a go-redis hook that counts round trips and their sizes,
+// and can hold them until released.
+type roundTrips struct {
+	mu    sync.Mutex
+	sizes []int
+	hold  chan struct{} // when not nil, each round trip waits for it
+	held  chan struct{} // told when a round trip starts waiting
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "incr" {
+			return next(ctx, cmd) // a new connection's handshake
+		}
+		h.start(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() != "incr" {
+			return next(ctx, cmds)
+		}
+		h.start(len(cmds))
+		return next(ctx, cmds)
+	}
+}
+
+func (h *roundTrips) start(n int) {
+	h.mu.Lock()
+	h.sizes = append(h.sizes, n)
+	hold, held := h.hold, h.held
+	h.mu.Unlock()
+	if hold != nil {
+		held <- struct{}{}
+		<-hold
+	}
+}
+
+func (h *roundTrips) got() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
+
+func pipelined(t *testing.T, pipelines int) (*pipeliner, *roundTrips, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	h := &roundTrips{}
+	c.AddHook(h)
+	return newPipeliner(c, pipelines), h, m
+}
+
+func reply(c *redis.Cmd) int64 { n, _ := c.Int64(); return n }
+
+func incr(ctx context.Context, key string) *redis.Cmd { return redis.NewCmd(ctx, "incr", key) }
+
+// queuedCalls waits until p has n calls queued.
+func queuedCalls(t *testing.T, p *pipeliner, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		got := len(p.queue)
+		p.mu.Unlock()
+		if got == n {
+			return
+		}
+	}
+	t.Fatalf("%d calls never queued", n)
+}
+
+func counter(t *testing.T, m *miniredis.Miniredis, key string) int {
+	t.Helper()
+	v, err := m.Get(key)
+	if errors.Is(err, miniredis.ErrKeyNotFound) {
+		return 0
+	}
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+func idle(t *testing.T, p *pipeliner) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight != 0 || len(p.queue) != 0 {
+		t.Errorf("pipeliner not idle: %d round trips on their way, %d calls queued", p.inFlight, len(p.queue))
+	}
+}
+
+func TestPipelinerLoneCall(t *testing.T) {
+	p, h, m := pipelined(t, 1)
+	for i := range 3 {
+		cmd := incr(t.Context(), "n")
+		if err := p.do(t.Context(), cmd); err != nil || reply(cmd) != int64(i+1) {
+			t.Fatalf("call %d: %v, %v", i, cmd.Val(), err)
+		}
+	}
+	// Each alone, sent as a command of its own: no batch, no wait.
+	if got := h.got(); len(got) != 3 || got[0] != 1 || got[1] != 1 || got[2] != 1 {
+		t.Errorf("round trips %v, want [1 1 1]", got)
+	}
+	if counter(t, m, "n") != 3 {
+		t.Errorf("n = %d", counter(t, m, "n"))
+	}
+	idle(t, p)
+}
+
+func TestPipelinerSharesRoundTrips(t *testing.T) {
+	p, h, m := pipelined(t, 1)
+	h.hold, h.held = make(chan struct{}), make(chan struct{}, 1)
+	first := make(chan error, 1)
+	go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
+	<-h.held // the pipeline is busy with the first call
+	const n = 10
+	errs := make(chan error, n)
+	cmds := make([]*redis.Cmd, n)
+	for i := range cmds {
+		cmds[i] = incr(t.Context(), "k"+strconv.Itoa(i))
+		go func() { errs <- p.do(t.Context(), cmds[i]) }()
+	}
+	queuedCalls(t, p, n)
+	h.mu.Lock()
+	hold := h.hold
+	h.hold = nil // the next round trip goes through
+	h.mu.Unlock()
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cmds {
+		if reply(c) != 1 || counter(t, m, "k"+strconv.Itoa(i)) != 1 {
+			t.Errorf("k%d: reply %v, value %d", i, reply(c), counter(t, m, "k"+strconv.Itoa(i)))
+		}
+	}
+	if got := h.got(); len(got) != 2 || got[0] != 1 || got[1] != n {
+		t.Errorf("round trips %v, want [1 %d]: the queued calls share one", got, n)
+	}
+	idle(t, p)
+}
+
+func TestPipelinerCallLeavingBeforeSent(t *testing.T) {
+	t.Run("queued", func(t *testing.T) {
+		p, h, m := pipelined(t, 1)
+		h.hold, h.held = make(chan struct{}), make(chan struct{}, 1)
+		first := make(chan error, 1)
+		go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
+		<-h.held
+		ctx, cancel := context.WithCancel(t.Context())
+		left := make(chan error, 1)
+		go func() { left <- p.do(ctx, incr(ctx, "left")) }()
+		queuedCalls(t, p, 1)
+		cancel()
+		if err := <-left; !errors.Is(err, context.Canceled) {
+			t.Errorf("left: %v, want context.Canceled", err)
+		}
+		queuedCalls(t, p, 0)
+		close(h.hold)
+		<-first
+		if counter(t, m, "left") != 0 {
+			t.Error("a call that left before its batch was sent was sent")
+		}
+		idle(t, p)
+	})
+	// The call that was to lead a batch leaves before sending it: the
+	// next call of the batch leads it, without the leaver's command.
+	t.Run("leader", func(t *testing.T) {
+		p, _, m := pipelined(t, 1)
+		p.inFlight = 1 // a round trip on its way
+		ctx, cancel := context.WithCancel(t.Context())
+		a, b := p.queueForTest(ctx, "a"), p.queueForTest(t.Context(), "b")
+		p.mu.Lock()
+		p.releaseLocked() // that round trip is answered: a is to lead a and b
+		p.mu.Unlock()
+		cancel()
+		if err := within(t, p, a); !errors.Is(err, context.Canceled) {
+			t.Errorf("a: %v, want context.Canceled", err)
+		}
+		if err := within(t, p, b); err != nil || reply(b.cmd) != 1 {
+			t.Errorf("b: %v, %v", b.cmd.Val(), err)
+		}
+		if counter(t, m, "a") != 0 || counter(t, m, "b") != 1 {
+			t.Errorf("a = %d, b = %d; want 0, 1", counter(t, m, "a"), counter(t, m, "b"))
+		}
+		idle(t, p)
+	})
+	// A call in a batch not sent yet leaves: its leader sends the rest.
+	t.Run("in a batch", func(t *testing.T) {
+		p, _, m := pipelined(t, 1)
+		p.inFlight = 1
+		ctx, cancel := context.WithCancel(t.Context())
+		a, b := p.queueForTest(t.Context(), "a"), p.queueForTest(ctx, "b")
+		p.mu.Lock()
+		p.releaseLocked()
+		p.mu.Unlock()
+		cancel()
+		if err := within(t, p, b); !errors.Is(err, context.Canceled) {
+			t.Errorf("b: %v, want context.Canceled", err)
+		}
+		if err := within(t, p, a); err != nil || reply(a.cmd) != 1 {
+			t.Errorf("a: %v, %v", a.cmd.Val(), err)
+		}
+		if counter(t, m, "a") != 1 || counter(t, m, "b") != 0 {
+			t.Errorf("a = %d, b = %d; want 1, 0", counter(t, m, "a"), counter(t, m, "b"))
+		}
+		idle(t, p)
+	})
+	// Every call of a batch handed on leaves: the pipeline is freed.
+	t.Run("all", func(t *testing.T) {
+		p, _, _ := pipelined(t, 1)
+		p.inFlight = 1
+		ctx, cancel := context.WithCancel(t.Context())
+		a, b := p.queueForTest(ctx, "a"), p.queueForTest(ctx, "b")
+		p.mu.Lock()
+		p.releaseLocked()
+		p.mu.Unlock()
+		cancel()
+		within(t, p, b)
+		within(t, p, a)
+		idle(t, p)
+	})
+}
+
+// within is p.wait(q), failing the test if it doesn't return in seconds.
+func within(t *testing.T, p *pipeliner, q *queued) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.wait(q) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call never returned")
+		return nil
+	}
+}
+
+// queueForTest queues a call of INCR key as do does when every pipeline
+// is busy.
+func (p *pipeliner) queueForTest(ctx context.Context, key string) *queued {
+	q := &queued{cmd: incr(ctx, key), ctx: ctx, wake: make(chan struct{}, 1)}
+	p.mu.Lock()
+	p.queue = append(p.queue, q)
+	p.mu.Unlock()
+	return q
+}
+
+// A call whose batch is on its way when its context ends has an unknown
+// outcome: the caller gets the context's error, the command runs once.
+func TestPipelinerCallLeavingAfterSent(t *testing.T) {
+	p, h, m := pipelined(t, 1)
+	h.hold, h.held = make(chan struct{}), make(chan struct{}, 2)
+	first := make(chan error, 1)
+	go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
+	<-h.held
+	ctx, cancel := context.WithCancel(t.Context())
+	lead, follow := make(chan error, 1), make(chan error, 1)
+	go func() { lead <- p.do(t.Context(), incr(t.Context(), "lead")) }()
+	queuedCalls(t, p, 1)
+	go func() { follow <- p.do(ctx, incr(ctx, "follow")) }()
+	queuedCalls(t, p, 2)
+	h.hold <- struct{}{} // the first round trip is answered
+	<-h.held             // the batch of lead and follow is on its way
+	cancel()
+	if err := <-follow; !errors.Is(err, context.Canceled) {
+		t.Errorf("follow: %v, want context.Canceled", err)
+	}
+	close(h.hold)
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	if counter(t, m, "follow") != 1 || counter(t, m, "lead") != 1 {
+		t.Errorf("follow = %d, lead = %d; want 1, 1", counter(t, m, "follow"), counter(t, m, "lead"))
+	}
+	if got := h.got(); len(got) != 2 || got[1] != 2 {
+		t.Errorf("round trips %v, want [1 2]", got)
+	}
+	idle(t, p)
+}
+
+// The batch has its leader's deadline, not its cancellation.
+func TestPipelinerBatchOutlivesLeaderCancel(t *testing.T) {
+	p, h, m := pipelined(t, 1)
+	h.hold, h.held = make(chan struct{}), make(chan struct{}, 2)
+	go p.do(t.Context(), incr(t.Context(), "first"))
+	<-h.held
+	ctx, cancel := context.WithCancel(t.Context())
+	lead, follow := make(chan error, 1), make(chan error, 1)
+	go func() { lead <- p.do(ctx, incr(ctx, "lead")) }()
+	queuedCalls(t, p, 1)
+	go func() { follow <- p.do(t.Context(), incr(t.Context(), "follow")) }()
+	queuedCalls(t, p, 2)
+	h.hold <- struct{}{}
+	<-h.held
+	cancel() // the leader's caller goes away while the batch is on its way
+	close(h.hold)
+	if err := <-follow; err != nil {
+		t.Errorf("follow: %v", err)
+	}
+	<-lead
+	if counter(t, m, "follow") != 1 {
+		t.Errorf("follow = %d", counter(t, m, "follow"))
+	}
+	idle(t, p)
+}
+
+// A stalled server: every caller returns by its own deadline.
+func TestPipelinerStalledServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() { // accepts, and never answers
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	p := newPipeliner(c, 2)
+	var wg sync.WaitGroup
+	var late atomic.Int32
+	for range 20 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if err := p.do(ctx, incr(ctx, "x")); err == nil {
+				t.Error("a stalled server answered")
+			}
+			if time.Since(start) > 2*time.Second {
+				late.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if late.Load() > 0 {
+		t.Errorf("%d callers waited past their deadline by seconds", late.Load())
+	}
+	idle(t, p)
+}
+
+// Many goroutines, some giving up at random moments: each call that
+// answered ran once, none ran twice, and the pipeliner ends idle.
+func TestPipelinerConcurrent(t *testing.T) {
+	p, _, m := pipelined(t, 2)
+	const g, calls = 16, 200
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Go(func() {
+			for j := range calls {
+				ctx, cancel := context.WithCancel(t.Context())
+				if rand.IntN(4) == 0 {
+					go func() {
+						time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+						cancel()
+					}()
+				}
+				key := "k" + strconv.Itoa(i) + "_" + strconv.Itoa(j)
+				cmd := incr(ctx, key)
+				err := p.do(ctx, cmd)
+				cancel()
+				switch {
+				case err == nil:
+					answered.Add(1)
+					if reply(cmd) != 1 {
+						t.Errorf("%s: reply %d", key, reply(cmd))
+					}
+				case !errors.Is(err, context.Canceled):
+					t.Errorf("%s: %v", key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ran := 0
+	for _, k := range m.Keys() {
+		if n := counter(t, m, k); n != 1 {
+			t.Errorf("%s ran %d times", k, n)
+		}
+		ran++
+	}
+	if int64(ran) < answered.Load() {
+		t.Errorf("%d answered, %d ran", answered.Load(), ran)
+	}
+	idle(t, p)
+}
