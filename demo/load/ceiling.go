@@ -46,7 +46,9 @@ type ceilingConfig struct {
 	// durabilityClaims is how many claims are timed in each durability
 	// mode (only on servers the tool starts); 0 skips it.
 	durabilityClaims int
-	out              *bytes.Buffer // nil: stdout
+	// pipelines is the measured store's Options.Pipelines.
+	pipelines int
+	out       *bytes.Buffer // nil: stdout
 }
 
 // ceilingResult is what the last line reports, for tests.
@@ -113,12 +115,17 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
 		// The ceiling measures the store's steps, not its caps: its Users
 		// open far more operations than the default cap of open ones.
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1})
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines})
 	// The same with the agent's cap counting (as by default; its cap set
 	// out of reach): a Take that opens an operation also counts it, in the
 	// same step on a single Redis. Its 64 agents have a prefix of their own.
 	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30})
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
+	pipes := "Options.Pipelines default"
+	if c.pipelines != 0 {
+		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)
+	}
+	say("the store: functions where the server has them, durability none, %s\n", pipes)
 	for _, s := range []*redisstore.Store{st, capped} {
 		if err := s.Load(ctx); err != nil {
 			return res, err
@@ -263,6 +270,13 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 			}
 			best(fmt.Sprint("client", clients), rate, 0, "")
 		}
+		// The floor: what the least a step that opens an operation writes
+		// costs Redis, driven by redis-benchmark (no Go client in the way).
+		if rate, usec, ok, err := floorRate(ctx, opts, client, prefix, 50, c.duration); err != nil {
+			return res, fmt.Errorf("floor: %w", err)
+		} else if ok {
+			best("floor50", rate, usec, "")
+		}
 		for _, m := range []struct {
 			name string
 			step func(context.Context, int, int) (int, error)
@@ -291,6 +305,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	for _, clients := range []int{1, 50} {
 		f := figures[fmt.Sprint("client", clients)]
 		say("go-redis return 1 %2d goroutines %9.0f calls/s  (a Take's 2 keys and 17 arguments: this tool's own client ceiling; %s)\n", clients, f.rate, spread(f))
+	}
+	if f := figures["floor50"]; f != nil {
+		say("floor             50 clients    %9.0f calls/s  %5.1f µs server CPU per call  (%.2f× evalsha; redis-benchmark; %s)\n", f.rate, f.usec, f.rate/evalsha[50], spread(f))
+		say("(floor: a function that reads an action's 2 keys and writes 2 new keys with a TTL, an operation and its action's pointer, and nothing else: the least a step that opens an operation does)\n")
 	}
 	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}}
 	for _, name := range []string{"take", "cycle", "take+cap"} {
@@ -374,48 +392,102 @@ func stepRate(ctx context.Context, g int, d time.Duration, total int, step func(
 // redis-benchmark, or with a Go driver of its own when redis-benchmark is
 // not installed.
 func evalshaRate(ctx context.Context, opts *redis.Options, client *redis.Client, sha string, clients int, d time.Duration) (float64, string, error) {
-	bin, err := exec.LookPath("redis-benchmark")
-	if err != nil {
-		if _, serr := os.Stat("/usr/bin/redis-benchmark"); serr == nil {
-			bin, err = "/usr/bin/redis-benchmark", nil
-		}
-	}
-	if err != nil {
+	bin := redisBenchmark()
+	if bin == "" {
 		rate, _, err := stepRate(ctx, clients, d, 0, func(ctx context.Context, _, _ int) (int, error) {
 			return 1, client.EvalSha(ctx, sha, nil).Err()
 		})
 		return rate, "Go driver: redis-benchmark not installed", err
 	}
-	run := func(n int) (float64, error) {
-		host, port, _ := strings.Cut(opts.Addr, ":")
-		args := []string{"-h", host, "-p", port, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "--csv"}
-		if opts.DB != 0 {
-			args = append(args, "--dbnum", strconv.Itoa(opts.DB))
-		}
-		if opts.Username != "" {
-			args = append(args, "--user", opts.Username)
-		}
-		cmd := exec.CommandContext(ctx, bin, append(args, "EVALSHA", sha, "0")...)
-		if opts.Password != "" {
-			cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+opts.Password) // not on the command line
-		}
-		out, err := cmd.Output()
-		if err != nil {
-			return 0, fmt.Errorf("redis-benchmark: %w", err)
-		}
-		rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
-		if err != nil || len(rows) < 2 || len(rows[1]) < 2 {
-			return 0, fmt.Errorf("redis-benchmark: unexpected output %q", out)
-		}
-		return strconv.ParseFloat(rows[1][1], 64)
-	}
 	// A short run finds the rate; the measured run then lasts about d.
-	rate, err := run(2000 * clients / max(clients/10, 1))
+	rate, err := benchmark(ctx, bin, opts, clients, 2000*clients/max(clients/10, 1), 0, "EVALSHA", sha, "0")
 	if err != nil {
 		return 0, "", err
 	}
-	rate, err = run(max(1000, int(rate*d.Seconds())))
+	rate, err = benchmark(ctx, bin, opts, clients, max(1000, int(rate*d.Seconds())), 0, "EVALSHA", sha, "0")
 	return rate, "redis-benchmark", err
+}
+
+// redisBenchmark is redis-benchmark's path, or "" when it isn't installed.
+func redisBenchmark() string {
+	if bin, err := exec.LookPath("redis-benchmark"); err == nil {
+		return bin
+	}
+	if _, err := os.Stat("/usr/bin/redis-benchmark"); err == nil {
+		return "/usr/bin/redis-benchmark"
+	}
+	return ""
+}
+
+// benchmark runs redis-benchmark: n commands from clients connections,
+// each __rand_int__ in command replaced by a random number below random
+// when random > 0, and returns its requests per second.
+func benchmark(ctx context.Context, bin string, opts *redis.Options, clients, n, random int, command ...string) (float64, error) {
+	host, port, _ := strings.Cut(opts.Addr, ":")
+	args := []string{"-h", host, "-p", port, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(n), "--csv"}
+	if random > 0 {
+		args = append(args, "-r", strconv.Itoa(random))
+	}
+	if opts.DB != 0 {
+		args = append(args, "--dbnum", strconv.Itoa(opts.DB))
+	}
+	if opts.Username != "" {
+		args = append(args, "--user", opts.Username)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(args, command...)...)
+	if opts.Password != "" {
+		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+opts.Password) // not on the command line
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark: %w", err)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(out)).ReadAll()
+	if err != nil || len(rows) < 2 || len(rows[1]) < 2 {
+		return 0, fmt.Errorf("redis-benchmark: unexpected output %q", out)
+	}
+	return strconv.ParseFloat(rows[1][1], 64)
+}
+
+// floorLib is the least a step that opens an operation does, as a function
+// redis-benchmark can drive: read the action's key (and the claim token's,
+// as Take does), write the operation and the action's pointer to it, each
+// with a TTL. No owner's count, no revisions, no logic: two new keys.
+const floorLib = `#!lua name=opsgate_floor
+redis.register_function('opsgate_floor_open', function(KEYS, ARGV)
+  redis.call('MGET', KEYS[2], KEYS[1])
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end)`
+
+// floorRate measures opsgate_floor_open with redis-benchmark from clients
+// connections for about d, a new action each call, and returns its rate
+// and the server CPU per call; ok is false when redis-benchmark or
+// functions are not there.
+func floorRate(ctx context.Context, opts *redis.Options, client *redis.Client, prefix string, clients int, d time.Duration) (rate, usec float64, ok bool, err error) {
+	bin := redisBenchmark()
+	if bin == "" || client.FunctionLoadReplace(ctx, floorLib).Err() != nil {
+		return 0, 0, false, nil
+	}
+	base := prefix + "floor:{__rand_int__}:"
+	command := []string{"FCALL", "opsgate_floor_open", "3", base + "act:__rand_int__", base + "tok:__rand_int__", base + "op:__rand_int__",
+		// An operation's record: its terms, summary, owner and revision,
+		// about as long as the store's; the pointer: an operation_id and
+		// a revision; the TTL of a waiting operation.
+		// (Single quotes: redis-benchmark's CSV doesn't escape double ones.)
+		`open https://agent.example/ceiling usr_1_2 {'order_id':'ord_1_2_3','price_difference':{'amount':'70.00','currency':'USD'},'replacement_sku':'stormline-insulated-m'} Exchange the jacket on order 12 for $70.00 more. 1796052877000000000 1796052877-abcdefghijklmnop`,
+		"op_abcdefghijklmnopqrst 1796052877-abcdefghijklmnop", "660000"}
+	rate, err = benchmark(ctx, bin, opts, clients, 2000, 1e9, command...)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	before := scriptStats(ctx, client)
+	rate, err = benchmark(ctx, bin, opts, clients, max(1000, int(rate*d.Seconds())), 1e9, command...)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	return rate, scriptStats(ctx, client).usecPerCall(before), true, nil
 }
 
 // clientCeiling returns a step that calls "return 1" with a Take's keys and

@@ -70,6 +70,7 @@ func main() {
 		hostile    = flag.Bool("hostile", false, "legitimate traffic quiet and under attack (hostile.go)")
 		attackRate = flag.Float64("attack-rate", 50, "-hostile: each attacker's requests per second (0: as fast as it can)")
 		port       = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
+		pipelines  = flag.Int("pipelines", 0, "-ceiling: the store's Options.Pipelines (0: its default; negative: none)")
 		redisAddr  = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
 	)
 	flag.Parse()
@@ -111,7 +112,7 @@ func main() {
 			ctx, cancel = context.WithTimeout(sigCtx, 10*time.Minute)
 			defer cancel()
 		}
-		if _, err := runCeiling(ctx, ceilingConfig{redisURL: *redisURL, duration: *duration, memoryOps: *memOps, approvals: 2000, rounds: 3, durabilityClaims: 1000}); err != nil {
+		if _, err := runCeiling(ctx, ceilingConfig{redisURL: *redisURL, duration: *duration, memoryOps: *memOps, approvals: 2000, rounds: 3, durabilityClaims: 1000, pipelines: *pipelines}); err != nil {
 			fmt.Fprintln(os.Stderr, "load -ceiling:", err)
 			os.Exit(1)
 		}

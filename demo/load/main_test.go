@@ -47,6 +47,9 @@ func TestCeilingSmall(t *testing.T) {
 			t.Errorf("%s = %v", name, v)
 		}
 	}
+	if !strings.Contains(out.String(), "floor             50 clients") {
+		t.Errorf("no floor: redis-benchmark driving the least a step that opens an operation does")
+	}
 	if !strings.Contains(out.String(), "store take+cap    50 goroutines") {
 		t.Errorf("no figure for a Take with the agent's cap counting")
 	}

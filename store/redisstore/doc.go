@@ -44,6 +44,17 @@
 // ./demo/load -ceiling` measures the steps beside Redis's own ceiling; the
 // README has the figures.
 //
+// At high concurrency, reading and writing connections costs Redis and
+// this process as much as the steps themselves. On a single Redis, the
+// steps that goroutines call at the same moment share round trips
+// (Options.Pipelines): while that many round trips are on their way, the
+// next calls wait and go together in one pipeline, each still its own
+// atomic FCALL. A goroutine alone is never delayed: a call that finds a
+// round trip free is sent at once by its own goroutine. A call whose
+// context ends while it waits is never sent. Lookup, Check and the Take
+// that confirms a claim's durability (which needs a connection of its own
+// for WAIT) do not wait for a batch.
+//
 // # Durability
 //
 // Losing all of Redis's data can cost an approval, never a second
