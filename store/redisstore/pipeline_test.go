@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -13,11 +14,14 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/store"
 )
 
 // roundTrips is a go-redis hook that counts round trips and their sizes,
 // and can hold them until released.
 type roundTrips struct {
+	name  string // the command counted ("incr" when "")
 	mu    sync.Mutex
 	sizes []int
 	hold  chan struct{} // when not nil, each round trip waits for it
@@ -28,7 +32,7 @@ func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "incr" {
+		if cmd.Name() != h.command() {
 			return next(ctx, cmd) // a new connection's handshake
 		}
 		h.start(1)
@@ -38,12 +42,19 @@ func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() != "incr" {
+		if cmds[0].Name() != h.command() {
 			return next(ctx, cmds)
 		}
 		h.start(len(cmds))
 		return next(ctx, cmds)
 	}
+}
+
+func (h *roundTrips) command() string {
+	if h.name == "" {
+		return "incr"
+	}
+	return h.name
 }
 
 func (h *roundTrips) start(n int) {
@@ -418,4 +429,71 @@ func TestPipelinerConcurrent(t *testing.T) {
 		t.Errorf("%d answered, %d ran", answered.Load(), ran)
 	}
 	idle(t, p)
+}
+
+// The store's steps go through the pipeliner: 64 Takes at once, while the
+// first round trips are held, share the next ones; with Pipelines < 0 each
+// is a round trip of its own.
+func TestStoreSharesRoundTrips(t *testing.T) {
+	const n = 64
+	for _, pipelines := range []int{0, -1} {
+		t.Run(fmt.Sprint("pipelines ", pipelines), func(t *testing.T) {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, PoolSize: 2 * n})
+			defer c.Close()
+			h := &roundTrips{name: "evalsha"}
+			c.AddHook(h)
+			st := New(c, Options{Pipelines: pipelines, Durability: Durability{Mode: DurableNone}})
+			if err := st.Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if pipelines < 0 && st.pipe != nil {
+				t.Fatal("Pipelines < 0 made a pipeliner")
+			}
+			if pipelines == 0 {
+				h.hold, h.held = make(chan struct{}), make(chan struct{}, n)
+			}
+			ids := make(chan string, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					a := store.Action{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
+					r, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_" + strconv.Itoa(i%8)}, a, time.Now())
+					if err != nil || r.Issued == nil {
+						t.Errorf("take %d: %+v, %v", i, r, err)
+						return
+					}
+					ids <- r.Issued.Operation.ID
+				})
+			}
+			if pipelines == 0 {
+				queuedCalls(t, st.pipe, n-DefaultPipelines) // the first ones are held on their way
+				close(h.hold)
+			}
+			wg.Wait()
+			close(ids)
+			seen := map[string]bool{}
+			for id := range ids {
+				if seen[id] {
+					t.Errorf("operation %s issued twice", id)
+				}
+				seen[id] = true
+			}
+			got := h.got()
+			total, most := 0, 0
+			for _, size := range got {
+				total += size
+				most = max(most, size)
+			}
+			if total != n || len(seen) != n {
+				t.Errorf("%d steps in round trips %v, %d operations; want %d", total, got, len(seen), n)
+			}
+			switch {
+			case pipelines == 0 && (len(got) > 2*DefaultPipelines || most < 2):
+				t.Errorf("round trips %v: the waiting steps did not share them", got)
+			case pipelines < 0 && most != 1:
+				t.Errorf("round trips %v with Pipelines -1", got)
+			}
+		})
+	}
 }

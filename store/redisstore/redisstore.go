@@ -57,7 +57,8 @@ type Options struct {
 	// the store's throughput (README "Performance"); a goroutine alone is
 	// never delayed. 0 is DefaultPipelines; negative sends every call on a
 	// connection of its own, as go-redis does. A Cluster client always
-	// does.
+	// does. The client's hooks (tracing, metrics) see a shared round trip
+	// as one pipeline of FCALLs.
 	Pipelines int
 }
 
