@@ -23,7 +23,8 @@
 // so on an older one). Issue, Take, Record, Finish, Release
 // and UseOnce are one FCALL each after Load on Redis 7.0 and later (one
 // EVALSHA otherwise), Lookup one HGETALL: one round trip apiece. A Take that
-// claims costs one more to confirm its durability (below); on a Cluster, a
+// claims costs one more to confirm its durability with WAIT or WAITAOF
+// (below; not with DurableDisk before Redis 7.2); on a Cluster, a
 // request that opens a new operation costs one more to count it against
 // its agent's cap, whose count is in a slot of its own (on a single Redis
 // the step that opens it counts it).
@@ -51,9 +52,9 @@
 // next calls wait and go together in one pipeline, each still its own
 // atomic FCALL. A goroutine alone is never delayed: a call that finds a
 // round trip free is sent at once by its own goroutine. A call whose
-// context ends while it waits is never sent. Lookup, Check and the Take
-// that confirms a claim's durability (which needs a connection of its own
-// for WAIT) do not wait for a batch.
+// context ends while it waits is never sent. Lookup, Check and a Take
+// whose claim is confirmed with WAIT or WAITAOF (on a connection of its
+// own, which they need) are sent on their own.
 //
 // # Durability
 //

@@ -225,10 +225,12 @@ func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 	return nil, fmt.Errorf("durability %s needs a *redis.Client or *redis.ClusterClient, not %T (or choose DurableNone)", s.durability.Mode, s.client)
 }
 
-// takeDurable runs take.lua on a connection of its own and, when it
-// claims, confirms the claim on that same connection (WAIT and WAITAOF
-// count the writes of their own connection): one more round trip, on the
-// claim path only.
+// takeDurable runs take.lua once the server is ready for the durability
+// chosen. Where a claim is confirmed with WAIT or WAITAOF (replicas; disk
+// on Redis 7.2 and later), it runs on a connection of its own and, when it
+// claims, confirms the claim on that same connection (both count the
+// writes of their own connection): one more round trip, on the claim path
+// only. On disk before 7.2 the reply itself is the confirmation.
 func (s *Store) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
 	var v []string
 	var err error
@@ -272,13 +274,20 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 		// Nothing was claimed: fail closed before the script runs.
 		return nil, fmt.Errorf("%w: %s durability: %w", store.ErrNotDurable, s.durability.Mode, err)
 	}
+	d := s.durability
+	if d.Mode != DurableReplicas && !n.waitAOF() {
+		// Disk before Redis 7.2, with appendfsync always (verified by
+		// ready): Redis writes and fsyncs the AOF before it replies, on
+		// any connection. Nothing follows on the step's connection, so
+		// the step may share a round trip (Options.Pipelines).
+		return s.run(ctx, node, takeStep, keys, args...).StringSlice()
+	}
 	conn := node.Conn()
 	defer conn.Close()
 	v, err := s.run(ctx, conn, takeStep, keys, args...).StringSlice()
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}
-	d := s.durability
 	timeoutMs := d.timeout().Milliseconds()
 	switch {
 	case d.Mode == DurableReplicas:
@@ -297,9 +306,6 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 		if len(r) < 1 || r[0] < 1 {
 			return nil, fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
 		}
-	default:
-		// Before 7.2, with appendfsync always (verified by ready), Redis
-		// wrote and fsynced the AOF before it sent the reply just read.
 	}
 	return v, nil
 }
