@@ -202,63 +202,54 @@ func TestPipelinerCallLeavingBeforeSent(t *testing.T) {
 		}
 		idle(t, p)
 	})
-	// The call that was to lead a batch leaves before sending it: the
-	// next call of the batch leads it, without the leaver's command.
-	t.Run("leader", func(t *testing.T) {
-		p, _, m := pipelined(t, 1)
-		p.inFlight = 1 // a round trip on its way
-		ctx, cancel := context.WithCancel(t.Context())
-		a, b := p.queueForTest(ctx, "a"), p.queueForTest(t.Context(), "b")
-		p.mu.Lock()
-		p.releaseLocked() // that round trip is answered: a is to lead a and b
-		p.mu.Unlock()
-		cancel()
-		if err := within(t, p, a); !errors.Is(err, context.Canceled) {
-			t.Errorf("a: %v, want context.Canceled", err)
-		}
-		if err := within(t, p, b); err != nil || reply(b.cmd) != 1 {
-			t.Errorf("b: %v, %v", b.cmd.Val(), err)
-		}
-		if counter(t, m, "a") != 0 || counter(t, m, "b") != 1 {
-			t.Errorf("a = %d, b = %d; want 0, 1", counter(t, m, "a"), counter(t, m, "b"))
-		}
-		idle(t, p)
-	})
-	// A call in a batch not sent yet leaves: its leader sends the rest.
-	t.Run("in a batch", func(t *testing.T) {
-		p, _, m := pipelined(t, 1)
-		p.inFlight = 1
-		ctx, cancel := context.WithCancel(t.Context())
-		a, b := p.queueForTest(t.Context(), "a"), p.queueForTest(ctx, "b")
-		p.mu.Lock()
-		p.releaseLocked()
-		p.mu.Unlock()
-		cancel()
-		if err := within(t, p, b); !errors.Is(err, context.Canceled) {
-			t.Errorf("b: %v, want context.Canceled", err)
-		}
-		if err := within(t, p, a); err != nil || reply(a.cmd) != 1 {
-			t.Errorf("a: %v, %v", a.cmd.Val(), err)
-		}
-		if counter(t, m, "a") != 1 || counter(t, m, "b") != 0 {
-			t.Errorf("a = %d, b = %d; want 1, 0", counter(t, m, "a"), counter(t, m, "b"))
-		}
-		idle(t, p)
-	})
-	// Every call of a batch handed on leaves: the pipeline is freed.
-	t.Run("all", func(t *testing.T) {
-		p, _, _ := pipelined(t, 1)
-		p.inFlight = 1
-		ctx, cancel := context.WithCancel(t.Context())
-		a, b := p.queueForTest(ctx, "a"), p.queueForTest(ctx, "b")
-		p.mu.Lock()
-		p.releaseLocked()
-		p.mu.Unlock()
-		cancel()
-		within(t, p, b)
-		within(t, p, a)
-		idle(t, p)
-	})
+	// A batch handed to a (queued) call to lead, a then b, from which the
+	// calls named leave before it is sent: the others are sent without
+	// them, led by the first that stays, and the pipeline is freed.
+	for _, c := range []struct{ name, leave string }{
+		{"leader", "a"},     // the next call of the batch leads it
+		{"in a batch", "b"}, // its leader sends the rest
+		{"all", "ab"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, _, m := pipelined(t, 1)
+			p.inFlight = 1 // a round trip on its way
+			ctx, cancel := context.WithCancel(t.Context())
+			call := map[string]*queued{}
+			for _, name := range []string{"a", "b"} {
+				cctx := t.Context()
+				if strings.Contains(c.leave, name) {
+					cctx = ctx
+				}
+				call[name] = p.queueForTest(cctx, name)
+			}
+			p.mu.Lock()
+			p.releaseLocked() // that round trip is answered: a is to lead a and b
+			p.mu.Unlock()
+			cancel()
+			// The leavers first: each leaves before a call that stays
+			// sends the batch.
+			order := strings.Split(c.leave, "")
+			for _, name := range []string{"a", "b"} {
+				if !strings.Contains(c.leave, name) {
+					order = append(order, name)
+				}
+			}
+			for _, name := range order {
+				err := within(t, p, call[name])
+				leaves := strings.Contains(c.leave, name)
+				switch {
+				case leaves && !errors.Is(err, context.Canceled):
+					t.Errorf("%s: %v, want context.Canceled", name, err)
+				case !leaves && (err != nil || reply(call[name].cmd) != 1):
+					t.Errorf("%s: %v, %v", name, call[name].cmd.Val(), err)
+				}
+				if want := map[bool]int{true: 0, false: 1}[leaves]; counter(t, m, name) != want {
+					t.Errorf("%s ran %d times, want %d", name, counter(t, m, name), want)
+				}
+			}
+			idle(t, p)
+		})
+	}
 }
 
 // within is p.wait(q), failing the test if it doesn't return in seconds.
