@@ -369,7 +369,9 @@ local function revisions_of(a, al)
 end
 
 -- request reads the ARGV that issue.lua and take.lua share (KEYS[1] is the
--- action key "<base>act:<action digest>").
+-- action key "<base>act:<action digest>"). The table names every field the
+-- steps set later (false until then), so that it is made at its full size
+-- once rather than grown (about 0.7 µs of server CPU per Take).
 local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
   return {
@@ -377,5 +379,7 @@ local function request(KEYS, ARGV)
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
     x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8],
     agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
+    agentKey = false, maxAgent = false, agentMember = false,
+    opID = false, hint = '', prev = '', f = false, c = false,
   }
 end
