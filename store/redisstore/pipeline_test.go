@@ -123,6 +123,18 @@ func idle(t *testing.T, p *pipeliner) {
 	}
 }
 
+// busy returns a pipeliner with one round trip, busy with a first call
+// that h holds on its way (h.hold lets it go), and that call's result.
+func busy(t *testing.T) (*pipeliner, *roundTrips, *miniredis.Miniredis, <-chan error) {
+	t.Helper()
+	p, h, m := pipelined(t, 1)
+	h.hold, h.held = make(chan struct{}), make(chan struct{}, 2)
+	first := make(chan error, 1)
+	go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
+	<-h.held
+	return p, h, m, first
+}
+
 func TestPipelinerLoneCall(t *testing.T) {
 	p, h, m := pipelined(t, 1)
 	for i := range 3 {
@@ -142,11 +154,7 @@ func TestPipelinerLoneCall(t *testing.T) {
 }
 
 func TestPipelinerSharesRoundTrips(t *testing.T) {
-	p, h, m := pipelined(t, 1)
-	h.hold, h.held = make(chan struct{}), make(chan struct{}, 1)
-	first := make(chan error, 1)
-	go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
-	<-h.held // the pipeline is busy with the first call
+	p, h, m, first := busy(t)
 	const n = 10
 	errs := make(chan error, n)
 	cmds := make([]*redis.Cmd, n)
@@ -181,11 +189,7 @@ func TestPipelinerSharesRoundTrips(t *testing.T) {
 
 func TestPipelinerCallLeavingBeforeSent(t *testing.T) {
 	t.Run("queued", func(t *testing.T) {
-		p, h, m := pipelined(t, 1)
-		h.hold, h.held = make(chan struct{}), make(chan struct{}, 1)
-		first := make(chan error, 1)
-		go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
-		<-h.held
+		p, h, m, first := busy(t)
 		ctx, cancel := context.WithCancel(t.Context())
 		left := make(chan error, 1)
 		go func() { left <- p.do(ctx, incr(ctx, "left")) }()
@@ -279,11 +283,7 @@ func (p *pipeliner) queueForTest(ctx context.Context, key string) *queued {
 // A call whose batch is on its way when its context ends has an unknown
 // outcome: the caller gets the context's error, the command runs once.
 func TestPipelinerCallLeavingAfterSent(t *testing.T) {
-	p, h, m := pipelined(t, 1)
-	h.hold, h.held = make(chan struct{}), make(chan struct{}, 2)
-	first := make(chan error, 1)
-	go func() { first <- p.do(t.Context(), incr(t.Context(), "first")) }()
-	<-h.held
+	p, h, m, first := busy(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	lead, follow := make(chan error, 1), make(chan error, 1)
 	go func() { lead <- p.do(t.Context(), incr(t.Context(), "lead")) }()
@@ -312,10 +312,7 @@ func TestPipelinerCallLeavingAfterSent(t *testing.T) {
 
 // The batch has its leader's deadline, not its cancellation.
 func TestPipelinerBatchOutlivesLeaderCancel(t *testing.T) {
-	p, h, m := pipelined(t, 1)
-	h.hold, h.held = make(chan struct{}), make(chan struct{}, 2)
-	go p.do(t.Context(), incr(t.Context(), "first"))
-	<-h.held
+	p, h, m, first := busy(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	lead, follow := make(chan error, 1), make(chan error, 1)
 	go func() { lead <- p.do(ctx, incr(ctx, "lead")) }()
@@ -330,6 +327,7 @@ func TestPipelinerBatchOutlivesLeaderCancel(t *testing.T) {
 		t.Errorf("follow: %v", err)
 	}
 	<-lead
+	<-first
 	if counter(t, m, "follow") != 1 {
 		t.Errorf("follow = %d", counter(t, m, "follow"))
 	}
