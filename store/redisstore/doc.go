@@ -52,9 +52,9 @@
 // next calls wait and go together in one pipeline, each still its own
 // atomic FCALL. A goroutine alone is never delayed: a call that finds a
 // round trip free is sent at once by its own goroutine. A call whose
-// context ends while it waits is never sent. Lookup, Check and a Take
-// whose claim is confirmed with WAIT or WAITAOF (on a connection of its
-// own, which they need) are sent on their own.
+// context ends while it waits is never sent. Lookup, Check and the
+// confirmation of a claim (a mark and WAIT or WAITAOF, which count the
+// writes of their own connection) are sent on their own.
 //
 // # Durability
 //
@@ -78,6 +78,14 @@
 //   - DurableNone, chosen explicitly: nothing waited for. Fast, and a
 //     restart or failover that loses recent writes can perform an approval
 //     twice. Check says so.
+//
+// WAIT and WAITAOF wait for the last write of their own connection, and the
+// step that claimed shares its round trip with others (Options.Pipelines):
+// so the store confirms a claim by writing a mark in its slot on a
+// connection of its own (a key "<base>mark", kept a minute) and waiting for
+// that, in one round trip. Redis replicates and appends to the AOF in
+// order, and the mark is written after the claim's reply arrived: a
+// confirmed mark confirms the claim.
 //
 // A claim not confirmed within Durability.Timeout is released at once and
 // Take fails with store.ErrNotDurable: nothing is performed, and the Gate

@@ -226,11 +226,9 @@ func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 }
 
 // takeDurable runs take.lua once the server is ready for the durability
-// chosen. Where a claim is confirmed with WAIT or WAITAOF (replicas; disk
-// on Redis 7.2 and later), it runs on a connection of its own and, when it
-// claims, confirms the claim on that same connection (both count the
-// writes of their own connection): one more round trip, on the claim path
-// only. On disk before 7.2 the reply itself is the confirmation.
+// chosen and, when it claims, confirms the claim (confirm: one more round
+// trip, on the claim path only; none with DurableDisk before Redis 7.2,
+// where the reply itself is the confirmation).
 func (s *Store) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
 	var v []string
 	var err error
@@ -274,40 +272,69 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 		// Nothing was claimed: fail closed before the script runs.
 		return nil, fmt.Errorf("%w: %s durability: %w", store.ErrNotDurable, s.durability.Mode, err)
 	}
-	d := s.durability
-	if d.Mode != DurableReplicas && !n.waitAOF() {
-		// Disk before Redis 7.2, with appendfsync always (verified by
-		// ready): Redis writes and fsyncs the AOF before it replies, on
-		// any connection. Nothing follows on the step's connection, so
-		// the step may share a round trip (Options.Pipelines).
-		return s.run(ctx, node, takeStep, keys, args...).StringSlice()
-	}
-	conn := node.Conn()
-	defer conn.Close()
-	v, err := s.run(ctx, conn, takeStep, keys, args...).StringSlice()
+	// The step shares round trips (Options.Pipelines) whatever the
+	// durability: a claim is confirmed after it, on a connection of its
+	// own.
+	v, err := s.run(ctx, node, takeStep, keys, args...).StringSlice()
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}
-	timeoutMs := d.timeout().Milliseconds()
-	switch {
-	case d.Mode == DurableReplicas:
-		got, err := conn.Wait(ctx, d.replicas(), d.timeout()).Result()
-		if err != nil {
-			return nil, fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
-		}
-		if got < int64(d.replicas()) {
-			return nil, fmt.Errorf("%w: %d of %d replicas acknowledged the claim within %v", errNotConfirmed, got, d.replicas(), d.timeout())
-		}
-	case n.waitAOF():
-		r, err := conn.Do(ctx, "WAITAOF", 1, 0, timeoutMs).Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
-		}
-		if len(r) < 1 || r[0] < 1 {
-			return nil, fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
-		}
+	if s.durability.Mode != DurableReplicas && !n.waitAOF() {
+		// Disk before Redis 7.2, with appendfsync always (verified by
+		// ready): Redis wrote and fsynced the AOF before it sent the reply
+		// just read.
+		return v, nil
+	}
+	if err := s.confirm(ctx, node, keys[1]); err != nil {
+		return nil, err
 	}
 	return v, nil
+}
+
+// confirm waits until a claim just made is on Durability.Replicas replicas
+// (WAIT) or on the server's disk (WAITAOF, Redis 7.2 and later). Both wait
+// for the last write of their own connection, which did not make the
+// claim: so that connection first writes a mark in the claim's slot (the
+// base of its token key, tokKey). Redis replicates and appends to the AOF
+// in order, and the mark was written after the claim's reply arrived, so
+// a confirmed mark confirms the claim too. Mark and wait are one round
+// trip.
+func (s *Store) confirm(ctx context.Context, node *redis.Client, tokKey string) error {
+	d := s.durability
+	mark := tokKey[:strings.LastIndex(tokKey, "tok:")] + "mark"
+	conn := node.Conn()
+	defer conn.Close()
+	var wait *redis.Cmd
+	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, mark, "1", time.Minute)
+		if d.Mode == DurableReplicas {
+			wait = p.Do(ctx, "WAIT", d.replicas(), d.timeout().Milliseconds())
+		} else {
+			wait = p.Do(ctx, "WAITAOF", 1, 0, d.timeout().Milliseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotConfirmed, err)
+	}
+	if d.Mode == DurableReplicas {
+		got, err := wait.Int64()
+		if err != nil {
+			return fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
+		}
+		if got < int64(d.replicas()) {
+			return fmt.Errorf("%w: %d of %d replicas acknowledged the claim within %v", errNotConfirmed, got, d.replicas(), d.timeout())
+		}
+		return nil
+	}
+	r, err := wait.Int64Slice()
+	if err != nil {
+		return fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
+	}
+	if len(r) < 1 || r[0] < 1 {
+		return fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
+	}
+	return nil
 }
 
 // releaseAfter releases a claim whose durability was not confirmed, so

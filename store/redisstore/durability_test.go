@@ -97,6 +97,54 @@ func TestDurableReplicas(t *testing.T) {
 		t.Fatalf("Take with the replica up: %+v, %v", res, err)
 	}
 
+	// The claim is confirmed on a connection other than the one that made
+	// it (the step shares round trips, Options.Pipelines): here a FIFO pool
+	// of several connections hands confirm another one. WAIT there must
+	// still wait for the claim (confirm writes a mark first); without the
+	// mark it answers at once that the replica has it all, and this test
+	// fails.
+	fifo := redis.NewClient(&redis.Options{Addr: master.Addr, ContextTimeoutEnabled: true, PoolFIFO: true, MinIdleConns: 4})
+	defer fifo.Close()
+	for deadline := time.Now().Add(5 * time.Second); fifo.PoolStats().IdleConns < 4; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the FIFO pool never opened its 4 connections")
+		}
+	}
+	other := redisstore.New(fifo, redisstore.Options{Durability: d})
+	if err := other.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a0, is0 := approvedAction(t, st, "another connection")
+	// Every connection of the pool writes, then the replica acknowledges
+	// all of it: a WAIT on any of them now answers at once.
+	for i := range 8 {
+		if err := fifo.Set(t.Context(), "written", i, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mc := master.Client(t)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		info := mc.Info(t.Context(), "replication").Val()
+		off := infoValue(info, "master_repl_offset")
+		if off != "" && strings.Contains(infoValue(info, "slave0"), ",offset="+off+",") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never caught up: %q", info)
+		}
+	}
+	if err := replica.Pause(); err != nil {
+		t.Skipf("pause: %v", err)
+	}
+	res0, err := other.Take(t.Context(), owner, a0, at(time.Second))
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, store.ErrNotDurable) || res0.Claim != nil {
+		t.Fatalf("Take confirmed on another connection with the replica stalled: %+v, %v; want ErrNotDurable", res0, err)
+	}
+	wantStatus(t, other, is0.Ref, store.Approved) // released
+
 	a, is := approvedAction(t, st, "stalled")
 	if err := replica.Pause(); err != nil {
 		t.Skipf("pause: %v", err)
@@ -218,4 +266,14 @@ func TestDurableDiskRecovers(t *testing.T) {
 	if res, err := st.Take(t.Context(), owner, a, at(2*time.Second)); err != nil || res.Claim == nil {
 		t.Fatalf("always again: %+v, %v", res, err)
 	}
+}
+
+// infoValue is a field of an INFO reply.
+func infoValue(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
