@@ -340,7 +340,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 
 	// What each durability mode adds to a claim, on servers of its own.
 	if procs != nil && c.durabilityClaims > 0 {
-		if err := durabilityCost(ctx, procs, c.durabilityClaims, say); err != nil {
+		if err := durabilityCost(ctx, procs, c.durabilityClaims, c.duration, c.pipelines, say); err != nil {
 			return res, fmt.Errorf("durability: %w", err)
 		}
 	}
@@ -865,7 +865,7 @@ func bareChecks(jwt string, jwks []byte) ([]sigCheck, error) {
 // appendfsync always (its AOF in the system's temporary directory, so on
 // that disk), "replicas 1" on a master with one replica, and says what
 // each adds over "none".
-func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, say func(string, ...any)) error {
+func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.Duration, pipelines int, say func(string, ...any)) error {
 	plain, err := redistest.StartArgs(procs)
 	if err != nil {
 		return err
@@ -892,6 +892,7 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, say func
 		addr string
 	}{{"none", plain.Addr}, {"disk", disk.Addr}, {"replicas 1", master.Addr}} {
 		opts, _ := durability(m.mode)
+		opts.Pipelines = pipelines
 		cl := redisClient(m.addr)
 		st := redisstore.New(cl, opts)
 		owner := store.Owner{Agent: "https://agent.example/durability", User: "usr_d"}
@@ -920,7 +921,31 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, say func
 				return fmt.Errorf("%s: finish: %v", m.mode, err)
 			}
 		}
+		// The whole cycle at 50 goroutines in this mode: every claim
+		// confirmed as the mode asks, while the steps share round trips.
+		rate, _, err := stepRate(ctx, 50, d, 0, func(ctx context.Context, g, i int) (int, error) {
+			o := store.Owner{Agent: "https://agent.example/durability", User: "usr_" + strconv.Itoa(g)}
+			a := store.Action{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute}
+			now := time.Now()
+			r, err := st.Take(ctx, o, a, now)
+			if err != nil || r.Issued == nil {
+				return 0, fmt.Errorf("take: %+v, %v", r, err)
+			}
+			if _, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
+				return 1, fmt.Errorf("record: %v", err)
+			}
+			if r, err = st.Take(ctx, o, a, now); err != nil || r.Claim == nil {
+				return 2, fmt.Errorf("claim: %+v, %v", r, err)
+			}
+			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+				return 3, fmt.Errorf("finish: %v", err)
+			}
+			return 4, nil
+		})
 		cl.Close()
+		if err != nil {
+			return fmt.Errorf("%s: cycle: %w", m.mode, err)
+		}
 		slices.Sort(claims)
 		p50, p99 := claims[len(claims)/2], claims[min(len(claims)-1, len(claims)*99/100)]
 		extra := ""
@@ -929,8 +954,8 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, say func
 		} else {
 			extra = fmt.Sprintf(", +%v at p50 over none", (p50 - base).Round(time.Microsecond))
 		}
-		say("durability %-10s claim (Take that claims) p50 %v, p99 %v over %d claims%s\n",
-			m.mode, p50.Round(time.Microsecond), p99.Round(time.Microsecond), n, extra)
+		say("durability %-10s claim (Take that claims) p50 %v, p99 %v over %d claims%s; cycle at 50 goroutines %.0f steps/s\n",
+			m.mode, p50.Round(time.Microsecond), p99.Round(time.Microsecond), n, extra, rate)
 	}
 	return nil
 }
