@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func TestCeilingSmall(t *testing.T) {
 	for _, mode := range []string{"none", "disk", "replicas 1"} {
 		if !strings.Contains(out.String(), "durability "+mode+" ") {
 			t.Errorf("no claim cost for durability %s", mode)
+		}
+		if !regexp.MustCompile(`durability ` + mode + ` .*; cycle at 50 goroutines [1-9]\d* steps/s`).MatchString(out.String()) {
+			t.Errorf("no cycle rate for durability %s", mode)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
