@@ -183,23 +183,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		return 1, err
 	}
 	cycle := func(ctx context.Context, g, i int) (int, error) {
-		o, a, now := owner(g, i), action(g, i), time.Now()
-		r, err := st.Take(ctx, o, a, now)
-		if err != nil || r.Issued == nil {
-			return 0, fmt.Errorf("take: %+v, %v", r, err)
-		}
-		rep, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
-		if err != nil || rep.Result != store.Recorded {
-			return 1, fmt.Errorf("record: %v, %v", rep.Result, err)
-		}
-		r, err = st.Take(ctx, o, a, now)
-		if err != nil || r.Claim == nil {
-			return 2, fmt.Errorf("take of the approved action: %+v, %v", r, err)
-		}
-		if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
-			return 3, fmt.Errorf("finish: %v", err)
-		}
-		return 4, nil
+		return cycleSteps(ctx, st, owner(g, i), action(g, i))
 	}
 	type figure struct {
 		rate, usec float64 // best rate, and the server CPU per step in that round
@@ -348,6 +332,28 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
 		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp)
 	return res, nil
+}
+
+// cycleSteps is the whole cycle of an action new to st: Take (the 403
+// step), Record, Take (the claim), Finish. It returns the steps done.
+func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a store.Action) (int, error) {
+	now := time.Now()
+	r, err := st.Take(ctx, o, a, now)
+	if err != nil || r.Issued == nil {
+		return 0, fmt.Errorf("take: %+v, %v", r, err)
+	}
+	rep, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
+	if err != nil || rep.Result != store.Recorded {
+		return 1, fmt.Errorf("record: %v, %v", rep.Result, err)
+	}
+	r, err = st.Take(ctx, o, a, now)
+	if err != nil || r.Claim == nil {
+		return 2, fmt.Errorf("take of the approved action: %+v, %v", r, err)
+	}
+	if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+		return 3, fmt.Errorf("finish: %v", err)
+	}
+	return 4, nil
 }
 
 // stepRate runs step from g goroutines, each with its own sequence of i,
@@ -924,23 +930,8 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		// The whole cycle at 50 goroutines in this mode: every claim
 		// confirmed as the mode asks, while the steps share round trips.
 		rate, _, err := stepRate(ctx, 50, d, 0, func(ctx context.Context, g, i int) (int, error) {
-			o := store.Owner{Agent: "https://agent.example/durability", User: "usr_" + strconv.Itoa(g)}
-			a := store.Action{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute}
-			now := time.Now()
-			r, err := st.Take(ctx, o, a, now)
-			if err != nil || r.Issued == nil {
-				return 0, fmt.Errorf("take: %+v, %v", r, err)
-			}
-			if _, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
-				return 1, fmt.Errorf("record: %v", err)
-			}
-			if r, err = st.Take(ctx, o, a, now); err != nil || r.Claim == nil {
-				return 2, fmt.Errorf("claim: %+v, %v", r, err)
-			}
-			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
-				return 3, fmt.Errorf("finish: %v", err)
-			}
-			return 4, nil
+			return cycleSteps(ctx, st, store.Owner{Agent: "https://agent.example/durability", User: "usr_" + strconv.Itoa(g)},
+				store.Action{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute})
 		})
 		cl.Close()
 		if err != nil {

@@ -125,8 +125,8 @@ func TestDurableReplicas(t *testing.T) {
 	mc := master.Client(t)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		info := mc.Info(t.Context(), "replication").Val()
-		off := infoValue(info, "master_repl_offset")
-		if off != "" && strings.Contains(infoValue(info, "slave0"), ",offset="+off+",") {
+		off := redisstore.InfoField(info, "master_repl_offset")
+		if off != "" && strings.Contains(redisstore.InfoField(info, "slave0"), ",offset="+off+",") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -266,14 +266,4 @@ func TestDurableDiskRecovers(t *testing.T) {
 	if res, err := st.Take(t.Context(), owner, a, at(2*time.Second)); err != nil || res.Claim == nil {
 		t.Fatalf("always again: %+v, %v", res, err)
 	}
-}
-
-// infoValue is a field of an INFO reply.
-func infoValue(info, field string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -4,3 +4,6 @@ package redisstore
 // step of their own (countNew), as on a Cluster, so that tests cover that
 // path on a single server too.
 func CountAgentApart(s *Store) { s.agentInStep.Store(false) }
+
+// InfoField is a field of an INFO reply.
+func InfoField(info, name string) string { return infoField(info, name) }

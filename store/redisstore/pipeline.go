@@ -57,16 +57,19 @@ func newPipeliner(client *redis.Client, maxInFlight int) *pipeliner {
 // do sends cmd, alone or in a batch, and returns its error once it has its
 // reply, or ctx's once ctx is done.
 func (p *pipeliner) do(ctx context.Context, cmd *redis.Cmd) error {
-	q := &queued{cmd: cmd, ctx: ctx}
 	p.mu.Lock()
 	if p.inFlight < p.maxInFlight {
+		// A round trip is free, so nothing is queued (calls queue only
+		// while every one is taken): this call goes alone, at once.
 		p.inFlight++
-		batch := p.startLocked(p.batchLocked(q))
 		p.mu.Unlock()
-		p.send(batch)
+		_ = p.client.Process(ctx, cmd)
+		p.mu.Lock()
+		p.releaseLocked()
+		p.mu.Unlock()
 		return cmd.Err()
 	}
-	q.wake = make(chan struct{}, 1)
+	q := &queued{cmd: cmd, ctx: ctx, wake: make(chan struct{}, 1)}
 	p.queue = append(p.queue, q)
 	p.mu.Unlock()
 	return p.wait(q)

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -424,8 +423,9 @@ func TestPipelinerConcurrent(t *testing.T) {
 
 // The store's steps go through the pipeliner: 64 Takes at once, while the
 // first round trips are held, share the next ones; with Pipelines < 0 each
-// is a round trip of its own. With DurableDisk before Redis 7.2 (the reply
-// is the confirmation) the Take shares them too.
+// is a round trip of its own. With the default durability (DurableDisk,
+// on redis-server) the Take shares them too: only a claim's confirmation
+// goes on its own.
 func TestStoreSharesRoundTrips(t *testing.T) {
 	const n = 64
 	mini := func(t *testing.T) *redis.Client {
@@ -445,25 +445,12 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 	}{
 		{"pipelines 0", mini, Options{Durability: none}, "evalsha"},
 		{"pipelines -1", mini, Options{Durability: none, Pipelines: -1}, "evalsha"},
-		{"disk before 7.2", server, Options{}, "fcall"},
+		{"durability disk", server, Options{}, "fcall"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			client := c.client(t)
 			defer client.Close()
 			shared := c.opts.Pipelines >= 0
-			if c.opts.Durability.Mode == DurableDisk {
-				info, err := client.Info(t.Context(), "server").Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				var major, minor int
-				if i := strings.Index(info, "redis_version:"); i >= 0 {
-					fmt.Sscanf(info[i+len("redis_version:"):], "%d.%d", &major, &minor)
-				}
-				if major > 7 || major == 7 && minor >= 2 {
-					t.Skipf("Redis %d.%d confirms a claim with WAITAOF on a connection of its own", major, minor)
-				}
-			}
 			h := &roundTrips{name: c.command}
 			client.AddHook(h)
 			st := New(client, c.opts)

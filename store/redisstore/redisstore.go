@@ -120,9 +120,9 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if s.maxOpenAgent == 0 {
 		s.maxOpenAgent = store.DefaultMaxOpenPerAgent
 	}
-	_, single := client.(*redis.Client)
+	c, single := client.(*redis.Client)
 	s.agentInStep.Store(single && s.maxOpenAgent > 0)
-	if c, ok := client.(*redis.Client); ok && opts.Pipelines >= 0 {
+	if single && opts.Pipelines >= 0 {
 		n := opts.Pipelines
 		if n == 0 {
 			n = DefaultPipelines

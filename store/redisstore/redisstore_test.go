@@ -146,7 +146,8 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 }
 
 // TestFunctions: after Load, a step is an FCALL; a server that has lost the
-// library (FUNCTION FLUSH) runs the script instead, and the step still
+// library (FUNCTION FLUSH) runs the script instead, one that has lost the
+// scripts too (SCRIPT FLUSH) is sent it with EVAL, and the step still
 // happens exactly once.
 func TestFunctions(t *testing.T) {
 	t.Parallel()
@@ -178,6 +179,16 @@ func TestFunctions(t *testing.T) {
 	}
 	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
 		t.Errorf("second Take: %+v, %v; want no second claim", res, err)
+	}
+	// Nor the scripts (SCRIPT FLUSH): EVALSHA runs nothing, EVAL does.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Issue(ctx, owner, action("k2", `{"v":2}`, time.Hour), at(4*time.Second)); err != nil {
+		t.Fatalf("Issue without the library or the scripts: %v", err)
+	}
+	if n := calls("eval"); n != 1 {
+		t.Errorf("%d EVALs, want 1", n)
 	}
 }
 

@@ -145,7 +145,8 @@ func (s *Store) runPiped(ctx context.Context, st *step, keys []string, args []an
 	}
 	cmd := redis.NewCmd(ctx, stepArgs("evalsha", st.script.Hash(), keys, args)...)
 	if err := s.pipe.do(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return st.script.Run(ctx, s.client, keys, args...)
+		// The server doesn't have the script: EVALSHA did not run it.
+		return st.script.Eval(ctx, s.client, keys, args...)
 	}
 	return cmd
 }
