@@ -549,7 +549,11 @@ func BenchmarkApproval(b *testing.B) {
 			m.MaxOpenPerOwner, m.MaxOpenPerAgent = -1, -1
 			var st store.Store = m
 			if name == "redis" {
-				st = redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+				rs := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+				if err := rs.Load(context.Background()); err != nil { // FCALL, as a site that calls Load runs
+					b.Fatal(err)
+				}
+				st = rs
 			}
 			var runs atomic.Int32
 			s := newShop(b, st, tokenKey(b), &runs)

@@ -43,13 +43,16 @@ func TestCeilingSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "approval CPU/bare": res.approvalCPURatio, "bytes/op": res.bytesPerOp} {
+	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "approval CPU/bare": res.approvalCPURatio, "approval floor/bare": res.approvalFloorRatio, "bytes/op": res.bytesPerOp} {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v", name, v)
 		}
 	}
 	if !strings.Contains(out.String(), "floor             50 clients") {
 		t.Errorf("no floor: redis-benchmark driving the least a step that opens an operation does")
+	}
+	if !strings.Contains(out.String(), "approval floor    1 goroutine") {
+		t.Errorf("no approval floor: one signature check and one round trip")
 	}
 	if !strings.Contains(out.String(), "store take+cap    50 goroutines") {
 		t.Errorf("no figure for a Take with the agent's cap counting")
