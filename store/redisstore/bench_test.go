@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +109,53 @@ func BenchmarkClaimDurability(b *testing.B) {
 			}
 		})
 	}
+}
+
+// go test -run '^$' -bench ClaimsAtOnce -benchtime 4000x ./store/redisstore/
+// Claims (Take that claims, then Finish) from 50 goroutines with
+// DurableReplicas (WAIT 1 on a replica on loopback): claims made at the
+// same moment share their confirmation (confirm.go). The approvals are
+// recorded before the timer starts.
+func BenchmarkClaimsAtOnce(b *testing.B) {
+	srv, err := redistest.StartArgs(b)
+	if err == nil {
+		_, err = redistest.StartReplica(b, srv)
+	}
+	if err != nil {
+		b.Skip(err)
+	}
+	st := redisstore.New(srv.Client(b), redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+	ctx := b.Context()
+	if err := st.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	actions := make([]store.Action, b.N)
+	for i := range actions {
+		a := action(fmt.Sprint("k", i), `{}`, time.Hour)
+		is, err := st.Issue(ctx, owner, a, at(0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		actions[i] = a
+	}
+	var next atomic.Int64
+	b.SetParallelism(50 / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			a := actions[next.Add(1)-1]
+			res, err := st.Take(ctx, owner, a, at(time.Second))
+			if err != nil || res.Claim == nil {
+				b.Errorf("Take: %+v, %v", res, err)
+				return
+			}
+			if err := st.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -98,7 +98,8 @@ type nodeState struct {
 	lock     chan struct{} // held (one element) while a caller reads or checks the server
 	version  [2]int        // major, minor; zero until read
 	checked  time.Time
-	checkErr error // the last check's verdict (DurableDisk before 7.2)
+	checkErr error     // the last check's verdict (DurableDisk before 7.2)
+	confirms confirmer // claims confirmed together (confirm.go)
 }
 
 // waitAOF reports whether the server has WAITAOF (7.2 and later).
@@ -285,7 +286,13 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 		// just read.
 		return v, nil
 	}
-	if err := s.confirm(ctx, node, keys[1]); err != nil {
+	// Claims made at the same moment share one confirmation (confirmer).
+	err = n.confirms.confirm(ctx, func(ctx context.Context) error { return s.confirm(ctx, node, keys[1]) })
+	if err != nil {
+		if !errors.Is(err, errNotConfirmed) {
+			// The claim's own deadline ended while it waited for its round.
+			err = fmt.Errorf("%w: %w", errNotConfirmed, err)
+		}
 		return nil, err
 	}
 	return v, nil

@@ -3,7 +3,10 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,6 +199,79 @@ func TestDurableReplicas(t *testing.T) {
 	res, err = st.Take(t.Context(), owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil || res.Claim.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("Take after the replica is back: %+v, %v", res, err)
+	}
+}
+
+// Claims made at the same moment share confirmations (confirm.go): each
+// is confirmed, with fewer WAITs than claims; and with the replica stalled
+// every one of them fails closed and is released.
+func TestClaimsShareConfirmations(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	replica, err := redistest.StartReplica(t, master)
+	if err != nil {
+		t.Skipf("replica: %v", err)
+	}
+	d := redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1, Timeout: 300 * time.Millisecond}
+	mc := master.Client(t)
+	st := redisstore.New(mc, redisstore.Options{Durability: d})
+	if err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	claimAll := func(name string) ([]store.Issued, []error) {
+		actions, issued := make([]store.Action, n), make([]store.Issued, n)
+		for i := range n {
+			actions[i], issued[i] = approvedAction(t, st, fmt.Sprint(name, i))
+		}
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				res, err := st.Take(t.Context(), owner, actions[i], at(time.Second))
+				if err == nil && res.Claim == nil {
+					err = fmt.Errorf("no claim: %+v", res)
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		return issued, errs
+	}
+	waits := func() int {
+		calls, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(redisstore.InfoField(mc.Info(t.Context(), "commandstats").Val(), "cmdstat_wait"), ",", 2)[0], "calls="))
+		return calls
+	}
+
+	before := waits()
+	issued, errs := claimAll("together")
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		wantStatus(t, st, issued[i].Ref, store.Performing)
+	}
+	sent := waits() - before
+	t.Logf("%d claims at once confirmed by %d WAITs", n, sent)
+	if sent < 1 || sent >= n {
+		t.Errorf("%d WAITs for %d claims made at once: want fewer than one each", sent, n)
+	}
+
+	if err := replica.Pause(); err != nil {
+		t.Skipf("pause: %v", err)
+	}
+	issued, errs = claimAll("stalled")
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, store.ErrNotDurable) {
+			t.Errorf("claim %d with the replica stalled: %v, want ErrNotDurable", i, err)
+		}
+		wantStatus(t, st, issued[i].Ref, store.Approved) // released
 	}
 }
 

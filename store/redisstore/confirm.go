@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// confirmer groups the confirmations of claims on one server, as a
+// database groups commits: claims that finish while a confirmation is on
+// its way share the next one, a single mark and WAIT (or WAITAOF).
+//
+// That is sound for the reason one mark confirms one claim (Store.confirm):
+// Redis replicates and appends to the AOF in the order it runs commands, and
+// a round's mark is written only after every claim in the round had its
+// reply, so a confirmed mark confirms them all. A claim never joins a round
+// whose mark may already have been sent: it joins the next one.
+//
+// A claim that finds no confirmation on its way confirms itself at once,
+// under its own context, so that a claim alone is never delayed. Later
+// rounds run on a goroutine of their own, under the latest deadline of
+// their claims (none when one of them has none; WAIT and WAITAOF end by
+// Durability.Timeout on the server all the same), and each claim waits for
+// its round no longer than its own deadline (BoundByContext): one impatient
+// claim never fails the others.
+type confirmer struct {
+	mu      sync.Mutex
+	running bool          // a confirmation is on its way
+	next    *confirmRound // the round that claims finishing now join; nil when none
+	// onSent, when set (tests), learns of each round sent: how many
+	// claims it confirmed.
+	onSent func(claims int)
+}
+
+// confirmRound is one mark and wait, for the claims that joined it.
+type confirmRound struct {
+	send     func(context.Context) error // its first claim's: mark and wait
+	done     chan struct{}               // closed once err is set
+	err      error
+	deadline time.Time // the latest of its claims' deadlines
+	forever  bool      // one of its claims has no deadline
+	claims   int
+}
+
+// confirm confirms a claim that has had its reply: send writes a mark on
+// the claim's server and waits for it, in one round trip.
+func (c *confirmer) confirm(ctx context.Context, send func(context.Context) error) error {
+	c.mu.Lock()
+	if !c.running {
+		// Nothing on its way: this claim's own round, at once.
+		c.running = true
+		c.mu.Unlock()
+		err := send(ctx)
+		c.sent(1)
+		c.startNext()
+		return err
+	}
+	r := c.next
+	if r == nil {
+		r = &confirmRound{send: send, done: make(chan struct{})}
+		c.next = r
+	}
+	r.claims++
+	if d, ok := ctx.Deadline(); !ok {
+		r.forever = true
+	} else if d.After(r.deadline) {
+		r.deadline = d
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startNext sends the round that claims joined meanwhile, if any, on a
+// goroutine of its own, then each one after it; or notes that nothing is on
+// its way.
+func (c *confirmer) startNext() {
+	c.mu.Lock()
+	r := c.next
+	c.next = nil
+	if r == nil {
+		c.running = false
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	go c.run(r)
+}
+
+func (c *confirmer) run(r *confirmRound) {
+	for r != nil {
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if !r.forever {
+			ctx, cancel = context.WithDeadline(ctx, r.deadline)
+		}
+		r.err = r.send(ctx)
+		cancel()
+		c.sent(r.claims)
+		close(r.done)
+		c.mu.Lock()
+		r = c.next
+		c.next = nil
+		if r == nil {
+			c.running = false
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *confirmer) sent(claims int) {
+	if c.onSent != nil {
+		c.onSent(claims)
+	}
+}
