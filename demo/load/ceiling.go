@@ -613,9 +613,10 @@ func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 
 // approvalCost times n approval requests through the endpoint on st (the
 // Session JWT verified with a warm key cache, its jti used up, the approval
-// recorded), one at a time, and n rounds of the two bare ES256 signature
-// checks of such a JWT (the delegation's, then the JWT's), and returns the
-// time of one of each.
+// recorded), one at a time, n rounds of the two bare ES256 signature
+// checks of such a JWT (the delegation's, then the JWT's), and n rounds of
+// the request's floor (the JWT's check, then a PING), and returns the time
+// of one of each.
 // approvalCosts is what approvalCost measured.
 type approvalCosts struct {
 	// latency is one approval request at one goroutine, bare the two bare
