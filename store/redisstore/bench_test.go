@@ -142,7 +142,7 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 		actions[i] = a
 	}
 	var next atomic.Int64
-	b.SetParallelism(50 / runtime.GOMAXPROCS(0))
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -76,23 +76,15 @@ func (c *confirmer) confirm(ctx context.Context, send func(context.Context) erro
 }
 
 // startNext sends the round that claims joined meanwhile, if any, on a
-// goroutine of its own, then each one after it; or notes that nothing is on
-// its way.
+// goroutine of its own, then each one after it.
 func (c *confirmer) startNext() {
-	c.mu.Lock()
-	r := c.next
-	c.next = nil
-	if r == nil {
-		c.running = false
-		c.mu.Unlock()
-		return
+	if r := c.takeNext(); r != nil {
+		go c.run(r)
 	}
-	c.mu.Unlock()
-	go c.run(r)
 }
 
 func (c *confirmer) run(r *confirmRound) {
-	for r != nil {
+	for ; r != nil; r = c.takeNext() {
 		ctx, cancel := context.Background(), context.CancelFunc(func() {})
 		if !r.forever {
 			ctx, cancel = context.WithDeadline(ctx, r.deadline)
@@ -101,14 +93,20 @@ func (c *confirmer) run(r *confirmRound) {
 		cancel()
 		c.sent(r.claims)
 		close(r.done)
-		c.mu.Lock()
-		r = c.next
-		c.next = nil
-		if r == nil {
-			c.running = false
-		}
-		c.mu.Unlock()
 	}
+}
+
+// takeNext takes the round that claims joined meanwhile, closed to others
+// from now on; or, when there is none, notes that nothing is on its way.
+func (c *confirmer) takeNext() *confirmRound {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.next
+	c.next = nil
+	if r == nil {
+		c.running = false
+	}
+	return r
 }
 
 func (c *confirmer) sent(claims int) {
