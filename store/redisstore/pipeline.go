@@ -55,7 +55,8 @@ func newPipeliner(client *redis.Client, maxInFlight int) *pipeliner {
 }
 
 // do sends cmd, alone or in a batch, and returns its error once it has its
-// reply, or ctx's once ctx is done.
+// reply, or ctx's once ctx is done. After ctx's error cmd must not be read:
+// a batch on its way may still write it (Store.piped).
 func (p *pipeliner) do(ctx context.Context, cmd *redis.Cmd) error {
 	p.mu.Lock()
 	if p.inFlight < p.maxInFlight {

@@ -309,6 +309,37 @@ func TestPipelinerCallLeavingAfterSent(t *testing.T) {
 	idle(t, p)
 }
 
+// The same through the store: the caller gets a command of its own with
+// its context's error, never the one the batch on its way still writes
+// (under -race, reading that one was a data race; without the fix its
+// error is nil here, the reply not yet read).
+func TestPipedCallLeavingAfterSent(t *testing.T) {
+	p, h, m, first := busy(t)
+	s := &Store{pipe: p}
+	ctx, cancel := context.WithCancel(t.Context())
+	lead, follow := make(chan error, 1), make(chan *redis.Cmd, 1)
+	go func() { lead <- p.do(t.Context(), incr(t.Context(), "lead")) }()
+	queuedCalls(t, p, 1)
+	go func() { follow <- s.piped(ctx, []any{"incr", "follow"}) }()
+	queuedCalls(t, p, 2)
+	h.hold <- struct{}{} // the first round trip is answered
+	<-h.held             // the batch of lead and follow is on its way
+	cancel()
+	cmd := <-follow
+	if err := cmd.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("follow: %v, want context.Canceled", err)
+	}
+	close(h.hold)
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	<-first
+	if cmd.Err() == nil || counter(t, m, "follow") != 1 {
+		t.Errorf("follow's command %v after its batch answered (ran %d times)", cmd, counter(t, m, "follow"))
+	}
+	idle(t, p)
+}
+
 // The batch has its leader's deadline, not its cancellation.
 func TestPipelinerBatchOutlivesLeaderCancel(t *testing.T) {
 	p, h, m, first := busy(t)
