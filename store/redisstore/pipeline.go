@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -54,9 +55,23 @@ func newPipeliner(client *redis.Client, maxInFlight int) *pipeliner {
 	return &pipeliner{client: client, maxInFlight: maxInFlight}
 }
 
+// call sends the command args, alone or in a batch, and returns it with its
+// reply. A caller whose context ends first gets a command of its own
+// carrying that error: the one it queued may be in a batch on its way,
+// whose leader still writes its reply.
+func (p *pipeliner) call(ctx context.Context, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	if err := p.do(ctx, cmd); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		left := redis.NewCmd(ctx, args...)
+		left.SetErr(err)
+		return left
+	}
+	return cmd
+}
+
 // do sends cmd, alone or in a batch, and returns its error once it has its
 // reply, or ctx's once ctx is done. After ctx's error cmd must not be read:
-// a batch on its way may still write it (Store.piped).
+// a batch on its way may still write it (call).
 func (p *pipeliner) do(ctx context.Context, cmd *redis.Cmd) error {
 	p.mu.Lock()
 	if p.inFlight < p.maxInFlight {

@@ -309,18 +309,17 @@ func TestPipelinerCallLeavingAfterSent(t *testing.T) {
 	idle(t, p)
 }
 
-// The same through the store: the caller gets a command of its own with
-// its context's error, never the one the batch on its way still writes
-// (under -race, reading that one was a data race; without the fix its
-// error is nil here, the reply not yet read).
-func TestPipedCallLeavingAfterSent(t *testing.T) {
+// The same through call, as the store sends its steps: the caller gets a
+// command of its own with its context's error, never the one the batch on
+// its way still writes (under -race, reading that one was a data race;
+// without the fix its error is nil here, the reply not yet read).
+func TestPipelinerCallLeavingAfterSentGetsItsOwn(t *testing.T) {
 	p, h, m, first := busy(t)
-	s := &Store{pipe: p}
 	ctx, cancel := context.WithCancel(t.Context())
 	lead, follow := make(chan error, 1), make(chan *redis.Cmd, 1)
 	go func() { lead <- p.do(t.Context(), incr(t.Context(), "lead")) }()
 	queuedCalls(t, p, 1)
-	go func() { follow <- s.piped(ctx, []any{"incr", "follow"}) }()
+	go func() { follow <- p.call(ctx, []any{"incr", "follow"}) }()
 	queuedCalls(t, p, 2)
 	h.hold <- struct{}{} // the first round trip is answered
 	<-h.held             // the batch of lead and follow is on its way

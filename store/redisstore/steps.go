@@ -138,29 +138,15 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 // runPiped runs st as run does, through the pipeliner.
 func (s *Store) runPiped(ctx context.Context, st *step, keys []string, args []any) *redis.Cmd {
 	if s.functions.Load() {
-		cmd := s.piped(ctx, stepArgs("fcall", st.fn, keys, args))
+		cmd := s.pipe.call(ctx, stepArgs("fcall", st.fn, keys, args))
 		if err := cmd.Err(); err == nil || !noFunction(err) {
 			return cmd
 		}
 	}
-	cmd := s.piped(ctx, stepArgs("evalsha", st.script.Hash(), keys, args))
+	cmd := s.pipe.call(ctx, stepArgs("evalsha", st.script.Hash(), keys, args))
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The server doesn't have the script: EVALSHA did not run it.
 		return st.script.Eval(ctx, s.client, keys, args...)
-	}
-	return cmd
-}
-
-// piped sends one command through the pipeliner and returns it with its
-// reply. A caller whose context ends first gets a command of its own
-// carrying that error: the one it queued may be in a batch on its way,
-// whose leader still writes its reply.
-func (s *Store) piped(ctx context.Context, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	if err := s.pipe.do(ctx, cmd); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		left := redis.NewCmd(ctx, args...)
-		left.SetErr(err)
-		return left
 	}
 	return cmd
 }
