@@ -204,7 +204,7 @@ func TestDurableReplicas(t *testing.T) {
 
 // Claims made at the same moment share confirmations (confirm.go): each
 // is confirmed, with fewer WAITs than claims; and with the replica stalled
-// every one of them fails closed and is released.
+// every one of them fails closed and is released (W144).
 func TestClaimsShareConfirmations(t *testing.T) {
 	t.Parallel()
 	master := redistest.Start(t)
@@ -271,7 +271,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		if !errors.Is(err, store.ErrNotDurable) {
 			t.Errorf("claim %d with the replica stalled: %v, want ErrNotDurable", i, err)
 		}
-		wantStatus(t, st, issued[i].Ref, store.Approved) // released
+		wantStatus(t, st, issued[i].Ref, store.Approved) // released (W144)
 	}
 }
 
