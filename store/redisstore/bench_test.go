@@ -131,15 +131,7 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 	}
 	actions := make([]store.Action, b.N)
 	for i := range actions {
-		a := action(fmt.Sprint("k", i), `{}`, time.Hour)
-		is, err := st.Issue(ctx, owner, a, at(0))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		actions[i] = a
+		actions[i], _ = approvedAction(b, st, fmt.Sprint("k", i))
 	}
 	var next atomic.Int64
 	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))

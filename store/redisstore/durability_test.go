@@ -19,7 +19,7 @@ import (
 
 // approvedAction issues and approves an action and returns it, ready for a
 // claim.
-func approvedAction(t *testing.T, st store.Store, key string) (store.Action, store.Issued) {
+func approvedAction(t testing.TB, st store.Store, key string) (store.Action, store.Issued) {
 	t.Helper()
 	a := action(key, `{}`, time.Hour)
 	is, err := st.Issue(t.Context(), owner, a, at(0))
