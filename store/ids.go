@@ -96,7 +96,9 @@ func ParseRef(ref string) (operationID string, ok bool) {
 }
 
 // SplitRef returns the operation_id and the revision a ref names. ok is
-// false for a ref that is malformed or not of this kit's form. A store
+// false for a ref that is malformed or not of this kit's form. A ref may
+// go on after its revision with a "." and more (a redisstore with
+// ComputeWaiting seals the operation there); SplitRef ignores it. A store
 // answers a well-formed ref whose revision it never returned for that
 // operation as not found too: §4 gives "any other reference" the same 400 as
 // a made-up one, so `<real operation_id>.madeUp` reveals nothing and
@@ -106,6 +108,7 @@ func SplitRef(ref string) (operationID, revision string, ok bool) {
 		return "", "", false
 	}
 	id, rev, found := strings.Cut(ref, ".")
+	rev, _, _ = strings.Cut(rev, ".")
 	if !found || !ValidID(id) || !ValidID(rev) {
 		return "", "", false
 	}

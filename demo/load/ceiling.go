@@ -62,6 +62,12 @@ type ceilingResult struct {
 	// approvalFloorRatio is approvalCosts.floor against the bare checks:
 	// what approvalRatio can't go below on this machine.
 	approvalFloorRatio float64
+	// takeUsec is the server CPU per Take at 50 goroutines.
+	takeUsec float64
+	// computed are the same figures with Options.ComputeWaiting.
+	computed struct {
+		takeRatio, cycleRatio, bytesPerOp, takeUsec float64
+	}
 }
 
 // returnOne is the script redis-benchmark runs: Redis's ceiling for one
@@ -124,12 +130,16 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	// same step on a single Redis. Its 64 agents have a prefix of their own.
 	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
+	// The same with ComputeWaiting: the 403 step stores nothing, and the
+	// first approval stores the operation (redisstore computed.go).
+	computedSt := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "w:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines, ComputeWaiting: true})
 	pipes := "Options.Pipelines default"
 	if c.pipelines != 0 {
 		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)
 	}
 	say("the store: functions where the server has them, durability none, %s\n", pipes)
-	for _, s := range []*redisstore.Store{st, capped} {
+	for _, s := range []*redisstore.Store{st, capped, computedSt} {
 		if err := s.Load(ctx); err != nil {
 			return res, err
 		}
@@ -188,6 +198,16 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	cycle := func(ctx context.Context, g, i int) (int, error) {
 		return cycleSteps(ctx, st, owner(g, i), action(g, i))
 	}
+	takeComputed := func(ctx context.Context, g, i int) (int, error) {
+		r, err := computedSt.Take(ctx, owner(g, i), action(g, i), time.Now())
+		if err == nil && r.Issued == nil {
+			err = fmt.Errorf("take of a new action: %+v", r)
+		}
+		return 1, err
+	}
+	cycleComputed := func(ctx context.Context, g, i int) (int, error) {
+		return cycleSteps(ctx, computedSt, owner(g, i), action(g, i))
+	}
 	type figure struct {
 		rate, usec float64 // best rate, and the server CPU per step in that round
 		rates      []float64
@@ -225,6 +245,20 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	memOps, memBytes := n/4, after-before
 	res.bytesPerOp = float64(memBytes) / float64(memOps)
+	// The same with ComputeWaiting, whose performed operations keep their
+	// action key too.
+	phase.Add(1)
+	if before, err = usedMemory(ctx, client); err != nil {
+		return res, err
+	}
+	if _, n, err = stepRate(ctx, 50, 0, 4*c.memoryOps, cycleComputed); err != nil {
+		return res, fmt.Errorf("memory: %w", err)
+	}
+	if after, err = usedMemory(ctx, client); err != nil {
+		return res, err
+	}
+	memOpsComputed, memBytesComputed := n/4, after-before
+	res.computed.bytesPerOp = float64(memBytesComputed) / float64(memOpsComputed)
 
 	// The approval request against the two bare signature checks,
 	// measured before the throughput rounds too: they leave over a million
@@ -267,7 +301,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		for _, m := range []struct {
 			name string
 			step func(context.Context, int, int) (int, error)
-		}{{"take", take}, {"cycle", cycle}, {"take+cap", takeCapped}} {
+		}{{"take", take}, {"cycle", cycle}, {"take+cap", takeCapped}, {"take*", takeComputed}, {"cycle*", cycleComputed}} {
 			for _, g := range []int{1, 50} {
 				phase.Add(1)
 				before := scriptStats(ctx, client)
@@ -297,8 +331,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		say("floor             50 clients    %9.0f calls/s  %5.1f µs server CPU per call  (%.2f× evalsha; redis-benchmark; %s)\n", f.rate, f.usec, f.rate/evalsha[50], spread(f))
 		say("(floor: a function that reads an action's 2 keys and writes 2 new keys with a TTL, an operation and its action's pointer, and nothing else: the least a step that opens an operation does)\n")
 	}
-	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}}
-	for _, name := range []string{"take", "cycle", "take+cap"} {
+	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}, "take*": {}, "cycle*": {}}
+	for _, name := range []string{"take", "cycle", "take+cap", "take*", "cycle*"} {
 		for _, g := range []int{1, 50} {
 			f := figures[fmt.Sprint(name, g)]
 			steps[name][g] = f.rate
@@ -307,13 +341,20 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 	say("(take+cap: a Take that opens an operation with the agent's cap counting it, as by default; take and cycle run without it)\n")
+	say("(take*, cycle*: the same with Options.ComputeWaiting: the 403 step stores nothing, the first approval stores the operation)\n")
 	res.takeRatio = steps["take"][50] / evalsha[50]
 	res.cycleRatio = steps["cycle"][50] / evalsha[50]
+	res.computed.takeRatio = steps["take*"][50] / evalsha[50]
+	res.computed.cycleRatio = steps["cycle*"][50] / evalsha[50]
+	res.computed.takeUsec = figures["take*50"].usec
+	res.takeUsec = figures["take50"].usec
 	say("beside this tool's own client ceiling (50 goroutines): take %.2f×, cycle %.2f×; the client ceiling is %.2f× redis-benchmark's\n",
 		steps["take"][50]/client50, steps["cycle"][50]/client50, client50/evalsha[50])
 
 	say("memory            %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
 		memOps, float64(memBytes)/1e6, res.bytesPerOp)
+	say("memory*           %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation (ComputeWaiting: its action key stays too)\n",
+		memOpsComputed, float64(memBytesComputed)/1e6, res.computed.bytesPerOp)
 
 	res.approvalRatio = float64(ac.latency) / float64(ac.bare)
 	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
@@ -335,8 +376,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 
-	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
-		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp)
+	say("ceiling with ComputeWaiting: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f take-cpu=%.1fµs\n",
+		res.computed.takeRatio, res.computed.cycleRatio, res.approvalRatio, res.computed.bytesPerOp, res.computed.takeUsec)
+	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f take-cpu=%.1fµs\n",
+		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp, res.takeUsec)
 	return res, nil
 }
 

@@ -1,27 +1,74 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
--- KEYS: the operation key ("<base>op:<operation_id>", the ref's); the
---       request's single-use key when ARGV[9] is set.
+-- KEYS: the operation key ("<base>op:<operation_id>", the ref's); for a
+--       computed ref (ARGV[11]), its action key; the request's
+--       single-use key when ARGV[9] is set; on a single Redis, for a
+--       computed ref, the agent's count of open operations (agent.lua).
 -- ARGV: 1 account, 2 approval operation_id, 3 approval revision, 4 now,
 --       5 approval JSON, 6 check only ('1' or '0'), 7 random suffix of a
 --       fresh revision (see W122 below), 8 the ref's revision, 9 the
 --       single-use key's until ('' for none), 10 the TTL in ms that keeps a
---       key until then.
+--       key until then, and for a computed ref (Options.ComputeWaiting):
+--       11 'c', 12 its account, 13 terms, 14 summary, 15 expires_at,
+--       16 agent, 17 user, 18 the owner's cap of open operations, 19 the
+--       TTL in ms that keeps a key until 15, and with the agent's count:
+--       20 the agent's cap, 21 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op = KEYS[1]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local base, opID = string.match(op, '^(.*)op:([^:]*)$')
+local computed = ARGV[11] == 'c'
+local onceKey = KEYS[2]
+if computed then onceKey = KEYS[3] end
 -- The request's single-use key, used up before anything else: a replayed
 -- request records nothing.
 if ARGV[9] and ARGV[9] ~= '' then
   -- One SET NX GET: set unless it is there, and what was there.
-  local used = redis.call('SET', KEYS[2], ARGV[9], 'NX', 'PX', ARGV[10], 'GET')
+  local used = redis.call('SET', onceKey, ARGV[9], 'NX', 'PX', ARGV[10], 'GET')
   if used then
     if cmp(now, used) <= 0 then
       return {'replayed'}
     end
     -- Past its until (by the caller's clock) it may be used again.
-    redis.call('SET', KEYS[2], ARGV[9], 'PX', ARGV[10])
+    redis.call('SET', onceKey, ARGV[9], 'PX', ARGV[10])
+  end
+end
+if computed then
+  -- A computed operation (computed.go) is stored by the first approval
+  -- sent for it, as Take would have stored it, and then checked like any
+  -- other. Its ref was sealed by this store for this owner, so its
+  -- revision was returned (W74).
+  local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[13], ARGV[14], ARGV[15]
+  local agentKey = ARGV[20] and KEYS[#KEYS]
+  local g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
+  local cur, _, prev = current_of(redis.call('GET', actKey))
+  if g[1] and not gone(g[2], now) then
+    -- Stored already. An open one gets the ref's revision if it does not
+    -- keep it yet, as Take would have added it (W20).
+    if g[1] == 'open' then
+      local known = false
+      for _, r in ipairs(words(g[3])) do
+        if r == rev then known = true end
+      end
+      if not known then
+        local ak = nil
+        if cur == opID then ak = actKey end
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[21])
+      end
+    end
+  else
+    -- Not stored: not past its expires_at (the ref is then unknown, as a
+    -- forgotten operation's is), and its action has no other live
+    -- operation (one stored since, which this ref's can't replace).
+    if cmp(now, x) > 0 then return {'notfound'} end
+    if cur and cur ~= opID and not gone(redis.call('HGET', base .. 'op:' .. cur, 'k'), now) then
+      return {'notfound'}
+    end
+    if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
+    local akey = string.match(actKey, 'act:([^:]*)$')
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[20], ARGV[21], true) then
+      return {'limited'}
+    end
   end
 end
 -- Everything the checks read, in one call: the operation, the ref's
@@ -33,9 +80,11 @@ local state, owner, cur, k = f[1], f[2], f[3], f[4]
 if not state or not owner or not cur or gone(k, now) then
   return {'notfound'} -- W74, W45
 end
-if not f[7] then
+if not f[7] and not computed then
   -- The ref names a revision this operation never returned (or no longer
   -- keeps): §4 "Any other reference" is not found, and records nothing.
+  -- (A computed ref's was returned: its seal says so. Its operation keeps
+  -- it unless it is no longer open, which check 2 answers.)
   return {'notfound'} -- W74
 end
 -- Check 1 (§3 "Who can approve it").

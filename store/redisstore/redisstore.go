@@ -60,6 +60,25 @@ type Options struct {
 	// does. The client's hooks (tracing, metrics) see a shared round trip
 	// as one pipeline of FCALLs.
 	Pipelines int
+	// ComputeWaiting makes the 403 step store nothing for an action with
+	// no live operation (§3: "A Company doesn't have to store operations
+	// that haven't been performed"): the operation is computed from the
+	// request and sealed in its ref, and the first approval sent for it
+	// stores it. The 403 step then only reads, which is most of the
+	// store's cost under load, and a flood of requests that are never
+	// approved stores nothing. What changes (computed.go):
+	//   - the caps of open operations count stored ones: an operation
+	//     is counted, and an approval may get RateLimited, when its first
+	//     approval stores it, not when its ref is returned;
+	//   - refs are longer (about 250 characters more than the terms and
+	//     summary), and sealed with a key the store keeps in Redis
+	//     ("<prefix>seal", made by the first server that needs it);
+	//   - a waiting operation's Lookup answers with the ref's own
+	//     revision until an approval stores it.
+	// Operations whose expires_at is more than Retention away, or whose
+	// ref would pass 2048 characters, are stored as without it. All
+	// servers sharing the Redis must agree on Retention.
+	ComputeWaiting bool
 }
 
 // Store is the at-most-once store on Redis. It is safe for concurrent use,
@@ -87,6 +106,10 @@ type Store struct {
 
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
+
+	// compute is Options.ComputeWaiting; seal holds its sealer.
+	compute bool
+	seal    sealerState
 }
 
 var _ store.Store = (*Store)(nil)
@@ -106,7 +129,7 @@ var _ store.Store = (*Store)(nil)
 // Call Check at start-up: it says what the Redis can promise, and names
 // the risk when that falls short of the chosen durability.
 func New(client redis.UniversalClient, opts Options) *Store {
-	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability}
+	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability, compute: opts.ComputeWaiting}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -260,7 +283,12 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	if err := ctx.Err(); err != nil {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
-	keys, args := s.issueArgs(s.base(owner.Agent, owner.User), owner, action, now)
+	base := s.base(owner.Agent, owner.User)
+	keys, args := s.issueArgs(base, owner, action, now)
+	c, k, err := s.mayCompute(ctx, owner, action, now, args)
+	if err != nil {
+		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+	}
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		return s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
 	}, s.maxOpenAgent)
@@ -270,6 +298,10 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	}
 	if len(v) == 1 && v[0] == "limited" {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
+	}
+	if len(v) == 1 && v[0] == "compute" && k != nil {
+		op := k.operation(base, c)
+		return store.Issued{Operation: op, Ref: k.seal(base, op, c)}, nil
 	}
 	op, ok := operation(v)
 	if !ok {
@@ -296,6 +328,10 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
+	c, k, err := s.mayCompute(ctx, owner, action, now, args)
+	if err != nil {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+	}
 	keys = append(keys, base+"tok:"+token)
 	retained := now.Add(s.retention)
 	tokUntil := now.Add(store.ClaimTokenTTL)
@@ -322,6 +358,12 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", store.ErrRateLimited)
 	case "busy":
 		return store.TakeResult{Busy: true}, nil
+	case "compute":
+		if k == nil {
+			break
+		}
+		op := k.operation(base, c)
+		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: k.seal(base, op, c)}}, nil
 	case "issued":
 		op, ok := takenOperation(v[1:], action)
 		if !ok {
@@ -420,16 +462,32 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	if err := ctx.Err(); err != nil {
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
+	base := s.base(owner.Agent, owner.User)
+	var c *computed
 	opID, refRev, ok := store.SplitRef(ref)
+	if isComputedRef(ref) {
+		k, err := s.sealer(ctx)
+		if err != nil {
+			s.failed(err)
+			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+		}
+		op, opened, err := k.open(base, ref)
+		if err != nil {
+			return store.RecordReply{Result: store.NotFound}, nil // W74
+		}
+		c, opID, refRev, ok = &opened, op.ID, op.Revision, true
+	}
 	if !ok {
 		return store.RecordReply{Result: store.NotFound}, nil // W74
 	}
-	base := s.base(owner.Agent, owner.User)
 	checkOnly := "0"
 	if opts.CheckOnly {
 		checkOnly = "1"
 	}
 	keys, once, onceTTL := []string{base + "op:" + opID}, "", ""
+	if c != nil {
+		keys = append(keys, base+"act:"+c.action)
+	}
 	if opts.Once != "" {
 		// The request's single-use key, used up first in the same script.
 		k := s.onceKey(opts.Once)
@@ -438,9 +496,15 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		}
 		keys, once, onceTTL = append(keys, k), ns(opts.OnceUntil), ttlMs(opts.OnceUntil, now)
 	}
-	v, err := s.run(ctx, s.client, recordStep, keys,
-		owner.Account, approval.OperationID, approval.Revision, ns(now),
-		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL).StringSlice()
+	args := []any{owner.Account, approval.OperationID, approval.Revision, ns(now),
+		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL}
+	var v []string
+	var err error
+	if c == nil {
+		v, err = s.run(ctx, s.client, recordStep, keys, args...).StringSlice()
+	} else {
+		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, now)
+	}
 	if err != nil {
 		s.failed(err)
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
@@ -540,6 +604,14 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+	}
+	if isComputedRef(ref) {
+		rec, found, err := s.lookupComputed(ctx, owner, ref, now)
+		if err != nil {
+			s.failed(err)
+			return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+		}
+		return rec, found, nil
 	}
 	opID, refRev, ok := store.SplitRef(ref)
 	if !ok {

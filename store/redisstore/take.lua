@@ -10,7 +10,9 @@
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
--- or {'released'} or {'lost'} or {'limited'}.
+-- or {'released'} or {'lost'} or {'limited'}, or {'compute'} when the
+-- seed asks for it and the caller is to compute a new operation
+-- (Options.ComputeWaiting, computed.go).
 local a = request(KEYS, ARGV)
 a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[18], ARGV[19]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
@@ -92,5 +94,6 @@ if opID then
 end
 local r = issue(a)
 if not r then return {'limited'} end
+if r[1] == 'compute' then return r end
 -- The terms are the request's: '' spares sending them back.
 return {'issued', r[1], r[2], r[3], '', r[5], r[6] or ''}

@@ -1,0 +1,283 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"context"
+	"github.com/opsgate/opsgate/store"
+	"github.com/redis/go-redis/v9"
+	"testing"
+
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/store/storetest"
+)
+
+func TestComputedMiniredis(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		mr, c := redistest.Mini(t)
+		return storetest.Harness{
+			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: true}),
+			Advance: mr.FastForward,
+			Size:    func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
+			Down:    mr.Close,
+
+			ComputesWaiting: true,
+		}
+	})
+}
+
+// computedStore is a store with ComputeWaiting on miniredis, with its
+// client and clock control.
+func computedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client, func(time.Duration)) {
+	mr, c := redistest.Mini(t)
+	opts.Durability = redisstore.Durability{Mode: redisstore.DurableNone}
+	opts.ComputeWaiting = true
+	return redisstore.New(c, opts), c, mr.FastForward
+}
+
+func TestComputed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	mustTake := func(t *testing.T, st store.Store, o store.Owner, a store.Action, now time.Time) store.TakeResult {
+		t.Helper()
+		r, err := st.Take(ctx, o, a, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	issued := func(t *testing.T, st store.Store, o store.Owner, a store.Action, now time.Time) store.Issued {
+		t.Helper()
+		r := mustTake(t, st, o, a, now)
+		if r.Issued == nil {
+			t.Fatalf("Take: %+v, want an operation issued", r)
+		}
+		return *r.Issued
+	}
+	record := func(t *testing.T, st store.Store, o store.Owner, is store.Issued, now time.Time) store.RecordResult {
+		t.Helper()
+		rep, err := st.Record(ctx, o, is.Ref, approval(is), now, store.RecordOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Result
+	}
+
+	t.Run("W19 W21 a 403 stores nothing, and a repeated request keeps its operation_id", func(t *testing.T) {
+		st, c, _ := computedStore(t, redisstore.Options{})
+		first := issued(t, st, owner, action("k", `{"v":1}`, 10*time.Minute), at(0))
+		keys, _ := c.Keys(ctx, "*").Result()
+		for range 50 {
+			issued(t, st, owner, action("k", `{"v":1}`, 10*time.Minute), at(time.Second))
+		}
+		again := issued(t, st, owner, action("k", `{"v":2}`, 10*time.Minute), at(2*time.Second))
+		other := issued(t, st, owner, action("other", `{"v":1}`, 10*time.Minute), at(2*time.Second))
+		otherUser := issued(t, st, store.Owner{Agent: owner.Agent, User: "user-2", Account: owner.Account}, action("k", `{"v":1}`, 10*time.Minute), at(2*time.Second))
+		after, _ := c.Keys(ctx, "*").Result()
+		if len(keys) != 1 || len(after) != 1 {
+			t.Errorf("keys after the 403s: %v then %v, want only the seal key", keys, after)
+		}
+		if again.Operation.ID != first.Operation.ID || again.Operation.Revision == first.Operation.Revision {
+			t.Errorf("W19 W20: %+v then %+v, want the same operation_id and another revision", first.Operation, again.Operation)
+		}
+		if other.Operation.ID == first.Operation.ID || otherUser.Operation.ID == first.Operation.ID {
+			t.Errorf("W21: another action or User shares operation_id %s", first.Operation.ID)
+		}
+		if !store.ValidID(first.Operation.ID) || !store.ValidID(first.Operation.Revision) || !store.ValidRef(first.Ref) {
+			t.Errorf("W22 W23 W59: %+v", first)
+		}
+	})
+
+	t.Run("W74 a ref altered, or sent by another owner, is not found and stores nothing", func(t *testing.T) {
+		st, c, _ := computedStore(t, redisstore.Options{})
+		is := issued(t, st, owner, action("k", `{"v":1}`, 10*time.Minute), at(0))
+		id, rev, _ := store.SplitRef(is.Ref)
+		sealed := is.Ref[len(id)+1+len(rev)+1:]
+		flip := []byte(sealed)
+		flip[len(flip)/2] ^= 1
+		if flip[len(flip)/2] == '.' || !store.ValidRef(string(flip)) {
+			flip[len(flip)/2] = 'A'
+		}
+		other := issued(t, st, owner, action("k2", `{"v":1}`, 10*time.Minute), at(0))
+		_, otherRev, _ := store.SplitRef(other.Ref)
+		for name, ref := range map[string]string{
+			"sealed part changed":        id + "." + rev + "." + string(flip),
+			"another revision named":     id + "." + otherRev + "." + sealed,
+			"another operation named":    "op_AAAAAAAAAAAAAAAAAAAA." + rev + "." + sealed,
+			"no sealed part":             id + "." + rev,
+			"sealed part of another ref": id + "." + rev + "." + other.Ref[strings.LastIndexByte(other.Ref, '.')+1:],
+		} {
+			if _, found, err := st.Lookup(ctx, owner, ref, at(time.Second)); err != nil || found {
+				t.Errorf("%s: Lookup found %v, %v", name, found, err)
+			}
+			if got := record(t, st, owner, store.Issued{Operation: is.Operation, Ref: ref}, at(time.Second)); got != store.NotFound {
+				t.Errorf("%s: Record %v, want not found", name, got)
+			}
+		}
+		for _, o := range []store.Owner{{Agent: "agent-b", User: owner.User, Account: owner.Account}, {Agent: owner.Agent, User: "user-2", Account: owner.Account}} {
+			if _, found, _ := st.Lookup(ctx, o, is.Ref, at(time.Second)); found {
+				t.Errorf("W76 another owner %+v finds it", o)
+			}
+			if got := record(t, st, o, is, at(time.Second)); got != store.NotFound {
+				t.Errorf("W45 another owner %+v: Record %v, want not found", o, got)
+			}
+		}
+		if n, _ := c.DBSize(ctx).Result(); n != 1 {
+			t.Errorf("%d keys, want only the seal key", n)
+		}
+	})
+
+	t.Run("W105 W95 the first approval stores it; then it is claimed once and performed", func(t *testing.T) {
+		st, _, _ := computedStore(t, redisstore.Options{})
+		a := action("k", `{"v":1}`, 10*time.Minute)
+		is := issued(t, st, owner, a, at(0))
+		rec, found, err := st.Lookup(ctx, owner, is.Ref, at(time.Second))
+		if err != nil || !found || rec.Status != store.Waiting || rec.Current.Revision != is.Operation.Revision || string(rec.Current.Terms) != `{"v":1}` || rec.Owner.Account != owner.Account {
+			t.Fatalf("Lookup before the approval: %+v %v %v", rec, found, err)
+		}
+		// A signed-out Session meets the account's operation (W44).
+		signedOut := store.Owner{Agent: owner.Agent, User: owner.User}
+		if got := record(t, st, signedOut, is, at(time.Second)); got != store.SignInRequired {
+			t.Errorf("W44: %v", got)
+		}
+		if got := record(t, st, owner, is, at(2*time.Second)); got != store.Recorded {
+			t.Fatalf("Record: %v", got)
+		}
+		if got := record(t, st, owner, is, at(3*time.Second)); got != store.AlreadyRecorded {
+			t.Errorf("again: %v", got)
+		}
+		if rec, _, _ := st.Lookup(ctx, owner, is.Ref, at(3*time.Second)); rec.Status != store.Approved {
+			t.Errorf("W106: %v", rec.Status)
+		}
+		r := mustTake(t, st, owner, a, at(4*time.Second))
+		if r.Claim == nil || r.Claim.Operation.ID != is.Operation.ID || r.Claim.Operation.Revision != is.Operation.Revision {
+			t.Fatalf("Take: %+v", r)
+		}
+		if r := mustTake(t, st, owner, a, at(5*time.Second)); !r.Busy {
+			t.Errorf("W145 while performing: %+v", r)
+		}
+		if err := st.Finish(ctx, *r.Claim, store.Done, at(6*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := record(t, st, owner, is, at(7*time.Second)); got != store.IsPerformed {
+			t.Errorf("W113: %v", got)
+		}
+		// W141: the next request is a new operation, however often it is
+		// asked, and an approval of it performs it once more.
+		next := issued(t, st, owner, a, at(8*time.Second))
+		if next.Operation.ID == is.Operation.ID {
+			t.Fatalf("W141: after performing, issued the performed operation %s", next.Operation.ID)
+		}
+	})
+
+	t.Run("W141 a performed operation's id never comes back, however long after", func(t *testing.T) {
+		retention := time.Hour
+		st, _, ff := computedStore(t, redisstore.Options{Retention: retention})
+		a := action("k", `{}`, 10*time.Minute)
+		seen := map[string]bool{}
+		now := at(0)
+		for i := range 6 {
+			is := issued(t, st, owner, a, now)
+			if seen[is.Operation.ID] {
+				t.Fatalf("round %d: operation_id %s again", i, is.Operation.ID)
+			}
+			seen[is.Operation.ID] = true
+			if got := record(t, st, owner, is, now); got != store.Recorded {
+				t.Fatalf("round %d: Record %v", i, got)
+			}
+			r := mustTake(t, st, owner, a, now)
+			if r.Claim == nil {
+				t.Fatalf("round %d: Take %+v", i, r)
+			}
+			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+				t.Fatal(err)
+			}
+			// Every other round, wait until it is forgotten.
+			step := time.Minute
+			if i%2 == 1 {
+				step = retention + 2*time.Minute
+			}
+			now = now.Add(step)
+			ff(step)
+		}
+	})
+
+	t.Run("the caps count operations when an approval stores them", func(t *testing.T) {
+		st, _, _ := computedStore(t, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: -1})
+		var all []store.Issued
+		for i := range 3 {
+			all = append(all, issued(t, st, owner, action(fmt.Sprint("k", i), `{}`, 10*time.Minute), at(0)))
+		}
+		for i, is := range all {
+			want := store.Recorded
+			if i == 2 {
+				want = store.RateLimited
+			}
+			if got := record(t, st, owner, is, at(time.Second)); got != want {
+				t.Errorf("approval %d: %v, want %v", i, got, want)
+			}
+		}
+		// A stored one approved again is no new operation.
+		if got := record(t, st, owner, all[0], at(2*time.Second)); got != store.AlreadyRecorded {
+			t.Errorf("again: %v", got)
+		}
+	})
+
+	t.Run("W74 W101 an expired ref of an operation never stored is not found", func(t *testing.T) {
+		st, _, _ := computedStore(t, redisstore.Options{})
+		is := issued(t, st, owner, action("k", `{}`, time.Minute), at(0))
+		if _, found, _ := st.Lookup(ctx, owner, is.Ref, is.Operation.ExpiresAt); !found {
+			t.Errorf("W18 at expires_at: not found")
+		}
+		late := is.Operation.ExpiresAt.Add(time.Second)
+		if _, found, _ := st.Lookup(ctx, owner, is.Ref, late); found {
+			t.Errorf("after expires_at: found")
+		}
+		if got := record(t, st, owner, is, late); got != store.NotFound {
+			t.Errorf("after expires_at: Record %v", got)
+		}
+	})
+
+	t.Run("a stale ref whose action has another live operation is not found", func(t *testing.T) {
+		retention := time.Hour
+		st, _, _ := computedStore(t, redisstore.Options{Retention: retention})
+		a := action("k", `{}`, 50*time.Minute)
+		// Computed in one epoch, and the next request in the next one.
+		first := issued(t, st, owner, a, at(0))
+		var second store.Issued
+		for d := time.Minute; ; d += time.Minute {
+			second = issued(t, st, owner, a, at(d))
+			if second.Operation.ID != first.Operation.ID {
+				break
+			}
+		}
+		if got := record(t, st, owner, second, second.Operation.ExpiresAt.Add(-time.Minute)); got != store.Recorded {
+			t.Fatalf("Record: %v", got)
+		}
+		if got := record(t, st, owner, first, first.Operation.ExpiresAt); got != store.NotFound {
+			t.Errorf("the other operation's ref: Record %v, want not found", got)
+		}
+		if _, found, _ := st.Lookup(ctx, owner, first.Ref, first.Operation.ExpiresAt); found {
+			t.Errorf("the other operation's ref: found")
+		}
+	})
+
+	t.Run("stored as before: a lifetime beyond Retention, or terms too long for a ref", func(t *testing.T) {
+		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
+		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
+		big := issued(t, st, owner, action("b", `{"x":"`+strings.Repeat("x", 2000)+`"}`, time.Minute), at(0))
+		for _, is := range []store.Issued{long, big} {
+			if is.Ref != store.MakeRef(is.Operation.ID, is.Operation.Revision) {
+				t.Errorf("ref %.80q…, want a stored operation's", is.Ref)
+			}
+		}
+		small := issued(t, st, owner, action("s", `{"x":"`+strings.Repeat("x", 1300)+`"}`, time.Minute), at(0))
+		if len(small.Ref) > store.MaxRefLength || small.Ref == store.MakeRef(small.Operation.ID, small.Operation.Revision) {
+			t.Errorf("1300 bytes of terms: a %d-character ref", len(small.Ref))
+		}
+	})
+}
