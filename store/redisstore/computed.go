@@ -11,10 +11,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/store"
@@ -65,22 +68,26 @@ const sealKeyName = "seal"
 type sealer struct {
 	aead  cipher.AEAD
 	idKey []byte
+	macs  sync.Pool // of HMAC-SHA256 hashes keyed with idKey
 }
 
 // sealerState caches the store's sealer once it was read or made.
 type sealerState struct {
-	mu sync.Mutex
-	s  *sealer
+	s  atomic.Pointer[sealer]
+	mu sync.Mutex // held while reading the secret
 }
 
 // sealer returns the store's sealer, reading (or making) its secret in
 // Redis on first use; an error leaves nothing cached, so the next call
 // tries again.
 func (s *Store) sealer(ctx context.Context) (*sealer, error) {
+	if k := s.seal.s.Load(); k != nil {
+		return k, nil
+	}
 	s.seal.mu.Lock()
 	defer s.seal.mu.Unlock()
-	if s.seal.s != nil {
-		return s.seal.s, nil
+	if k := s.seal.s.Load(); k != nil {
+		return k, nil
 	}
 	key := s.prefix + sealKeyName
 	fresh := make([]byte, 32)
@@ -108,12 +115,14 @@ func (s *Store) sealer(ctx context.Context) (*sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.seal.s = &sealer{aead: aead, idKey: sub("opsgate id")}
-	return s.seal.s, nil
+	k := &sealer{aead: aead, idKey: sub("opsgate id")}
+	s.seal.s.Store(k)
+	return k, nil
 }
 
 // computed is an operation computed from a request, as its ref seals it.
 type computed struct {
+	id      string // its operation_id once computed ("" before)
 	epoch   string // the epoch its operation_id was computed in
 	action  string // the action digest (store.ActionDigest)
 	account string
@@ -128,53 +137,94 @@ func (s *Store) epochOf(now time.Time) string {
 	return strconv.FormatInt(now.UnixNano()/int64(s.retention), 10)
 }
 
-// mac is HMAC-SHA256 with the sealer's id key over parts, each ended by a 0.
-func (k *sealer) mac(parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, k.idKey)
-	for _, p := range parts {
-		m.Write(p)
-		m.Write([]byte{0})
+// mac is HMAC-SHA256 with the sealer's id key over parts, then terms,
+// each ended by a 0, written into sum.
+func (k *sealer) mac(sum *[sha256.Size]byte, terms []byte, parts ...string) []byte {
+	m, _ := k.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, k.idKey)
 	}
-	return m.Sum(nil)
+	m.Reset()
+	zero := []byte{0}
+	for _, p := range parts {
+		io.WriteString(m, p)
+		m.Write(zero)
+	}
+	if terms != nil {
+		m.Write(terms)
+		m.Write(zero)
+	}
+	out := m.Sum(sum[:0])
+	k.macs.Put(m)
+	return out
 }
 
-// idChars writes sum in the ID characters of spec 8.2 (W22, W23).
+// idChars writes the first n characters of sum's base64url: ID
+// characters of spec 8.2 (W22, W23).
 func idChars(sum []byte, n int) string {
-	return base64.RawURLEncoding.EncodeToString(sum)[:n]
+	var buf [44]byte
+	base64.RawURLEncoding.Encode(buf[:], sum[:32])
+	return string(buf[:n])
 }
 
 // operation is the operation c describes for the owner whose keys start
 // with base: its computed operation_id and revision.
 func (k *sealer) operation(base string, c computed) store.Operation {
-	id := "op_" + idChars(k.mac([]byte(base), []byte(c.action), []byte(c.epoch)), 20)
+	id := c.id
+	if id == "" {
+		id = k.operationID(base, c)
+	}
 	sec := strconv.FormatInt(c.expires.Unix(), 10)
-	rev := sec + "-" + idChars(k.mac([]byte(id), []byte(sec), c.terms), 16)
+	var sum [sha256.Size]byte
+	rev := sec + "-" + idChars(k.mac(&sum, c.terms, id, sec), 16)
 	return store.Operation{ID: id, Revision: rev, Summary: c.summary, Terms: c.terms, ExpiresAt: c.expires}
 }
 
-// sealedSize is the most the ref that seals c may take: its operation_id
-// and revision, then the base64url of a nonce, the fields with their
-// lengths, and the tag.
-func sealedSize(c computed) int {
-	n := 12 + 16 + 8 // nonce, tag, expires_at
-	for _, l := range []int{len(c.epoch), len(c.action), len(c.account), len(c.terms), len(c.summary)} {
+// operationID is the operation_id c describes for the owner whose keys
+// start with base.
+func (k *sealer) operationID(base string, c computed) string {
+	var sum [sha256.Size]byte
+	return "op_" + idChars(k.mac(&sum, nil, base, c.action, c.epoch), 20)
+}
+
+// sealedLen is the length of c's fields as seal writes them, before the
+// seal's nonce and tag.
+func sealedLen(c computed) int {
+	n := 8 // expires_at
+	for _, l := range [...]int{len(c.epoch), len(c.action), len(c.account), len(c.terms), len(c.summary)} {
 		n += l + (bits.Len64(uint64(l)|1)+6)/7 // the length's uvarint
 	}
-	return 3 + 20 + 1 + 11 + 1 + 16 + 1 + base64.RawURLEncoding.EncodedLen(n)
+	return n
+}
+
+// sealedSize is the length of the ref that seals c: its operation_id and
+// revision (at most 23 and 28 characters), then the base64url of a nonce,
+// the fields and the tag.
+func sealedSize(c computed) int {
+	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(12+sealedLen(c)+16)
 }
 
 // seal returns the ref of op, computed as c, for the owner whose keys
 // start with base.
 func (k *sealer) seal(base string, op store.Operation, c computed) string {
-	var plain []byte
-	for _, f := range [][]byte{[]byte(c.epoch), []byte(c.action), []byte(c.account), c.terms, []byte(c.summary)} {
+	ns := k.aead.NonceSize()
+	buf := make([]byte, ns, ns+sealedLen(c)+k.aead.Overhead())
+	rand.Read(buf)
+	plain := buf[ns:]
+	for _, f := range [...]string{c.epoch, c.action, c.account} {
 		plain = binary.AppendUvarint(plain, uint64(len(f)))
 		plain = append(plain, f...)
 	}
+	plain = binary.AppendUvarint(plain, uint64(len(c.terms)))
+	plain = append(plain, c.terms...)
+	plain = binary.AppendUvarint(plain, uint64(len(c.summary)))
+	plain = append(plain, c.summary...)
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.expires.Unix()))
-	nonce := make([]byte, k.aead.NonceSize(), k.aead.NonceSize()+len(plain)+k.aead.Overhead())
-	rand.Read(nonce)
-	return store.MakeRef(op.ID, op.Revision) + "." + base64.RawURLEncoding.EncodeToString(k.aead.Seal(nonce, nonce, plain, []byte(base)))
+	sealed := k.aead.Seal(buf[ns:ns], buf[:ns], plain, []byte(base))
+	sealed = buf[:ns+len(sealed)]
+	ref := make([]byte, 0, len(op.ID)+len(op.Revision)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
+	ref = append(append(append(append(ref, op.ID...), '.'), op.Revision...), '.')
+	return string(base64.RawURLEncoding.AppendEncode(ref, sealed))
 }
 
 var errNotSealed = errors.New("not a computed ref of this store and owner")
@@ -265,7 +315,9 @@ func (s *Store) mayCompute(ctx context.Context, owner store.Owner, action store.
 		s.failed(err)
 		return c, nil, err
 	}
-	args[7] = args[7].(string) + "." // a seed that ends with ".": compute (lib.lua issue)
+	// The seed ends with "." and the operation_id to compute (lib.lua issue).
+	c.id = k.operationID(s.base(owner.Agent, owner.User), c)
+	args[7] = args[7].(string) + "." + c.id
 	return c, k, nil
 }
 

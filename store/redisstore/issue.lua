@@ -4,7 +4,8 @@
 -- ARGV: 1 account, 2 terms, 3 summary, 4 fixed expires_at or '', 5 a fresh
 --       revision's expires_at, 6 the least expires_at a reused revision may
 --       have, 7 now, 8 seed (36 random characters: a new operation_id's 20,
---       then a revision's 16; Take's may end with '.', lib.lua issue),
+--       then a revision's 16; then '.' and an operation_id to compute,
+--       lib.lua issue),
 --       9 agent, 10 user, 11 the owner's cap of open
 --       operations, 12 the TTL in ms that keeps a key until 5, and with
 --       the agent's count: 13 the agent's cap, 14 its members' prefix

@@ -216,14 +216,13 @@ local function reopen(base, opID, k, now, agentKey, agentMember)
 end
 
 -- new_operation opens operation opID for an action (its digest akey, its
--- key actKey) with revision rev as its first (computed: true for a computed
--- operation that an approval stores, record.lua), unless the owner's cap of
+-- key actKey) with revision rev as its first, unless the owner's cap of
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
 -- that an earlier version replaced ('' for none, action_value): the action
 -- key keeps naming it, so that Take stays busy while it is (W145).
-local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember, computed)
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
@@ -238,14 +237,8 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   end
   local op = base .. 'op:' .. opID
   local t = xttl
-  if computed then
-    -- c marks a computed operation (record.lua, finish.lua).
-    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
-      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev, 'c', '1')
-  else
-    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
-      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
-  end
+  redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
+    't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
   redis.call('PEXPIRE', op, t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
@@ -312,8 +305,8 @@ end
 -- summary, fixed expires_at ('' for none), x (a fresh revision's
 -- expires_at), half (the least expires_at a reused revision may have,
 -- W39), now, seed (random: a new operation_id, then a revision's suffix),
--- compute (a new operation is computed by the caller, not stored: the
--- seed ends with '.', which no random character is),
+-- compute (the operation_id the caller computes for a new operation,
+-- which is then not stored, or ''; the seed ends with '.' and it),
 -- agent, user, maxOpen, xttl (the TTL in ms that keeps a key until x).
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
@@ -341,9 +334,12 @@ local function issue(a)
   -- With Options.ComputeWaiting nothing is stored for a new operation
   -- (§3: a Company doesn't have to store operations that haven't been
   -- performed): the caller computes it, and its first approval stores it
-  -- (record.lua). After a performed one that is still remembered, the new
-  -- one is stored as before (W141).
-  if a.compute and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) then
+  -- (record.lua). While the operation the caller would compute is
+  -- remembered (performed, and its action key gone with its claim), or
+  -- the action's is (performed), the new one is stored as before, with a
+  -- random operation_id (W141).
+  if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
+      gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
     return {'compute'}
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
@@ -394,7 +390,7 @@ local function request(KEYS, ARGV)
   return {
     base = base, actKey = KEYS[1], akey = akey,
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
-    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = string.sub(ARGV[8], -1) == '.',
+    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = string.match(ARGV[8], '%.(.*)$') or '',
     agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
     agentKey = false, maxAgent = false, agentMember = false,
     opID = false, hint = '', prev = '', f = false, c = false,

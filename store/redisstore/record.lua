@@ -66,7 +66,7 @@ if computed then
     end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
     local akey = string.match(actKey, 'act:([^:]*)$')
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[20], ARGV[21], true) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[20], ARGV[21]) then
       return {'limited'}
     end
   end
