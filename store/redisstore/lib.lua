@@ -216,13 +216,14 @@ local function reopen(base, opID, k, now, agentKey, agentMember)
 end
 
 -- new_operation opens operation opID for an action (its digest akey, its
--- key actKey) with revision rev as its first, unless the owner's cap of
+-- key actKey) with revision rev as its first (and extra fields, when given:
+-- its first approval, record.lua), unless the owner's cap of
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
 -- that an earlier version replaced ('' for none, action_value): the action
 -- key keeps naming it, so that Take stays busy while it is (W145).
-local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember)
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember, extra)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
@@ -237,8 +238,13 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   end
   local op = base .. 'op:' .. opID
   local t = xttl
-  redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
-    't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
+  if extra then
+    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
+      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev, unpack(extra))
+  else
+    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
+      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
+  end
   redis.call('PEXPIRE', op, t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).

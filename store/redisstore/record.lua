@@ -33,6 +33,7 @@ if ARGV[9] and ARGV[9] ~= '' then
     redis.call('SET', onceKey, ARGV[9], 'PX', ARGV[10])
   end
 end
+local fresh = nil -- what the checks read, for an operation just stored
 if computed then
   -- A computed operation (computed.go) is stored by the first approval
   -- sent for it, as Take would have stored it, and then checked like any
@@ -66,15 +67,28 @@ if computed then
     end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
     local akey = string.match(actKey, 'act:([^:]*)$')
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[20], ARGV[21]) then
+    -- The approval of this very revision by its own account passes checks
+    -- 1-3 on an operation just stored: it is recorded in the same write.
+    local approve = nil
+    if ARGV[12] == acct and apOp == opID and apRev == rev and checkOnly ~= '1' then
+      approve = {'a:' .. rev, approval, 'al', rev}
+    end
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[20], ARGV[21], approve) then
       return {'limited'}
     end
+    if approve then
+      return {'recorded', opID, rev, summary, terms, x}
+    end
+    -- Otherwise what the checks read is known without reading it.
+    local t, s = false, false
+    if apRev == rev then t, s = terms, summary end
+    fresh = {'open', ARGV[12], rev, x, false, rev, terms, t, s, t and x, false, false}
   end
 end
 -- Everything the checks read, in one call: the operation, the ref's
 -- revision, the approval's revision (when it names this operation) and the
 -- current one's is read after, only when check 3 needs it.
-local f = redis.call('HMGET', op, 'state', 'acct', 'cur', 'k', 'al', 'order', 't:' .. ARGV[8],
+local f = fresh or redis.call('HMGET', op, 'state', 'acct', 'cur', 'k', 'al', 'order', 't:' .. ARGV[8],
   't:' .. apRev, 's:' .. apRev, 'x:' .. apRev, 'a:' .. apRev, 'u:' .. apRev)
 local state, owner, cur, k = f[1], f[2], f[3], f[4]
 if not state or not owner or not cur or gone(k, now) then
