@@ -353,7 +353,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 
 	say("memory            %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
 		memOps, float64(memBytes)/1e6, res.bytesPerOp)
-	say("memory*           %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation (ComputeWaiting: its action key stays too)\n",
+	say("memory*           %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
 		memOpsComputed, float64(memBytesComputed)/1e6, res.computed.bytesPerOp)
 
 	res.approvalRatio = float64(ac.latency) / float64(ac.bare)

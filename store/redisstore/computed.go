@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -68,7 +67,7 @@ const sealKeyName = "seal"
 type sealer struct {
 	aead  cipher.AEAD
 	idKey []byte
-	macs  sync.Pool // of HMAC-SHA256 hashes keyed with idKey
+	macs  sync.Pool // of *macState, keyed with idKey
 }
 
 // sealerState caches the store's sealer once it was read or made.
@@ -140,23 +139,28 @@ func (s *Store) epochOf(now time.Time) string {
 // mac is HMAC-SHA256 with the sealer's id key over parts, then terms,
 // each ended by a 0, written into sum.
 func (k *sealer) mac(sum *[sha256.Size]byte, terms []byte, parts ...string) []byte {
-	m, _ := k.macs.Get().(hash.Hash)
+	m, _ := k.macs.Get().(*macState)
 	if m == nil {
-		m = hmac.New(sha256.New, k.idKey)
+		m = &macState{h: hmac.New(sha256.New, k.idKey)}
 	}
-	m.Reset()
-	zero := []byte{0}
+	m.h.Reset()
+	m.buf = m.buf[:0]
 	for _, p := range parts {
-		io.WriteString(m, p)
-		m.Write(zero)
+		m.buf = append(append(m.buf, p...), 0)
 	}
 	if terms != nil {
-		m.Write(terms)
-		m.Write(zero)
+		m.buf = append(append(m.buf, terms...), 0)
 	}
-	out := m.Sum(sum[:0])
+	m.h.Write(m.buf)
+	out := m.h.Sum(sum[:0])
 	k.macs.Put(m)
 	return out
+}
+
+// macState is a keyed HMAC and the buffer mac writes into it at once.
+type macState struct {
+	h   hash.Hash
+	buf []byte
 }
 
 // idChars writes the first n characters of sum's base64url: ID
@@ -288,13 +292,13 @@ func isComputedRef(ref string) bool {
 
 // computable reports whether Take may compute the operation for action
 // rather than store it, and returns what it would be.
-func (s *Store) computable(owner store.Owner, action store.Action, now time.Time) (computed, bool) {
+func (s *Store) computable(owner store.Owner, digest string, action store.Action, now time.Time) (computed, bool) {
 	expires := action.ExpiresAt
 	if expires.IsZero() {
 		expires = now.Add(action.Lifetime)
 	}
 	expires = time.Unix(expires.Unix(), 0).UTC()
-	c := computed{epoch: s.epochOf(now), action: store.ActionDigest(owner.Account, action.Key), account: owner.Account,
+	c := computed{epoch: s.epochOf(now), action: digest, account: owner.Account,
 		expires: expires, terms: action.Terms, summary: action.Summary}
 	if !s.compute || expires.Sub(now) > s.retention || sealedSize(c) > store.MaxRefLength {
 		return c, false
@@ -302,12 +306,12 @@ func (s *Store) computable(owner store.Owner, action store.Action, now time.Time
 	return c, true
 }
 
-// mayCompute lets the step that issues for action (its args from
-// issueArgs) answer "compute" rather than store a new operation, when the
+// mayCompute lets the step that issues for action (its keys and args
+// from issueArgs, for the owner whose keys start with base) answer "compute" rather than store a new operation, when the
 // operation can be computed: it returns the sealer and what to compute.
 // k is nil when the step is to store it.
-func (s *Store) mayCompute(ctx context.Context, owner store.Owner, action store.Action, now time.Time, args []any) (c computed, k *sealer, err error) {
-	c, ok := s.computable(owner, action, now)
+func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.Action, now time.Time, keys []string, args []any) (c computed, k *sealer, err error) {
+	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
 		return c, nil, nil
 	}
@@ -316,7 +320,7 @@ func (s *Store) mayCompute(ctx context.Context, owner store.Owner, action store.
 		return c, nil, err
 	}
 	// The seed ends with "." and the operation_id to compute (lib.lua issue).
-	c.id = k.operationID(s.base(owner.Agent, owner.User), c)
+	c.id = k.operationID(base, c)
 	args[7] = args[7].(string) + "." + c.id
 	return c, k, nil
 }

@@ -24,7 +24,7 @@ func BenchmarkComputeRef(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		cmp, ok := s.computable(owner, a, now)
+		cmp, ok := s.computable(owner, store.ActionDigest(owner.Account, a.Key), a, now)
 		if !ok {
 			b.Fatal("not computable")
 		}

@@ -285,7 +285,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
-	c, k, err := s.mayCompute(ctx, owner, action, now, args)
+	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, args)
 	if err != nil {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
@@ -328,7 +328,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
-	c, k, err := s.mayCompute(ctx, owner, action, now, args)
+	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, args)
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}

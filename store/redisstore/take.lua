@@ -13,12 +13,22 @@
 -- or {'released'} or {'lost'} or {'limited'}, or {'compute'} when the
 -- seed asks for it and the caller is to compute a new operation
 -- (Options.ComputeWaiting, computed.go).
+local v = redis.call('MGET', KEYS[2], KEYS[1])
+-- The 403 step with Options.ComputeWaiting, in its most common case: no
+-- claim with this token, nothing stored for the action, and the operation
+-- the caller computes (its id ends the seed) not remembered either. What
+-- issue (lib.lua) would answer then, without reading the rest.
+if not v[1] and not v[2] then
+  local id = string.match(ARGV[8], '%.(.+)$')
+  if id and gone(redis.call('HGET', string.match(KEYS[1], '^(.*)act:') .. 'op:' .. id, 'k'), ARGV[7]) then
+    return {'compute'}
+  end
+end
 local a = request(KEYS, ARGV)
 a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[18], ARGV[19]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 local now, base = a.now, a.base
 
-local v = redis.call('MGET', tokKey, a.actKey)
 -- The caller chose the token, so that it can release what this step
 -- claims even if the reply is lost (W144). A Take repeated with it (a
 -- client's retry) gets the same claim, and one after Release claims
