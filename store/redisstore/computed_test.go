@@ -30,6 +30,25 @@ func TestComputedMiniredis(t *testing.T) {
 	})
 }
 
+// On a redis-server, with four web servers' stores sharing it (W135 across
+// clients, and one seal key for all).
+func TestComputedRedis(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		srv := redistest.Start(t)
+		opts := redisstore.Options{ComputeWaiting: true}
+		first := redisstore.New(srv.Client(t), opts)
+		if err := first.Load(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h := storetest.Harness{Store: first, Down: srv.Stop, ComputesWaiting: true}
+		for range 3 {
+			h.Clients = append(h.Clients, redisstore.New(srv.Client(t), opts))
+		}
+		return h
+	})
+}
+
 // computedStore is a store with ComputeWaiting on miniredis, with its
 // client and clock control.
 func computedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client, func(time.Duration)) {

@@ -75,22 +75,29 @@ func TestCluster(t *testing.T) {
 	// flushed before each subtest; two clients, as two web servers.
 	cluster := redistest.Cluster(t)
 	other := clusterClient(t, cluster)
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		err := cluster.ForEachMaster(t.Context(), func(ctx context.Context, c *redis.Client) error {
-			return c.FlushAll(ctx).Err()
+	for _, compute := range []bool{false, true} {
+		// In turn, on the same cluster: with waiting operations stored,
+		// then computed (the seal key is then on one node, and each
+		// client reads it).
+		opts := redisstore.Options{ComputeWaiting: compute}
+		storetest.Run(t, func(t *testing.T) storetest.Harness {
+			err := cluster.ForEachMaster(t.Context(), func(ctx context.Context, c *redis.Client) error {
+				return c.FlushAll(ctx).Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := redisstore.New(cluster, opts)
+			if err := first.Load(t.Context()); err != nil { // functions on every master
+				t.Fatal(err)
+			}
+			return storetest.Harness{
+				Store:           first,
+				Clients:         []store.Store{redisstore.New(other, opts)},
+				ComputesWaiting: compute,
+			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		first := redisstore.New(cluster, redisstore.Options{})
-		if err := first.Load(t.Context()); err != nil { // functions on every master
-			t.Fatal(err)
-		}
-		return storetest.Harness{
-			Store:   first,
-			Clients: []store.Store{redisstore.New(other, redisstore.Options{})},
-		}
-	})
+	}
 }
 
 // clusterClient returns a second client of c's cluster.
