@@ -56,6 +56,52 @@
 // confirmation of a claim (a mark and WAIT or WAITAOF, which count the
 // writes of their own connection) are sent on their own.
 //
+// # Waiting operations computed, not stored
+//
+// With Options.ComputeWaiting the 403 step stores nothing for an action
+// that has no live operation (§3: "A Company doesn't have to store
+// operations that haven't been performed"). Take then only reads (the
+// claim token's key, the action key, and the key of the operation it
+// would compute) and answers at once; this process computes the
+// operation from the request and seals it into its ref:
+//
+//   - operation_id: "op_" and 20 characters of an HMAC of the owner, the
+//     action and the epoch (the time divided by Retention), so a repeated
+//     request keeps it (W19) and no other action gets it (W21);
+//   - revision: expires_at's seconds, "-", 16 characters of an HMAC of
+//     the operation_id, expires_at and terms (W24, W25, W36);
+//   - ref: "<operation_id>.<revision>.<seal>", the seal an AES-GCM
+//     encryption of what the operation needs, bound to the owner: another
+//     owner's Session, or any change to the ref, finds nothing (W74).
+//
+// The first approval sent for it stores the operation, with that approval,
+// in one write, as Take would have stored it; from then on each step sees
+// it as a stored one. The secret is 32 random bytes the store keeps in
+// Redis ("<prefix>seal"), made by the first server that needs it.
+//
+// Why an operation_id never comes back once performed (W141): while a
+// performed operation is remembered, Take finds its key and stores the
+// action's next operation with a random id; once it is forgotten (at
+// least Retention after it was performed) the epoch has moved on, and
+// only operations whose expires_at is at most Retention away are
+// computed, so a ref computed before it was performed has expired. All
+// servers sharing a Redis must agree on Retention.
+//
+// What a site sees differently: the caps of open operations count stored
+// ones, so they apply when an approval stores an operation (Record answers
+// RateLimited), not when its ref is returned; a repeated request gets a
+// new revision whenever its expires_at moves (each second), rather than
+// reusing a waiting one (W39's reuse is the stored store's choice); Lookup
+// of a ref whose operation is not stored yet answers that ref's own
+// revision, not the latest one returned; and refs are about 250
+// characters longer than their terms and summary. Terms too long for a
+// 2048-character ref (§4), and lifetimes beyond Retention, are stored as
+// without the option.
+//
+// The 403 step then costs the server 7–11 µs rather than 21–31 µs
+// (-ceiling, README), and a flood of requests that are never approved
+// costs Redis no memory at all.
+//
 // # Durability
 //
 // Losing all of Redis's data can cost an approval, never a second
@@ -159,7 +205,8 @@
 //   - open: a sorted set of the owner's open operations, scored by k.
 //
 // An agent's count of open operations is "<prefix>agent:{<digest of the
-// agent>}", UseOnce's markers are "<prefix>jti:{<digest of the key>}".
+// agent>}", UseOnce's markers are "<prefix>jti:{<digest of the key>}", and
+// the secret of computed refs is "<prefix>seal".
 //
 // Times are the caller's clock, passed to the scripts as Unix nanoseconds and
 // compared exactly; expires_at is kept in whole seconds, as it goes out
