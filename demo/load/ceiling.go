@@ -963,7 +963,7 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		mode string
 		addr string
 	}{{"none", plain.Addr}, {"disk", disk.Addr}, {"replicas 1", master.Addr}} {
-		opts, _ := durability(m.mode)
+		opts, _ := durabilityOptions(m.mode)
 		opts.Pipelines = pipelines
 		cl := redisClient(m.addr)
 		st := redisstore.New(cl, opts)

@@ -32,9 +32,11 @@ import (
 )
 
 type faultsConfig struct {
-	only  string    // run only the scenarios whose name contains it ("" all)
-	short bool      // the CI version: fewer browsers, shorter phases
-	out   io.Writer // where the lines go
+	only  string // run only the scenarios whose name contains it ("" all)
+	short bool   // the CI version: fewer browsers, shorter phases
+	// computeWaiting runs the stores with redisstore.Options.ComputeWaiting.
+	computeWaiting bool
+	out            io.Writer // where the lines go
 }
 
 // faultResult is one scenario's line.
@@ -577,7 +579,7 @@ func faultKillAOF(ctx context.Context, procs *redistest.Procs, c faultsConfig) f
 		return failed(res, err)
 	}
 	defer srv.Stop()
-	opts, _ := durability("disk")
+	opts, _ := c.durability("disk")
 	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
 	defer closeStores()
 	r, err := newRig(stores, c.browsers(), c.short)
@@ -607,7 +609,7 @@ func faultRestartOlder(ctx context.Context, procs *redistest.Procs, c faultsConf
 		return failed(res, err)
 	}
 	defer srv.Stop()
-	opts, _ := durability("none")
+	opts, _ := c.durability("none")
 	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
 	defer closeStores()
 	r, err := newRig(stores, c.browsers(), c.short)
@@ -643,7 +645,7 @@ func faultStall(ctx context.Context, procs *redistest.Procs, c faultsConfig) fau
 		return failed(res, err)
 	}
 	defer srv.Stop()
-	opts, _ := durability("disk")
+	opts, _ := c.durability("disk")
 	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
 	defer closeStores()
 	r, err := newRig(stores, c.browsers(), c.short)
@@ -681,7 +683,7 @@ func faultStall(ctx context.Context, procs *redistest.Procs, c faultsConfig) fau
 func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, faultsConfig) faultResult {
 	return func(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 		res := faultResult{name: "lagging replica promoted", mode: mode, durable: mode != "none"}
-		opts, why := durability(mode)
+		opts, why := c.durability(mode)
 		if why != "" {
 			res.skipped = why
 			return res
@@ -774,7 +776,14 @@ func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, fa
 }
 
 // durability returns the store options of a durability mode.
-func durability(mode string) (redisstore.Options, string) {
+func (c faultsConfig) durability(mode string) (redisstore.Options, string) {
+	opts, why := durabilityOptions(mode)
+	opts.ComputeWaiting = c.computeWaiting
+	return opts, why
+}
+
+// durabilityOptions returns the store options of a durability mode.
+func durabilityOptions(mode string) (redisstore.Options, string) {
 	switch mode {
 	case "none":
 		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}, ""
@@ -795,7 +804,7 @@ var aofAlways = []string{"--appendonly", "yes", "--appendfsync", "always"}
 // whose slot the dead master served.
 func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 	res := faultResult{name: "Cluster master killed, replica promoted", mode: "replicas 1", durable: true}
-	opts, _ := durability("replicas 1")
+	opts, _ := c.durability("replicas 1")
 	nodeTimeout := time.Second
 	cn, err := redistest.StartCluster(procs, 3, 1, nodeTimeout)
 	if err != nil {
@@ -880,7 +889,7 @@ func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsC
 		return failed(res, err)
 	}
 	defer srv.Stop()
-	opts, _ := durability("disk")
+	opts, _ := c.durability("disk")
 	// The doomed server has a client of its own, closed when it "dies".
 	doomedClient := redisClient(srv.Addr)
 	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
@@ -1022,7 +1031,7 @@ func faultLostReply(ctx context.Context, procs *redistest.Procs, c faultsConfig)
 		return failed(res, err)
 	}
 	defer srv.Stop()
-	opts, _ := durability("disk")
+	opts, _ := c.durability("disk")
 	px, err := newProxy(srv.Addr)
 	if err != nil {
 		return failed(res, err)
