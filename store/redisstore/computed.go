@@ -65,10 +65,43 @@ const sealKeyName = "seal"
 
 // sealer seals and opens computed refs, and computes their ids.
 type sealer struct {
-	aead  cipher.AEAD
-	idKey []byte
-	macs  sync.Pool // of *macState, keyed with idKey
+	sealKey []byte    // derives each ref's own AES-256-GCM key (refKey)
+	idKey   []byte    // keys the HMACs of operation_ids and revisions
+	macs    sync.Pool // of *macState, keyed with idKey
+	// sealMacs are HMAC-SHA256 hashes keyed with sealKey.
+	sealMacs sync.Pool
 }
+
+// saltSize is the random salt each ref's key is derived from: refs never
+// share a key, so no count of refs can wear out AES-GCM's nonces (random
+// 96-bit nonces under one key are safe for about 2^32 messages, which a
+// busy site would seal in days).
+const saltSize = 16
+
+// refKey is the AES-256-GCM of the ref whose salt is salt: its key is
+// HMAC-SHA256(sealKey, salt), used for that ref alone, with a zero nonce.
+func (k *sealer) refKey(salt []byte) cipher.AEAD {
+	m, _ := k.sealMacs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, k.sealKey)
+	}
+	m.Reset()
+	m.Write(salt)
+	var key [sha256.Size]byte
+	block, err := aes.NewCipher(m.Sum(key[:0]))
+	k.sealMacs.Put(m)
+	if err != nil {
+		panic(err) // a 32-byte key: never
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err) // AES's block size: never
+	}
+	return aead
+}
+
+// zeroNonce is the nonce of every ref: each has a key of its own.
+var zeroNonce = make([]byte, 12)
 
 // sealerState caches the store's sealer once it was read or made.
 type sealerState struct {
@@ -106,15 +139,7 @@ func (s *Store) sealer(ctx context.Context) (*sealer, error) {
 		m.Write([]byte(label))
 		return m.Sum(nil)
 	}
-	block, err := aes.NewCipher(sub("opsgate seal")[:32])
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	k := &sealer{aead: aead, idKey: sub("opsgate id")}
+	k := &sealer{sealKey: sub("opsgate seal"), idKey: sub("opsgate id")}
 	s.seal.s.Store(k)
 	return k, nil
 }
@@ -202,17 +227,17 @@ func sealedLen(c computed) int {
 }
 
 // sealedSize is the length of the ref that seals c: its operation_id and
-// revision (at most 23 and 28 characters), then the base64url of a nonce,
+// revision (at most 23 and 28 characters), then the base64url of a salt,
 // the fields and the tag.
 func sealedSize(c computed) int {
-	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(12+sealedLen(c)+16)
+	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(saltSize+sealedLen(c)+16)
 }
 
 // seal returns the ref of op, computed as c, for the owner whose keys
 // start with base.
 func (k *sealer) seal(base string, op store.Operation, c computed) string {
-	ns := k.aead.NonceSize()
-	buf := make([]byte, ns, ns+sealedLen(c)+k.aead.Overhead())
+	ns := saltSize
+	buf := make([]byte, ns, ns+sealedLen(c)+16)
 	rand.Read(buf)
 	plain := buf[ns:]
 	for _, f := range [...]string{c.epoch, c.action, c.account} {
@@ -224,7 +249,7 @@ func (k *sealer) seal(base string, op store.Operation, c computed) string {
 	plain = binary.AppendUvarint(plain, uint64(len(c.summary)))
 	plain = append(plain, c.summary...)
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.expires.Unix()))
-	sealed := k.aead.Seal(buf[ns:ns], buf[:ns], plain, []byte(base))
+	sealed := k.refKey(buf[:ns]).Seal(buf[ns:ns], zeroNonce, plain, []byte(base))
 	sealed = buf[:ns+len(sealed)]
 	ref := make([]byte, 0, len(op.ID)+len(op.Revision)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
 	ref = append(append(append(append(ref, op.ID...), '.'), op.Revision...), '.')
@@ -252,11 +277,10 @@ func (k *sealer) openSeal(base, ref string) (store.Operation, computed, error) {
 	var op store.Operation
 	_, sealed := sealedPart(ref)
 	raw, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil || len(raw) < k.aead.NonceSize() {
+	if err != nil || len(raw) < saltSize {
 		return op, c, errNotSealed
 	}
-	n := k.aead.NonceSize()
-	plain, err := k.aead.Open(nil, raw[:n], raw[n:], []byte(base))
+	plain, err := k.refKey(raw[:saltSize]).Open(nil, zeroNonce, raw[saltSize:], []byte(base))
 	if err != nil {
 		return op, c, errNotSealed
 	}

@@ -285,6 +285,32 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
+	t.Run("each ref is sealed anew, and a damaged seal key fails closed", func(t *testing.T) {
+		st, c, _ := computedStore(t, redisstore.Options{})
+		a := action("k", `{}`, 10*time.Minute)
+		one, two := issued(t, st, owner, a, at(0)), issued(t, st, owner, a, at(0))
+		if one.Ref == two.Ref || one.Operation.Revision != two.Operation.Revision {
+			t.Errorf("the same operation twice: refs %q and %q, revisions %s and %s; want two seals of one revision", one.Ref, two.Ref, one.Operation.Revision, two.Operation.Revision)
+		}
+		for _, is := range []store.Issued{one, two} {
+			if _, found, err := st.Lookup(ctx, owner, is.Ref, at(time.Second)); !found || err != nil {
+				t.Errorf("Lookup %q: %v %v", is.Ref, found, err)
+			}
+		}
+		// Another web server finds the secret damaged: its calls fail
+		// (503 at the Gate), never panic or compute with a bad key.
+		if err := c.Set(ctx, "opsgate:seal", "short", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: true})
+		if _, err := other.Take(ctx, owner, action("k2", `{}`, 10*time.Minute), at(0)); err == nil || !strings.Contains(err.Error(), "seal key") {
+			t.Errorf("Take with a damaged seal key: %v", err)
+		}
+		if _, err := other.Record(ctx, owner, one.Ref, approval(one), at(time.Second), store.RecordOptions{}); err == nil {
+			t.Errorf("Record with a damaged seal key: no error")
+		}
+	})
+
 	t.Run("stored as before: a lifetime beyond Retention, or terms too long for a ref", func(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
 		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
