@@ -43,7 +43,8 @@ func TestCeilingSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "approval CPU/bare": res.approvalCPURatio, "approval floor/bare": res.approvalFloorRatio, "bytes/op": res.bytesPerOp} {
+	for name, v := range map[string]float64{"take/evalsha": res.takeRatio, "cycle/evalsha": res.cycleRatio, "approval/bare": res.approvalRatio, "approval CPU/bare": res.approvalCPURatio, "approval floor/bare": res.approvalFloorRatio, "bytes/op": res.bytesPerOp,
+		"take*/evalsha": res.computed.takeRatio, "cycle*/evalsha": res.computed.cycleRatio, "bytes/op*": res.computed.bytesPerOp, "server CPU per Take*": res.computed.takeUsec, "server CPU per Take": res.takeUsec} {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v", name, v)
 		}
@@ -64,6 +65,9 @@ func TestCeilingSmall(t *testing.T) {
 		if !regexp.MustCompile(`durability ` + mode + ` .*; cycle at 50 goroutines [1-9]\d* steps/s`).MatchString(out.String()) {
 			t.Errorf("no cycle rate for durability %s", mode)
 		}
+	}
+	if !strings.Contains(out.String(), "\nceiling with ComputeWaiting: take/evalsha=") {
+		t.Errorf("no ceiling line for ComputeWaiting")
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "ceiling: take/evalsha=") || !strings.Contains(last, " bytes/op=") {
@@ -97,6 +101,9 @@ func TestFaultsShort(t *testing.T) {
 		if r.skipped == "" && r.performed == 0 && r.name != "web server killed mid-handler" {
 			t.Errorf("%s [%s]: nothing performed", r.name, r.mode)
 		}
+	}
+	if !strings.Contains(out.String(), "\nceiling with ComputeWaiting: take/evalsha=") {
+		t.Errorf("no ceiling line for ComputeWaiting")
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("faults: %d scenarios, ", len(results))) {
