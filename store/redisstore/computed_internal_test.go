@@ -24,11 +24,11 @@ func BenchmarkComputeRef(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		cmp, ok := s.computable(owner, store.ActionDigest(owner.Account, a.Key), a, now)
+		op, ok := s.computable(owner, store.ActionDigest(owner.Account, a.Key), a, now)
 		if !ok {
 			b.Fatal("not computable")
 		}
-		op := k.operation(base, cmp)
-		_ = k.seal(base, op, cmp)
+		op.ID = k.ID(base, op)
+		_ = issuedComputed(k, base, op)
 	}
 }

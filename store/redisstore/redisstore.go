@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/computed"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -300,8 +301,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
 	}
 	if len(v) == 1 && v[0] == "compute" && k != nil {
-		op := k.operation(base, c)
-		return store.Issued{Operation: op, Ref: k.seal(base, op, c)}, nil
+		return issuedComputed(k, base, c), nil
 	}
 	op, ok := operation(v)
 	if !ok {
@@ -362,8 +362,8 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 		if k == nil {
 			break
 		}
-		op := k.operation(base, c)
-		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: k.seal(base, op, c)}}, nil
+		is := issuedComputed(k, base, c)
+		return store.TakeResult{Issued: &is}, nil
 	case "issued":
 		op, ok := takenOperation(v[1:], action)
 		if !ok {
@@ -463,7 +463,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
-	var c *computed
+	var c *computed.Op
 	opID, refRev, ok := store.SplitRef(ref)
 	if isComputedRef(ref) {
 		k, err := s.sealer(ctx)
@@ -471,11 +471,11 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 			s.failed(err)
 			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 		}
-		op, opened, err := k.open(base, ref)
+		opened, rev, err := k.Open(base, ref)
 		if err != nil {
 			return store.RecordReply{Result: store.NotFound}, nil // W74
 		}
-		c, opID, refRev, ok = &opened, op.ID, op.Revision, true
+		c, opID, refRev, ok = &opened, opened.ID, rev, true
 	}
 	if !ok {
 		return store.RecordReply{Result: store.NotFound}, nil // W74
@@ -486,7 +486,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	}
 	keys, once, onceTTL := []string{base + "op:" + opID}, "", ""
 	if c != nil {
-		keys = append(keys, base+"act:"+c.action)
+		keys = append(keys, base+"act:"+c.Action)
 	}
 	if opts.Once != "" {
 		// The request's single-use key, used up first in the same script.

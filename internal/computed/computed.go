@@ -1,0 +1,263 @@
+// Package computed computes a waiting operation from the request and seals
+// it into its ref, for a store that doesn't store operations that haven't
+// been performed (§3: "A Company doesn't have to store operations that
+// haven't been performed"): redisstore.Options.ComputeWaiting and
+// store.Memory.ComputeWaiting share it.
+//
+//   - operation_id: "op_" and 20 characters of an HMAC of the owner's
+//     key base, the action digest and the epoch, so a repeated request
+//     keeps it (W19) and no other action or owner gets it (W21).
+//   - revision: expires_at's Unix seconds, "-", 16 characters of an HMAC
+//     of the operation_id, expires_at and terms (W24, W25, W36).
+//   - ref: "<operation_id>.<revision>." and the base64url of a random salt
+//     and an AES-256-GCM seal, under a key derived from the salt for that
+//     ref alone, of what the operation needs, with the owner's key base
+//     as additional data: only that owner opens it, and a ref changed in
+//     any byte is not one (W74).
+package computed
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SecretSize is the size of a Sealer's secret.
+const SecretSize = 32
+
+// Op is an operation computed from a request, as its ref seals it.
+type Op struct {
+	ID      string // its operation_id once computed ("" before)
+	Epoch   string // the epoch its operation_id was computed in (Epoch)
+	Action  string // the action digest (store.ActionDigest)
+	Account string
+	Expires time.Time // whole seconds
+	Terms   []byte
+	Summary string
+}
+
+// Epoch is the epoch of now for a store that remembers a performed
+// operation at least retention: operation_ids computed in one epoch are
+// the same for one action. A performed operation is forgotten at least
+// retention after it was computed, so the epoch has moved on by then and
+// its operation_id never comes back (W141).
+func Epoch(now time.Time, retention time.Duration) string {
+	return strconv.FormatInt(now.UnixNano()/int64(retention), 10)
+}
+
+// Sealer computes operations' ids and seals and opens their refs. It is
+// safe for concurrent use.
+type Sealer struct {
+	sealKey  []byte    // derives each ref's own AES-256-GCM key (refKey)
+	idKey    []byte    // keys the HMACs of operation_ids and revisions
+	macs     sync.Pool // of *macState, keyed with idKey
+	sealMacs sync.Pool // of HMAC-SHA256 hashes keyed with sealKey
+}
+
+// NewSealer returns the Sealer of a secret of SecretSize random bytes,
+// which every web server sharing a store must share.
+func NewSealer(secret []byte) (*Sealer, error) {
+	if len(secret) != SecretSize {
+		return nil, fmt.Errorf("a secret of %d bytes, not %d", len(secret), SecretSize)
+	}
+	sub := func(label string) []byte {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(label))
+		return m.Sum(nil)
+	}
+	return &Sealer{sealKey: sub("opsgate seal"), idKey: sub("opsgate id")}, nil
+}
+
+// NewSecret returns a fresh secret.
+func NewSecret() []byte {
+	s := make([]byte, SecretSize)
+	rand.Read(s) // never fails (crypto/rand)
+	return s
+}
+
+// saltSize is the random salt each ref's key is derived from: refs never
+// share a key, so no count of refs can wear out AES-GCM's nonces (random
+// 96-bit nonces under one key are safe for about 2^32 messages, which a
+// busy site would seal in days).
+const saltSize = 16
+
+// tagSize is AES-GCM's tag.
+const tagSize = 16
+
+// zeroNonce is the nonce of every ref: each has a key of its own.
+var zeroNonce = make([]byte, 12)
+
+// refKey is the AES-256-GCM of the ref whose salt is salt: its key is
+// HMAC-SHA256(sealKey, salt), used for that ref alone.
+func (k *Sealer) refKey(salt []byte) cipher.AEAD {
+	m, _ := k.sealMacs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, k.sealKey)
+	}
+	m.Reset()
+	m.Write(salt)
+	var key [sha256.Size]byte
+	block, err := aes.NewCipher(m.Sum(key[:0]))
+	k.sealMacs.Put(m)
+	if err != nil {
+		panic(err) // a 32-byte key: never
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err) // AES's block size: never
+	}
+	return aead
+}
+
+// macState is a keyed HMAC and the buffer mac writes into it at once.
+type macState struct {
+	h   hash.Hash
+	buf []byte
+}
+
+// mac is HMAC-SHA256 with the id key over parts, then terms, each ended
+// by a 0, written into sum.
+func (k *Sealer) mac(sum *[sha256.Size]byte, terms []byte, parts ...string) []byte {
+	m, _ := k.macs.Get().(*macState)
+	if m == nil {
+		m = &macState{h: hmac.New(sha256.New, k.idKey)}
+	}
+	m.h.Reset()
+	m.buf = m.buf[:0]
+	for _, p := range parts {
+		m.buf = append(append(m.buf, p...), 0)
+	}
+	if terms != nil {
+		m.buf = append(append(m.buf, terms...), 0)
+	}
+	m.h.Write(m.buf)
+	out := m.h.Sum(sum[:0])
+	k.macs.Put(m)
+	return out
+}
+
+// idChars writes the first n characters of sum's base64url: ID
+// characters of spec 8.2 (W22, W23).
+func idChars(sum []byte, n int) string {
+	var buf [44]byte
+	base64.RawURLEncoding.Encode(buf[:], sum[:32])
+	return string(buf[:n])
+}
+
+// ID is the operation_id c describes for the owner whose keys start with
+// base.
+func (k *Sealer) ID(base string, c Op) string {
+	var sum [sha256.Size]byte
+	return "op_" + idChars(k.mac(&sum, nil, base, c.Action, c.Epoch), 20)
+}
+
+// Revision is the revision of c's terms and expires_at in operation id.
+func (k *Sealer) Revision(id string, c Op) string {
+	sec := strconv.FormatInt(c.Expires.Unix(), 10)
+	var sum [sha256.Size]byte
+	return sec + "-" + idChars(k.mac(&sum, c.Terms, id, sec), 16)
+}
+
+// sealedLen is the length of c's fields as Seal writes them, before the
+// salt and the tag.
+func sealedLen(c Op) int {
+	n := 8 // expires_at
+	for _, l := range [...]int{len(c.Epoch), len(c.Action), len(c.Account), len(c.Terms), len(c.Summary)} {
+		n += l + (bits.Len64(uint64(l)|1)+6)/7 // the length's uvarint
+	}
+	return n
+}
+
+// Size is the length of the ref that seals c: its operation_id and
+// revision (at most 23 and 28 characters), then the base64url of the
+// salt, the fields and the tag.
+func Size(c Op) int {
+	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(saltSize+sealedLen(c)+tagSize)
+}
+
+// Seal returns the ref of operation id, revision rev, computed as c, for
+// the owner whose keys start with base.
+func (k *Sealer) Seal(base, id, rev string, c Op) string {
+	buf := make([]byte, saltSize, saltSize+sealedLen(c)+tagSize)
+	rand.Read(buf)
+	plain := buf[saltSize:]
+	for _, f := range [...]string{c.Epoch, c.Action, c.Account} {
+		plain = binary.AppendUvarint(plain, uint64(len(f)))
+		plain = append(plain, f...)
+	}
+	plain = binary.AppendUvarint(plain, uint64(len(c.Terms)))
+	plain = append(plain, c.Terms...)
+	plain = binary.AppendUvarint(plain, uint64(len(c.Summary)))
+	plain = append(plain, c.Summary...)
+	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Expires.Unix()))
+	sealed := k.refKey(buf[:saltSize]).Seal(buf[saltSize:saltSize], zeroNonce, plain, []byte(base))
+	sealed = buf[:saltSize+len(sealed)]
+	ref := make([]byte, 0, len(id)+len(rev)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
+	ref = append(append(append(append(ref, id...), '.'), rev...), '.')
+	return string(base64.RawURLEncoding.AppendEncode(ref, sealed))
+}
+
+// ErrNotSealed is a ref that is not a computed one of this Sealer and
+// owner, or one altered.
+var ErrNotSealed = errors.New("not a computed ref of this store and owner")
+
+// parts splits a ref into its operation_id, its revision, and what
+// follows them ("" for a stored operation's ref).
+func parts(ref string) (id, rev, sealed string) {
+	id, rest, _ := strings.Cut(ref, ".")
+	rev, sealed, _ = strings.Cut(rest, ".")
+	return id, rev, sealed
+}
+
+// IsSealed reports whether ref has the form of a computed one: something
+// follows its revision.
+func IsSealed(ref string) bool {
+	_, _, sealed := parts(ref)
+	return sealed != ""
+}
+
+// Open reads a ref sealed for the owner whose keys start with base: its
+// operation_id, its revision and what it was computed from (c.ID set).
+// The operation_id and revision it names must be the ones computed from
+// its seal.
+func (k *Sealer) Open(base, ref string) (c Op, rev string, err error) {
+	id, rev, sealed := parts(ref)
+	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	if err != nil || len(raw) < saltSize+tagSize {
+		return c, "", ErrNotSealed
+	}
+	plain, err := k.refKey(raw[:saltSize]).Open(nil, zeroNonce, raw[saltSize:], []byte(base))
+	if err != nil {
+		return c, "", ErrNotSealed
+	}
+	var f [5][]byte
+	for i := range f {
+		l, w := binary.Uvarint(plain)
+		if w <= 0 || l > uint64(len(plain)-w) {
+			return c, "", ErrNotSealed
+		}
+		f[i], plain = plain[w:w+int(l)], plain[w+int(l):]
+	}
+	if len(plain) != 8 {
+		return c, "", ErrNotSealed
+	}
+	c = Op{Epoch: string(f[0]), Action: string(f[1]), Account: string(f[2]), Terms: f[3], Summary: string(f[4]),
+		Expires: time.Unix(int64(binary.BigEndian.Uint64(plain)), 0).UTC()}
+	c.ID = k.ID(base, c)
+	if c.ID != id || k.Revision(c.ID, c) != rev {
+		return Op{}, "", ErrNotSealed
+	}
+	return c, rev, nil
+}

@@ -1,0 +1,120 @@
+package computed
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+
+func testOp() Op {
+	return Op{Epoch: Epoch(time.Unix(1_800_000_000, 0), 24*time.Hour), Action: "AcTiOnDiGeSt", Account: "acct-1",
+		Expires: time.Unix(1_800_000_600, 0).UTC(), Terms: []byte(`{"size":"M"}`), Summary: "Exchange it."}
+}
+
+func TestSealOpen(t *testing.T) {
+	k, err := NewSealer(NewSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testOp()
+	c.ID = k.ID("base-1", c)
+	rev := k.Revision(c.ID, c)
+	ref := k.Seal("base-1", c.ID, rev, c)
+	t.Run("W22 W23 ids and the ref use the ID characters", func(t *testing.T) {
+		if !idPattern.MatchString(c.ID) || !idPattern.MatchString(rev) || !strings.HasPrefix(c.ID, "op_") {
+			t.Errorf("id %q, revision %q", c.ID, rev)
+		}
+		if !strings.HasPrefix(ref, c.ID+"."+rev+".") || !regexp.MustCompile(`^[A-Za-z0-9_.-]+$`).MatchString(ref) {
+			t.Errorf("ref %q", ref)
+		}
+		if len(ref) > Size(c) {
+			t.Errorf("ref of %d characters, Size says %d", len(ref), Size(c))
+		}
+		if !IsSealed(ref) || IsSealed(c.ID+"."+rev) {
+			t.Errorf("IsSealed")
+		}
+	})
+	t.Run("it opens to what was sealed", func(t *testing.T) {
+		got, gotRev, err := k.Open("base-1", ref)
+		if err != nil || gotRev != rev || got.ID != c.ID || got.Epoch != c.Epoch || got.Action != c.Action || got.Account != c.Account ||
+			!got.Expires.Equal(c.Expires) || string(got.Terms) != string(c.Terms) || got.Summary != c.Summary {
+			t.Errorf("Open: %+v %q %v, want %+v %q", got, gotRev, err, c, rev)
+		}
+	})
+	t.Run("W19 W20 W24 W25 W36 the same action keeps its id; other terms or expires_at, another revision", func(t *testing.T) {
+		d := c
+		d.Terms = []byte(`{"size":"L"}`)
+		e := c
+		e.Expires = e.Expires.Add(time.Second)
+		if k.ID("base-1", d) != c.ID || k.Revision(c.ID, d) == rev || k.Revision(c.ID, e) == rev {
+			t.Errorf("ids or revisions do not follow the terms")
+		}
+		f := c
+		f.Action = "another"
+		if k.ID("base-1", f) == c.ID || k.ID("base-2", c) == c.ID {
+			t.Errorf("W21: another action or owner shares the id")
+		}
+	})
+	t.Run("W74 anything else is not sealed", func(t *testing.T) {
+		other, _ := NewSealer(NewSecret())
+		flipped := []byte(ref)
+		flipped[len(flipped)-3] ^= 1
+		for name, open := range map[string]func() error{
+			"another owner":  func() error { _, _, err := k.Open("base-2", ref); return err },
+			"another secret": func() error { _, _, err := other.Open("base-1", ref); return err },
+			"a byte changed": func() error { _, _, err := k.Open("base-1", string(flipped)); return err },
+			"another id":     func() error { _, _, err := k.Open("base-1", "op_x"+ref[len(c.ID):]); return err },
+			"cut short":      func() error { _, _, err := k.Open("base-1", ref[:len(ref)-10]); return err },
+			"no seal":        func() error { _, _, err := k.Open("base-1", c.ID+"."+rev); return err },
+			"not base64":     func() error { _, _, err := k.Open("base-1", c.ID+"."+rev+".!!"); return err },
+			"another revision": func() error {
+				d := c
+				d.Terms = []byte(`{}`)
+				return func() error {
+					_, _, err := k.Open("base-1", c.ID+"."+k.Revision(c.ID, d)+ref[len(c.ID)+1+len(rev):])
+					return err
+				}()
+			},
+		} {
+			if err := open(); err != ErrNotSealed {
+				t.Errorf("%s: %v, want ErrNotSealed", name, err)
+			}
+		}
+	})
+	t.Run("every ref has a salt of its own", func(t *testing.T) {
+		if again := k.Seal("base-1", c.ID, rev, c); again == ref {
+			t.Errorf("sealed twice alike")
+		}
+	})
+	if _, err := NewSealer([]byte("short")); err == nil {
+		t.Errorf("NewSealer took a short secret")
+	}
+}
+
+// FuzzOpen: whatever a ref holds, Open answers ErrNotSealed or what was
+// sealed, and never panics (the store then answers not found, W74).
+func FuzzOpen(f *testing.F) {
+	k, _ := NewSealer(make([]byte, SecretSize))
+	c := testOp()
+	c.ID = k.ID("b", c)
+	ref := k.Seal("b", c.ID, k.Revision(c.ID, c), c)
+	f.Add(ref)
+	f.Add(ref[:len(ref)/2])
+	f.Add("op_x.1-a.AAAA")
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, ref string) {
+		got, rev, err := k.Open("b", ref)
+		if err != nil {
+			if err != ErrNotSealed {
+				t.Fatalf("Open(%q): %v", ref, err)
+			}
+			return
+		}
+		if !strings.HasPrefix(ref, got.ID+"."+rev+".") {
+			t.Fatalf("Open(%q) = %s %s", ref, got.ID, rev)
+		}
+	})
+}
