@@ -102,9 +102,6 @@ func TestFaultsShort(t *testing.T) {
 			t.Errorf("%s [%s]: nothing performed", r.name, r.mode)
 		}
 	}
-	if !strings.Contains(out.String(), "\nceiling with ComputeWaiting: take/evalsha=") {
-		t.Errorf("no ceiling line for ComputeWaiting")
-	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("faults: %d scenarios, ", len(results))) {
 		t.Errorf("last line %q", last)
