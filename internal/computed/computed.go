@@ -9,11 +9,10 @@
 //     keeps it (W19) and no other action or owner gets it (W21).
 //   - revision: expires_at's Unix seconds, "-", 16 characters of an HMAC
 //     of the operation_id, expires_at and terms (W24, W25, W36).
-//   - ref: "<operation_id>.<revision>." and the base64url of a random salt
-//     and an AES-256-GCM seal, under a key derived from the salt for that
-//     ref alone, of what the operation needs, with the owner's key base
-//     as additional data: only that owner opens it, and a ref changed in
-//     any byte is not one (W74).
+//   - ref: "<operation_id>.<revision>." and the base64url of an AES-256-GCM
+//     seal (a key per hour, a random nonce) of what the operation needs,
+//     with the owner's key base as additional data: only that owner opens
+//     it, and a ref changed in any byte is not one (W74).
 package computed
 
 import (
@@ -31,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,10 +60,10 @@ func Epoch(now time.Time, retention time.Duration) string {
 // Sealer computes operations' ids and seals and opens their refs. It is
 // safe for concurrent use.
 type Sealer struct {
-	sealKey  []byte    // derives each ref's own AES-256-GCM key (refKey)
-	idKey    []byte    // keys the HMACs of operation_ids and revisions
-	macs     sync.Pool // of *macState, keyed with idKey
-	sealMacs sync.Pool // of HMAC-SHA256 hashes keyed with sealKey
+	sealKey   []byte                    // derives each period's AES-256-GCM key (key)
+	idKey     []byte                    // keys the HMACs of operation_ids and revisions
+	macs      sync.Pool                 // of *macState, keyed with idKey
+	cur, prev atomic.Pointer[periodKey] // the latest periods' keys
 }
 
 // NewSealer returns the Sealer of a secret of SecretSize random bytes,
@@ -87,36 +87,47 @@ func NewSecret() []byte {
 	return s
 }
 
-// saltSize is the random salt each ref's key is derived from: refs never
-// share a key, so no count of refs can wear out AES-GCM's nonces (random
-// 96-bit nonces under one key are safe for about 2^32 messages, which a
-// busy site would seal in days).
-const saltSize = 16
+// keyPeriod is how long one AES-256-GCM key seals refs: each ref has a
+// random 96-bit nonce, and random nonces under one key are safe for about
+// 2^32 messages (a collision chance of 2^-32, SP 800-38D); a key of its
+// own per hour keeps even 50,000 refs a second (2^27.4 an hour) far below
+// that, and costs one key derivation an hour.
+const keyPeriod = time.Hour
+
+// headSize is what a sealed part starts with: the key's period (8 bytes,
+// authenticated as additional data) and the nonce.
+const headSize = 8 + 12
 
 // tagSize is AES-GCM's tag.
 const tagSize = 16
 
-// zeroNonce is the nonce of every ref: each has a key of its own.
-var zeroNonce = make([]byte, 12)
+// periodKey is one period's AES-256-GCM.
+type periodKey struct {
+	n    int64
+	aead cipher.AEAD
+}
 
-// refKey is the AES-256-GCM of the ref whose salt is salt: its key is
-// HMAC-SHA256(sealKey, salt), used for that ref alone.
-func (k *Sealer) refKey(salt []byte) cipher.AEAD {
-	m, _ := k.sealMacs.Get().(hash.Hash)
-	if m == nil {
-		m = hmac.New(sha256.New, k.sealKey)
+// key returns the AES-256-GCM of period n: HMAC-SHA256(sealKey, n) as its
+// key. The current period's and the one before are kept.
+func (k *Sealer) key(n int64) cipher.AEAD {
+	for _, p := range [...]*atomic.Pointer[periodKey]{&k.cur, &k.prev} {
+		if c := p.Load(); c != nil && c.n == n {
+			return c.aead
+		}
 	}
-	m.Reset()
-	m.Write(salt)
-	var key [sha256.Size]byte
-	block, err := aes.NewCipher(m.Sum(key[:0]))
-	k.sealMacs.Put(m)
+	m := hmac.New(sha256.New, k.sealKey)
+	m.Write(binary.BigEndian.AppendUint64(nil, uint64(n)))
+	block, err := aes.NewCipher(m.Sum(nil))
 	if err != nil {
 		panic(err) // a 32-byte key: never
 	}
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
 		panic(err) // AES's block size: never
+	}
+	if c := k.cur.Load(); c == nil || n > c.n {
+		k.prev.Store(c)
+		k.cur.Store(&periodKey{n, aead})
 	}
 	return aead
 }
@@ -184,15 +195,17 @@ func sealedLen(c Op) int {
 // revision (at most 23 and 28 characters), then the base64url of the
 // salt, the fields and the tag.
 func Size(c Op) int {
-	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(saltSize+sealedLen(c)+tagSize)
+	return 23 + 1 + 28 + 1 + base64.RawURLEncoding.EncodedLen(headSize+sealedLen(c)+tagSize)
 }
 
 // Seal returns the ref of operation id, revision rev, computed as c, for
 // the owner whose keys start with base.
 func (k *Sealer) Seal(base, id, rev string, c Op) string {
-	buf := make([]byte, saltSize, saltSize+sealedLen(c)+tagSize)
-	rand.Read(buf)
-	plain := buf[saltSize:]
+	n := time.Now().UnixNano() / int64(keyPeriod)
+	buf := make([]byte, headSize, headSize+sealedLen(c)+tagSize)
+	binary.BigEndian.PutUint64(buf, uint64(n))
+	rand.Read(buf[8:headSize])
+	plain := buf[headSize:]
 	for _, f := range [...]string{c.Epoch, c.Action, c.Account} {
 		plain = binary.AppendUvarint(plain, uint64(len(f)))
 		plain = append(plain, f...)
@@ -202,11 +215,17 @@ func (k *Sealer) Seal(base, id, rev string, c Op) string {
 	plain = binary.AppendUvarint(plain, uint64(len(c.Summary)))
 	plain = append(plain, c.Summary...)
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Expires.Unix()))
-	sealed := k.refKey(buf[:saltSize]).Seal(buf[saltSize:saltSize], zeroNonce, plain, []byte(base))
-	sealed = buf[:saltSize+len(sealed)]
+	sealed := k.key(n).Seal(buf[headSize:headSize], buf[8:headSize], plain, k.additional(base, buf[:8]))
+	sealed = buf[:headSize+len(sealed)]
 	ref := make([]byte, 0, len(id)+len(rev)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
 	ref = append(append(append(append(ref, id...), '.'), rev...), '.')
 	return string(base64.RawURLEncoding.AppendEncode(ref, sealed))
+}
+
+// additional is a seal's additional data: the owner's key base and the
+// key's period.
+func (k *Sealer) additional(base string, period []byte) []byte {
+	return append(append(make([]byte, 0, len(base)+len(period)), base...), period...)
 }
 
 // ErrNotSealed is a ref that is not a computed one of this Sealer and
@@ -235,10 +254,14 @@ func IsSealed(ref string) bool {
 func (k *Sealer) Open(base, ref string) (c Op, rev string, err error) {
 	id, rev, sealed := parts(ref)
 	raw, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil || len(raw) < saltSize+tagSize {
+	if err != nil || len(raw) < headSize+tagSize {
 		return c, "", ErrNotSealed
 	}
-	plain, err := k.refKey(raw[:saltSize]).Open(nil, zeroNonce, raw[saltSize:], []byte(base))
+	n := int64(binary.BigEndian.Uint64(raw))
+	if n < 0 {
+		return c, "", ErrNotSealed
+	}
+	plain, err := k.key(n).Open(nil, raw[8:headSize], raw[headSize:], k.additional(base, raw[:8]))
 	if err != nil {
 		return c, "", ErrNotSealed
 	}

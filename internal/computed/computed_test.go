@@ -84,7 +84,7 @@ func TestSealOpen(t *testing.T) {
 			}
 		}
 	})
-	t.Run("every ref has a salt of its own", func(t *testing.T) {
+	t.Run("every ref has a nonce of its own", func(t *testing.T) {
 		if again := k.Seal("base-1", c.ID, rev, c); again == ref {
 			t.Errorf("sealed twice alike")
 		}
