@@ -174,6 +174,22 @@ func (k *Sealer) ID(base string, c Op) string {
 	return "op_" + idChars(k.mac(&sum, nil, base, c.Action, c.Epoch), 20)
 }
 
+// Neighbours are the operation_ids c's action gets in the epochs just
+// before and after c's. A store that computes operations stores one of
+// an action's computed operations at a time: at an epoch's turn, two
+// requests get two operation_ids, and the store refuses to store the one
+// while the other is remembered, so the action still has one operation
+// (W19), performed at most once.
+func (k *Sealer) Neighbours(base string, c Op) (before, after string) {
+	e, err := strconv.ParseInt(c.Epoch, 10, 64)
+	if err != nil {
+		return "", ""
+	}
+	b, a := c, c
+	b.Epoch, a.Epoch = strconv.FormatInt(e-1, 10), strconv.FormatInt(e+1, 10)
+	return k.ID(base, b), k.ID(base, a)
+}
+
 // Revision is the revision of c's terms and expires_at in operation id.
 func (k *Sealer) Revision(id string, c Op) string {
 	sec := strconv.FormatInt(c.Expires.Unix(), 10)

@@ -96,7 +96,7 @@ func (s *Store) computable(owner store.Owner, digest string, action store.Action
 	expires = time.Unix(expires.Unix(), 0).UTC()
 	c := computed.Op{Epoch: computed.Epoch(now, s.retention), Action: digest, Account: owner.Account,
 		Expires: expires, Terms: action.Terms, Summary: action.Summary}
-	if !s.compute || expires.Sub(now) > s.retention || computed.Size(c) > store.MaxRefLength {
+	if expires.Sub(now) > s.retention || computed.Size(c) > store.MaxRefLength {
 		return c, false
 	}
 	return c, true
@@ -108,17 +108,24 @@ func (s *Store) computable(owner store.Owner, digest string, action store.Action
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it.
 func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.Action, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
+	if !s.compute {
+		return c, nil, nil
+	}
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
+		// Stored, by a store that computes others (lib.lua issue: ka).
+		args[7] = args[7].(string) + "."
 		return c, nil, nil
 	}
 	if k, err = s.sealer(ctx); err != nil {
 		s.failed(err)
 		return c, nil, err
 	}
-	// The seed ends with "." and the operation_id to compute (lib.lua issue).
+	// The seed ends with "." and the operation_id to compute, then its
+	// neighbours (lib.lua issue, none_live).
 	c.ID = k.ID(base, c)
-	args[7] = args[7].(string) + "." + c.ID
+	before, after := k.Neighbours(base, c)
+	args[7] = args[7].(string) + "." + c.ID + "." + before + "." + after
 	return c, k, nil
 }
 
@@ -142,11 +149,15 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 		return store.Record{}, false, nil // W74
 	}
 	op := operationOf(k, c)
+	before, after := k.Neighbours(base, c)
 	var h *redis.MapStringStringCmd
 	var act *redis.StringCmd
+	var neighbours [2]*redis.StringCmd
 	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.HGetAll(ctx, base+"op:"+op.ID)
 		act = p.Get(ctx, base+"act:"+c.Action)
+		neighbours[0] = p.HGet(ctx, base+"op:"+before, "k")
+		neighbours[1] = p.HGet(ctx, base+"op:"+after, "k")
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return store.Record{}, false, err
@@ -158,12 +169,20 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 	if now.After(op.ExpiresAt) {
 		return store.Record{}, false, nil
 	}
+	remembered := func(k string) bool {
+		until, ok := parseTime(k)
+		return ok && !now.After(until)
+	}
+	if remembered(neighbours[0].Val()) || remembered(neighbours[1].Val()) {
+		// A neighbour was stored since: this one never will be (record.lua).
+		return store.Record{}, false, nil
+	}
 	if other, _, _ := strings.Cut(act.Val(), " "); other != "" && other != op.ID {
 		k, err := s.client.HGet(ctx, base+"op:"+other, "k").Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return store.Record{}, false, err
 		}
-		if until, ok := parseTime(k); ok && !now.After(until) {
+		if remembered(k) {
 			// The action has another live operation: this one was
 			// never stored, and never will be (record.lua).
 			return store.Record{}, false, nil
@@ -177,8 +196,9 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 // count is kept in the same step on a single Redis; on a Cluster it is
 // counted first, in a step of its own, so that an approval over the cap
 // records nothing (counting an operation already counted changes nothing).
-func (s *Store) recordComputed(ctx context.Context, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
-	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now))
+func (s *Store) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
+	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
+	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after)
 	if s.maxOpenAgent > 0 && !s.agentInStep.Load() {
 		// On a Cluster: count first, then record.
 		n, err := s.run(ctx, s.client, agentStep, []string{s.agentKey(owner.Agent)},

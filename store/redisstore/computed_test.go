@@ -285,6 +285,76 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
+	t.Run("W19 W135 at an epoch's turn the action keeps one operation, performed once", func(t *testing.T) {
+		retention := time.Hour
+		st, _, _ := computedStore(t, redisstore.Options{Retention: retention})
+		a := action("k", `{}`, 50*time.Minute)
+		// Two requests on either side of the turn (at 20:00): two
+		// operation_ids.
+		first := issued(t, st, owner, a, at(55*time.Minute))
+		var second store.Issued
+		var secondAt time.Duration
+		for d := 56 * time.Minute; ; d += time.Minute {
+			if second = issued(t, st, owner, a, at(d)); second.Operation.ID != first.Operation.ID {
+				secondAt = d
+				break
+			}
+		}
+		now := at(secondAt)
+		if got := record(t, st, owner, first, now); got != store.Recorded {
+			t.Fatalf("first: %v", got)
+		}
+		// The other one can't be stored beside it, before or after it is
+		// performed: its approval records nothing.
+		if got := record(t, st, owner, second, now); got != store.NotFound {
+			t.Errorf("the other side of the turn: %v, want not found", got)
+		}
+		r := mustTake(t, st, owner, a, now)
+		if r.Claim == nil || r.Claim.Operation.ID != first.Operation.ID {
+			t.Fatalf("Take: %+v", r)
+		}
+		if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := record(t, st, owner, second, now.Add(time.Second)); got != store.NotFound {
+			t.Errorf("after the first was performed: %v, want not found", got)
+		}
+		if _, found, _ := st.Lookup(ctx, owner, second.Ref, now.Add(time.Second)); found {
+			t.Errorf("after the first was performed: the other is found")
+		}
+		// A web server whose clock is behind (the epoch before) doesn't
+		// compute its own operation while the performed one is remembered.
+		behind := issued(t, st, owner, a, at(secondAt-time.Minute))
+		if behind.Operation.ID == first.Operation.ID || behind.Operation.ID == second.Operation.ID ||
+			behind.Ref != store.MakeRef(behind.Operation.ID, behind.Operation.Revision) {
+			t.Errorf("W141 behind the turn: %+v, want a new stored operation", behind)
+		}
+	})
+
+	t.Run("W19 a computed ref handed out before a stored operation of the action was performed stores nothing", func(t *testing.T) {
+		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
+		small := issued(t, st, owner, action("k", `{"v":1}`, 10*time.Minute), at(0))
+		// The same action with terms too long for a ref: stored.
+		bigAction := action("k", `{"x":"`+strings.Repeat("x", 2000)+`"}`, 10*time.Minute)
+		big := issued(t, st, owner, bigAction, at(time.Second))
+		if big.Operation.ID == small.Operation.ID || big.Ref != store.MakeRef(big.Operation.ID, big.Operation.Revision) {
+			t.Fatalf("big terms: %+v", big.Operation)
+		}
+		if got := record(t, st, owner, big, at(2*time.Second)); got != store.Recorded {
+			t.Fatalf("big: %v", got)
+		}
+		r := mustTake(t, st, owner, bigAction, at(3*time.Second))
+		if r.Claim == nil {
+			t.Fatalf("Take: %+v", r)
+		}
+		if err := st.Finish(ctx, *r.Claim, store.Done, at(4*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if got := record(t, st, owner, small, at(5*time.Second)); got != store.NotFound {
+			t.Errorf("the earlier computed ref: %v, want not found", got)
+		}
+	})
+
 	t.Run("each ref is sealed anew, and a damaged seal key fails closed", func(t *testing.T) {
 		st, c, _ := computedStore(t, redisstore.Options{})
 		a := action("k", `{}`, 10*time.Minute)

@@ -98,17 +98,16 @@
 // 2048-character ref (§4), and lifetimes beyond Retention, are stored as
 // without the option.
 //
-// One limit comes with it. An action's operation_id changes when the
-// epoch turns (once per Retention, 24 hours by default), and a waiting
-// operation that is not stored can't stop it: two requests on either side
-// of the turn get two operation_ids, where a stored operation keeps one
-// (W19). Each is its own operation, performed at most once, and an
-// approval applies only to its own; but if the agent has both approved,
-// and the first is performed before the second's approval arrives, the
-// action is performed twice, once per approval. So is it when one of its
-// requests was stored instead (terms too long for a ref) and the other
-// computed. Keep ComputeWaiting off for actions where that must never
-// happen even with two approvals.
+// An action still has one operation at a time (W19). Its operation_id
+// changes when the epoch turns, so two requests on either side of the
+// turn are handed two computed operations; an approval stores one only
+// while neither its neighbours in the epochs before and after nor the
+// operation its action key names is remembered, so the other's approval
+// is answered not found and records nothing, before the first is performed
+// or after. An operation that must be stored (terms too long for a ref)
+// is marked, and its action key outlives its performance, so that a
+// computed ref handed out before it can't store a second operation of
+// the action either.
 //
 // The 403 step then costs the server 7–11 µs rather than 21–31 µs
 // (-ceiling, README), and a flood of requests that are never approved

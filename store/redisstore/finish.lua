@@ -10,7 +10,7 @@
 local op = KEYS[1]
 local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order')
+local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka')
 local k = f[6]
 if f[1] ~= 'performing' or gone(k, now) then
   return 0
@@ -36,20 +36,25 @@ if outcome == 'done' then
   end
   -- The claim's token is never asked about again, and the action's next
   -- request gets a new operation (W141): neither key is needed. One DEL
-  -- drops them with the operation's old hash.
+  -- drops them with the operation's old hash. The action key of an
+  -- operation marked ka (lib.lua issue) stays, naming it, as long as it
+  -- is remembered.
   local gone_keys = {op}
   if f[2] then gone_keys[#gone_keys + 1] = base .. 'tok:' .. f[2] end
+  local keep = nil
   if f[4] then
     local act = base .. 'act:' .. f[4]
-    if current_of(redis.call('GET', act)) == opID then gone_keys[#gone_keys + 1] = act end
+    if current_of(redis.call('GET', act)) == opID then
+      if f[10] then keep = act else gone_keys[#gone_keys + 1] = act end
+    end
   end
   redis.call('DEL', unpack(gone_keys))
+  if f[10] then fields[#fields + 1] = 'ka'; fields[#fields + 1] = '1' end
   redis.call('HSET', op, unpack(fields))
-  if k == retained then
-    redis.call('PEXPIRE', op, ARGV[8])
-  else
-    redis.call('PEXPIRE', op, ttl(k, now))
-  end
+  local t = ARGV[8]
+  if k ~= retained then t = ttl(k, now) end
+  redis.call('PEXPIRE', op, t)
+  if keep then extend(keep, t) end
   -- Its claim took it off its owner's count of open operations, and its
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- did not.

@@ -217,7 +217,7 @@ end
 
 -- new_operation opens operation opID for an action (its digest akey, its
 -- key actKey) with revision rev as its first (and extra fields, when given:
--- its first approval, record.lua), unless the owner's cap of
+-- its first approval, record.lua; ka, issue), unless the owner's cap of
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
@@ -254,6 +254,18 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
     -- Counted until its first revision expires, or until it is performed
     -- (Finish pipelines a ZREM), as agent.lua counts.
     add_open(agentKey, m, x, agentMember .. opID, t)
+  end
+  return true
+end
+
+-- none_live reports whether no operation of ids ('.'-separated: an
+-- operation_id computed for an action and its neighbours in the epochs
+-- before and after, internal/computed) is remembered by now: only then is
+-- one of them computed (Options.ComputeWaiting), so that an action has one
+-- computed operation at a time, even at an epoch's turn (W19).
+local function none_live(base, ids, now)
+  for id in string.gmatch(ids, '[^.]+') do
+    if not gone(redis.call('HGET', base .. 'op:' .. id, 'k'), now) then return false end
   end
   return true
 end
@@ -311,8 +323,10 @@ end
 -- summary, fixed expires_at ('' for none), x (a fresh revision's
 -- expires_at), half (the least expires_at a reused revision may have,
 -- W39), now, seed (random: a new operation_id, then a revision's suffix),
--- compute (the operation_id the caller computes for a new operation,
--- which is then not stored, or ''; the seed ends with '.' and it),
+-- compute (with Options.ComputeWaiting, the seed ends with '.' and the
+-- operation_id the caller computes for a new operation, which is then not
+-- stored, and its neighbours, '.'-separated: '' when it can't be computed;
+-- false without the option),
 -- agent, user, maxOpen, xttl (the TTL in ms that keeps a key until x).
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
@@ -340,17 +354,23 @@ local function issue(a)
   -- With Options.ComputeWaiting nothing is stored for a new operation
   -- (§3: a Company doesn't have to store operations that haven't been
   -- performed): the caller computes it, and its first approval stores it
-  -- (record.lua). While the operation the caller would compute is
-  -- remembered (performed, and its action key gone with its claim), or
-  -- the action's is (performed), the new one is stored as before, with a
-  -- random operation_id (W141).
-  if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
-      gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
-    return {'compute'}
+  -- (record.lua). While the action's operation is remembered (performed),
+  -- or the one the caller would compute or a neighbour of it is
+  -- (performed: its action key went with its claim), the new one is stored
+  -- as before, with a random operation_id (W141), and marked (ka) so that
+  -- its action key outlives its performance (finish.lua): a computed ref
+  -- handed out before it then can't store another operation of the
+  -- action (record.lua).
+  local extra = nil
+  if a.compute then
+    if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and none_live(a.base, a.compute, now) then
+      return {'compute'}
+    end
+    extra = {'ka', '1'}
   end
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember) then
+  if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember, extra) then
     return nil
   end
   return {opID, rev, a.summary, a.terms, a.x, 'new'}
@@ -396,7 +416,7 @@ local function request(KEYS, ARGV)
   return {
     base = base, actKey = KEYS[1], akey = akey,
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
-    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = string.match(ARGV[8], '%.(.*)$') or '',
+    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = string.match(ARGV[8], '%.(.*)$') or false,
     agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
     agentKey = false, maxAgent = false, agentMember = false,
     opID = false, hint = '', prev = '', f = false, c = false,

@@ -464,9 +464,11 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	}
 	base := s.base(owner.Agent, owner.User)
 	var c *computed.Op
+	var k *computed.Sealer
 	opID, refRev, ok := store.SplitRef(ref)
 	if isComputedRef(ref) {
-		k, err := s.sealer(ctx)
+		var err error
+		k, err = s.sealer(ctx)
 		if err != nil {
 			s.failed(err)
 			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
@@ -503,7 +505,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	if c == nil {
 		v, err = s.run(ctx, s.client, recordStep, keys, args...).StringSlice()
 	} else {
-		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, now)
+		v, err = s.recordComputed(ctx, k, owner, *c, opID, keys, args, now)
 	}
 	if err != nil {
 		s.failed(err)
