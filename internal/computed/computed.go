@@ -44,6 +44,9 @@ type Op struct {
 	Action  string // the action digest (store.ActionDigest)
 	Account string
 	Expires time.Time // whole seconds
+	// Minted is when it was computed (the caller's clock): an approval
+	// stores it only if no neighbour (Neighbours) was performed since.
+	Minted  time.Time
 	Terms   []byte
 	Summary string
 }
@@ -175,11 +178,12 @@ func (k *Sealer) ID(base string, c Op) string {
 }
 
 // Neighbours are the operation_ids c's action gets in the epochs just
-// before and after c's. A store that computes operations stores one of
-// an action's computed operations at a time: at an epoch's turn, two
-// requests get two operation_ids, and the store refuses to store the one
-// while the other is remembered, so the action still has one operation
-// (W19), performed at most once.
+// before and after c's. At an epoch's turn, two requests get two
+// operation_ids; a store that computes operations stores c's only while
+// neither neighbour is remembered, unless the neighbour was performed
+// before c was minted (c is then the action's next operation, W141), so
+// the action still has one operation at a time (W19), and a ref handed out
+// before its operation was performed never stores a second.
 func (k *Sealer) Neighbours(base string, c Op) (before, after string) {
 	e, err := strconv.ParseInt(c.Epoch, 10, 64)
 	if err != nil {
@@ -200,7 +204,7 @@ func (k *Sealer) Revision(id string, c Op) string {
 // sealedLen is the length of c's fields as Seal writes them, before the
 // salt and the tag.
 func sealedLen(c Op) int {
-	n := 8 // expires_at
+	n := 16 // expires_at, minted
 	for _, l := range [...]int{len(c.Epoch), len(c.Action), len(c.Account), len(c.Terms), len(c.Summary)} {
 		n += l + (bits.Len64(uint64(l)|1)+6)/7 // the length's uvarint
 	}
@@ -231,6 +235,7 @@ func (k *Sealer) Seal(base, id, rev string, c Op) string {
 	plain = binary.AppendUvarint(plain, uint64(len(c.Summary)))
 	plain = append(plain, c.Summary...)
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Expires.Unix()))
+	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Minted.UnixNano()))
 	sealed := k.key(n).Seal(buf[headSize:headSize], buf[8:headSize], plain, k.additional(base, buf[:8]))
 	sealed = buf[:headSize+len(sealed)]
 	ref := make([]byte, 0, len(id)+len(rev)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
@@ -289,11 +294,12 @@ func (k *Sealer) Open(base, ref string) (c Op, rev string, err error) {
 		}
 		f[i], plain = plain[w:w+int(l)], plain[w+int(l):]
 	}
-	if len(plain) != 8 {
+	if len(plain) != 16 {
 		return c, "", ErrNotSealed
 	}
 	c = Op{Epoch: string(f[0]), Action: string(f[1]), Account: string(f[2]), Terms: f[3], Summary: string(f[4]),
-		Expires: time.Unix(int64(binary.BigEndian.Uint64(plain)), 0).UTC()}
+		Expires: time.Unix(int64(binary.BigEndian.Uint64(plain)), 0).UTC(),
+		Minted:  time.Unix(0, int64(binary.BigEndian.Uint64(plain[8:]))).UTC()}
 	c.ID = k.ID(base, c)
 	if c.ID != id || k.Revision(c.ID, c) != rev {
 		return Op{}, "", ErrNotSealed

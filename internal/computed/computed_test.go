@@ -11,7 +11,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 
 func testOp() Op {
 	return Op{Epoch: Epoch(time.Unix(1_800_000_000, 0), 24*time.Hour), Action: "AcTiOnDiGeSt", Account: "acct-1",
-		Expires: time.Unix(1_800_000_600, 0).UTC(), Terms: []byte(`{"size":"M"}`), Summary: "Exchange it."}
+		Expires: time.Unix(1_800_000_600, 0).UTC(), Minted: time.Unix(1_800_000_000, 123).UTC(), Terms: []byte(`{"size":"M"}`), Summary: "Exchange it."}
 }
 
 func TestSealOpen(t *testing.T) {
@@ -40,7 +40,7 @@ func TestSealOpen(t *testing.T) {
 	t.Run("it opens to what was sealed", func(t *testing.T) {
 		got, gotRev, err := k.Open("base-1", ref)
 		if err != nil || gotRev != rev || got.ID != c.ID || got.Epoch != c.Epoch || got.Action != c.Action || got.Account != c.Account ||
-			!got.Expires.Equal(c.Expires) || string(got.Terms) != string(c.Terms) || got.Summary != c.Summary {
+			!got.Expires.Equal(c.Expires) || !got.Minted.Equal(c.Minted) || string(got.Terms) != string(c.Terms) || got.Summary != c.Summary {
 			t.Errorf("Open: %+v %q %v, want %+v %q", got, gotRev, err, c, rev)
 		}
 	})

@@ -95,7 +95,7 @@ func (s *Store) computable(owner store.Owner, digest string, action store.Action
 	}
 	expires = time.Unix(expires.Unix(), 0).UTC()
 	c := computed.Op{Epoch: computed.Epoch(now, s.retention), Action: digest, Account: owner.Account,
-		Expires: expires, Terms: action.Terms, Summary: action.Summary}
+		Expires: expires, Minted: now, Terms: action.Terms, Summary: action.Summary}
 	if expires.Sub(now) > s.retention || computed.Size(c) > store.MaxRefLength {
 		return c, false
 	}
@@ -121,11 +121,9 @@ func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, 
 		s.failed(err)
 		return c, nil, err
 	}
-	// The seed ends with "." and the operation_id to compute, then its
-	// neighbours (lib.lua issue, none_live).
+	// The seed ends with "." and the operation_id to compute (lib.lua issue).
 	c.ID = k.ID(base, c)
-	before, after := k.Neighbours(base, c)
-	args[7] = args[7].(string) + "." + c.ID + "." + before + "." + after
+	args[7] = args[7].(string) + "." + c.ID
 	return c, k, nil
 }
 
@@ -152,12 +150,12 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 	before, after := k.Neighbours(base, c)
 	var h *redis.MapStringStringCmd
 	var act *redis.StringCmd
-	var neighbours [2]*redis.StringCmd
+	var neighbours [2]*redis.SliceCmd
 	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		h = p.HGetAll(ctx, base+"op:"+op.ID)
 		act = p.Get(ctx, base+"act:"+c.Action)
-		neighbours[0] = p.HGet(ctx, base+"op:"+before, "k")
-		neighbours[1] = p.HGet(ctx, base+"op:"+after, "k")
+		neighbours[0] = p.HMGet(ctx, base+"op:"+before, "state", "k", "pa")
+		neighbours[1] = p.HMGet(ctx, base+"op:"+after, "state", "k", "pa")
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return store.Record{}, false, err
@@ -173,9 +171,18 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 		until, ok := parseTime(k)
 		return ok && !now.After(until)
 	}
-	if remembered(neighbours[0].Val()) || remembered(neighbours[1].Val()) {
-		// A neighbour was stored since: this one never will be (record.lua).
-		return store.Record{}, false, nil
+	for _, n := range neighbours {
+		// A neighbour stored since, or performed after this one was
+		// minted: this one never will be stored (lib.lua
+		// neighbours_allow).
+		v := n.Val()
+		state, _ := v[0].(string)
+		k, _ := v[1].(string)
+		pa, _ := v[2].(string)
+		claimed, ok := parseTime(pa)
+		if remembered(k) && (state != "performed" || !ok || !claimed.Before(c.Minted)) {
+			return store.Record{}, false, nil
+		}
 	}
 	if other, _, _ := strings.Cut(act.Val(), " "); other != "" && other != op.ID {
 		k, err := s.client.HGet(ctx, base+"op:"+other, "k").Result()
@@ -198,7 +205,7 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 // records nothing (counting an operation already counted changes nothing).
 func (s *Store) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
 	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
-	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after)
+	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted))
 	if s.maxOpenAgent > 0 && !s.agentInStep.Load() {
 		// On a Cluster: count first, then record.
 		n, err := s.run(ctx, s.client, agentStep, []string{s.agentKey(owner.Agent)},

@@ -102,9 +102,11 @@
 // changes when the epoch turns, so two requests on either side of the
 // turn are handed two computed operations; an approval stores one only
 // while neither its neighbours in the epochs before and after nor the
-// operation its action key names is remembered, so the other's approval
-// is answered not found and records nothing, before the first is performed
-// or after. An operation that must be stored (terms too long for a ref)
+// operation its action key names is remembered (a neighbour performed
+// before the ref was handed out doesn't count: that ref is the action's
+// next operation, W141), so the other's approval is answered not found and
+// records nothing, before the first is performed or after. A performed
+// computed operation keeps when it was claimed (pa) for that. An operation that must be stored (terms too long for a ref)
 // is marked, and its action key outlives its performance, so that a
 // computed ref handed out before it can't store a second operation of
 // the action either.
@@ -201,10 +203,12 @@
 //     (when it was used up); al (approved revisions, first recorded first,
 //     W95); while performing claim, ap and pa (the claim's token, revision
 //     and when it was claimed), fu once an unknown outcome was reported; k
-//     (remembered until). Once performed it is written anew with only
-//     state, acct, cur, k and an empty t: per revision (so a ref it
-//     returned is still found, W74): about 300 bytes of Redis memory in
-//     all, where an open one with its terms takes about 1 KB.
+//     (remembered until); c for an operation that was computed, ka for
+//     one stored by a store that computes others (Options.ComputeWaiting).
+//     Once performed it is written anew with only state, acct, cur, k (pa
+//     too when it was computed) and an empty t: per revision (so a ref it returned is still found, W74): about 300 bytes
+//     of Redis memory in all, where an open one with its terms takes about
+//     1 KB.
 //   - act:<store.ActionDigest>: the action's current operation_id (W19),
 //     its current revision's name (a hint, read again when stale), and the
 //     operation_id of one still being performed that Issue replaced, if

@@ -10,7 +10,7 @@
 local op = KEYS[1]
 local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka')
+local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c')
 local k = f[6]
 if f[1] ~= 'performing' or gone(k, now) then
   return 0
@@ -27,9 +27,13 @@ if outcome == 'done' then
   k = later(retained, k)
   -- Performed, it keeps only what its status and §7 need: its state, its
   -- account (check 1), its revisions' names (a ref it returned is found;
-  -- any other is not, W74) and k. Its terms, summaries and approvals go,
+  -- any other is not, W74), k, and pa when it was computed. Its terms, summaries and approvals go,
   -- and the hash is written anew so that Redis keeps it compact.
   local fields = {'state', 'performed', 'acct', f[8] or '', 'cur', cur or '', 'k', k}
+  -- A computed one (c) keeps when it was claimed: a computed ref of its
+  -- action handed out before then never stores a second operation (lib.lua
+  -- neighbours_allow).
+  if f[12] and f[11] then fields[#fields + 1] = 'pa'; fields[#fields + 1] = f[11] end
   for _, r in ipairs(words(f[9])) do
     fields[#fields + 1] = 't:' .. r
     fields[#fields + 1] = ''
@@ -49,7 +53,6 @@ if outcome == 'done' then
     end
   end
   redis.call('DEL', unpack(gone_keys))
-  if f[10] then fields[#fields + 1] = 'ka'; fields[#fields + 1] = '1' end
   redis.call('HSET', op, unpack(fields))
   local t = ARGV[8]
   if k ~= retained then t = ttl(k, now) end

@@ -217,7 +217,7 @@ end
 
 -- new_operation opens operation opID for an action (its digest akey, its
 -- key actKey) with revision rev as its first (and extra fields, when given:
--- its first approval, record.lua; ka, issue), unless the owner's cap of
+-- its first approval and c, record.lua; ka, issue), unless the owner's cap of
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
@@ -258,14 +258,20 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   return true
 end
 
--- none_live reports whether no operation of ids ('.'-separated: an
--- operation_id computed for an action and its neighbours in the epochs
--- before and after, internal/computed) is remembered by now: only then is
--- one of them computed (Options.ComputeWaiting), so that an action has one
--- computed operation at a time, even at an epoch's turn (W19).
-local function none_live(base, ids, now)
+-- neighbours_allow reports whether an approval may store a computed
+-- operation minted at minted (Options.ComputeWaiting), given its
+-- neighbours ids ('.'-separated: the operation_ids its action gets in the
+-- epochs before and after, internal/computed): none is remembered by now,
+-- except one performed before it was minted (it is then the action's next
+-- operation, W141). At an epoch's turn two requests get two operation_ids;
+-- so the action still has one operation at a time (W19), and a ref handed
+-- out before its neighbour was performed never stores a second.
+local function neighbours_allow(base, ids, minted, now)
   for id in string.gmatch(ids, '[^.]+') do
-    if not gone(redis.call('HGET', base .. 'op:' .. id, 'k'), now) then return false end
+    local n = redis.call('HMGET', base .. 'op:' .. id, 'state', 'k', 'pa')
+    if not gone(n[2], now) and (n[1] ~= 'performed' or not n[3] or cmp(n[3], minted) >= 0) then
+      return false
+    end
   end
   return true
 end
@@ -325,8 +331,7 @@ end
 -- W39), now, seed (random: a new operation_id, then a revision's suffix),
 -- compute (with Options.ComputeWaiting, the seed ends with '.' and the
 -- operation_id the caller computes for a new operation, which is then not
--- stored, and its neighbours, '.'-separated: '' when it can't be computed;
--- false without the option),
+-- stored: '' when it can't be computed; false without the option),
 -- agent, user, maxOpen, xttl (the TTL in ms that keeps a key until x).
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
@@ -355,15 +360,16 @@ local function issue(a)
   -- (§3: a Company doesn't have to store operations that haven't been
   -- performed): the caller computes it, and its first approval stores it
   -- (record.lua). While the action's operation is remembered (performed),
-  -- or the one the caller would compute or a neighbour of it is
-  -- (performed: its action key went with its claim), the new one is stored
-  -- as before, with a random operation_id (W141), and marked (ka) so that
+  -- or the one the caller would compute is (performed: its action key
+  -- went with its claim), the new one is stored as before, with a random
+  -- operation_id (W141), and marked (ka) so that
   -- its action key outlives its performance (finish.lua): a computed ref
   -- handed out before it then can't store another operation of the
   -- action (record.lua).
   local extra = nil
   if a.compute then
-    if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and none_live(a.base, a.compute, now) then
+    if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
+        gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
       return {'compute'}
     end
     extra = {'ka', '1'}

@@ -12,9 +12,9 @@
 --       11 'c', 12 its account, 13 terms, 14 summary, 15 expires_at,
 --       16 agent, 17 user, 18 the owner's cap of open operations, 19 the
 --       TTL in ms that keeps a key until 15, 20 its neighbours'
---       operation_ids ('.'-separated, lib.lua none_live), and with the
---       agent's count: 21 the agent's cap, 22 its members' prefix
---       ("<slot> ").
+--       operation_ids ('.'-separated, lib.lua neighbours_allow), 21 when
+--       it was minted, and with the agent's count: 22 the agent's cap,
+--       23 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op = KEYS[1]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -42,7 +42,7 @@ if computed then
   -- other. Its ref was sealed by this store for this owner, so its
   -- revision was returned (W74).
   local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[13], ARGV[14], ARGV[15]
-  local agentKey = ARGV[21] and KEYS[#KEYS]
+  local agentKey = ARGV[22] and KEYS[#KEYS]
   local g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
   local cur, _, prev = current_of(redis.call('GET', actKey))
   if g[1] and not gone(g[2], now) then
@@ -56,29 +56,33 @@ if computed then
       if not known then
         local ak = nil
         if cur == opID then ak = actKey end
-        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[22])
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[23])
       end
     end
   else
     -- Not stored: not past its expires_at (the ref is then unknown, as a
     -- forgotten operation's is), and its action has no other remembered
     -- operation: neither the one its action key names nor one computed in
-    -- the epoch before or after (stored since this ref was handed out,
-    -- which it can't replace: the action keeps one operation, W19).
+    -- the epoch before or after (stored since this ref was handed out, or
+    -- performed after: the action keeps one operation, W19).
     if cmp(now, x) > 0 then return {'notfound'} end
     if cur and cur ~= opID and not gone(redis.call('HGET', base .. 'op:' .. cur, 'k'), now) then
       return {'notfound'}
     end
-    if not none_live(base, ARGV[20], now) then return {'notfound'} end
+    if not neighbours_allow(base, ARGV[20], ARGV[21], now) then return {'notfound'} end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
     local akey = string.match(actKey, 'act:([^:]*)$')
     -- The approval of this very revision by its own account passes checks
     -- 1-3 on an operation just stored: it is recorded in the same write.
-    local approve = nil
+    -- c marks it computed: performed, it keeps when it was claimed
+    -- (finish.lua, lib.lua neighbours_allow).
+    local extra = {'c', '1'}
+    local approve = false
     if ARGV[12] == acct and apOp == opID and apRev == rev and checkOnly ~= '1' then
-      approve = {'a:' .. rev, approval, 'al', rev}
+      approve = true
+      extra = {'c', '1', 'a:' .. rev, approval, 'al', rev}
     end
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[21], ARGV[22], approve) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[22], ARGV[23], extra) then
       return {'limited'}
     end
     if approve then

@@ -15,13 +15,12 @@
 -- (Options.ComputeWaiting, computed.go).
 local v = redis.call('MGET', KEYS[2], KEYS[1])
 -- The 403 step with Options.ComputeWaiting, in its most common case: no
--- claim with this token, nothing stored for the action, and neither the
--- operation the caller computes nor its neighbours (their ids end the
--- seed) remembered. What
+-- claim with this token, nothing stored for the action, and the operation
+-- the caller computes (its id ends the seed) not remembered either. What
 -- issue (lib.lua) would answer then, without reading the rest.
 if not v[1] and not v[2] then
-  local ids = string.match(ARGV[8], '%.(.+)$')
-  if ids and none_live(string.match(KEYS[1], '^(.*)act:'), ids, ARGV[7]) then
+  local id = string.match(ARGV[8], '%.(.+)$')
+  if id and gone(redis.call('HGET', string.match(KEYS[1], '^(.*)act:') .. 'op:' .. id, 'k'), ARGV[7]) then
     return {'compute'}
   end
 end
