@@ -206,9 +206,9 @@
 //     (remembered until); c for an operation that was computed, ka for
 //     one stored by a store that computes others (Options.ComputeWaiting).
 //     Once performed it is written anew with only state, acct, cur, k (pa
-//     too when it was computed) and an empty t: per revision (so a ref it returned is still found, W74): about 300 bytes
-//     of Redis memory in all, where an open one with its terms takes about
-//     1 KB.
+//     too when it was computed) and an empty t: per revision (so a ref it
+//     returned is still found, W74): about 300 bytes of Redis memory in
+//     all, where an open one with its terms takes about 1 KB.
 //   - act:<store.ActionDigest>: the action's current operation_id (W19),
 //     its current revision's name (a hint, read again when stale), and the
 //     operation_id of one still being performed that Issue replaced, if
