@@ -3,32 +3,16 @@ package redisstore_test
 import (
 	"fmt"
 	"strings"
+	"testing"
 	"time"
 
-	"context"
-	"github.com/opsgate/opsgate/store"
 	"github.com/redis/go-redis/v9"
-	"testing"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
 )
-
-func TestComputedMiniredis(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		mr, c := redistest.Mini(t)
-		return storetest.Harness{
-			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: true}),
-			Advance: mr.FastForward,
-			Size:    func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
-			Down:    mr.Close,
-
-			ComputesWaiting: true,
-		}
-	})
-}
 
 // On a redis-server, with four web servers' stores sharing it (W135 across
 // clients, and one seal key for all).

@@ -24,17 +24,21 @@ import (
 
 func TestMiniredis(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		mr, c := redistest.Mini(t)
-		return storetest.Harness{
-			// miniredis keeps nothing on disk: durability none, chosen
-			// explicitly (Check says it is a demo store).
-			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
-			Advance: mr.FastForward,
-			Size:    func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
-			Down:    mr.Close,
-		}
-	})
+	for _, compute := range []bool{false, true} {
+		// With waiting operations stored, then computed (ComputeWaiting).
+		storetest.Run(t, func(t *testing.T) storetest.Harness {
+			mr, c := redistest.Mini(t)
+			return storetest.Harness{
+				// miniredis keeps nothing on disk: durability none, chosen
+				// explicitly (Check says it is a demo store).
+				Store:           redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: compute}),
+				Advance:         mr.FastForward,
+				Size:            func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
+				Down:            mr.Close,
+				ComputesWaiting: compute,
+			}
+		})
+	}
 }
 
 // serverHarness starts a fresh redis-server for each subtest (a few ms), so
