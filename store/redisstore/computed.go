@@ -18,13 +18,12 @@ import (
 //
 // §3: "A Company doesn't have to store operations that haven't been
 // performed." With ComputeWaiting, the 403 step stores nothing for an
-// action that has no live operation: Take only reads (its token and the
-// action key) and answers "compute". The operation is then computed from
-// the request, and its ref carries it, sealed:
-//
-// internal/computed says how the operation_id, the revision and the ref
-// are computed; the ref starts with "<operation_id>.<revision>"
-// (store.SplitRef reads both).
+// action that has no live operation: Take only reads (its token's key,
+// the action key and the computed operation's key) and answers "compute".
+// The operation is then computed from the request, and its ref carries it,
+// sealed (internal/computed says how the operation_id, the revision and
+// the ref are computed; the ref starts with "<operation_id>.<revision>",
+// which store.SplitRef reads).
 //
 // The operation is stored by the first approval sent for it (record.lua
 // stores it as Take would have, then records): from then on every step
@@ -35,7 +34,9 @@ import (
 // a ref then expires before the operation it names can have been performed
 // and forgotten, so it can never bring back a performed operation_id.
 // Terms too long for a 2048-character ref are stored, as without
-// ComputeWaiting.
+// ComputeWaiting. An approval stores a computed operation only while no
+// other operation of its action is remembered (record.lua; lib.lua
+// neighbours_allow): the package doc says why.
 
 // sealKeyName is the key (after the prefix) that holds the store's secret:
 // computed.SecretSize random bytes, made once by the first server that
