@@ -75,10 +75,18 @@ type Options struct {
 	//     summary), and sealed with a key the store keeps in Redis
 	//     ("<prefix>seal", made by the first server that needs it);
 	//   - a waiting operation's Lookup answers with the ref's own
-	//     revision until an approval stores it.
+	//     revision until an approval stores it;
+	//   - a repeated request gets a new revision whenever its expires_at
+	//     moves (each second) rather than reusing a waiting one;
+	//   - the operation_id is computed per epoch (Retention long), and an
+	//     approval that would store a second operation of an action (the
+	//     other side of an epoch's turn) is answered not found (the package
+	//     doc says why).
 	// Operations whose expires_at is more than Retention away, or whose
 	// ref would pass 2048 characters, are stored as without it. All
-	// servers sharing the Redis must agree on Retention.
+	// servers sharing the Redis must agree on Retention. A store without
+	// the option still opens the computed refs of those with it, so it can
+	// be turned off while refs are out.
 	ComputeWaiting bool
 }
 
