@@ -351,6 +351,22 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
+	t.Run("a store without the option takes the refs of one with it, so it can be turned off", func(t *testing.T) {
+		st, c, _ := computedStore(t, redisstore.Options{})
+		a := action("k", `{}`, 10*time.Minute)
+		is := issued(t, st, owner, a, at(0))
+		off := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		if rec, found, err := off.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
+			t.Errorf("Lookup without the option: %+v %v %v", rec, found, err)
+		}
+		if got := record(t, off, owner, is, at(time.Second)); got != store.Recorded {
+			t.Errorf("Record without the option: %v", got)
+		}
+		if r := mustTake(t, off, owner, a, at(2*time.Second)); r.Claim == nil || r.Claim.Operation.ID != is.Operation.ID {
+			t.Errorf("Take without the option: %+v", r)
+		}
+	})
+
 	t.Run("each ref is sealed anew, and a damaged seal key fails closed", func(t *testing.T) {
 		st, c, _ := computedStore(t, redisstore.Options{})
 		a := action("k", `{}`, 10*time.Minute)
