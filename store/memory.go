@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/computed"
 )
 
 // Memory is the Store for a website that runs as one process. Its zero
@@ -43,8 +45,15 @@ type Memory struct {
 	// cap.
 	MaxOpenPerOwner int
 	MaxOpenPerAgent int
+	// ComputeWaiting makes the store compute waiting operations rather
+	// than store them, as redisstore.Options.ComputeWaiting does (its
+	// package doc says what changes), so that a site can test with the
+	// Redis store's behaviour in one process. Set it before the first
+	// call.
+	ComputeWaiting bool
 
 	mu         sync.Mutex
+	sealer     *computed.Sealer                 // ComputeWaiting's, made on first use
 	ops        shrinkMap[memKey, *memOperation] // (slot, operation_id)
 	actions    shrinkMap[memKey, *memAction]    // (slot, ActionDigest(account, key))
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
@@ -108,6 +117,11 @@ type memOperation struct {
 	claimSeq  uint64
 	claimedAt time.Time
 	unknown   bool
+
+	// With ComputeWaiting: computed (its id was computed, and an approval
+	// stored it) or ka (stored by a store that computes others: its action
+	// keeps naming it once it is performed, as redisstore's action key).
+	computed, ka bool
 }
 
 type memRevision struct {
@@ -323,6 +337,18 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	// performs (§6 check 2), so that no second operation of the action is
 	// offered for approval while the first may be taking effect (W145).
 	if op == nil || op.state == memPerformed {
+		if m.ComputeWaiting {
+			// As redisstore: nothing is stored for a new operation while
+			// neither the action's (performed and marked ka) nor the one
+			// computed is remembered; the caller gets it sealed in its ref.
+			if c, ok := m.computable(owner, ak.id, action, now); ok {
+				k := m.sealerLocked()
+				c.ID = k.ID(slot, c)
+				if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
+					return computedIssued(k, slot, c), nil
+				}
+			}
+		}
 		if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
 			over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
 			return Issued{}, ErrRateLimited
@@ -334,7 +360,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		a.current = NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision)}
+		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: m.ComputeWaiting}
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -646,8 +672,20 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		return Record{}, false, err
 	}
 	defer m.mu.Unlock()
-	_, op := m.refOp(Slot(owner.Agent, owner.User), ref, now)
-	if op == nil {
+	slot := Slot(owner.Agent, owner.User)
+	var op *memOperation
+	if computed.IsSealed(ref) && ValidRef(ref) {
+		c, rev, err := m.sealerLocked().Open(slot, ref)
+		if err != nil {
+			return Record{}, false, nil // W74
+		}
+		if op = m.op(slot, c.ID, now); op == nil {
+			if now.After(c.Expires) || !m.mayStore(slot, c, now) {
+				return Record{}, false, nil
+			}
+			return Record{Owner: Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}, Current: computedOperation(c, rev), Status: Waiting}, true, nil
+		}
+	} else if _, op = m.refOp(slot, ref, now); op == nil {
 		return Record{}, false, nil // W74
 	}
 	cur := op.revisions[op.current].op
@@ -686,7 +724,16 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{Result: Replayed}, nil
 	}
 	slot := Slot(owner.Agent, owner.User)
-	id, op := m.refOp(slot, ref, now)
+	var id string
+	var op *memOperation
+	if computed.IsSealed(ref) && ValidRef(ref) {
+		var res RecordResult
+		if id, op, res = m.storeComputed(owner, slot, ref, now); res != 0 {
+			return RecordReply{Result: res}, nil
+		}
+	} else {
+		id, op = m.refOp(slot, ref, now)
+	}
 	if op == nil {
 		return RecordReply{Result: NotFound}, nil // W74, W45
 	}
@@ -746,6 +793,112 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	m.seq++
 	a.addLive(keyOf(r.op.Terms), memLive{op: id, revision: r.op.Revision, seq: m.seq})
 	return RecordReply{Result: Recorded, Operation: r.op}, nil
+}
+
+// sealerLocked returns the sealer of ComputeWaiting, made on first use
+// with a secret of its own (the store is one process). m.mu is held.
+func (m *Memory) sealerLocked() *computed.Sealer {
+	if m.sealer == nil {
+		m.sealer, _ = computed.NewSealer(computed.NewSecret())
+	}
+	return m.sealer
+}
+
+// computable reports whether the operation for action (its digest) can be
+// computed rather than stored, and returns what it would be, as
+// redisstore computes it: an expires_at at most Retention away, and a ref
+// that fits in MaxRefLength.
+func (m *Memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
+	expires := action.ExpiresAt
+	if expires.IsZero() {
+		expires = now.Add(action.Lifetime)
+	}
+	expires = time.Unix(expires.Unix(), 0).UTC()
+	c := computed.Op{Epoch: computed.Epoch(now, m.retention()), Action: digest, Account: owner.Account,
+		Expires: expires, Minted: now, Terms: action.Terms, Summary: action.Summary}
+	return c, expires.Sub(now) <= m.retention() && computed.Size(c) <= MaxRefLength
+}
+
+// computedOperation is the operation c describes, its revision rev.
+func computedOperation(c computed.Op, rev string) Operation {
+	return Operation{ID: c.ID, Revision: rev, Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
+}
+
+// computedIssued is what Take and Issue answer for a computed operation.
+func computedIssued(k *computed.Sealer, slot string, c computed.Op) Issued {
+	rev := k.Revision(c.ID, c)
+	return Issued{Operation: computedOperation(c, rev), Ref: k.Seal(slot, c.ID, rev, c)}
+}
+
+// mayStore reports whether an approval may store the computed operation c,
+// as redisstore's record.lua judges it: its action names no other
+// remembered operation (one performed counts only when marked ka, as
+// redisstore drops the action key of others), and neither neighbour is
+// remembered, unless it was performed before c was minted (W19, W141).
+func (m *Memory) mayStore(slot string, c computed.Op, now time.Time) bool {
+	if a, _ := m.actions.get(memKey{slot, c.Action}); a != nil && a.current != c.ID {
+		if cur := m.op(slot, a.current, now); cur != nil && (cur.state != memPerformed || cur.ka) {
+			return false
+		}
+	}
+	before, after := m.sealerLocked().Neighbours(slot, c)
+	for _, id := range [...]string{before, after} {
+		if n := m.op(slot, id, now); n != nil && (n.state != memPerformed || !n.computed || !n.claimedAt.Before(c.Minted)) {
+			return false
+		}
+	}
+	return true
+}
+
+// storeComputed is Record's first part for a computed ref: the operation
+// it names, stored now if it wasn't, with the ref's revision (as
+// redisstore's record.lua). res is the answer when there is nothing to
+// check (not found, or over a cap).
+func (m *Memory) storeComputed(owner Owner, slot, ref string, now time.Time) (string, *memOperation, RecordResult) {
+	c, rev, err := m.sealerLocked().Open(slot, ref)
+	if err != nil {
+		return "", nil, NotFound // W74
+	}
+	revision := &memRevision{op: computedOperation(c, rev)}
+	revision.op.Terms = bytes.Clone(c.Terms)
+	if op := m.op(slot, c.ID, now); op != nil {
+		// Stored already: an open one gets the ref's revision if it does
+		// not keep it (W20).
+		if op.state == memOpen && op.revisions[rev] == nil {
+			op.add(revision)
+			m.keep(op, c.Expires)
+		}
+		return c.ID, op, 0
+	}
+	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
+		return "", nil, NotFound
+	}
+	if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
+		over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
+		return "", nil, RateLimited
+	}
+	k := memKey{slot, c.ID}
+	if old, ok := m.ops.get(k); ok {
+		// Forgotten by now, not swept yet.
+		m.expiry.remove(&old.timer)
+		m.dropOp(k, now)
+	}
+	ak := memKey{slot, c.Action}
+	a, _ := m.actions.get(ak)
+	if a == nil {
+		a = &memAction{}
+		m.actions.put(ak, a)
+	}
+	a.current = c.ID
+	stored := Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}
+	m.opened(stored, +1)
+	op := &memOperation{owner: stored, action: ak, revisions: make(map[string]*memRevision), computed: true}
+	op.timer = memTimer{kind: memKindOp, key: k}
+	m.ops.put(k, op)
+	m.expiry.add(&op.timer)
+	op.add(revision)
+	m.keep(op, c.Expires)
+	return c.ID, op, 0
 }
 
 // refOp returns the operation a ref names, or nil when the ref is malformed,

@@ -28,6 +28,18 @@ func TestMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness { return memoryHarness(t) })
 }
 
+// The suite with waiting operations computed, as redisstore's
+// ComputeWaiting (TestSameAsMemory compares the two).
+func TestMemoryComputeWaiting(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Harness {
+		h := memoryHarness(t)
+		h.Store.(*store.Memory).ComputeWaiting = true
+		h.ComputesWaiting = true
+		return h
+	})
+}
+
 func TestMemoryZeroValue(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {

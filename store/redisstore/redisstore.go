@@ -483,12 +483,12 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		}
 		opened, rev, err := k.Open(base, ref)
 		if err != nil {
-			return store.RecordReply{Result: store.NotFound}, nil // W74
+			return s.recordNotFound(ctx, opts, now) // W74
 		}
 		c, opID, refRev, ok = &opened, opened.ID, rev, true
 	}
 	if !ok {
-		return store.RecordReply{Result: store.NotFound}, nil // W74
+		return s.recordNotFound(ctx, opts, now) // W74
 	}
 	checkOnly := "0"
 	if opts.CheckOnly {
@@ -607,6 +607,23 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 		return false, fmt.Errorf("redisstore: release: %w", err)
 	}
 	return n == 1, nil
+}
+
+// recordNotFound is Record's answer to a ref that names nothing, found so
+// before any step ran: not found, once the request's single-use key is
+// used up, as the step would have used it first (a replay is Replayed
+// whatever its ref, as in the memory store).
+func (s *Store) recordNotFound(ctx context.Context, opts store.RecordOptions, now time.Time) (store.RecordReply, error) {
+	if opts.Once != "" {
+		used, err := s.UseOnce(ctx, opts.Once, opts.OnceUntil, now)
+		if err != nil {
+			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+		}
+		if !used {
+			return store.RecordReply{Result: store.Replayed}, nil
+		}
+	}
+	return store.RecordReply{Result: store.NotFound}, nil
 }
 
 // Lookup implements store.Store. It is one HGETALL: the operation hash holds

@@ -340,6 +340,22 @@ func TestSameAsMemory(t *testing.T) {
 			}
 		})
 	})
+	t.Run("computing waiting operations", func(t *testing.T) {
+		// Both stores with ComputeWaiting: the 403 stores nothing, the
+		// first approval stores the operation, an action keeps one
+		// operation across an epoch's turn (the sequences' clock moves by
+		// up to days, across epochs of 24 hours).
+		t.Parallel()
+		storetest.Differential(t, 200, 60, func(t testing.TB) storetest.Harness {
+			return storetest.Harness{Store: &store.Memory{ComputeWaiting: true}}
+		}, func(t testing.TB) storetest.Harness {
+			mr, c := redistest.Mini(t)
+			return storetest.Harness{
+				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: true}),
+				Advance: mr.FastForward,
+			}
+		})
+	})
 	t.Run("small caps", func(t *testing.T) {
 		// Both stores with caps of open operations a sequence reaches:
 		// refusals (429), and counts that claimed, reopened, performed and
