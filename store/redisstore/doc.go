@@ -76,7 +76,8 @@
 //
 // The first approval sent for it stores the operation, with that approval,
 // in one write, as Take would have stored it; from then on each step sees
-// it as a stored one. The secret is 32 random bytes the store keeps in
+// it as a stored one. store.Memory.ComputeWaiting does the same in one
+// process (TestSameAsMemory compares the two). The secret is 32 random bytes the store keeps in
 // Redis ("<prefix>seal"), made by the first server that needs it.
 //
 // Why an operation_id never comes back once performed (W141): while a
