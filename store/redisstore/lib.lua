@@ -419,10 +419,14 @@ end
 -- once rather than grown (about 0.7 µs of server CPU per Take).
 local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
+  -- The seed ends with '.' and an operation_id with ComputeWaiting (a
+  -- plain find: a pattern would scan the seed at every position).
+  local dot, compute = string.find(ARGV[8], '.', 1, true), false
+  if dot then compute = string.sub(ARGV[8], dot + 1) end
   return {
     base = base, actKey = KEYS[1], akey = akey,
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
-    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = string.match(ARGV[8], '%.(.*)$') or false,
+    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = compute,
     agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
     agentKey = false, maxAgent = false, agentMember = false,
     opID = false, hint = '', prev = '', f = false, c = false,

@@ -19,8 +19,8 @@ local v = redis.call('MGET', KEYS[2], KEYS[1])
 -- the caller computes (its id ends the seed) not remembered either. What
 -- issue (lib.lua) would answer then, without reading the rest.
 if not v[1] and not v[2] then
-  local id = string.match(ARGV[8], '%.(.+)$')
-  if id and gone(redis.call('HGET', string.match(KEYS[1], '^(.*)act:') .. 'op:' .. id, 'k'), ARGV[7]) then
+  local dot = string.find(ARGV[8], '.', 1, true)
+  if dot and dot < #ARGV[8] and gone(redis.call('HGET', string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1), 'k'), ARGV[7]) then
     return {'compute'}
   end
 end
