@@ -806,17 +806,9 @@ func (m *Memory) sealerLocked() *computed.Sealer {
 
 // computable reports whether the operation for action (its digest) can be
 // computed rather than stored, and returns what it would be, as
-// redisstore computes it: an expires_at at most Retention away, and a ref
-// that fits in MaxRefLength.
+// redisstore computes it (computed.New).
 func (m *Memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
-	expires := action.ExpiresAt
-	if expires.IsZero() {
-		expires = now.Add(action.Lifetime)
-	}
-	expires = time.Unix(expires.Unix(), 0).UTC()
-	c := computed.Op{Epoch: computed.Epoch(now, m.retention()), Action: digest, Account: owner.Account,
-		Expires: expires, Minted: now, Terms: action.Terms, Summary: action.Summary}
-	return c, expires.Sub(now) <= m.retention() && computed.Size(c) <= MaxRefLength
+	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, MaxRefLength)
 }
 
 // computedOperation is the operation c describes, its revision rev.

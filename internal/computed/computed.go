@@ -60,6 +60,22 @@ func Epoch(now time.Time, retention time.Duration) string {
 	return strconv.FormatInt(now.UnixNano()/int64(retention), 10)
 }
 
+// New returns the operation a request asks for, to be computed at now by
+// a store that remembers a performed operation for retention: its
+// expires_at is fixed when given, else now+lifetime, in whole seconds.
+// ok is false when it must be stored instead: an expires_at more than
+// retention away (its ref could outlive a performed operation of the same
+// id), or a ref longer than maxRef.
+func New(now time.Time, retention time.Duration, action, account string, fixed time.Time, lifetime time.Duration, terms []byte, summary string, maxRef int) (c Op, ok bool) {
+	expires := fixed
+	if expires.IsZero() {
+		expires = now.Add(lifetime)
+	}
+	expires = time.Unix(expires.Unix(), 0).UTC()
+	c = Op{Epoch: Epoch(now, retention), Action: action, Account: account, Expires: expires, Minted: now, Terms: terms, Summary: summary}
+	return c, expires.Sub(now) <= retention && Size(c) <= maxRef
+}
+
 // Sealer computes operations' ids and seals and opens their refs. It is
 // safe for concurrent use.
 type Sealer struct {

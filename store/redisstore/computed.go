@@ -90,17 +90,7 @@ func isComputedRef(ref string) bool {
 // computable reports whether Take may compute the operation for action
 // (its digest) rather than store it, and returns what it would be.
 func (s *Store) computable(owner store.Owner, digest string, action store.Action, now time.Time) (computed.Op, bool) {
-	expires := action.ExpiresAt
-	if expires.IsZero() {
-		expires = now.Add(action.Lifetime)
-	}
-	expires = time.Unix(expires.Unix(), 0).UTC()
-	c := computed.Op{Epoch: computed.Epoch(now, s.retention), Action: digest, Account: owner.Account,
-		Expires: expires, Minted: now, Terms: action.Terms, Summary: action.Summary}
-	if expires.Sub(now) > s.retention || computed.Size(c) > store.MaxRefLength {
-		return c, false
-	}
-	return c, true
+	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, store.MaxRefLength)
 }
 
 // mayCompute lets the step that issues for action (its keys and args
