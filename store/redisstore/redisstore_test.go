@@ -405,4 +405,21 @@ func TestSameAsMemory(t *testing.T) {
 			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}
 		})
 	})
+	t.Run("redis-server computing waiting operations", func(t *testing.T) {
+		// The same, with ComputeWaiting on both stores (real Lua, two web
+		// servers sharing one seal key).
+		t.Parallel()
+		c := redistest.Server(t)
+		var n atomic.Int64
+		storetest.Differential(t, 20, 60, func(t testing.TB) storetest.Harness {
+			return storetest.Harness{Store: &store.Memory{ComputeWaiting: true}}
+		}, func(t testing.TB) storetest.Harness {
+			opts := redisstore.Options{Prefix: fmt.Sprintf("diffc%d:", n.Add(1)), ComputeWaiting: true}
+			st := redisstore.New(c, opts)
+			if err := st.Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}
+		})
+	})
 }
