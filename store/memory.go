@@ -818,8 +818,8 @@ func computedOperation(c computed.Op, rev string) Operation {
 
 // computedIssued is what Take and Issue answer for a computed operation.
 func computedIssued(k *computed.Sealer, slot string, c computed.Op) Issued {
-	rev := k.Revision(c.ID, c)
-	return Issued{Operation: computedOperation(c, rev), Ref: k.Seal(slot, c.ID, rev, c)}
+	rev, ref := k.Issue(slot, c)
+	return Issued{Operation: computedOperation(c, rev), Ref: ref}
 }
 
 // mayStore reports whether an approval may store the computed operation c,

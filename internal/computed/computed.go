@@ -265,6 +265,14 @@ func (k *Sealer) additional(base string, period []byte) []byte {
 	return append(append(make([]byte, 0, len(base)+len(period)), base...), period...)
 }
 
+// Issue returns the revision of c (its ID set) and the ref that seals it,
+// for the owner whose keys start with base: what a store answers for a
+// computed operation.
+func (k *Sealer) Issue(base string, c Op) (rev, ref string) {
+	rev = k.Revision(c.ID, c)
+	return rev, k.Seal(base, c.ID, rev, c)
+}
+
 // ErrNotSealed is a ref that is not a computed one of this Sealer and
 // owner, or one altered.
 var ErrNotSealed = errors.New("not a computed ref of this store and owner")

@@ -33,6 +33,18 @@ func TestSealOpen(t *testing.T) {
 		if len(ref) > Size(c) {
 			t.Errorf("ref of %d characters, Size says %d", len(ref), Size(c))
 		}
+		// What the docs say of a ref's length: about 165 characters plus
+		// 4/3 of its terms, summary and account (with an action digest of
+		// store.ActionDigest's 20 characters).
+		for _, n := range []int{0, 180, 1000} {
+			d := c
+			d.Action, d.Terms, d.Summary = "AAAAAAAAAAAAAAAAAAAA", make([]byte, n), ""
+			d.ID = k.ID("base-1", d)
+			got := len(k.Seal("base-1", d.ID, k.Revision(d.ID, d), d))
+			if want := 165 + 4*(n+len(d.Account))/3; got < want-5 || got > want+5 {
+				t.Errorf("%d bytes of terms: a ref of %d characters, the docs say about %d", n, got, want)
+			}
+		}
 		if !IsSealed(ref) || IsSealed(c.ID+"."+rev) {
 			t.Errorf("IsSealed")
 		}

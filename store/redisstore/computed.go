@@ -77,9 +77,9 @@ func (s *Store) sealer(ctx context.Context) (*computed.Sealer, error) {
 	return k, nil
 }
 
-// operationOf is the operation c describes, its operation_id computed.
-func operationOf(k *computed.Sealer, c computed.Op) store.Operation {
-	return store.Operation{ID: c.ID, Revision: k.Revision(c.ID, c), Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
+// operationOf is the operation c describes, its revision rev.
+func operationOf(c computed.Op, rev string) store.Operation {
+	return store.Operation{ID: c.ID, Revision: rev, Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
 }
 
 // isComputedRef reports whether ref has the form of a computed one.
@@ -120,8 +120,8 @@ func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, 
 
 // issuedComputed is what Take and Issue answer for a computed operation.
 func issuedComputed(k *computed.Sealer, base string, c computed.Op) store.Issued {
-	op := operationOf(k, c)
-	return store.Issued{Operation: op, Ref: k.Seal(base, op.ID, op.Revision, c)}
+	rev, ref := k.Issue(base, c)
+	return store.Issued{Operation: operationOf(c, rev), Ref: ref}
 }
 
 // lookupComputed is Lookup for a computed ref: the stored operation when
@@ -133,11 +133,11 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 		return store.Record{}, false, err
 	}
 	base := s.base(owner.Agent, owner.User)
-	c, _, err := k.Open(base, ref)
+	c, rev, err := k.Open(base, ref)
 	if err != nil {
 		return store.Record{}, false, nil // W74
 	}
-	op := operationOf(k, c)
+	op := operationOf(c, rev)
 	before, after := k.Neighbours(base, c)
 	var h *redis.MapStringStringCmd
 	var act *redis.StringCmd

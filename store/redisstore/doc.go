@@ -94,8 +94,8 @@
 // new revision whenever its expires_at moves (each second), rather than
 // reusing a waiting one (W39's reuse is the stored store's choice); Lookup
 // of a ref whose operation is not stored yet answers that ref's own
-// revision, not the latest one returned; and refs are about 250
-// characters longer than their terms and summary. Terms too long for a
+// revision, not the latest one returned; and a ref is about 165
+// characters plus 4/3 of its terms, summary and account. Terms too long for a
 // 2048-character ref (§4), and lifetimes beyond Retention, are stored as
 // without the option.
 //

@@ -71,8 +71,8 @@ type Options struct {
 	//   - the caps of open operations count stored ones: an operation
 	//     is counted, and an approval may get RateLimited, when its first
 	//     approval stores it, not when its ref is returned;
-	//   - refs are longer (about 250 characters more than the terms and
-	//     summary), and sealed with a key the store keeps in Redis
+	//   - refs are longer (about 165 characters plus 4/3 of the terms,
+	//     summary and account), and sealed with a key the store keeps in Redis
 	//     ("<prefix>seal", made by the first server that needs it);
 	//   - a waiting operation's Lookup answers with the ref's own
 	//     revision until an approval stores it;
