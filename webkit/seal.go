@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"strings"
 	"time"
 )
 
@@ -68,8 +69,10 @@ func (s handleSeal) seal(h waitHandle, now time.Time) string {
 // open returns the handle sealed in v, if one of the keys sealed it and it
 // has not expired.
 func (s handleSeal) open(v string, now time.Time) (waitHandle, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil {
+	// Strict, and no line breaks (which any base64 decoder skips), so a
+	// handle is written one way only.
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(v)
+	if err != nil || strings.ContainsAny(v, "\r\n") {
 		return waitHandle{}, false
 	}
 	for _, aead := range s.aeads {

@@ -277,6 +277,8 @@ func (k *Sealer) Issue(base string, c Op) (rev, ref string) {
 // owner, or one altered.
 var ErrNotSealed = errors.New("not a computed ref of this store and owner")
 
+var strictBase64 = base64.RawURLEncoding.Strict()
+
 // parts splits a ref into its operation_id, its revision, and what
 // follows them ("" for a stored operation's ref).
 func parts(ref string) (id, rev, sealed string) {
@@ -298,8 +300,12 @@ func IsSealed(ref string) bool {
 // its seal.
 func (k *Sealer) Open(base, ref string) (c Op, rev string, err error) {
 	id, rev, sealed := parts(ref)
-	raw, err := base64.RawURLEncoding.DecodeString(sealed)
-	if err != nil || len(raw) < headSize+tagSize {
+	// Strict, and no line breaks (which any base64 decoder skips): a ref
+	// differing only in the bits base64 leaves unused, or in a line break,
+	// would otherwise open to the same seal, so one ref could be written
+	// several ways (W74: a ref changed anywhere is not found).
+	raw, err := strictBase64.DecodeString(sealed)
+	if err != nil || strings.ContainsAny(sealed, "\r\n") || len(raw) < headSize+tagSize {
 		return c, "", ErrNotSealed
 	}
 	n := int64(binary.BigEndian.Uint64(raw))

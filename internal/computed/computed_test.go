@@ -1,6 +1,7 @@
 package computed
 
 import (
+	"encoding/base64"
 	"regexp"
 	"strings"
 	"testing"
@@ -82,6 +83,7 @@ func TestSealOpen(t *testing.T) {
 			"cut short":      func() error { _, _, err := k.Open("base-1", ref[:len(ref)-10]); return err },
 			"no seal":        func() error { _, _, err := k.Open("base-1", c.ID+"."+rev); return err },
 			"not base64":     func() error { _, _, err := k.Open("base-1", c.ID+"."+rev+".!!"); return err },
+			"a line break":   func() error { _, _, err := k.Open("base-1", ref[:len(ref)-4]+"\n"+ref[len(ref)-4:]); return err },
 			"another revision": func() error {
 				d := c
 				d.Terms = []byte(`{}`)
@@ -93,6 +95,23 @@ func TestSealOpen(t *testing.T) {
 		} {
 			if err := open(); err != ErrNotSealed {
 				t.Errorf("%s: %v, want ErrNotSealed", name, err)
+			}
+		}
+	})
+	t.Run("W74 a ref changed in any one character is not sealed", func(t *testing.T) {
+		// base64 leaves 2 or 4 bits of a seal's last character unused; a
+		// lenient decoder opened a ref whose last character was changed in
+		// those bits only (the conformance check's mutate found it).
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_."
+		for i := range len(ref) {
+			for _, ch := range []byte(alphabet) {
+				if ch == ref[i] || (i < len(ref)-1 && ch%7 != byte(i)%7) {
+					continue // every character at the end; a seventh elsewhere
+				}
+				changed := ref[:i] + string(ch) + ref[i+1:]
+				if _, _, err := k.Open("base-1", changed); err != ErrNotSealed {
+					t.Fatalf("position %d changed to %q: %v, want ErrNotSealed", i, ch, err)
+				}
 			}
 		}
 	})
@@ -127,6 +146,12 @@ func FuzzOpen(f *testing.F) {
 		}
 		if !strings.HasPrefix(ref, got.ID+"."+rev+".") {
 			t.Fatalf("Open(%q) = %s %s", ref, got.ID, rev)
+		}
+		// A ref opens written one way only: the way Seal writes its seal.
+		_, _, sealed := parts(ref)
+		raw, _ := base64.RawURLEncoding.DecodeString(sealed)
+		if canonical := got.ID + "." + rev + "." + base64.RawURLEncoding.EncodeToString(raw); ref != canonical {
+			t.Fatalf("Open(%q) opened a ref written otherwise than %q", ref, canonical)
 		}
 	})
 }

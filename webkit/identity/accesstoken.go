@@ -76,6 +76,7 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 	}
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(signingAlgs),
+		jwt.WithStrictDecoding(),
 		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),

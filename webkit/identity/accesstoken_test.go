@@ -57,6 +57,7 @@ func TestJWTAccessTokens(t *testing.T) {
 		{"unknown kid", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "nope"}, claims(nil)), false},
 		{"signed by another key", forge(t, "ES256", other, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
 		{"HS256 with the kid of an RSA key", forge(t, "HS256", []byte("secret"), map[string]any{"typ": "at+jwt", "kid": "rsa"}, claims(nil)), false},
+		{"signature's last character changed in bits base64 leaves unused", unusedBitChanged(t, issued(ec, "ec")), false},
 		{"EdDSA alg with the EC key's kid", forge(t, "EdDSA", ed, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
 	}
 	for _, tt := range tests {

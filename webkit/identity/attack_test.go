@@ -120,6 +120,22 @@ func TestSessionAttacks(t *testing.T) {
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
+		{"signature's last character changed in bits base64 leaves unused", func(t *testing.T, e *env) error {
+			tok := e.session(t, SessionClaims{})
+			_, err := e.v.VerifySession(t.Context(), unusedBitChanged(t, tok), "")
+			// The unaltered token verifies after it: the altered one was
+			// refused for its encoding and did not use up its jti.
+			if _, err := e.v.VerifySession(t.Context(), tok, ""); err != nil {
+				t.Fatalf("the unaltered token: %v", err)
+			}
+			return err
+		}},
+		{"delegation's last character changed in bits base64 leaves unused", func(t *testing.T, e *env) error {
+			h := hdr(e)
+			h["poppy_dlg"] = unusedBitChanged(t, e.d.Compact())
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, h, e.claims()), "")
+			return err
+		}},
 		{"expired", func(t *testing.T, e *env) error {
 			tok := e.session(t, SessionClaims{IssuedAt: e.clk.Now().Add(-3 * time.Minute), Lifetime: time.Minute})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
@@ -371,4 +387,31 @@ func TestAttackTableBaseline(t *testing.T) {
 	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{Lifetime: 300 * time.Second}), ""); err != nil {
 		t.Fatalf("lifetime 300 s: %v", err)
 	}
+}
+
+// unusedBitChanged changes the last character of a compact JWT's signature
+// in a bit its base64 does not use (its signature's length is 1 modulo 3,
+// as ES256's 64 bytes are): a lenient decoder reads the same signature.
+func unusedBitChanged(t *testing.T, compact string) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	sig := compact[strings.LastIndexByte(compact, '.')+1:]
+	if len(sig)%4 != 2 {
+		t.Fatalf("a signature of %d characters has no unused bit", len(sig))
+	}
+	i := strings.IndexByte(alphabet, compact[len(compact)-1])
+	changed := compact[:len(compact)-1] + string(alphabet[i^1])
+	if a, _ := base64.RawURLEncoding.DecodeString(sig); a == nil || string(a) != string(mustDecode(t, changed[len(compact)-len(sig):])) {
+		t.Fatalf("the change is not in an unused bit")
+	}
+	return changed
+}
+
+func mustDecode(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

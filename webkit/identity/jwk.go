@@ -106,7 +106,10 @@ func rsaSizeOK(key *rsa.PublicKey) bool {
 	return bits >= minRSABits && bits <= maxRSABits && key.E == rsaExponent
 }
 
-var b64 = base64.RawURLEncoding
+// b64 decodes JWT segments and JWK members strictly: bits base64 leaves
+// unused in a last character must be zero (RFC 4648 §3.5), so a token's
+// signature is written one way only, as jwt.WithStrictDecoding has it.
+var b64 = base64.RawURLEncoding.Strict()
 
 // ParseJWK parses one public JWK. It refuses private keys, unknown key types
 // and curves, and keys whose use or key_ops exclude verifying.

@@ -318,7 +318,7 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 // and aud at now (jwt.Validator), returning the agent that delegated.
 func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*Agent, error) {
 	// The steps of jwt.Parser.ParseWithClaims, in its order and with its
-	// decoding, validation and signature check, but with the JOSE header
+	// strict decoding (b64), validation and signature check, but with the JOSE header
 	// decoded once per exact header segment (sessionHeader): every check
 	// below still runs on every token.
 	h, hb, ok := strings.Cut(token, ".")
@@ -531,6 +531,7 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 	var keyErr error
 	p := jwt.NewParser(
 		jwt.WithValidMethods(signingAlgs),
+		jwt.WithStrictDecoding(),
 		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),

@@ -21,6 +21,7 @@ func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud s
 	var keyErr error
 	p := jwt.NewParser(
 		jwt.WithValidMethods(signingAlgs),
+		jwt.WithStrictDecoding(),
 		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
