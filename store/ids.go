@@ -27,7 +27,7 @@ func ValidID(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !idByte(s[i]) {
+		if idBytes[s[i]] != idChar {
 			return false
 		}
 	}
@@ -41,16 +41,30 @@ func ValidRef(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !idByte(s[i]) && s[i] != '.' {
+		if idBytes[s[i]] == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-func idByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
-}
+// idBytes classes every byte: idChar for A–Z a–z 0–9 - _, refChar for '.'
+// (a ref's separator), 0 for any other. A table, since a computed ref is
+// hundreds of characters checked on every approval.
+var idBytes = func() (t [256]uint8) {
+	for c := range 256 {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' {
+			t[c] = idChar
+		}
+	}
+	t['.'] = refChar
+	return t
+}()
+
+const (
+	idChar  = 1
+	refChar = 2
+)
 
 const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -196,7 +196,8 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 // records nothing (counting an operation already counted changes nothing).
 func (s *Store) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
 	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
-	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted))
+	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted),
+		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now))
 	if s.maxOpenAgent > 0 && !s.agentInStep.Load() {
 		// On a Cluster: count first, then record.
 		n, err := s.run(ctx, s.client, agentStep, []string{s.agentKey(owner.Agent)},

@@ -408,3 +408,87 @@ func TestComputed(t *testing.T) {
 		}
 	})
 }
+
+// W138 with ComputeWaiting: the first approval keeps a computed operation
+// and its action key until its expires_at plus the retention (kt), so the
+// claim, which must keep them for the retention, needs no PEXPIRE; and
+// whether the operation is remembered is still judged by its keep-until,
+// not by how long Redis keeps its key.
+func TestComputedKeptFromTheApproval(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := redistest.Server(t)
+	const retention = time.Hour
+	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt:", ComputeWaiting: true})
+	a := action("k", `{"v":1}`, 10*time.Minute)
+	r, err := st.Take(ctx, owner, a, at(0))
+	if err != nil || r.Issued == nil {
+		t.Fatalf("Take: %+v %v", r, err)
+	}
+	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %+v %v", rep, err)
+	}
+	keys, err := c.Keys(ctx, "kt:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Claimed at its expires_at, the latest moment it can be.
+	claim, err := st.Take(ctx, owner, a, at(10*time.Minute))
+	if err != nil || claim.Claim == nil {
+		t.Fatalf("Take: %+v %v", claim, err)
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(info, "cmdstat_pexpire:") {
+		t.Errorf("the claim made a PEXPIRE:\n%s", info)
+	}
+	kept := 0
+	for _, k := range keys {
+		if !strings.Contains(k, ":op:") && !strings.Contains(k, ":act:") {
+			continue
+		}
+		kept++
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// From the claim: the retention, and the minute's grace.
+		if ttl < retention+time.Minute-5*time.Second || ttl > 10*time.Minute+retention+time.Minute {
+			t.Errorf("%s: PTTL %v after the claim, want the retention and the grace from it", k, ttl)
+		}
+	}
+	if kept != 2 {
+		t.Errorf("%d operation and action keys, want 2 (keys %q)", kept, keys)
+	}
+	// Approved and never claimed: past its expires_at it is forgotten,
+	// though its key is kept. The action's next request is issued afresh
+	// (computed again: the same operation_id, never performed, with a new
+	// revision), the old ref is not found, and the new one's approval
+	// stores the operation anew.
+	a = action("w", `{"v":1}`, 10*time.Minute)
+	if r, err = st.Take(ctx, owner, a, at(0)); err != nil || r.Issued == nil {
+		t.Fatalf("Take: %+v %v", r, err)
+	}
+	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %+v %v", rep, err)
+	}
+	later := at(11 * time.Minute)
+	next, err := st.Take(ctx, owner, a, later)
+	if err != nil || next.Issued == nil || next.Issued.Operation.Revision == r.Issued.Operation.Revision {
+		t.Fatalf("Take after expires_at: %+v %v, want an operation issued afresh", next, err)
+	}
+	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), later, store.RecordOptions{}); err != nil || rep.Result != store.NotFound {
+		t.Errorf("Record of the expired ref: %+v %v, want not found", rep, err)
+	}
+	if rep, err := st.Record(ctx, owner, next.Issued.Ref, approval(*next.Issued), later, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record of the new ref: %+v %v", rep, err)
+	}
+	if claim, err := st.Take(ctx, owner, a, later); err != nil || claim.Claim == nil || claim.Claim.Operation.Revision != next.Issued.Operation.Revision {
+		t.Fatalf("Take: %+v %v, want the new revision claimed", claim, err)
+	}
+}

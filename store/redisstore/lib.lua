@@ -223,7 +223,9 @@ end
 -- returns false. prev is an operation of the action still being performed
 -- that an earlier version replaced ('' for none, action_value): the action
 -- key keeps naming it, so that Take stays busy while it is (W145).
-local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember, extra)
+-- keepTTL, when given, is a longer TTL in ms for the operation's key and
+-- its action key than xttl (which keeps a key until x; record.lua's kt).
+local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember, extra, keepTTL)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
   -- k) when the count is reached, performed ones when performed.
@@ -245,10 +247,10 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
     redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
       't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
   end
-  redis.call('PEXPIRE', op, t)
+  redis.call('PEXPIRE', op, keepTTL or t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
-  set_action(actKey, opID, rev, prev, t)
+  set_action(actKey, opID, rev, prev, keepTTL or t)
   add_open(open, n, x, opID, t)
   if agentKey then
     -- Counted until its first revision expires, or until it is performed
@@ -385,13 +387,14 @@ end
 -- read_action reads an action's current operation from the action key's
 -- value v: a.opID, a.hint, a.prev, and a.f, the operation's state, acct,
 -- k, cur, al and order, then the hinted revision's t, s, x, a and u (fields
--- 7-11), in one read.
+-- 7-11), and kt (12: until when its key and action key are kept already,
+-- record.lua), in one read.
 local function read_action(a, v)
   a.opID, a.hint, a.prev = current_of(v)
   if not a.opID then return end
   local h = a.hint
   a.f = redis.call('HMGET', a.base .. 'op:' .. a.opID, 'state', 'acct', 'k', 'cur', 'al', 'order',
-    't:' .. h, 's:' .. h, 'x:' .. h, 'a:' .. h, 'u:' .. h)
+    't:' .. h, 's:' .. h, 'x:' .. h, 'a:' .. h, 'u:' .. h, 'kt')
 end
 
 -- revisions_of returns, for the operation read_action read, its current

@@ -13,8 +13,9 @@
 --       16 agent, 17 user, 18 the owner's cap of open operations, 19 the
 --       TTL in ms that keeps a key until 15, 20 its neighbours'
 --       operation_ids ('.'-separated, lib.lua neighbours_allow), 21 when
---       it was minted, and with the agent's count: 22 the agent's cap,
---       23 its members' prefix ("<slot> ").
+--       it was minted, 22 15 plus the retention (kt: see below), 23 the
+--       TTL in ms that keeps a key until 22, and with the agent's count:
+--       24 the agent's cap, 25 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op = KEYS[1]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -42,7 +43,7 @@ if computed then
   -- other. Its ref was sealed by this store for this owner, so its
   -- revision was returned (W74).
   local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[13], ARGV[14], ARGV[15]
-  local agentKey = ARGV[22] and KEYS[#KEYS]
+  local agentKey = ARGV[24] and KEYS[#KEYS]
   local g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
   local cur, _, prev = current_of(redis.call('GET', actKey))
   if g[1] and not gone(g[2], now) then
@@ -56,7 +57,7 @@ if computed then
       if not known then
         local ak = nil
         if cur == opID then ak = actKey end
-        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[23])
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[25])
       end
     end
   else
@@ -75,14 +76,18 @@ if computed then
     -- The approval of this very revision by its own account passes checks
     -- 1-3 on an operation just stored: it is recorded in the same write.
     -- c marks it computed: performed, it keeps when it was claimed
-    -- (finish.lua, lib.lua neighbours_allow).
-    local extra = {'c', '1'}
+    -- (finish.lua, lib.lua neighbours_allow). Approved, it is likely to be
+    -- claimed: its key and its action key are kept from the start until
+    -- kt, its expires_at plus the retention, which covers what a claim
+    -- before expires_at must keep (W138), so the claim needs no PEXPIRE
+    -- (take.lua). Whether it is remembered is still judged by k alone.
+    local extra = {'c', '1', 'kt', ARGV[22]}
     local approve = false
     if ARGV[12] == acct and apOp == opID and apRev == rev and checkOnly ~= '1' then
       approve = true
-      extra = {'c', '1', 'a:' .. rev, approval, 'al', rev}
+      extra = {'c', '1', 'kt', ARGV[22], 'a:' .. rev, approval, 'al', rev}
     end
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[22], ARGV[23], extra) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[24], ARGV[25], extra, ARGV[23]) then
       return {'limited'}
     end
     if approve then

@@ -473,8 +473,8 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	base := s.base(owner.Agent, owner.User)
 	var c *computed.Op
 	var k *computed.Sealer
-	opID, refRev, ok := store.SplitRef(ref)
-	if isComputedRef(ref) {
+	opID, refRev, ok := store.SplitRef(ref) // ValidRef: isComputedRef's other half
+	if ok && computed.IsSealed(ref) {
 		var err error
 		k, err = s.sealer(ctx)
 		if err != nil {

@@ -82,9 +82,10 @@ if opID then
           local k = later(retained, f[3]) -- W138
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k)
-          if k ~= f[3] then
+          if k ~= f[3] and (not f[12] or cmp(retained, f[12]) > 0) then
             -- The action key lives as long too, so that the action stays
             -- busy however long the operation performs (W145, W138).
+            -- (Not when both are kept that long already: kt, record.lua.)
             extend(op, retainedTTL)
             extend(a.actKey, retainedTTL)
           end
