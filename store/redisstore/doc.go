@@ -76,13 +76,13 @@
 //
 // The first approval sent for it stores the operation, with that approval,
 // in one write, as Take would have stored it; from then on each step sees
-// it as a stored one, except that its key and its action key are kept
-// from the start until its expires_at plus Retention: an approved
-// operation is about to be claimed, and its claim then needs no PEXPIRE
-// to keep them for Retention (W138). Whether it is remembered is judged
-// as always by when it is forgotten (an approved operation never claimed
-// is forgotten at its expires_at), so only memory differs: an approval
-// never claimed holds its few hundred bytes for Retention more.
+// it as a stored one, except that its key is kept from the start until
+// its expires_at plus Retention: an approved operation is about to be
+// claimed, and its claim then needs no PEXPIRE to keep it for Retention
+// (W138; its action key's still gets one). Whether it is remembered is
+// judged as always by when it is forgotten (an approved operation never
+// claimed is forgotten at its expires_at), so only memory differs: an
+// approval never claimed holds its few hundred bytes for Retention more.
 // store.Memory.ComputeWaiting does the same in one process
 // (TestSameAsMemory compares the two). The secret is 32 random bytes the
 // store keeps in Redis ("<prefix>seal"), made by the first server that

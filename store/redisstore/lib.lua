@@ -223,8 +223,10 @@ end
 -- returns false. prev is an operation of the action still being performed
 -- that an earlier version replaced ('' for none, action_value): the action
 -- key keeps naming it, so that Take stays busy while it is (W145).
--- keepTTL, when given, is a longer TTL in ms for the operation's key and
--- its action key than xttl (which keeps a key until x; record.lua's kt).
+-- keepTTL, when given, is a longer TTL in ms for the operation's key than
+-- xttl (which keeps a key until x; record.lua's kt). Only the operation's:
+-- the action key's TTL is set anew whenever a revision keeps the operation
+-- longer (add_revision), so it could not be relied on to stay that long.
 local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, terms, summary, x, now, maxOpen, prev, xttl, agentKey, maxAgent, agentMember, extra, keepTTL)
   local open = base .. 'open'
   -- The owner's open operations: forgotten ones leave by their score (their
@@ -250,7 +252,7 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   redis.call('PEXPIRE', op, keepTTL or t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
-  set_action(actKey, opID, rev, prev, keepTTL or t)
+  set_action(actKey, opID, rev, prev, t)
   add_open(open, n, x, opID, t)
   if agentKey then
     -- Counted until its first revision expires, or until it is performed

@@ -44,8 +44,17 @@ if computed then
   -- revision was returned (W74).
   local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[13], ARGV[14], ARGV[15]
   local agentKey = ARGV[24] and KEYS[#KEYS]
-  local g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
-  local cur, _, prev = current_of(redis.call('GET', actKey))
+  -- Most often nothing of the action is kept at all: not the operation,
+  -- not its action key, not its neighbours. One EXISTS says so, and the
+  -- reads below that would each find nothing are skipped.
+  local kept = {op, actKey}
+  for id in string.gmatch(ARGV[20], '[^.]+') do kept[#kept + 1] = base .. 'op:' .. id end
+  local nothing = redis.call('EXISTS', unpack(kept)) == 0
+  local g, cur, prev, _ = {}, nil, '', nil
+  if not nothing then
+    g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
+    cur, _, prev = current_of(redis.call('GET', actKey))
+  end
   if g[1] and not gone(g[2], now) then
     -- Stored already. An open one gets the ref's revision if it does not
     -- keep it yet, as Take would have added it (W20).
@@ -70,17 +79,17 @@ if computed then
     if cur and cur ~= opID and not gone(redis.call('HGET', base .. 'op:' .. cur, 'k'), now) then
       return {'notfound'}
     end
-    if not neighbours_allow(base, ARGV[20], ARGV[21], now) then return {'notfound'} end
+    if not nothing and not neighbours_allow(base, ARGV[20], ARGV[21], now) then return {'notfound'} end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
     local akey = string.match(actKey, 'act:([^:]*)$')
     -- The approval of this very revision by its own account passes checks
     -- 1-3 on an operation just stored: it is recorded in the same write.
     -- c marks it computed: performed, it keeps when it was claimed
     -- (finish.lua, lib.lua neighbours_allow). Approved, it is likely to be
-    -- claimed: its key and its action key are kept from the start until
-    -- kt, its expires_at plus the retention, which covers what a claim
-    -- before expires_at must keep (W138), so the claim needs no PEXPIRE
-    -- (take.lua). Whether it is remembered is still judged by k alone.
+    -- claimed: its key is kept from the start until kt, its expires_at
+    -- plus the retention, which covers what a claim before expires_at must
+    -- keep (W138), so the claim makes no PEXPIRE of it (take.lua). Whether
+    -- it is remembered is still judged by k alone.
     local extra = {'c', '1', 'kt', ARGV[22]}
     local approve = false
     if ARGV[12] == acct and apOp == opID and apRev == rev and checkOnly ~= '1' then

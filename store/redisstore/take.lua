@@ -13,17 +13,17 @@
 -- or {'released'} or {'lost'} or {'limited'}, or {'compute'} when the
 -- seed asks for it and the caller is to compute a new operation
 -- (Options.ComputeWaiting, computed.go).
-local v = redis.call('MGET', KEYS[2], KEYS[1])
 -- The 403 step with Options.ComputeWaiting, in its most common case: no
 -- claim with this token, nothing stored for the action, and the operation
--- the caller computes (its id ends the seed) not remembered either. What
--- issue (lib.lua) would answer then, without reading the rest.
-if not v[1] and not v[2] then
-  local dot = string.find(ARGV[8], '.', 1, true)
-  if dot and dot < #ARGV[8] and gone(redis.call('HGET', string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1), 'k'), ARGV[7]) then
-    return {'compute'}
-  end
+-- the caller computes (its id ends the seed) not kept either: one EXISTS
+-- says so, and this is what issue (lib.lua) would answer then, without
+-- reading the rest. (When any of them is kept, the steps below read them
+-- and judge by their keep-until.)
+local dot = string.find(ARGV[8], '.', 1, true)
+if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1)) == 0 then
+  return {'compute'}
 end
+local v = redis.call('MGET', KEYS[2], KEYS[1])
 local a = request(KEYS, ARGV)
 a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[18], ARGV[19]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
@@ -82,11 +82,12 @@ if opID then
           local k = later(retained, f[3]) -- W138
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k)
-          if k ~= f[3] and (not f[12] or cmp(retained, f[12]) > 0) then
+          if k ~= f[3] then
+            -- Not when its key is kept that long already (kt, record.lua).
+            if not f[12] or cmp(retained, f[12]) > 0 then extend(op, retainedTTL) end
             -- The action key lives as long too, so that the action stays
             -- busy however long the operation performs (W145, W138).
-            -- (Not when both are kept that long already: kt, record.lua.)
-            extend(op, retainedTTL)
+            -- Always: a revision added since may have set its TTL anew.
             extend(a.actKey, retainedTTL)
           end
           -- Being performed, it leaves the counts of open operations (its
