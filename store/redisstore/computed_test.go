@@ -421,13 +421,8 @@ func TestComputedKeptFromTheApproval(t *testing.T) {
 	const retention = time.Hour
 	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt:", ComputeWaiting: true})
 	a := action("k", `{"v":1}`, 10*time.Minute)
-	r, err := st.Take(ctx, owner, a, at(0))
-	if err != nil || r.Issued == nil {
-		t.Fatalf("Take: %+v %v", r, err)
-	}
-	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-		t.Fatalf("Record: %+v %v", rep, err)
-	}
+	r := takeIssued(t, st, a, at(0))
+	recordOK(t, st, r, at(0))
 	keys, err := c.Keys(ctx, "kt:*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -436,10 +431,7 @@ func TestComputedKeptFromTheApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Claimed at its expires_at, the latest moment it can be.
-	claim, err := st.Take(ctx, owner, a, at(10*time.Minute))
-	if err != nil || claim.Claim == nil {
-		t.Fatalf("Take: %+v %v", claim, err)
-	}
+	takeClaim(t, st, a, at(10*time.Minute))
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -454,25 +446,19 @@ func TestComputedKeptFromTheApproval(t *testing.T) {
 	// revision), the old ref is not found, and the new one's approval
 	// stores the operation anew.
 	a = action("w", `{"v":1}`, 10*time.Minute)
-	if r, err = st.Take(ctx, owner, a, at(0)); err != nil || r.Issued == nil {
-		t.Fatalf("Take: %+v %v", r, err)
-	}
-	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-		t.Fatalf("Record: %+v %v", rep, err)
-	}
+	r = takeIssued(t, st, a, at(0))
+	recordOK(t, st, r, at(0))
 	later := at(11 * time.Minute)
-	next, err := st.Take(ctx, owner, a, later)
-	if err != nil || next.Issued == nil || next.Issued.Operation.Revision == r.Issued.Operation.Revision {
-		t.Fatalf("Take after expires_at: %+v %v, want an operation issued afresh", next, err)
+	next := takeIssued(t, st, a, later)
+	if next.Operation.Revision == r.Operation.Revision {
+		t.Fatalf("Take after expires_at: %+v, want an operation issued afresh", next)
 	}
-	if rep, err := st.Record(ctx, owner, r.Issued.Ref, approval(*r.Issued), later, store.RecordOptions{}); err != nil || rep.Result != store.NotFound {
+	if rep, err := st.Record(ctx, owner, r.Ref, approval(r), later, store.RecordOptions{}); err != nil || rep.Result != store.NotFound {
 		t.Errorf("Record of the expired ref: %+v %v, want not found", rep, err)
 	}
-	if rep, err := st.Record(ctx, owner, next.Issued.Ref, approval(*next.Issued), later, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-		t.Fatalf("Record of the new ref: %+v %v", rep, err)
-	}
-	if claim, err := st.Take(ctx, owner, a, later); err != nil || claim.Claim == nil || claim.Claim.Operation.Revision != next.Issued.Operation.Revision {
-		t.Fatalf("Take: %+v %v, want the new revision claimed", claim, err)
+	recordOK(t, st, next, later)
+	if claim := takeClaim(t, st, a, later); claim.Operation.Revision != next.Operation.Revision {
+		t.Fatalf("Take: %+v, want the new revision claimed", claim)
 	}
 }
 
@@ -512,30 +498,48 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 	c := redistest.Server(t)
 	const retention = time.Hour
 	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt2:", ComputeWaiting: true})
-	first, err := st.Take(ctx, owner, action("k", `{"v":1}`, 10*time.Minute), at(0))
-	if err != nil || first.Issued == nil {
-		t.Fatalf("Take: %+v %v", first, err)
-	}
-	if rep, err := st.Record(ctx, owner, first.Issued.Ref, approval(*first.Issued), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-		t.Fatalf("Record: %+v %v", rep, err)
-	}
+	first := takeIssued(t, st, action("k", `{"v":1}`, 10*time.Minute), at(0))
+	recordOK(t, st, first, at(0))
 	// Other terms six minutes later: a revision expiring at 16 minutes,
 	// past the operation's 10; its action key's TTL is set to that.
 	a := action("k", `{"v":2}`, 10*time.Minute)
-	second, err := st.Take(ctx, owner, a, at(6*time.Minute))
-	if err != nil || second.Issued == nil || second.Issued.Operation.ID != first.Issued.Operation.ID {
-		t.Fatalf("Take: %+v %v, want a revision of the same operation", second, err)
+	second := takeIssued(t, st, a, at(6*time.Minute))
+	if second.Operation.ID != first.Operation.ID {
+		t.Fatalf("Take: %+v, want a revision of the same operation", second)
 	}
-	if rep, err := st.Record(ctx, owner, second.Issued.Ref, approval(*second.Issued), at(6*time.Minute), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-		t.Fatalf("Record: %+v %v", rep, err)
-	}
-	claim, err := st.Take(ctx, owner, a, at(6*time.Minute))
-	if err != nil || claim.Claim == nil {
-		t.Fatalf("Take: %+v %v", claim, err)
-	}
+	recordOK(t, st, second, at(6*time.Minute))
+	takeClaim(t, st, a, at(6*time.Minute))
 	keys, err := c.Keys(ctx, "kt2:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	keptForRetention(t, c, keys, retention)
+}
+
+// takeIssued is Take of owner's action a, which must issue an operation.
+func takeIssued(t *testing.T, st store.Store, a store.Action, now time.Time) store.Issued {
+	t.Helper()
+	r, err := st.Take(t.Context(), owner, a, now)
+	if err != nil || r.Issued == nil {
+		t.Fatalf("Take: %+v %v, want an operation issued", r, err)
+	}
+	return *r.Issued
+}
+
+// recordOK records owner's approval of is, which must be recorded.
+func recordOK(t *testing.T, st store.Store, is store.Issued, now time.Time) {
+	t.Helper()
+	if rep, err := st.Record(t.Context(), owner, is.Ref, approval(is), now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		t.Fatalf("Record: %+v %v", rep, err)
+	}
+}
+
+// takeClaim is Take of owner's action a, which must claim an approval.
+func takeClaim(t *testing.T, st store.Store, a store.Action, now time.Time) store.Claim {
+	t.Helper()
+	r, err := st.Take(t.Context(), owner, a, now)
+	if err != nil || r.Claim == nil {
+		t.Fatalf("Take: %+v %v, want a claim", r, err)
+	}
+	return *r.Claim
 }
