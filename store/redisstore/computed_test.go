@@ -514,6 +514,19 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	keptForRetention(t, c, keys, retention)
+
+	// And as a site sees it, on miniredis, whose keys expire with the
+	// clock: two hours on, still performing, the action is busy.
+	mst, _, advance := computedStore(t, redisstore.Options{Retention: retention})
+	first = takeIssued(t, mst, action("k", `{"v":1}`, 10*time.Minute), at(0))
+	recordOK(t, mst, first, at(0))
+	second = takeIssued(t, mst, a, at(6*time.Minute))
+	recordOK(t, mst, second, at(6*time.Minute))
+	takeClaim(t, mst, a, at(6*time.Minute))
+	advance(50 * time.Minute)
+	if r, err := mst.Take(ctx, owner, a, at(56*time.Minute)); err != nil || !r.Busy {
+		t.Fatalf("Take while performing, 50 minutes on: %+v %v, want busy (W145)", r, err)
+	}
 }
 
 // takeIssued is Take of owner's action a, which must issue an operation.

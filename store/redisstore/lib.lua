@@ -389,8 +389,8 @@ end
 -- read_action reads an action's current operation from the action key's
 -- value v: a.opID, a.hint, a.prev, and a.f, the operation's state, acct,
 -- k, cur, al and order, then the hinted revision's t, s, x, a and u (fields
--- 7-11), and kt (12: until when its key and action key are kept already,
--- record.lua), in one read.
+-- 7-11), and kt (12: until when its key is kept already, record.lua), in
+-- one read.
 local function read_action(a, v)
   a.opID, a.hint, a.prev = current_of(v)
   if not a.opID then return end

@@ -50,9 +50,10 @@ if computed then
   local kept = {op, actKey}
   for id in string.gmatch(ARGV[20], '[^.]+') do kept[#kept + 1] = base .. 'op:' .. id end
   local nothing = redis.call('EXISTS', unpack(kept)) == 0
-  local g, cur, prev, _ = {}, nil, '', nil
+  local g, cur, prev = {}, nil, ''
   if not nothing then
     g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
+    local _
     cur, _, prev = current_of(redis.call('GET', actKey))
   end
   if g[1] and not gone(g[2], now) then
