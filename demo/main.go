@@ -67,6 +67,7 @@ func run() error {
 	// A real Redis keeps the store's default durability (a claim is on disk
 	// before the action runs); miniredis keeps nothing, so the demo says so.
 	var storeOpts redisstore.Options
+	embedded := false
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opts, err := redis.ParseURL(u)
 		if err != nil {
@@ -82,6 +83,7 @@ func run() error {
 		defer mr.Close()
 		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		storeOpts.Durability.Mode = redisstore.DurableNone
+		embedded = true
 		storeDesc = "embedded miniredis at " + mr.Addr() + " (set REDIS_URL to use a real Redis)"
 	}
 	defer client.Close()
@@ -94,7 +96,13 @@ func run() error {
 	st := redisstore.New(client, storeOpts)
 	if err := st.Check(ctx); err != nil {
 		// Not fatal for a demo, but loud: it names what this store risks.
-		logger.Error("opsgate: the store can't promise at most once across restarts; this is a demo store", "error", err)
+		// The embedded miniredis is chosen knowing that (a warning); a
+		// Redis given by REDIS_URL that can't promise it is an error.
+		if embedded {
+			logger.Warn("opsgate: the embedded store can't promise at most once across restarts; it is a demo store", "error", err)
+		} else {
+			logger.Error("opsgate: the store can't promise at most once across restarts", "error", err)
+		}
 	}
 	// The steps as functions where the server has them (a real Redis), so
 	// each is one FCALL; miniredis runs them as scripts.
