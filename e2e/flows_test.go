@@ -302,9 +302,12 @@ func TestNewTermsNewRevision(t *testing.T) {
 	if second.Result != refagent.Performed || second.Approver != webkit.ApproverUser {
 		t.Fatalf("second outcome %+v", second)
 	}
-	// L is performed once, and the M approval never performs (W37).
+	// L is performed once, and the M approval never performs (W37). The
+	// browser shows L done before it asks for M again.
 	assertExchangedOnce(t, e, insulL)
+	waitText(t, tab, ".flash", "Done")
 	do(t, refagent.ExchangeItem(tab, e.url, order, item, insulM))
+	waitingPage(t, tab) // M waits for an approval of its own (W141)
 	assertExchangedOnce(t, e, insulL)
 }
 

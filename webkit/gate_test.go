@@ -1305,8 +1305,29 @@ opsgate.fetch("/exchange", {
   .then(r => r.json()).then(b => show("spa-done", JSON.stringify(b)));
 `)
 	})
+	// For the page left while its status answer is on its way: once held
+	// is set, status requests wait until released is closed, and the
+	// first one held says so on polled.
+	var held atomic.Bool
+	polled, released := make(chan struct{}), make(chan struct{})
+	var pollOnce sync.Once
+	mux.HandleFunc("/leave", func(w http.ResponseWriter, r *http.Request) {
+		// The navigation away is under way: the held status answer
+		// ("approved") reaches the old page now, and this page commits
+		// only after it has.
+		close(released)
+		time.Sleep(700 * time.Millisecond)
+		fmt.Fprint(w, `<!doctype html><title>Elsewhere</title><p id="left">elsewhere</p>`)
+	})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'")
+		if held.Load() && strings.HasSuffix(r.URL.Path, "/status") {
+			pollOnce.Do(func() { close(polled) })
+			select {
+			case <-released:
+			case <-r.Context().Done():
+			}
+		}
 		mux.ServeHTTP(w, r)
 	}))
 	defer srv.Close()
@@ -1377,6 +1398,37 @@ opsgate.fetch("/exchange", {
 	do(chromedp.WaitVisible(chromedp.CSS("#spa-done")))
 	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 2 {
 		t.Errorf("opsgate.fetch: %q, runs %d", got, runs.Load())
+	}
+
+	// W93 on a page that is being left: the browser (the user, or an
+	// agent that pressed Continue or went elsewhere) navigates away while
+	// a status answer saying "approved" is on its way. The old page's
+	// script must not press Continue then: its form submission would
+	// abort the navigation under way (net::ERR_ABORTED) and make the
+	// request behind the browser's back.
+	do(
+		chromedp.Navigate(srv.URL+"/order"),
+		chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible),
+		chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")),
+	)
+	held.Store(true)
+	approve(url.Values{"order": {"ord_7"}, "size": {`L "><b>✓`}, "submit": {"shadow"}}.Encode())
+	select {
+	case <-polled:
+	case <-tab.Done():
+		t.Fatal("the waiting page never asked its status route")
+	}
+	// A click on the page (an agent's or a person's) gives it the user
+	// activation with which a script's form submission may cancel a
+	// navigation the browser started.
+	do(chromedp.Click(chromedp.CSS("#opsgate-waiting h1"), chromedp.NodeVisible))
+	if _, err := chromedp.Run(tab, chromedp.Navigate(srv.URL+"/leave")); err != nil {
+		t.Errorf("W93: leaving a waiting page whose status answer came late: %v", err)
+	}
+	do(chromedp.WaitVisible(chromedp.CSS("#left")))
+	time.Sleep(300 * time.Millisecond) // a submission the script made would have reached the server
+	if runs.Load() != 2 {
+		t.Errorf("W93: the left page's script made the request again: runs %d, want 2", runs.Load())
 	}
 
 	// The 403s are logged as failed loads; a CSP violation or an exception

@@ -56,5 +56,19 @@
       }, later);
   }
 
+  // Once the page is being left (Continue pressed by hand or by an agent,
+  // or any other navigation), a status answer still on its way must not
+  // press Continue: a second submission would cancel the navigation under
+  // way, as a page with user activation may, and repeat the request
+  // behind the browser's back. Restored from the back/forward cache, the
+  // page waits again.
+  window.addEventListener("beforeunload", function () { done = true; });
+  window.addEventListener("pageshow", function (e) {
+    if (!e.persisted || Date.now() > deadline) return;
+    done = false;
+    delay = 2000;
+    window.setTimeout(poll, delay);
+  });
+
   window.setTimeout(poll, delay);
 })();
