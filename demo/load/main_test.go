@@ -70,8 +70,17 @@ func TestCeilingSmall(t *testing.T) {
 		t.Errorf("no ceiling line for ComputeWaiting")
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "ceiling: take/evalsha=") || !strings.Contains(last, " bytes/op=") {
-		t.Errorf("last line %q", last)
+	// The last line in exactly the issue's form, the figures the run
+	// measured in it.
+	m := regexp.MustCompile(`^ceiling: take/evalsha=(\d+\.\d\d) cycle/evalsha=(\d+\.\d\d) approval/bare=(\d+\.\d\d) bytes/op=(\d+)$`).FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		t.Fatalf("last line %q", lines[len(lines)-1])
+	}
+	if want := fmt.Sprintf("%.2f %.2f %.2f %.0f", res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp); strings.Join(m[1:], " ") != want {
+		t.Errorf("last line %q, measured %s", lines[len(lines)-1], want)
+	}
+	if !regexp.MustCompile(`\nserver CPU per Take \(50 goroutines\): \d+\.\d µs, with ComputeWaiting \d+\.\d µs\n`).MatchString(out.String()) {
+		t.Errorf("no server CPU per Take line")
 	}
 }
 
