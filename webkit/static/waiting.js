@@ -16,7 +16,7 @@
   var state = document.getElementById("opsgate-state");
   if (!url || !control) return;
 
-  var delay = 2000, maxDelay = 10000, deadline = Date.now() + 30 * 60 * 1000, done = false;
+  var delay = 2000, maxDelay = 10000, deadline = Date.now() + 30 * 60 * 1000, done = false, timer = 0;
 
   function say(text) { if (state) state.textContent = text; }
 
@@ -34,7 +34,7 @@
   function later() {
     if (done || Date.now() > deadline) return;
     delay = Math.min(maxDelay, Math.round(delay * 1.25));
-    window.setTimeout(poll, delay);
+    timer = window.setTimeout(poll, delay);
   }
 
   function poll() {
@@ -67,8 +67,9 @@
     if (!e.persisted || Date.now() > deadline) return;
     done = false;
     delay = 2000;
-    window.setTimeout(poll, delay);
+    window.clearTimeout(timer); // one poll at a time
+    timer = window.setTimeout(poll, delay);
   });
 
-  window.setTimeout(poll, delay);
+  timer = window.setTimeout(poll, delay);
 })();
