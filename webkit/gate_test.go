@@ -1310,12 +1310,12 @@ opsgate.fetch("/exchange", {
 	// first one held says so on polled.
 	var held atomic.Bool
 	polled, released := make(chan struct{}), make(chan struct{})
-	var pollOnce sync.Once
+	var pollOnce, leaveOnce sync.Once
 	mux.HandleFunc("/leave", func(w http.ResponseWriter, r *http.Request) {
 		// The navigation away is under way: the held status answer
 		// ("approved") reaches the old page now, and this page commits
 		// only after it has.
-		close(released)
+		leaveOnce.Do(func() { close(released) })
 		time.Sleep(700 * time.Millisecond)
 		fmt.Fprint(w, `<!doctype html><title>Elsewhere</title><p id="left">elsewhere</p>`)
 	})
