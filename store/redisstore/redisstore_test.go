@@ -230,31 +230,15 @@ func TestCallsPerStep(t *testing.T) {
 	}
 	a := action("k", `{"v":1}`, time.Hour)
 	var is store.Issued
-	step("the 403 step (a new operation)", 7, func() {
-		res, err := st.Take(ctx, owner, a, at(0))
-		if err != nil || res.Issued == nil {
-			t.Fatalf("Take: %+v, %v", res, err)
-		}
-		is = *res.Issued
-	})
+	step("the 403 step (a new operation)", 7, func() { is = takeIssued(t, st, a, at(0)) })
 	step("a repeated 403 (the revision reused)", 2, func() {
-		if res, err := st.Take(ctx, owner, a, at(time.Second)); err != nil || res.Issued == nil || res.Issued.Ref != is.Ref {
-			t.Fatalf("Take: %+v, %v", res, err)
+		if again := takeIssued(t, st, a, at(time.Second)); again.Ref != is.Ref {
+			t.Fatalf("Take: ref %s, want the first one's %s", again.Ref, is.Ref)
 		}
 	})
-	step("Record", 2, func() {
-		if rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(2*time.Second), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-			t.Fatalf("Record: %v, %v", rep.Result, err)
-		}
-	})
+	step("Record", 2, func() { recordOK(t, st, is, at(2*time.Second)) })
 	var claim store.Claim
-	step("the Take that claims (and takes its operation off its owner's count)", 7, func() {
-		res, err := st.Take(ctx, owner, a, at(3*time.Second))
-		if err != nil || res.Claim == nil {
-			t.Fatalf("Take: %+v, %v", res, err)
-		}
-		claim = *res.Claim
-	})
+	step("the Take that claims (and takes its operation off its owner's count)", 7, func() { claim = takeClaim(t, st, a, at(3*time.Second)) })
 	step("Finish", 6, func() {
 		if err := st.Finish(ctx, claim, store.Done, at(4*time.Second)); err != nil {
 			t.Fatal(err)
@@ -270,10 +254,7 @@ func TestCallsPerStep(t *testing.T) {
 	}
 	for i, what := range []string{"the 403 step with the agent's count (a new count)", "the 403 step with the agent's count"} {
 		step(what, 10, func() {
-			res, err := capped.Take(ctx, owner, action(fmt.Sprint("capped", i), `{"v":1}`, time.Hour), at(5*time.Second))
-			if err != nil || res.Issued == nil {
-				t.Fatalf("Take: %+v, %v", res, err)
-			}
+			takeIssued(t, capped, action(fmt.Sprint("capped", i), `{"v":1}`, time.Hour), at(5*time.Second))
 		})
 	}
 
@@ -289,25 +270,9 @@ func TestCallsPerStep(t *testing.T) {
 		t.Fatal(err) // reads (or makes) the seal key, outside the steps
 	}
 	a = action("c", `{"v":1}`, time.Hour)
-	step("the 403 step with ComputeWaiting", 1, func() {
-		res, err := computing.Take(ctx, owner, a, at(6*time.Second))
-		if err != nil || res.Issued == nil {
-			t.Fatalf("Take: %+v, %v", res, err)
-		}
-		is = *res.Issued
-	})
-	step("Record storing a computed operation", 7, func() {
-		if rep, err := computing.Record(ctx, owner, is.Ref, approval(is), at(7*time.Second), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
-			t.Fatalf("Record: %v, %v", rep.Result, err)
-		}
-	})
-	step("the Take that claims a computed operation", 7, func() {
-		res, err := computing.Take(ctx, owner, a, at(8*time.Second))
-		if err != nil || res.Claim == nil {
-			t.Fatalf("Take: %+v, %v", res, err)
-		}
-		claim = *res.Claim
-	})
+	step("the 403 step with ComputeWaiting", 1, func() { is = takeIssued(t, computing, a, at(6*time.Second)) })
+	step("Record storing a computed operation", 7, func() { recordOK(t, computing, is, at(7*time.Second)) })
+	step("the Take that claims a computed operation", 7, func() { claim = takeClaim(t, computing, a, at(8*time.Second)) })
 	step("Finish of a computed operation", 6, func() {
 		if err := computing.Finish(ctx, claim, store.Done, at(9*time.Second)); err != nil {
 			t.Fatal(err)
