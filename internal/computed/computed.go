@@ -126,13 +126,24 @@ type periodKey struct {
 	aead cipher.AEAD
 }
 
+// period is the key period of t.
+func period(t time.Time) int64 { return t.UnixNano() / int64(keyPeriod) }
+
 // key returns the AES-256-GCM of period n: HMAC-SHA256(sealKey, n) as its
-// key. The current period's and the one before are kept.
+// key; nil for a period after the next one, whose refs were never sealed
+// (the next one's may be, by a server whose clock is ahead). The latest
+// two periods' keys are kept, and only a period that is this clock's own
+// or next to it becomes one of them: a ref naming any other is answered
+// without displacing the keys that seal and open today's.
 func (k *Sealer) key(n int64) cipher.AEAD {
 	for _, p := range [...]*atomic.Pointer[periodKey]{&k.cur, &k.prev} {
 		if c := p.Load(); c != nil && c.n == n {
 			return c.aead
 		}
+	}
+	now := period(time.Now())
+	if n > now+1 {
+		return nil
 	}
 	m := hmac.New(sha256.New, k.sealKey)
 	m.Write(binary.BigEndian.AppendUint64(nil, uint64(n)))
@@ -144,7 +155,7 @@ func (k *Sealer) key(n int64) cipher.AEAD {
 	if err != nil {
 		panic(err) // AES's block size: never
 	}
-	if c := k.cur.Load(); c == nil || n > c.n {
+	if c := k.cur.Load(); n >= now-1 && (c == nil || n > c.n) {
 		k.prev.Store(c)
 		k.cur.Store(&periodKey{n, aead})
 	}
@@ -237,7 +248,7 @@ func Size(c Op) int {
 // Seal returns the ref of operation id, revision rev, computed as c, for
 // the owner whose keys start with base.
 func (k *Sealer) Seal(base, id, rev string, c Op) string {
-	n := time.Now().UnixNano() / int64(keyPeriod)
+	n := period(time.Now())
 	buf := make([]byte, headSize, headSize+sealedLen(c)+tagSize)
 	binary.BigEndian.PutUint64(buf, uint64(n))
 	rand.Read(buf[8:headSize])
@@ -312,7 +323,11 @@ func (k *Sealer) Open(base, ref string) (c Op, rev string, err error) {
 	if n < 0 {
 		return c, "", ErrNotSealed
 	}
-	plain, err := k.key(n).Open(nil, raw[8:headSize], raw[headSize:], k.additional(base, raw[:8]))
+	aead := k.key(n)
+	if aead == nil {
+		return c, "", ErrNotSealed
+	}
+	plain, err := aead.Open(nil, raw[8:headSize], raw[headSize:], k.additional(base, raw[:8]))
 	if err != nil {
 		return c, "", ErrNotSealed
 	}

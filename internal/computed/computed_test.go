@@ -2,6 +2,7 @@ package computed
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,6 +114,29 @@ func TestSealOpen(t *testing.T) {
 					t.Fatalf("position %d changed to %q: %v, want ErrNotSealed", i, ch, err)
 				}
 			}
+		}
+	})
+	t.Run("W74 a ref naming another key period is not sealed, and leaves today's keys kept", func(t *testing.T) {
+		prefix := ref[:len(c.ID)+1+len(rev)+1]
+		raw, err := base64.RawURLEncoding.DecodeString(ref[len(prefix):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := period(time.Now())
+		for _, n := range []int64{now + 1, now + 2, now + 1_000_000, 1<<63 - 1, now - 1, now - 1_000, 0} {
+			forged := append([]byte(nil), raw...)
+			binary.BigEndian.PutUint64(forged, uint64(n))
+			if _, _, err := k.Open("base-1", prefix+base64.RawURLEncoding.EncodeToString(forged)); err != ErrNotSealed {
+				t.Errorf("period %d: %v, want ErrNotSealed", n, err)
+			}
+		}
+		// The ref of this period still opens with a kept key: none of the
+		// forged periods but the next one displaced it.
+		if cur, prev := k.cur.Load(), k.prev.Load(); !(cur != nil && cur.n == now || prev != nil && prev.n == now) {
+			t.Errorf("this period's key is no longer kept: cur %v, prev %v", cur, prev)
+		}
+		if _, _, err := k.Open("base-1", ref); err != nil {
+			t.Errorf("the ref itself: %v", err)
 		}
 	})
 	t.Run("every ref has a nonce of its own", func(t *testing.T) {
