@@ -155,9 +155,14 @@ func (k *Sealer) key(n int64) cipher.AEAD {
 	if err != nil {
 		panic(err) // AES's block size: never
 	}
-	if c := k.cur.Load(); n >= now-1 && (c == nil || n > c.n) {
+	if n < now-1 {
+		return aead
+	}
+	if c := k.cur.Load(); c == nil || n > c.n {
 		k.prev.Store(c)
 		k.cur.Store(&periodKey{n, aead})
+	} else if p := k.prev.Load(); n < c.n && (p == nil || n > p.n) {
+		k.prev.Store(&periodKey{n, aead}) // the period before, after a restart
 	}
 	return aead
 }

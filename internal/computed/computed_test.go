@@ -179,3 +179,26 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestKeptKeys: the keys kept are this period's and the one before (the
+// refs a site opens most), whatever order they are first asked in; a
+// period further back is derived each time, and one after the next one
+// has no key.
+func TestKeptKeys(t *testing.T) {
+	k, err := NewSealer(NewSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := period(time.Now())
+	for _, n := range []int64{now, now - 1, now - 5} { // as after a restart
+		if k.key(n) == nil {
+			t.Fatalf("period %d: no key", n)
+		}
+	}
+	if cur, prev := k.cur.Load(), k.prev.Load(); cur == nil || prev == nil || cur.n != now || prev.n != now-1 {
+		t.Errorf("kept %v and %v, want periods %d and %d", cur, prev, now, now-1)
+	}
+	if k.key(now+2) != nil {
+		t.Errorf("a key for the period after the next one")
+	}
+}
