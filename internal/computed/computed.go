@@ -132,9 +132,9 @@ func period(t time.Time) int64 { return t.UnixNano() / int64(keyPeriod) }
 // key returns the AES-256-GCM of period n: HMAC-SHA256(sealKey, n) as its
 // key; nil for a period after the next one, whose refs were never sealed
 // (the next one's may be, by a server whose clock is ahead). The latest
-// two periods' keys are kept, and only a period that is this clock's own
-// or next to it becomes one of them: a ref naming any other is answered
-// without displacing the keys that seal and open today's.
+// two periods' keys are kept, and only this clock's period or one next to
+// it becomes one of them: a ref naming any other is answered without
+// displacing the keys that seal and open today's.
 func (k *Sealer) key(n int64) cipher.AEAD {
 	for _, p := range [...]*atomic.Pointer[periodKey]{&k.cur, &k.prev} {
 		if c := p.Load(); c != nil && c.n == n {
