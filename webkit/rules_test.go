@@ -15,7 +15,8 @@ import (
 var updateRules = flag.Bool("update-rules", false, "rewrite RULES.md's \"built in\" and \"proven by\" columns from the files that cite each rule")
 
 // Every rule ID the code and tests cite is explained in RULES.md, the
-// file users have: a comment that says "W64" must lead somewhere.
+// file users have: a comment that says "W64" must lead somewhere, in Go,
+// Lua, JavaScript or templ.
 func TestRulesExplainEveryCitedID(t *testing.T) {
 	rules, err := os.ReadFile("RULES.md")
 	if err != nil {
@@ -33,34 +34,15 @@ func TestRulesExplainEveryCitedID(t *testing.T) {
 			t.Errorf("RULES.md does not link %s", url)
 		}
 	}
-	id := regexp.MustCompile(`\b[WA][0-9]{2,3}\b`)
-	root := ".."
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, cited := range id.FindAllString(string(b), -1) {
-			if !explained[cited] {
-				t.Errorf("%s cites %s, which RULES.md does not explain", path, cited)
+	built, proven := citations(t, "..")
+	for _, m := range []map[string][]string{built, proven} {
+		for cited, files := range m {
+			for _, f := range files {
+				if !explained[cited] {
+					t.Errorf("%s cites %s, which RULES.md does not explain", f, cited)
+				}
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
