@@ -23,12 +23,22 @@ import (
 // compared by the order in which each first appeared.
 //
 // OPSGATE_DIFFERENTIAL_SEEDS, when set, replaces seeds: a long campaign
-// outside CI (the README says how).
+// outside CI (the README says how). OPSGATE_DIFFERENTIAL_FROM, when set,
+// is the first seed (0 otherwise), so that a campaign can go on where the
+// last one stopped rather than run the same sequences again.
 func Differential(t *testing.T, seeds, steps int, reference, subject func(t testing.TB) Harness) {
 	if n, err := strconv.Atoi(os.Getenv("OPSGATE_DIFFERENTIAL_SEEDS")); err == nil && n > 0 {
 		seeds = n
 	}
-	for seed := range seeds {
+	from := 0
+	if v := os.Getenv("OPSGATE_DIFFERENTIAL_FROM"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("OPSGATE_DIFFERENTIAL_FROM=%q: want a seed, a whole number ≥ 0", v)
+		}
+		from = n
+	}
+	for seed := from; seed < from+seeds; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			t.Parallel()
 			a, b := newWorld(reference(t)), newWorld(subject(t))
