@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -25,19 +26,12 @@ import (
 // OPSGATE_DIFFERENTIAL_SEEDS, when set, replaces seeds: a long campaign
 // outside CI (the README says how). OPSGATE_DIFFERENTIAL_FROM, when set,
 // is the first seed (0 otherwise), so that a campaign can go on where the
-// last one stopped rather than run the same sequences again.
+// last one stopped rather than run the same sequences again. A value that
+// is not a whole number in range fails the test rather than quietly
+// running CI's few sequences.
 func Differential(t *testing.T, seeds, steps int, reference, subject func(t testing.TB) Harness) {
-	if n, err := strconv.Atoi(os.Getenv("OPSGATE_DIFFERENTIAL_SEEDS")); err == nil && n > 0 {
-		seeds = n
-	}
-	from := 0
-	if v := os.Getenv("OPSGATE_DIFFERENTIAL_FROM"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			t.Fatalf("OPSGATE_DIFFERENTIAL_FROM=%q: want a seed, a whole number ≥ 0", v)
-		}
-		from = n
-	}
+	seeds = envInt(t, "OPSGATE_DIFFERENTIAL_SEEDS", 1, seeds)
+	from := envInt(t, "OPSGATE_DIFFERENTIAL_FROM", 0, 0)
 	for seed := from; seed < from+seeds; seed++ {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			t.Parallel()
@@ -348,4 +342,19 @@ func errClass(t *testing.T, err error) string {
 		t.Fatalf("store failed: %v", err)
 	}
 	return "ok"
+}
+
+// envInt is the whole number ≥ least that the environment variable name
+// holds, or def when it is unset or empty.
+func envInt(t *testing.T, name string, least, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least || n > math.MaxInt32 {
+		t.Fatalf("%s=%q: want a whole number from %d to %d", name, v, least, math.MaxInt32)
+	}
+	return n
 }
