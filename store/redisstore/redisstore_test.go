@@ -362,6 +362,8 @@ func forgetPrefix(t testing.TB, c redis.UniversalClient, prefix string) {
 			err = c.ForEachMaster(ctx, forget)
 		case *redis.Client:
 			err = forget(ctx, c)
+		default:
+			err = fmt.Errorf("no way to list the keys of a %T", c)
 		}
 		if err != nil {
 			t.Errorf("deleting the keys under %q: %v", prefix, err)
