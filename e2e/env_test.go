@@ -269,15 +269,26 @@ func in(t *testing.T, tab context.Context, steps ...chromedp.Action[chromedp.Voi
 	}
 }
 
+// text reads a visible element's text. A read that loses its node ("No
+// node with given id found": the document was updated between finding the
+// node and reading it, as can happen right after a navigation on a busy
+// machine) is tried again with a new query; what it reads is asserted by
+// the caller as before.
 func text(t *testing.T, tab context.Context, sel string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
-	if err != nil {
-		t.Fatalf("text of %s: %v", sel, err)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		cancel()
+		if err == nil {
+			return s
+		}
+		if tab.Err() != nil || time.Now().After(deadline) {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return s
 }
 
 // waitText waits until the element's text contains want.

@@ -1354,13 +1354,26 @@ opsgate.fetch("/exchange", {
 			t.Fatal(err)
 		}
 	}
+	// text reads a visible element's text. A read that loses its node
+	// ("No node with given id found": the page's document was updated
+	// between finding the node and reading it, as can happen right after
+	// a navigation on a busy machine) is tried again with a new query, for
+	// a few seconds: what it then reads is asserted as before.
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+			s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+			cancel()
+			if err == nil {
+				return s
+			}
+			if tab.Err() != nil || time.Now().After(deadline) {
+				t.Fatalf("text of %s: %v", sel, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		return s
 	}
 
 	// approve records an approval of the waiting operation for form, as
