@@ -26,6 +26,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -269,26 +270,10 @@ func in(t *testing.T, tab context.Context, steps ...chromedp.Action[chromedp.Voi
 	}
 }
 
-// text reads a visible element's text. A read that loses its node ("No
-// node with given id found": the document was updated between finding the
-// node and reading it, as can happen right after a navigation on a busy
-// machine) is tried again with a new query; what it reads is asserted by
-// the caller as before.
+// text reads a visible element's text (browsertest.Text).
 func text(t *testing.T, tab context.Context, sel string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(tab, 20*time.Second)
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
-		cancel()
-		if err == nil {
-			return s
-		}
-		if tab.Err() != nil || time.Now().After(deadline) {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return browsertest.Text(t, tab, sel, 20*time.Second)
 }
 
 // waitText waits until the element's text contains want.

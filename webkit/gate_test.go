@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
@@ -1354,26 +1355,9 @@ opsgate.fetch("/exchange", {
 			t.Fatal(err)
 		}
 	}
-	// text reads a visible element's text. A read that loses its node
-	// ("No node with given id found": the page's document was updated
-	// between finding the node and reading it, as can happen right after
-	// a navigation on a busy machine) is tried again with a new query, for
-	// a few seconds: what it then reads is asserted as before.
 	text := func(sel string) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(tab, 5*time.Second)
-			s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
-			cancel()
-			if err == nil {
-				return s
-			}
-			if tab.Err() != nil || time.Now().After(deadline) {
-				t.Fatalf("text of %s: %v", sel, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		return browsertest.Text(t, tab, sel, 10*time.Second)
 	}
 
 	// approve records an approval of the waiting operation for form, as
