@@ -1049,6 +1049,82 @@ var _ = add("W102 W103 an approval applies until its revision's expires_at", fun
 	}
 })
 
+// W103 with a later revision: the approved revision is no longer the
+// operation's current one, and the current one is still live, so a store
+// that judged the approval by its operation's current revision, not by its
+// own, would apply it. The later revision is for other terms, or for the
+// same terms renewed past half their lifetime (W39), and is returned before
+// or after the approval is recorded. Each store is judged by the rule here,
+// not by agreeing with another store (TestSameAsMemory). Everything goes
+// through Take, the Gate's step.
+var _ = addLaterRevision("other terms, after the approval", `{"v":2}`, true)
+var _ = addLaterRevision("other terms, before the approval", `{"v":2}`, false)
+var _ = addLaterRevision("the same terms renewed, before the approval", `{"v":1}`, false)
+
+func addLaterRevision(what, laterTerms string, approveFirst bool) struct{} {
+	return add("W103 W115 an expired approval stays expired after a later revision of its operation: "+what, func(t *testing.T, e *env) {
+		a1 := action(t, "k", `{"v":1}`)
+		r1 := e.noClaim(signedIn, a1, at(0))
+		if approveFirst {
+			e.approve(signedIn, r1, at(time.Second))
+		}
+		// Past half the lifetime, so that the same terms are renewed too.
+		r2 := e.noClaim(signedIn, action(t, "k", laterTerms), at(lifetime/2+time.Second))
+		if r2.Operation.ID != r1.Operation.ID || r2.Operation.Revision == r1.Operation.Revision {
+			t.Fatalf("later request: %+v, want a new revision of %s", r2.Operation, r1.Operation.ID)
+		}
+		if !r2.Operation.ExpiresAt.After(r1.Operation.ExpiresAt.Add(time.Second)) {
+			t.Fatalf("later revision expires %v, not after the approved one's %v", r2.Operation.ExpiresAt, r1.Operation.ExpiresAt)
+		}
+		if !approveFirst {
+			e.approve(signedIn, r1, at(lifetime/2+2*time.Second))
+		}
+		// At its expires_at the approval still applies (W102, W18): looked
+		// up, not taken, so that it is there for the step after.
+		e.status(signedIn, r1.Ref, r1.Operation.ExpiresAt, store.Approved)
+		// One second later, the later revision still live: it no longer
+		// applies. (A store that computes waiting operations never stored
+		// the later one, so it may have forgotten the operation, W38.)
+		late := r1.Operation.ExpiresAt.Add(time.Second)
+		if rec, found := e.lookup(signedIn, r1.Ref, late); found {
+			if rec.Status != store.Waiting || len(rec.Approvals) > 1 || len(rec.Approvals) == 1 && !rec.Approvals[0].UsedAt.IsZero() {
+				t.Errorf("Lookup: %s with approvals %+v, want waiting, the expired one unused (or forgotten)", rec.Status, rec.Approvals)
+			}
+		} else if !e.h.ComputesWaiting {
+			t.Errorf("Lookup: not found, though its revision %s is live until %v", r2.Operation.Revision, r2.Operation.ExpiresAt)
+		}
+		res := e.take(signedIn, a1, late)
+		if res.Claim != nil {
+			t.Fatalf("the approved terms requested after the approved revision's expires_at claimed %s.%s: an expired approval was applied", res.Claim.Operation.ID, res.Claim.Operation.Revision)
+		}
+		if res.Issued == nil {
+			t.Fatalf("the approved terms requested after the approved revision's expires_at: %+v, want a new ref", res)
+		}
+		got := res.Issued.Operation
+		if got.Revision == r1.Operation.Revision || !got.ExpiresAt.After(late) {
+			t.Errorf("issued %+v, want a live revision other than the expired %s", got, r1.Operation.Revision)
+		}
+		// The approval sent again fails check 3 (W115), answered with a
+		// live revision, never the one it names (W122). A store that never
+		// stored the later revision may have forgotten the operation, or
+		// find it expired (W101).
+		switch rep := e.record(signedIn, r1.Ref, approvalOf(r1.Operation), late); {
+		case rep.Result == store.RevisionMismatch:
+			if rep.Operation.Revision == r1.Operation.Revision || !rep.Operation.ExpiresAt.After(late) {
+				t.Errorf("re-approval answered %+v, want a live revision other than %s", rep.Operation, r1.Operation.Revision)
+			}
+		case e.h.ComputesWaiting && (rep.Result == store.NotFound || rep.Result == store.OperationExpired):
+		default:
+			t.Errorf("re-approval of the expired revision: %v, want revision mismatch", rep.Result)
+		}
+		// Nothing was performed: a fresh approval of these terms is taken.
+		e.approve(signedIn, *res.Issued, late)
+		if c := e.claim(signedIn, a1, late.Add(time.Second)); c.Operation.Revision != got.Revision {
+			t.Errorf("claimed %s, want the fresh approval's %s", c.Operation.Revision, got.Revision)
+		}
+	})
+}
+
 var _ = add("W37 two approved revisions of one operation: the request's terms choose, and it is performed once", func(t *testing.T, e *env) {
 	a1, a2 := action(t, "k", `{"size":"M"}`), action(t, "k", `{"size":"L"}`)
 	r1 := e.issue(signedIn, a1, at(0))
