@@ -22,7 +22,9 @@ import (
 )
 
 // Field, Continue, Waiting and Unavailable are the views the templates
-// render; Chrome is the website's frame around them.
+// render; Chrome is the website's frame around them (its fields, and the
+// CSS variables a site's stylesheet may set: go doc
+// github.com/opsgate/opsgate/templates.Chrome).
 type (
 	Field       = templates.Field
 	Continue    = templates.Continue

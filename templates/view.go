@@ -21,11 +21,21 @@ type Continue struct {
 	Action string
 	// Fields are the form's fields for POST, order and repeats kept.
 	Fields []Field
+	// Multipart posts the fields as multipart/form-data, as the browser
+	// first sent them; else application/x-www-form-urlencoded.
+	Multipart bool
 	// Back is where to go when the request can't be repeated: a path on
 	// this website.
 	Back string
 	// Why says why the request can't be repeated; "" when it can.
 	Why string
+}
+
+func (c Continue) enctype() string {
+	if c.Multipart {
+		return "multipart/form-data"
+	}
+	return "application/x-www-form-urlencoded"
 }
 
 // Waiting is the view of the waiting page (§4 W65). It never carries the

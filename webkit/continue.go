@@ -16,15 +16,17 @@ import (
 
 // Continue fidelity (§4 W62, §6): the waiting page's Continue control must
 // make the original request again, so that the store's Take finds the
-// approval for the same terms. A link repeats a GET exactly. A POST of
-// application/x-www-form-urlencoded fields is repeated by a form of hidden
-// inputs with the same action and the same fields, order and repeated keys
-// kept, every value escaped by templ. What an HTML form can't send back
-// byte for byte is not offered as a form: the page says the request can't
-// be repeated and links back. That covers bodies with files (multipart),
-// other methods and JSON bodies (a script's request: opsgate.fetch repeats
+// approval for the same terms. A link repeats a GET exactly. A POST of a
+// form (application/x-www-form-urlencoded, or multipart/form-data without
+// files) is repeated by a form of hidden inputs with the same action, the
+// same encoding and the same fields, order and repeated keys kept, every
+// value escaped by templ. The fields are what the browser sent even when a
+// middleware read the body before the Gate (see sentBody). What an HTML
+// form can't send back is not offered as a form: the page says the request
+// can't be repeated and links back. That covers bodies with files, other
+// methods and JSON bodies (a script's request: opsgate.fetch repeats
 // those), and fields a browser would change on the way (see formSafe).
-// Gating an action whose request can't be repeated, such as a multipart
+// Gating an action whose request can't be repeated, such as a file
 // upload, is unsuited to operations on the website (§4 W63).
 
 // continueOf returns the Continue control for r, whose body is body.
@@ -60,7 +62,18 @@ func continueOf(r *http.Request, body []byte) pages.Continue {
 		}
 		c.Method, c.Fields = http.MethodPost, fields
 	case mt == "multipart/form-data":
-		c.Why = multipartWhy(body, params["boundary"])
+		fields, why := multipartFields(body, params["boundary"])
+		if why == "" {
+			why = formSafe(fields)
+		}
+		if why == "" && !multipartNamesSafe(fields) {
+			why = "it has a field name a form can't send back unchanged"
+		}
+		if why != "" {
+			c.Why = why
+			return c
+		}
+		c.Method, c.Fields, c.Multipart = http.MethodPost, fields, true
 	default:
 		c.Why = "it was sent by a script"
 	}
@@ -169,22 +182,45 @@ func textSafe(s string) bool {
 	return true
 }
 
-// multipartWhy says why a multipart body can't be repeated from the page.
-func multipartWhy(body []byte, boundary string) string {
+// multipartFields returns a multipart body's fields in order, or why the
+// page can't post it again: a browser's form can send fields as
+// multipart/form-data, never a file it was not given (§4 W63).
+func multipartFields(body []byte, boundary string) ([]pages.Field, string) {
 	if boundary == "" {
-		return "its form could not be read"
+		return nil, "its form could not be read"
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	var fields []pages.Field
 	for {
 		p, err := mr.NextPart()
 		if err == io.EOF {
-			return "it was sent as multipart/form-data"
+			return fields, ""
 		}
 		if err != nil {
-			return "its form could not be read"
+			return nil, "its form could not be read"
 		}
 		if p.FileName() != "" {
-			return "it sent files"
+			return nil, "it sent files"
+		}
+		if p.FormName() == "" {
+			return nil, "its form could not be read"
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return nil, "its form could not be read"
+		}
+		fields = append(fields, pages.Field{Name: p.FormName(), Value: string(v)})
+	}
+}
+
+// multipartNamesSafe: a browser escapes '"', CR and LF in a multipart
+// field's name (HTML "multipart/form-data encoding algorithm"), so such a
+// name would not come back as it was sent.
+func multipartNamesSafe(fields []pages.Field) bool {
+	for _, f := range fields {
+		if strings.ContainsAny(f.Name, "\"\r\n") {
+			return false
 		}
 	}
+	return true
 }

@@ -104,6 +104,9 @@ func (d Discovery) checkURL(member, raw string) error {
 	case u.Scheme == "http" && d.AllowLocal && isLocalHost(u.Hostname()):
 		return nil
 	}
+	if u.Scheme == "http" && isLocalHost(u.Hostname()) {
+		return fmt.Errorf("%w: %s must be an HTTPS URL (§2), got %q; for local development on localhost, set AllowLocal (endpoint.Config.AllowLocal)", ErrDiscovery, member, raw)
+	}
 	return fmt.Errorf("%w: %s must be an HTTPS URL (§2), got %q", ErrDiscovery, member, raw)
 }
 

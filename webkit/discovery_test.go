@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -77,4 +78,17 @@ func ExampleDiscovery() {
 	fmt.Println(string(b))
 	// Output:
 	// {"extensions":{"operations":[{"endpoint":"https://shop.example/poppy/operations","version":"3"}]},"web":{"browser_session_endpoint":"https://shop.example/poppy/join"}}
+}
+
+// An http:// URL on localhost without AllowLocal names the setting that
+// allows it, so a developer knows what to turn on.
+func TestDiscoveryNamesAllowLocal(t *testing.T) {
+	_, err := Discovery{Endpoint: "http://127.0.0.1:8080/poppy/operations", BrowserSessionEndpoint: "http://127.0.0.1:8080/j"}.JSON()
+	if err == nil || !strings.Contains(err.Error(), "AllowLocal") {
+		t.Errorf("err %v, want one naming AllowLocal", err)
+	}
+	_, err = Discovery{Endpoint: "http://shop.example/o", BrowserSessionEndpoint: "https://shop.example/j"}.JSON()
+	if err == nil || strings.Contains(err.Error(), "AllowLocal") {
+		t.Errorf("err %v: AllowLocal would not allow shop.example", err)
+	}
 }

@@ -1,12 +1,10 @@
 package webkit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -104,7 +102,11 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 // serveSession handles a request from a browser handled as Session s (§4
 // W54, W55).
 func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, describe Describe, next http.Handler) {
-	body, err := k.readBody(r)
+	body, err := k.sentBody(r)
+	if errors.Is(err, errBodySpent) {
+		k.bodySpent(w, r)
+		return
+	}
 	if err != nil {
 		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
 		if errors.Is(err, ErrBodyTooLarge) {
@@ -183,44 +185,6 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
 	}
 }
-
-// readBody reads r's body up to MaxBody.
-func (k *Kit) readBody(r *http.Request) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	limit := k.maxBody()
-	if r.ContentLength > limit {
-		return nil, ErrBodyTooLarge
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("webkit: request body: %w", err)
-	}
-	if int64(len(body)) > limit {
-		return nil, ErrBodyTooLarge
-	}
-	return body, nil
-}
-
-func restoreBody(r *http.Request, body []byte) {
-	if body == nil && (r.Body == nil || r.Body == http.NoBody) {
-		return
-	}
-	if rb, ok := r.Body.(*replayBody); ok { // restored before: rewind it
-		rb.Reset(body)
-		return
-	}
-	rb := &replayBody{}
-	rb.Reset(body)
-	r.Body = rb
-}
-
-// replayBody is the body the Gate read, given again to describe and then to
-// the handler; one per request, rewound in between.
-type replayBody struct{ bytes.Reader }
-
-func (*replayBody) Close() error { return nil }
 
 // storeAction checks an Action and canonicalises its terms (§6 check 3
 // compares meaning: W118).

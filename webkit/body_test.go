@@ -1,0 +1,426 @@
+package webkit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/justinas/nosurf"
+	"golang.org/x/net/html"
+
+	"github.com/opsgate/opsgate/store"
+)
+
+// A middleware in front of the Gate that reads the form spends r.Body. The
+// waiting page's Continue must still post what the browser sent (W62), so
+// that a CSRF library's token and the action's fields come back, and the
+// handler must still read them. These tests run a real server, post as a
+// browser would, read the page's Continue form and submit it, and count
+// the performances at the handler.
+
+// continueForm is the waiting page's Continue form as a browser reads it.
+type continueForm struct {
+	method, action, enctype string
+	fields                  [][2]string
+}
+
+func parseContinue(t *testing.T, page string) (continueForm, bool) {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f continueForm
+	var found bool
+	var walk func(n *html.Node, in bool)
+	walk = func(n *html.Node, in bool) {
+		if n.Type == html.ElementNode && n.Data == "form" && attr(n, "id") == "opsgate-continue" {
+			f = continueForm{method: attr(n, "method"), action: attr(n, "action"), enctype: attr(n, "enctype")}
+			found, in = true, true
+		}
+		if in && n.Type == html.ElementNode && n.Data == "input" {
+			f.fields = append(f.fields, [2]string{attr(n, "name"), attr(n, "value")})
+		}
+		for c := n.FirstChild; c != nil; c = c.NextSibling {
+			walk(c, in)
+		}
+	}
+	walk(doc, false)
+	return f, found
+}
+
+// submit posts the form as a browser does: its fields in order, in its
+// encoding, to its action.
+func (f continueForm) submit(t *testing.T, c *http.Client, base string) *http.Response {
+	t.Helper()
+	var body bytes.Buffer
+	ctype := "application/x-www-form-urlencoded"
+	if f.enctype == "multipart/form-data" {
+		mw := multipart.NewWriter(&body)
+		for _, kv := range f.fields {
+			mw.WriteField(kv[0], kv[1])
+		}
+		mw.Close()
+		ctype = mw.FormDataContentType()
+	} else {
+		for i, kv := range f.fields {
+			if i > 0 {
+				body.WriteByte('&')
+			}
+			body.WriteString(url.QueryEscape(kv[0]) + "=" + url.QueryEscape(kv[1]))
+		}
+	}
+	req, err := http.NewRequest(strings.ToUpper(f.method), base+f.action, &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ctype)
+	req.Header.Set("Accept", "text/html")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func sortedPairs(p [][2]string) string {
+	p = slices.Clone(p)
+	slices.SortFunc(p, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	return fmt.Sprint(p)
+}
+
+// formSite is a website whose gated exchange route sits behind wrap.
+type formSite struct {
+	*gateEnv
+	srv     *httptest.Server
+	client  *http.Client
+	logs    *syncBuffer
+	obs     *eventLog
+	mu      sync.Mutex
+	handled []url.Values // what the handler read, one per performance
+	bodies  []string     // the raw body the handler read
+}
+
+// eventLog keeps every Event and store step, as "route outcome reason"
+// and "store step".
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *eventLog) Observe(_ context.Context, e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e.Route+" "+e.Outcome+" "+e.Reason)
+}
+
+func (l *eventLog) StoreStep(_ context.Context, step string, _ time.Duration, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, "store "+step)
+}
+
+func (l *eventLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return fmt.Sprint(l.events) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func newFormSite(t *testing.T, wrap func(http.Handler) http.Handler) *formSite {
+	t.Helper()
+	e := newGateEnv(t, store.NewMemory(), newClock())
+	fs := &formSite{gateEnv: e, logs: &syncBuffer{}, obs: &eventLog{}}
+	e.kit.Logger = slog.New(slog.NewTextHandler(fs.logs, nil))
+	e.kit.Observer = fs.obs
+	gated := e.kit.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		if err := r.ParseMultipartForm(1 << 20); err != nil && err != http.ErrNotMultipart {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fs.mu.Lock()
+		fs.handled = append(fs.handled, r.PostForm)
+		fs.bodies = append(fs.bodies, string(raw))
+		fs.mu.Unlock()
+		fmt.Fprintf(w, "exchanged %s to %s", r.PostFormValue("order"), r.PostFormValue("size"))
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /exchange", gated)
+	mux.HandleFunc("GET /form", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, nosurf.Token(r)) // "" without nosurf
+	})
+	fs.srv = httptest.NewServer(wrap(mux))
+	t.Cleanup(fs.srv.Close)
+	jar, _ := cookiejar.New(nil)
+	u, _ := url.Parse(fs.srv.URL)
+	jar.SetCookies(u, []*http.Cookie{joinCookie(t, e.kit, sesOut)})
+	fs.client = &http.Client{Jar: jar}
+	return fs
+}
+
+func (fs *formSite) token(t *testing.T) string {
+	t.Helper()
+	res, err := fs.client.Get(fs.srv.URL + "/form")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+// post sends fields as the browser's first request, in the given encoding.
+func (fs *formSite) post(t *testing.T, fields [][2]string, multipartForm bool) *http.Response {
+	t.Helper()
+	f := continueForm{method: "post", action: "/exchange", fields: fields}
+	if multipartForm {
+		f.enctype = "multipart/form-data"
+	}
+	return f.submit(t, fs.client, fs.srv.URL)
+}
+
+func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
+	t.Helper()
+	_, ref, err := ParseOperationHeader(res.Header.Values(HeaderOperation))
+	if err != nil {
+		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(HeaderOperation), err)
+	}
+	rec := fs.lookup(sesOut, ref)
+	fs.record(sesOut, store.Issued{Operation: rec.Current, Ref: ref})
+}
+
+func readAll(t *testing.T, res *http.Response) string {
+	t.Helper()
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestContinueWhenMiddlewareReadTheForm(t *testing.T) {
+	parseForm := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.ParseForm() // a logging or method-override middleware
+			next.ServeHTTP(w, r)
+		})
+	}
+	postFormValue := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = r.PostFormValue("_method") // parses multipart too
+			next.ServeHTTP(w, r)
+		})
+	}
+	withNosurf := func(next http.Handler) http.Handler {
+		h := nosurf.New(next)
+		h.SetIsTLSFunc(func(*http.Request) bool { return false })
+		h.SetFailureHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "csrf: "+nosurf.Reason(r).Error(), http.StatusForbidden)
+		}))
+		return h
+	}
+	none := func(next http.Handler) http.Handler { return next }
+
+	tests := []struct {
+		name      string
+		wrap      func(http.Handler) http.Handler
+		multipart bool
+		csrf      bool
+	}{
+		{"W62 nothing read the body first", none, false, false},
+		{"W62 ParseForm before the Gate", parseForm, false, false},
+		{"W62 PostFormValue before the Gate, multipart", postFormValue, true, false},
+		{"W62 multipart, nothing read it first", none, true, false},
+		{"W62 nosurf inside the Mount", withNosurf, false, true},
+		{"W62 nosurf inside the Mount, multipart", withNosurf, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFormSite(t, tt.wrap)
+			fields := [][2]string{{"order", "ord_7"}, {"size", "L"}, {"note", "leave at the door & ring"}, {"size", "L"}}
+			if tt.csrf {
+				fields = append([][2]string{{nosurf.FormFieldName, fs.token(t)}}, fields...)
+			}
+			res := fs.post(t, fields, tt.multipart)
+			page := readAll(t, res)
+			if res.StatusCode != http.StatusForbidden || res.Header.Get(HeaderOperation) == "" {
+				t.Fatalf("first request: %d %s", res.StatusCode, page)
+			}
+			form, ok := parseContinue(t, page)
+			if !ok {
+				t.Fatalf("no Continue form on the waiting page:\n%s", page)
+			}
+			if got, want := sortedPairs(form.fields), sortedPairs(fields); got != want {
+				t.Fatalf("Continue form's fields\n got %s\nwant %s", got, want)
+			}
+			wantEnctype := "application/x-www-form-urlencoded"
+			if tt.multipart {
+				wantEnctype = "multipart/form-data"
+			}
+			if form.enctype != wantEnctype || form.method != "post" || form.action != "/exchange" {
+				t.Errorf("Continue form %s %s %s", form.method, form.action, form.enctype)
+			}
+			if n := len(fs.handled); n != 0 {
+				t.Fatalf("handler ran %d times before the approval", n)
+			}
+
+			fs.approveRef(t, res)
+			res = form.submit(t, fs.client, fs.srv.URL) // the person presses Continue
+			body := readAll(t, res)
+			if res.StatusCode != http.StatusOK || body != "exchanged ord_7 to L" {
+				t.Fatalf("Continue after the approval: %d %s", res.StatusCode, body)
+			}
+			res = form.submit(t, fs.client, fs.srv.URL) // and again
+			readAll(t, res)
+			if res.StatusCode != http.StatusForbidden {
+				t.Errorf("second Continue: %d, want 403 (a new approval is needed)", res.StatusCode)
+			}
+			if len(fs.handled) != 1 {
+				t.Fatalf("handler ran %d times, want 1", len(fs.handled))
+			}
+			got := fs.handled[0]
+			if got.Get("order") != "ord_7" || fmt.Sprint(got["size"]) != "[L L]" || got.Get("note") != "leave at the door & ring" {
+				t.Errorf("handler read %v", got)
+			}
+			if tt.csrf && got.Get(nosurf.FormFieldName) == "" {
+				t.Errorf("handler's form lost the CSRF token")
+			}
+			// The raw body the handler reads means the same form.
+			if !tt.multipart {
+				v, err := url.ParseQuery(fs.bodies[0])
+				if err != nil || v.Get("order") != "ord_7" || len(v["size"]) != 2 {
+					t.Errorf("handler's raw body %q: %v", fs.bodies[0], err)
+				}
+			}
+			if strings.Contains(fs.logs.String(), "level=ERROR") {
+				t.Errorf("errors logged:\n%s", fs.logs)
+			}
+		})
+	}
+}
+
+// Without the fix the Continue form is empty: the CSRF library refuses
+// it and nothing is performed. Shown here as the bare mechanism: the body
+// a ParseForm spent is not what the Gate reads.
+func TestSentBodyFromParsedForm(t *testing.T) {
+	k := New(testKeys...)
+	r := httptest.NewRequest("POST", "/exchange", strings.NewReader("size=L&order=ord_7&size=M"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if err := r.ParseForm(); err != nil {
+		t.Fatal(err)
+	}
+	body, err := k.sentBody(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != "order=ord_7&size=L&size=M" || r.ContentLength != int64(len(body)) {
+		t.Errorf("body %q, ContentLength %d", body, r.ContentLength)
+	}
+	c := continueOf(r, body)
+	if c.Method != "POST" || fmt.Sprint(c.Fields) != "[{order ord_7} {size L} {size M}]" {
+		t.Errorf("Continue %+v", c)
+	}
+
+	t.Run("over MaxBody", func(t *testing.T) {
+		k := New(testKeys...)
+		k.MaxBody = 16
+		r := httptest.NewRequest("POST", "/exchange", strings.NewReader("order=ord_7&note="+strings.Repeat("x", 32)))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.ContentLength = -1 // chunked: MaxBody is checked on what was parsed
+		r.ParseForm()
+		if _, err := k.sentBody(r); err != ErrBodyTooLarge {
+			t.Errorf("err %v, want ErrBodyTooLarge", err)
+		}
+	})
+	t.Run("multipart with a file", func(t *testing.T) {
+		var mp bytes.Buffer
+		mw := multipart.NewWriter(&mp)
+		mw.WriteField("order", "ord_7")
+		fw, _ := mw.CreateFormFile("photo", "jacket.jpg")
+		fw.Write([]byte("not really a jpeg"))
+		mw.Close()
+		r := httptest.NewRequest("POST", "/exchange", &mp)
+		r.Header.Set("Content-Type", mw.FormDataContentType())
+		r.ParseMultipartForm(1 << 20)
+		body, err := k.sentBody(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// W63: the page can't send a file again; the handler still gets it.
+		if c := continueOf(r, body); c.Method != "" || c.Why != "it sent files" {
+			t.Errorf("Continue %+v", c)
+		}
+		r2 := httptest.NewRequest("POST", "/exchange", bytes.NewReader(body))
+		r2.Header.Set("Content-Type", r.Header.Get("Content-Type"))
+		if err := r2.ParseMultipartForm(1 << 20); err != nil || r2.FormValue("order") != "ord_7" || len(r2.MultipartForm.File["photo"]) != 1 {
+			t.Errorf("re-encoded multipart: %v %v", err, r2.MultipartForm)
+		}
+	})
+}
+
+// A middleware that read the body and kept nothing leaves the Gate unable
+// to know what the browser sent: it says so loudly, performs nothing and
+// issues nothing; never a silent empty Continue (W62).
+func TestGateBodySpentByMiddleware(t *testing.T) {
+	drain := func(n int64) func(http.Handler) http.Handler {
+		return func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n < 0 {
+					io.Copy(io.Discard, r.Body)
+				} else {
+					io.CopyN(io.Discard, r.Body, n)
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		n    int64
+	}{{"read whole", -1}, {"read in part", 5}} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFormSite(t, drain(tt.n))
+			res := fs.post(t, [][2]string{{"order", "ord_7"}, {"size", "L"}}, false)
+			body := readAll(t, res)
+			if res.StatusCode != http.StatusInternalServerError || res.Header.Get(HeaderOperation) != "" {
+				t.Fatalf("%d %q %s", res.StatusCode, res.Header.Get(HeaderOperation), body)
+			}
+			if !strings.Contains(body, "nothing was done") {
+				t.Errorf("body %q", body)
+			}
+			if len(fs.handled) != 0 {
+				t.Errorf("handler ran")
+			}
+			logs := fs.logs.String()
+			if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "Put that middleware inside the Gate") {
+				t.Errorf("no error naming the fix in the log:\n%s", logs)
+			}
+			// Observed once, and the store never asked: nothing issued.
+			if got := fs.obs.String(); got != "[gate misconfigured body_read]" {
+				t.Errorf("Observer saw %s", got)
+			}
+		})
+	}
+}
