@@ -6,11 +6,33 @@
 //	go run ./demo &                                   # the shop on :8080
 //	go run ./demo/agent                               # exchange; asks you
 //	go run ./demo/agent -approve 'exchange<=100USD'   # approves it itself
-//	go run ./demo/agent -do delivery -date 2026-11-07
+//	go run ./demo/agent -do delivery -date $(date -d +12days +%F)   # GNU date; macOS: date -v+12d +%F
+//	go run ./demo/agent -do delivery -approve 'delivery<=0USD'      # the default date: 10 days from today
 //	go run ./demo/agent -do cancel -signed-in         # you approve the cancellation
 //	go run ./demo/agent -do cancel -signed-in -approver agent  # the agent approves; the shop declines
 //	go run ./demo/agent -approve 'cancel<=100USD' -do cancel -signed-in
 //	go run ./demo/agent -show                         # watch the browser
+//
+// One User across runs: the demo keeps one copy of its data per agent and
+// User, so give the User and keep the agent's address (-user does both):
+//
+//	go run ./demo/agent -user alice -approve 'exchange<=100USD'                     # to the Insulated M
+//	go run ./demo/agent -user alice -approve 'exchange<=100USD' -sku stormline-m    # and back
+//
+// A standing instruction -approve 'kind<=amountCURRENCY' approves, as the
+// agent, an action of that kind whose amounts of money (a price
+// difference, a refund, a fee: every amount in the terms) are all at most
+// that much; a kind alone approves any amount. An operation names no kind,
+// so the kind is a word of the path the browser's request went to, in the
+// singular or the plural: exchange (POST /orders/…/items/…/exchange),
+// delivery or deliveries (POST /api/deliveries/…), cancel (POST
+// /account/subscription/cancel). When no rule covers an operation, the
+// agent says which kinds its request had.
+//
+// Exit status: 0 the action was performed (now, or already before), 2 not
+// approved (you or the standing instructions didn't approve it), 3 the
+// shop declined the approval (approval_declined), 1 any error (a bad flag,
+// the browser or the shop failing, approved but not performed).
 //
 // and the conformance checker, for any site (package conformance):
 //
@@ -22,6 +44,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -48,30 +72,134 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(check(os.Args[2:]))
 	}
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "agent:", err)
-		os.Exit(1)
-	}
+	os.Exit(agent(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run() error {
-	shop := flag.String("shop", "http://localhost:8080", "the demo shop's origin")
-	listen := flag.String("listen", "127.0.0.1:0", "where the agent serves its metadata document and JWKS (loopback)")
-	signedIn := flag.Bool("signed-in", false, "sign in for the demo account (DEMO ONLY: a token from the shop's /demo/token) and join signed in")
-	do := flag.String("do", "exchange", "the action: exchange, delivery or cancel (cancel needs -signed-in)")
-	order := flag.String("order", "ord_7Hk2", "exchange: the order")
-	item := flag.String("item", "itm_4Qa", "exchange: the item")
-	sku := flag.String("sku", "stormline-insulated-m", "exchange: the replacement SKU")
-	delivery := flag.String("delivery", "del_2Wn8", "delivery: the delivery")
-	date := flag.String("date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD")
+// The exit statuses of the agent (not of `agent check`).
+const (
+	exitPerformed   = 0 // performed, by this run or before it (already_performed)
+	exitError       = 1 // any error, or approved and not performed
+	exitNotApproved = 2 // the user or the standing instructions didn't approve
+	exitDeclined    = 3 // the shop declined the approval (approval_declined)
+)
+
+const exitHelp = `Exit status: 0 the action was performed (now, or already before); 2 not
+approved (you or the standing instructions didn't approve it); 3 the shop
+declined the approval (approval_declined); 1 any error (a bad flag, the
+browser or the shop failing, approved but not performed).
+`
+
+// exitStatus is the agent's exit status for how Approve ended: its result,
+// or an error.
+func exitStatus(result string, err error) int {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitPerformed
+	case err != nil:
+		return exitError
+	}
+	switch result {
+	case refagent.Performed, refagent.AlreadyPerformed:
+		return exitPerformed
+	case refagent.NotApproved:
+		return exitNotApproved
+	case refagent.Declined:
+		return exitDeclined
+	}
+	return exitError // not_performed, earlier_approval_pending, …
+}
+
+// agent runs the agent with args and returns its exit status.
+func agent(args []string, stdout, stderr io.Writer) int {
+	result, err := run(args, stdout, stderr)
+	var printed usageError
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, &printed) {
+		fmt.Fprintln(stderr, "agent:", err)
+	}
+	return exitStatus(result, err)
+}
+
+// usageError is a bad flag, which the flag set printed with the usage.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// userListen is where the agent listens with -user and no -listen: a fixed
+// address, so that its client_id (which names it) is the same on every
+// run, and the demo shows the same copy of its data.
+const userListen = "127.0.0.1:8079"
+
+// run is the agent's command: it returns Approve's result, or an error.
+func run(args []string, stdout, stderr io.Writer) (string, error) {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent [-do exchange|delivery|cancel] [-approve 'kind<=amountCURRENCY'] [-user NAME] [flags]\n       go run ./demo/agent check -site URL [flags]   (the conformance checker; check -h)")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\n"+exitHelp)
+	}
+	shop := fs.String("shop", "http://localhost:8080", "the demo shop's origin")
+	listen := fs.String("listen", "", "where the agent serves its metadata document and JWKS (loopback); the address is in its client_id. Default 127.0.0.1:0 (any free port), or "+userListen+" with -user")
+	user := fs.String("user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes")
+	signedIn := fs.Bool("signed-in", false, "sign in for the demo account (DEMO ONLY: a token from the shop's /demo/token) and join signed in")
+	do := fs.String("do", "exchange", "the action: exchange, delivery or cancel (cancel needs -signed-in)")
+	order := fs.String("order", "ord_7Hk2", "exchange: the order")
+	item := fs.String("item", "itm_4Qa", "exchange: the item")
+	sku := fs.String("sku", "stormline-insulated-m", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU: the seeded item is stormline-m; when it isn't offered the agent lists what is)")
+	delivery := fs.String("delivery", "del_2Wn8", "delivery: the delivery")
+	date := fs.String("date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date (default 10 days from today)")
 	var standing rules
-	flag.Var(&standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount")
-	approver := flag.String("approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
-	timeout := flag.Duration("timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
-	waitPage := flag.Bool("no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
-	show := flag.Bool("show", false, "show the browser window instead of running headless")
-	chromium := flag.String("chromium", "", "the Chromium or Chrome binary; default: found on the PATH")
-	flag.Parse()
+	fs.Var(&standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
+		"The kind is a word of the path of the browser's request, singular or plural: exchange, delivery (POST /api/deliveries/…), cancel")
+	approver := fs.String("approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
+	waitPage := fs.Bool("no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
+	show := fs.Bool("show", false, "show the browser window instead of running headless")
+	chromium := fs.String("chromium", "", "the Chromium or Chrome binary; default: found on the PATH")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", err
+		}
+		return "", usageError{err} // fs printed it, with the usage
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("unexpected argument %q (flags only; the checker is `agent check`)", fs.Arg(0))
+	}
+
+	// Every flag is checked before Chromium starts.
+	if *approver != "user" && *approver != "agent" {
+		return "", fmt.Errorf("-approver %q: choose user or agent", *approver)
+	}
+	switch *do {
+	case "exchange", "delivery":
+	case "cancel":
+		if !*signedIn {
+			return "", errors.New("-do cancel needs -signed-in: only the account holder cancels the subscription")
+		}
+	default:
+		return "", fmt.Errorf("-do %q: choose exchange, delivery or cancel", *do)
+	}
+	if _, err := time.Parse("2006-01-02", *date); err != nil {
+		return "", fmt.Errorf("-date %q: write a day YYYY-MM-DD, such as %s", *date, time.Now().AddDate(0, 0, 10).Format("2006-01-02"))
+	}
+	if *user != "" {
+		if err := refagent.CheckUser(*user); err != nil {
+			return "", fmt.Errorf("-user: %w", err)
+		}
+	}
+	addr := *listen
+	switch {
+	case addr == "" && *user != "":
+		addr = userListen
+	case addr == "":
+		addr = "127.0.0.1:0"
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("-listen %q: write host:port, such as 127.0.0.1:8079", addr)
+	}
+	// A fixed port is the same client_id as an earlier run, with new keys.
+	sameClientID := port != "0"
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -91,62 +219,73 @@ func run() error {
 	tab, cancelTab := chromedp.NewContext(actx)
 	defer cancelTab()
 	if err := chromedp.Do(tab); err != nil { // start the browser
-		return fmt.Errorf("starting Chromium: %w", err)
+		return "", fmt.Errorf("starting Chromium: %w", err)
 	}
 
-	if *approver != "user" && *approver != "agent" {
-		return fmt.Errorf("-approver %q: choose user or agent", *approver)
-	}
-	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(*shop, "/"), Browser: tab, Listen: *listen, Log: os.Stdout, StepTimeout: *timeout})
+	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(*shop, "/"), Browser: tab, Listen: addr, User: *user, Log: stdout, StepTimeout: *timeout})
 	if err != nil {
-		return err
+		if *user != "" && *listen == "" && strings.Contains(err.Error(), "listen") {
+			return "", fmt.Errorf("%w (with -user the agent listens on %s, so that its client_id stays the same across runs; is another agent with -user running? give it another -listen)", err, userListen)
+		}
+		return "", err
 	}
 	defer a.Close()
 	if !a.Discovery().Operations {
-		fmt.Println("The shop doesn't support operations v3: the agent would use it without the extension (A03). Nothing to show.")
-		return nil
+		return "", errors.New("the shop doesn't support operations v3: the agent would use it without the extension (A03); nothing to show")
+	}
+	if *user != "" {
+		fmt.Fprintf(stdout, "agent: User %q at %s: the demo shows this agent and User its own copy of the data, the same on every run with -user %s\n", a.User(), a.ClientID(), *user)
 	}
 
-	if _, err := a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn}); err != nil {
-		return joinFailed(err)
+	_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn})
+	// A rerun under the same client_id has new keys, which a site loads
+	// at most every 30 s after the last load (webkit/identity): the join
+	// is refused (401) until then. Wait it out.
+	const retry = 5 * time.Second
+	for waited := time.Duration(0); err != nil && sameClientID && errors.Is(err, refagent.ErrSessionRefused) && waited < 40*time.Second; waited += retry {
+		if waited == 0 {
+			fmt.Fprintf(stdout, "agent: the join was refused (401): the shop may still have this agent's keys from an earlier run at %s "+
+				"(this run made new ones, and a site reloads an agent's keys at most every 30 s); joining again every %s for up to 40 s\n", a.ClientID(), retry)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(retry):
+		}
+		_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn})
+	}
+	if err != nil {
+		return "", joinFailed(err)
 	}
 
 	origin := a.Origin()
-	fmt.Printf("agent: the browser does %q on %s\n", *do, origin)
-	actx, cancelAction := context.WithTimeout(tab, *timeout)
-	// kind is the path segment of the action's request, which a standing
-	// instruction names.
-	kind := *do
+	fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", *do, origin)
+	dctx, cancelAction := context.WithTimeout(tab, *timeout)
 	switch *do {
 	case "exchange":
-		err = refagent.ExchangeItem(actx, origin, *order, *item, *sku)
+		err = refagent.ExchangeItem(dctx, origin, *order, *item, *sku)
 	case "delivery":
-		kind = "deliveries"
-		err = refagent.ChangeDeliveryDate(actx, origin, *delivery, *date)
+		err = refagent.ChangeDeliveryDate(dctx, origin, *delivery, *date)
 	case "cancel":
-		if !*signedIn {
-			cancelAction()
-			return errors.New("-do cancel needs -signed-in: only the account holder cancels the subscription")
-		}
-		err = refagent.CancelSubscription(actx, origin)
-	default:
-		cancelAction()
-		return fmt.Errorf("-do %q: choose exchange, delivery or cancel", *do)
+		err = refagent.CancelSubscription(dctx, origin)
 	}
 	cancelAction()
+	if errors.Is(err, refagent.ErrNotOnPage) {
+		return "", fmt.Errorf("-do %s: %w", *do, err)
+	}
 	if err != nil {
-		return fmt.Errorf("the browser could not do %q on %s within %s: %w", *do, origin, *timeout, err)
+		return "", fmt.Errorf("the browser could not do %q on %s within %s: %w", *do, origin, *timeout, err)
 	}
 
-	var decider refagent.Decider = &refagent.Prompt{In: os.Stdin, Out: os.Stdout}
+	var decider refagent.Decider = &refagent.Prompt{In: os.Stdin, Out: stdout}
 	if *approver == "agent" {
 		// The user's instruction is this command line: do this action
 		// and approve it as the agent (A23), whatever its amounts. A new
 		// revision after it, or after a decline, goes to the user (A26, A43).
-		standing = append(standing, refagent.Rule{Kind: kind, Text: "-do " + *do + " -approver agent"})
+		standing = append(standing, refagent.Rule{Kind: *do, Text: "-do " + *do + " -approver agent"})
 	}
 	if len(standing) > 0 {
-		decider = &refagent.Standing{Rules: standing, Ask: decider, Log: os.Stdout}
+		decider = &refagent.Standing{Rules: standing, Ask: decider, Log: stdout}
 	}
 	var aopts []refagent.Option
 	if *waitPage {
@@ -156,16 +295,16 @@ func run() error {
 	defer cancel()
 	out, err := a.Approve(wctx, decider, aopts...)
 	if err != nil {
-		return err
+		return "", err
 	}
-	fmt.Printf("\nagent: result: %s (operation %s, revision %s, approver %q, references %v)\n", out.Result, out.OperationID, out.Revision, out.Approver, out.Refs)
+	fmt.Fprintf(stdout, "\nagent: result: %s (operation %s, revision %s, approver %q, references %v; exit status %d)\n", out.Result, out.OperationID, out.Revision, out.Approver, out.Refs, exitStatus(out.Result, nil))
 	if out.Result == refagent.Declined {
-		fmt.Println("agent: the shop declined the approval: the action was NOT performed (A44). Approve it yourself (-approver user), or follow the shop's alternative above.")
+		fmt.Fprintln(stdout, "agent: the shop declined the approval: the action was NOT performed (A44). Approve it yourself (-approver user), or follow the shop's alternative above.")
 	}
 	if loc, err := chromedp.Run(tab, chromedp.Location()); err == nil {
-		fmt.Printf("agent: the browser is at %s\n", loc)
+		fmt.Fprintf(stdout, "agent: the browser is at %s\n", loc)
 	}
-	return nil
+	return out.Result, nil
 }
 
 // joinFailed is a failed join as the CLI prints it: a refused join (401,

@@ -67,9 +67,12 @@ type Config struct {
 	Listen string
 	// Name is the agent's client_name.
 	Name string
-	// User is the agent's pairwise User ID at this Company (sub); "" makes
-	// a random one. Every Session of the agent uses it, so that any of them
-	// can approve an operation another returned (§3 "Who can approve it").
+	// User is the agent's pairwise User ID at this Company (sub): 1–255
+	// visible ASCII characters; "" makes a random one. Every Session of the
+	// agent uses it, so that any of them can approve an operation another
+	// returned (§3 "Who can approve it"). The demo shop keeps one copy of
+	// its data per agent (client_id) and User: an agent that keeps its
+	// Listen address and User across runs sees its earlier runs' changes.
 	User string
 	// Account is the demo account a signed-in join asks a token for; ""
 	// is "acct_demo".
@@ -177,6 +180,8 @@ func start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.User == "" {
 		cfg.User = "usr_" + randomID(16)
+	} else if err := CheckUser(cfg.User); err != nil {
+		return nil, err
 	}
 	if cfg.Account == "" {
 		cfg.Account = "acct_demo"
@@ -232,6 +237,20 @@ func start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// CheckUser reports whether user can be a pairwise User ID (a Session's
+// sub): 1–255 bytes of visible ASCII, as websites check it.
+func CheckUser(user string) error {
+	if len(user) == 0 || len(user) > 255 {
+		return fmt.Errorf("refagent: a User ID is 1–255 characters, got %d", len(user))
+	}
+	for i := 0; i < len(user); i++ {
+		if c := user[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("refagent: a User ID is visible ASCII (letters, digits, punctuation; no space), got %q", user)
+		}
+	}
+	return nil
 }
 
 // Close stops the agent's server. It leaves the browser to its owner.
@@ -472,6 +491,14 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 		}
 		err := a.joinRefusal(status, header, body, s.SignedIn)
 		a.step("the join was refused (status %d)", status)
+		if status == http.StatusUnauthorized {
+			// A website remembers a delegation that failed and refuses it
+			// again for 30 s without a second look: the next join signs
+			// with a new one.
+			a.mu.Lock()
+			a.dlg = nil
+			a.mu.Unlock()
+		}
 		return nil, err
 	}
 	a.step("browser joined to Session %s; it is at %s", s.SID, res.URL)

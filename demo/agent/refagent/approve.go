@@ -544,6 +544,10 @@ type Question struct {
 	// Differences are what the agent found between the terms and the
 	// action it took (A27) or the summary (A28), to point out to the user.
 	Differences []string
+	// CSRFFields are the names of the request's fields the agent treated
+	// as CSRF tokens (IsCSRFField): not compared with the terms, and their
+	// values never shown.
+	CSRFFields []string
 	// AgentMayApprove is false when only the user may decide: after an
 	// agent approval of this action (A26), or after a decline (A43). Every
 	// new revision is a new Question: one approval covers one revision (A29).
@@ -565,7 +569,12 @@ func (a *Agent) question(r *Reference, op webkit.Operation) Question {
 		q.AgentMayApprove, q.Why = false, why
 	}
 	a.mu.Unlock()
-	q.Differences = append(checkAction(r, op.Terms), checkSummary(op.Summary, op.Terms)...)
+	diffs, tokens := checkAction(r, op.Terms)
+	q.Differences = append(diffs, checkSummary(op.Summary, op.Terms)...)
+	q.CSRFFields = tokens
+	if len(tokens) > 0 {
+		a.step("not comparing %s with the terms: CSRF token field(s), values not shown", strings.Join(tokens, ", "))
+	}
 	// The terms are shown once, by whoever decides: the Prompt shows them
 	// to the user, Standing prints them when it decides itself.
 	a.step("got operation %s revision %s (%d difference(s) to point out)", op.OperationID, op.Revision, len(q.Differences))
@@ -587,6 +596,9 @@ func (q Question) Text() string {
 	}
 	fmt.Fprintf(&b, "Approve by: %s\n", q.Operation.ExpiresAt.Format("Mon 2 Jan 2006 15:04:05 MST"))
 	fmt.Fprintf(&b, "Your browser's request: %s\n", q.Action)
+	if len(q.CSRFFields) > 0 {
+		fmt.Fprintf(&b, "Not compared with the terms: %s (CSRF token, value not shown)\n", strings.Join(q.CSRFFields, ", "))
+	}
 	for _, d := range q.Differences {
 		fmt.Fprintf(&b, "WARNING: %s\n", d)
 	}
@@ -656,8 +668,10 @@ func flatten(prefix string, raw json.RawMessage) [][2]string {
 // §8.2): every ID in the request's path (a segment with "_" or a digit)
 // and every value of its form or JSON body should appear among the terms'
 // values. A script on the page could have sent another request in the
-// Session; a difference is pointed out to the user.
-func checkAction(r *Reference, terms json.RawMessage) []string {
+// Session; a difference is pointed out to the user. Fields that are CSRF
+// tokens (IsCSRFField) are left out; tokens are their names, for the
+// user to see which, never their values.
+func checkAction(r *Reference, terms json.RawMessage) (diffs, tokens []string) {
 	values := map[string]bool{}
 	for _, kv := range flatten("", terms) {
 		values[kv[1]] = true
@@ -680,14 +694,14 @@ func checkAction(r *Reference, terms json.RawMessage) []string {
 			}
 		}
 	}
-	var diffs []string
+	tokens, asked = csrfNames(asked)
 	for _, kv := range asked {
 		if kv[1] != "" && !values[kv[1]] {
 			diffs = append(diffs, fmt.Sprintf("your browser asked for %s = %q, which the terms don't contain: the operation may be for another action (A27)", kv[0], kv[1]))
 		}
 	}
 	slices.Sort(diffs)
-	return diffs
+	return diffs, tokens
 }
 
 // checkSummary compares the summary with the terms (A28): each amount of

@@ -78,8 +78,18 @@ func (p *Prompt) Decide(ctx context.Context, q Question) (Decision, error) {
 // line: "exchange<=100USD" means "approve any exchange in which every amount
 // of money is at most 100 USD", and "cancel" alone means "approve the
 // cancellation I asked for, whatever its amounts".
+//
+// An operation carries no kind on the wire (§3: only its summary and
+// terms), so a rule's kind is matched against the one thing that names
+// the action: the path the browser's request went to. The kind is a word
+// of that path, in the singular or the plural: "exchange" is POST
+// /orders/…/items/…/exchange, "delivery" (or "deliveries") is POST
+// /api/deliveries/…, "cancel" is POST /account/subscription/cancel. When
+// a rule names a kind the request is not, the agent says which kinds the
+// request's path has (Kinds).
 type Rule struct {
-	// Kind must be a segment of the path the browser's request went to,
+	// Kind is a word of the path the browser's request went to (a path
+	// segment, or its singular or plural: "delivery" matches deliveries),
 	// such as "exchange" for POST /orders/…/items/…/exchange.
 	Kind string
 	// Max is the largest amount the instruction covers, in Currency; nil
@@ -162,8 +172,12 @@ func moneyIn(raw json.RawMessage) ([]money, bool) {
 // terms must be within the rule's limit and in its currency.
 func (r Rule) covers(q Question) (ok, sure bool, why string) {
 	u, err := url.Parse(strings.TrimPrefix(q.Action, strings.SplitN(q.Action, " ", 2)[0]+" "))
-	if err != nil || !containsSegment(u.Path, r.Kind) {
-		return false, true, "not a " + r.Kind
+	if err != nil || !hasKind(u.Path, r.Kind) {
+		kinds := "none"
+		if err == nil && len(Kinds(u.Path)) > 0 {
+			kinds = strings.Join(Kinds(u.Path), ", ")
+		}
+		return false, true, fmt.Sprintf("%q is for the kind %q; this request (%s) is of the kind %s (a rule's kind is a word of the request's path)", r.Text, r.Kind, q.Action, kinds)
 	}
 	amounts, readable := moneyIn(q.Operation.Terms)
 	if !readable {
@@ -192,13 +206,43 @@ func (r Rule) covers(q Question) (ok, sure bool, why string) {
 	return true, true, strings.Join(within, ", ") + " within " + r.Text
 }
 
-func containsSegment(path, seg string) bool {
+// Kinds are the words of path a rule's kind can name: its segments that
+// are not IDs (no "_" or digit, A27's test for an ID), in order, such as
+// "orders", "items" and "exchange" for /orders/ord_7Hk2/items/itm_4Qa/exchange.
+func Kinds(path string) []string {
+	var out []string
 	for _, s := range strings.Split(path, "/") {
-		if s == seg {
+		if s != "" && !strings.ContainsAny(s, "_0123456789") && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// hasKind reports whether a segment of path is kind, or its singular or
+// plural (delivery, deliveries; exchange, exchanges; box, boxes).
+func hasKind(path, kind string) bool {
+	for _, s := range strings.Split(path, "/") {
+		if sameWord(s, kind) {
 			return true
 		}
 	}
 	return false
+}
+
+func sameWord(seg, kind string) bool {
+	seg, kind = strings.ToLower(seg), strings.ToLower(kind)
+	if seg == "" || kind == "" {
+		return false
+	}
+	plural := func(w string) []string {
+		p := []string{w + "s", w + "es"}
+		if strings.HasSuffix(w, "y") {
+			p = append(p, strings.TrimSuffix(w, "y")+"ies")
+		}
+		return p
+	}
+	return seg == kind || slices.Contains(plural(kind), seg) || slices.Contains(plural(seg), kind)
 }
 
 // Standing approves as the agent (approver "agent", no input_type, A35)

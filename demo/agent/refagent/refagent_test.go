@@ -91,15 +91,15 @@ func TestA07PlainText(t *testing.T) {
 func TestA27A28Checks(t *testing.T) {
 	terms := json.RawMessage(`{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"70.00","currency":"USD"}}`)
 	r := &Reference{Method: "POST", URL: "http://shop.test/orders/ord_7Hk2/items/itm_4Qa/exchange", Body: []byte("replacement_sku=stormline-insulated-m")}
-	if d := checkAction(r, terms); len(d) != 0 {
+	if d, _ := checkAction(r, terms); len(d) != 0 {
 		t.Errorf("A27: the same action flagged: %v", d)
 	}
 	r.Body = []byte("replacement_sku=stormline-insulated-l")
-	if d := checkAction(r, terms); len(d) != 1 || !strings.Contains(d[0], "stormline-insulated-l") {
+	if d, _ := checkAction(r, terms); len(d) != 1 || !strings.Contains(d[0], "stormline-insulated-l") {
 		t.Errorf("A27: another size not flagged: %v", d)
 	}
 	r.URL = "http://shop.test/orders/ord_OTHER/items/itm_4Qa/exchange"
-	if d := checkAction(r, terms); len(d) != 2 {
+	if d, _ := checkAction(r, terms); len(d) != 2 {
 		t.Errorf("A27: another order not flagged: %v", d)
 	}
 	if d := checkSummary("Exchange it for $70.00 more.", terms); len(d) != 0 {
