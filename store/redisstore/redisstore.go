@@ -55,7 +55,7 @@ type Options struct {
 	// (a *redis.Client) at once: while that many are on their way, the
 	// steps other goroutines call wait and then share the next round trip,
 	// each still its own atomic step. At high concurrency this is most of
-	// the store's throughput (README "Performance"); a goroutine alone is
+	// the store's throughput (demo/load/PERFORMANCE.md); a goroutine alone is
 	// never delayed. 0 is DefaultPipelines; negative sends every call on a
 	// connection of its own, as go-redis does. A Cluster client always
 	// does. The client's hooks (tracing, metrics) see a shared round trip
