@@ -74,9 +74,9 @@ func exchangeAction(order, size string) webkit.Action {
 	}
 }
 
-// A joined browser's gated request waits for the agent's approval; once
-// the agent approves, the browser's repeat performs the action, once,
-// however many times it is repeated.
+// A joined browser's gated request gets the waiting page; once the agent
+// approves, pressing the page's Continue performs the action, once,
+// however many times it is pressed.
 func Example() {
 	exchanges.Store(0)
 	site := newShop(nil)
@@ -95,10 +95,10 @@ func Example() {
 
 	fmt.Println("approve:", session.Approve(res.Ref).StatusCode)
 
-	again := browser.Again() // the waiting page's Continue
-	fmt.Println("continue:", again.StatusCode, string(again.Body))
+	again := res.Continue() // press the waiting page's Continue, as the person does
+	fmt.Println("continue:", again.StatusCode, string(again.Body), again.Err)
 
-	for _, r := range browser.AgainConcurrently(5) {
+	for _, r := range res.ContinueConcurrently(5) { // five tabs on the same page
 		if r.StatusCode == http.StatusOK {
 			fmt.Println("performed again!")
 		}
@@ -108,7 +108,7 @@ func Example() {
 	// browser: 403 ref given: true performed: 0
 	// lookup: 403 approval_required Exchange the jacket on order ord_7 for size L, at no extra cost ($0.00).
 	// approve: 204
-	// continue: 200 exchanged for size L
+	// continue: 200 exchanged for size L <nil>
 	// performed: 1 status: performed
 }
 
@@ -125,15 +125,17 @@ func Example_decline() {
 	})
 	session := site.NewAgent().Session("usr_1")
 	browser, _ := session.Join()
-	ref := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"M"}}).Ref
+	res := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"M"}})
+	ref := res.Ref
 
 	ans := session.ApproveAs(ref, webkit.ApproverAgent)
 	fmt.Println("agent approval:", ans.StatusCode, ans.Error, ans.Decline.Reason)
 	fmt.Println("still waiting:", session.Lookup(ref).Error)
-	fmt.Println("continue:", browser.Again().StatusCode, "performed:", exchanges.Load())
+	waiting := res.Continue() // the waiting page again
+	fmt.Println("continue:", waiting.StatusCode, "performed:", exchanges.Load())
 
 	fmt.Println("user approval:", session.Approve(ref).StatusCode)
-	fmt.Println("continue:", browser.Again().StatusCode, "performed:", exchanges.Load())
+	fmt.Println("continue:", waiting.Continue().StatusCode, "performed:", exchanges.Load())
 	// Output:
 	// agent approval: 403 approval_declined The account holder decides exchanges themselves.
 	// still waiting: approval_required
@@ -155,12 +157,13 @@ func Example_signedIn() {
 		fmt.Println(err)
 		return
 	}
-	ref := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}}).Ref
+	res := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}})
+	ref := res.Ref
 
 	fmt.Println("signed out:", agent.Session("usr_1").Lookup(ref).Error)
 	fmt.Println("another User:", agent.SignedInSession("usr_2", "acct_1").Lookup(ref).Error)
 	fmt.Println("signed in:", signedIn.Approve(ref).StatusCode)
-	fmt.Println("continue:", browser.Again().StatusCode)
+	fmt.Println("continue:", res.Continue().StatusCode)
 
 	ordinary := site.Browser().PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}})
 	fmt.Println("ordinary browser:", ordinary.StatusCode, "performed:", exchanges.Load())
@@ -174,7 +177,9 @@ func Example_signedIn() {
 
 // A fetch-driven page's script gets the JSON answer: approval_required
 // with the Poppy-Operation header for the agent, then, once approved, the
-// handler's own answer to the same request.
+// handler's own answer to the same request. There is no page and no
+// Continue: the script sends its request again (opsgate.fetch does), as
+// Again does.
 func Example_json() {
 	exchanges.Store(0)
 	site := newShop(nil)
@@ -232,7 +237,7 @@ func Example_mount() {
 	}
 	res := b.PostForm("/orders/ord_7/exchange", url.Values{"size": {"L"}})
 	fmt.Println("browser:", res.StatusCode, "approve:", s.Approve(res.Ref).StatusCode)
-	fmt.Println("continue:", b.Again().StatusCode, "performed:", performed.Load())
+	fmt.Println("continue:", res.Continue().StatusCode, "performed:", performed.Load())
 	// Output:
 	// browser: 403 approve: 204
 	// continue: 200 performed: 1

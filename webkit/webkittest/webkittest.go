@@ -25,7 +25,16 @@
 //	b, err := s.Join()                   // a browser joined to the Session
 //	res := b.PostForm("/orders/7/exchange", url.Values{"size": {"L"}})
 //	s.Approve(res.Ref)                   // look up, then approve as the user
-//	b.Again()                            // Continue: the handler runs once
+//	res.Continue()                       // press the waiting page's Continue: the handler runs once
+//
+// Response.Continue presses the waiting page's real Continue control, as a
+// browser does: it reads the page's form (or link) and submits its method,
+// action and fields, after checking that they make the original request
+// again, so that a Continue which lost the request's fields (a CSRF
+// library or another middleware read the body before the Gate) fails the
+// test instead of passing it. A page script's JSON 403 has no page: the
+// script repeats its request itself (opsgate.fetch), which Browser.Again
+// does.
 //
 // A website mounted with endpoint.NewMount passes Resolver: site.Resolver()
 // and AccessTokens: site.AccessTokens() in its endpoint.Config instead.
@@ -49,6 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -277,7 +287,8 @@ func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 	}
 	b := site.Browser()
 	b.Session = s
-	res := b.send(http.MethodPost, site.JoinURL, "application/x-www-form-urlencoded", "text/html", []byte(form.Encode()))
+	// Posted from the agent's own page, so with no same-origin headers.
+	res := b.send(&request{method: http.MethodPost, url: site.JoinURL, contentType: "application/x-www-form-urlencoded", accept: "text/html", body: []byte(form.Encode())})
 	if res.Err != nil {
 		return nil, res.Err
 	}
@@ -296,7 +307,10 @@ type Browser struct {
 	Session *Session
 	// Header is added to every request the browser sends: what a real
 	// page's request carries and the site checks, such as a CSRF token
-	// header or Sec-Fetch-Site. Set it before sending.
+	// header. Set it before sending. Its fields replace those the browser
+	// sets itself: on a form submission or a script's request, Origin (the
+	// site's) and Sec-Fetch-Site: same-origin, as a page on the site sends
+	// them.
 	Header http.Header
 
 	site   *Site
@@ -308,6 +322,7 @@ type Browser struct {
 type request struct {
 	method, url, contentType, accept string
 	body                             []byte
+	header                           http.Header // set by the browser; Browser.Header replaces them
 }
 
 // Response is the site's answer to a browser's request.
@@ -319,30 +334,60 @@ type Response struct {
 	// Session's sid (an agent ignores any other, A10); "" when there is
 	// none.
 	Ref string
+	// URL is the address of the request: the page's, against which its
+	// links and forms resolve.
+	URL string
 	// Err is set when the request could not be sent, or the handler
-	// panicked.
+	// panicked, or Continue could not press the page's Continue.
 	Err error
+
+	browser *Browser
+	req     *request
+}
+
+// sameOrigin is what a browser adds to a request a page of the site makes
+// (Fetch Metadata and Origin): mode navigate for a form, cors for a
+// script.
+func (b *Browser) sameOrigin(mode string) http.Header {
+	h := http.Header{"Origin": {b.site.Origin}, "Sec-Fetch-Site": {"same-origin"}, "Sec-Fetch-Mode": {mode}}
+	if mode == "navigate" {
+		h.Set("Sec-Fetch-Dest", "document")
+	} else {
+		h.Set("Sec-Fetch-Dest", "empty")
+	}
+	return h
 }
 
 // PostForm posts form to path on the site, as a page's form does (Accept:
-// text/html).
+// text/html, the same-origin headers).
 func (b *Browser) PostForm(path string, form url.Values) *Response {
-	return b.send(http.MethodPost, b.site.Origin+path, "application/x-www-form-urlencoded", "text/html", []byte(form.Encode()))
+	return b.send(&request{method: http.MethodPost, url: b.site.Origin + path, contentType: "application/x-www-form-urlencoded", accept: "text/html", body: []byte(form.Encode()), header: b.sameOrigin("navigate")})
+}
+
+// Post posts body, of contentType, to path, as a page's form does: for a
+// form that is not application/x-www-form-urlencoded, such as
+// multipart/form-data.
+func (b *Browser) Post(path, contentType string, body []byte) *Response {
+	return b.send(&request{method: http.MethodPost, url: b.site.Origin + path, contentType: contentType, accept: "text/html", body: body, header: b.sameOrigin("navigate")})
 }
 
 // PostJSON posts the JSON body to path, as a page's script does (Accept:
-// application/json).
+// application/json, the same-origin headers).
 func (b *Browser) PostJSON(path, body string) *Response {
-	return b.send(http.MethodPost, b.site.Origin+path, "application/json", "application/json", []byte(body))
+	return b.send(&request{method: http.MethodPost, url: b.site.Origin + path, contentType: "application/json", accept: "application/json", body: []byte(body), header: b.sameOrigin("cors")})
 }
 
 // Get loads path, as a page.
 func (b *Browser) Get(path string) *Response {
-	return b.send(http.MethodGet, b.site.Origin+path, "", "text/html", nil)
+	return b.send(&request{method: http.MethodGet, url: b.site.Origin + path, accept: "text/html"})
 }
 
-// Again makes the browser's last request again: the waiting page's
-// Continue, a reload, a double-click.
+// Again sends the browser's last request again, byte for byte: what a
+// page script does with its request's JSON 403 once approved
+// (opsgate.fetch), a reload, a double-click, a person going back to send
+// a form again. It is not the waiting page's Continue: a browser pressing
+// Continue sends what the page's control says, which Response.Continue
+// does (and Again can't tell when the two differ).
 func (b *Browser) Again() *Response {
 	b.mu.Lock()
 	last := b.last
@@ -350,7 +395,7 @@ func (b *Browser) Again() *Response {
 	if last == nil {
 		return &Response{Err: errors.New("webkittest: no request to repeat")}
 	}
-	return b.send(last.method, last.url, last.contentType, last.accept, last.body)
+	return b.send(last)
 }
 
 // AgainConcurrently makes the last request again n times at once, as
@@ -365,28 +410,99 @@ func (b *Browser) AgainConcurrently(n int) []*Response {
 	return out
 }
 
-func (b *Browser) send(method, target, contentType, accept string, body []byte) *Response {
-	b.mu.Lock()
-	b.last = &request{method, target, contentType, accept, body}
-	b.mu.Unlock()
-	req, err := http.NewRequest(method, target, bytes.NewReader(body))
+// ContinueControl reads the waiting page's Continue control, to look at
+// what pressing it would send. It fails with ErrNotWaitingPage when the
+// answer is not a waiting page (403, text/html, with Poppy-Operation:
+// a script's JSON 403 is not one), and as ParseContinue does.
+func (r *Response) ContinueControl() (*ContinueControl, error) {
+	switch {
+	case r == nil || r.browser == nil:
+		return nil, fmt.Errorf("%w: no page was loaded", ErrNotWaitingPage)
+	case r.Err != nil:
+		return nil, fmt.Errorf("%w: the request failed: %w", ErrNotWaitingPage, r.Err)
+	}
+	ct := r.Header.Get("Content-Type")
+	mt, _, _ := mime.ParseMediaType(ct)
+	switch {
+	case r.StatusCode == http.StatusForbidden && len(r.Header.Values(webkit.HeaderOperation)) > 0 && mt == "application/json":
+		return nil, fmt.Errorf("%w: the answer is a script's JSON 403, which has no Continue: a page script repeats its request (opsgate.fetch), as Browser.Again does", ErrNotWaitingPage)
+	case r.StatusCode != http.StatusForbidden || len(r.Header.Values(webkit.HeaderOperation)) == 0 || mt != "text/html":
+		op := "no Poppy-Operation"
+		if len(r.Header.Values(webkit.HeaderOperation)) > 0 {
+			op = "Poppy-Operation"
+		}
+		return nil, fmt.Errorf("%w: %s %s answered %d %q with %s, not 403 text/html with Poppy-Operation: %.200q", ErrNotWaitingPage, r.req.method, r.URL, r.StatusCode, ct, op, bytes.TrimSpace(r.Body))
+	}
+	return ParseContinue(r.URL, r.Body)
+}
+
+// Continue presses the waiting page's Continue, as the person (or the
+// page's auto-continue) does once the agent has approved: it submits the
+// page's Continue form, its method, action and fields in document order
+// encoded per its enctype, or follows its link, with the browser's
+// cookies and the headers a browser sends (Referer: the page).
+//
+// It first checks that the control makes the request that got the page
+// again (ContinueControl.Repeats): when it does not, as when a middleware
+// read the body before the Gate and the form lost its fields, nothing is
+// sent and Err says which fields are missing or changed. Err is also set
+// when r is not a waiting page, or the page has no Continue or says its
+// request can't be repeated; StatusCode is then 0. Check Err.
+func (r *Response) Continue() *Response {
+	c, err := r.ContinueControl()
 	if err != nil {
-		return &Response{Err: err}
+		return &Response{Err: fmt.Errorf("webkittest: Continue: %w", err)}
+	}
+	if err := c.Repeats(r.req.method, r.req.url, r.req.contentType, r.req.body); err != nil {
+		return &Response{Err: fmt.Errorf("webkittest: Continue: %w", err)}
+	}
+	ct, body := c.Body()
+	h := r.browser.sameOrigin("navigate")
+	if c.Method == http.MethodGet {
+		h.Del("Origin") // a navigation's GET carries none
+	}
+	h.Set("Referer", r.URL)
+	return r.browser.send(&request{method: c.Method, url: c.URL, contentType: ct, accept: "text/html", body: body, header: h})
+}
+
+// ContinueConcurrently presses the page's Continue n times at once, as
+// several tabs showing the same waiting page would, and returns the
+// answers in no order.
+func (r *Response) ContinueConcurrently(n int) []*Response {
+	out := make([]*Response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i] = r.Continue() })
+	}
+	wg.Wait()
+	return out
+}
+
+func (b *Browser) send(r *request) *Response {
+	b.mu.Lock()
+	b.last = r
+	b.mu.Unlock()
+	req, err := http.NewRequest(r.method, r.url, bytes.NewReader(r.body))
+	if err != nil {
+		return &Response{Err: err, URL: r.url, browser: b, req: r}
+	}
+	for k, v := range r.header {
+		req.Header[k] = v
 	}
 	for k, v := range b.Header {
 		req.Header[k] = v
 	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
 	}
-	req.Header.Set("Accept", accept)
+	req.Header.Set("Accept", r.accept)
 	res, err := b.client.Do(req)
 	if err != nil {
-		return &Response{Err: err}
+		return &Response{Err: err, URL: r.url, browser: b, req: r}
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err}
+	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, URL: r.url, browser: b, req: r}
 	if b.Session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
 		if sid, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.Session.SID {
 			out.Ref = ref
