@@ -129,8 +129,23 @@ func (e usageError) Unwrap() error { return e.error }
 // run, and the demo shows the same copy of its data.
 const userListen = "127.0.0.1:8079"
 
-// run is the agent's command: it returns Approve's result, or an error.
-func run(args []string, stdout, stderr io.Writer) (string, error) {
+// options are the agent's flags, checked.
+type options struct {
+	shop, listen, user, chromium   string
+	do, order, item, sku, delivery string
+	date, approver                 string
+	standing                       rules
+	signedIn, waitPage, show       bool
+	timeout                        time.Duration
+	sameClientID                   bool // listen has a fixed port: the client_id of earlier runs
+	listenGiven                    bool
+}
+
+// parseFlags reads and checks the agent's flags, all of them before
+// Chromium starts. A bad flag is a usageError (printed with the usage on
+// stderr), -h is flag.ErrHelp.
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	var o options
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -138,81 +153,86 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\n"+exitHelp)
 	}
-	shop := fs.String("shop", "http://localhost:8080", "the demo shop's origin")
-	listen := fs.String("listen", "", "where the agent serves its metadata document and JWKS (loopback); the address is in its client_id. Default 127.0.0.1:0 (any free port), or "+userListen+" with -user")
-	user := fs.String("user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes")
-	signedIn := fs.Bool("signed-in", false, "sign in for the demo account (DEMO ONLY: a token from the shop's /demo/token) and join signed in")
-	do := fs.String("do", "exchange", "the action: exchange, delivery or cancel (cancel needs -signed-in)")
-	order := fs.String("order", "ord_7Hk2", "exchange: the order")
-	item := fs.String("item", "itm_4Qa", "exchange: the item")
-	sku := fs.String("sku", "stormline-insulated-m", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU: the seeded item is stormline-m; when it isn't offered the agent lists what is)")
-	delivery := fs.String("delivery", "del_2Wn8", "delivery: the delivery")
-	date := fs.String("date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date (default 10 days from today)")
-	var standing rules
-	fs.Var(&standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
+	fs.StringVar(&o.shop, "shop", "http://localhost:8080", "the demo shop's origin")
+	fs.StringVar(&o.listen, "listen", "", "where the agent serves its metadata document and JWKS (loopback); the address is in its client_id. Default 127.0.0.1:0 (any free port), or "+userListen+" with -user")
+	fs.StringVar(&o.user, "user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes")
+	fs.BoolVar(&o.signedIn, "signed-in", false, "sign in for the demo account (DEMO ONLY: a token from the shop's /demo/token) and join signed in")
+	fs.StringVar(&o.do, "do", "exchange", "the action: exchange, delivery or cancel (cancel needs -signed-in)")
+	fs.StringVar(&o.order, "order", "ord_7Hk2", "exchange: the order")
+	fs.StringVar(&o.item, "item", "itm_4Qa", "exchange: the item")
+	fs.StringVar(&o.sku, "sku", "stormline-insulated-m", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU: the seeded item is stormline-m); when it isn't offered the agent lists what is")
+	fs.StringVar(&o.delivery, "delivery", "del_2Wn8", "delivery: the delivery")
+	fs.StringVar(&o.date, "date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date (default 10 days from today)")
+	fs.Var(&o.standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
 		"The kind is a word of the path of the browser's request, singular or plural: exchange, delivery (POST /api/deliveries/…), cancel")
-	approver := fs.String("approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
-	timeout := fs.Duration("timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
-	waitPage := fs.Bool("no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
-	show := fs.Bool("show", false, "show the browser window instead of running headless")
-	chromium := fs.String("chromium", "", "the Chromium or Chrome binary; default: found on the PATH")
+	fs.StringVar(&o.approver, "approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
+	fs.BoolVar(&o.waitPage, "no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
+	fs.BoolVar(&o.show, "show", false, "show the browser window instead of running headless")
+	fs.StringVar(&o.chromium, "chromium", "", "the Chromium or Chrome binary; default: found on the PATH")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return "", err
+			return nil, err
 		}
-		return "", usageError{err} // fs printed it, with the usage
+		return nil, usageError{err} // fs printed it, with the usage
 	}
 	if fs.NArg() > 0 {
-		return "", fmt.Errorf("unexpected argument %q (flags only; the checker is `agent check`)", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (flags only; the checker is `agent check`)", fs.Arg(0))
 	}
-
-	// Every flag is checked before Chromium starts.
-	if *approver != "user" && *approver != "agent" {
-		return "", fmt.Errorf("-approver %q: choose user or agent", *approver)
+	if o.approver != "user" && o.approver != "agent" {
+		return nil, fmt.Errorf("-approver %q: choose user or agent", o.approver)
 	}
-	switch *do {
+	switch o.do {
 	case "exchange", "delivery":
 	case "cancel":
-		if !*signedIn {
-			return "", errors.New("-do cancel needs -signed-in: only the account holder cancels the subscription")
+		if !o.signedIn {
+			return nil, errors.New("-do cancel needs -signed-in: only the account holder cancels the subscription")
 		}
 	default:
-		return "", fmt.Errorf("-do %q: choose exchange, delivery or cancel", *do)
+		return nil, fmt.Errorf("-do %q: choose exchange, delivery or cancel", o.do)
 	}
-	if _, err := time.Parse("2006-01-02", *date); err != nil {
-		return "", fmt.Errorf("-date %q: write a day YYYY-MM-DD, such as %s", *date, time.Now().AddDate(0, 0, 10).Format("2006-01-02"))
+	if _, err := time.Parse("2006-01-02", o.date); err != nil {
+		return nil, fmt.Errorf("-date %q: write a day YYYY-MM-DD, such as %s", o.date, time.Now().AddDate(0, 0, 10).Format("2006-01-02"))
 	}
-	if *user != "" {
-		if err := refagent.CheckUser(*user); err != nil {
-			return "", fmt.Errorf("-user: %w", err)
+	if o.user != "" {
+		if err := refagent.CheckUser(o.user); err != nil {
+			return nil, fmt.Errorf("-user: %w", err)
 		}
 	}
-	addr := *listen
+	o.listenGiven = o.listen != ""
 	switch {
-	case addr == "" && *user != "":
-		addr = userListen
-	case addr == "":
-		addr = "127.0.0.1:0"
+	case o.listen == "" && o.user != "":
+		o.listen = userListen
+	case o.listen == "":
+		o.listen = "127.0.0.1:0"
 	}
-	_, port, err := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(o.listen)
 	if err != nil {
-		return "", fmt.Errorf("-listen %q: write host:port, such as 127.0.0.1:8079", addr)
+		return nil, fmt.Errorf("-listen %q: write host:port, such as %s", o.listen, userListen)
 	}
 	// A fixed port is the same client_id as an earlier run, with new keys.
-	sameClientID := port != "0"
+	o.sameClientID = port != "0"
+	return &o, nil
+}
 
+// run is the agent's command: it returns Approve's result, or an error.
+func run(args []string, stdout, stderr io.Writer) (string, error) {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return "", err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.Flag("disable-gpu", true))
-	if *show {
+	if o.show {
 		opts = append(opts, chromedp.VisibleWindow)
 	}
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox)
 	}
-	if *chromium != "" {
-		opts = append(opts, chromedp.ExecPath(*chromium))
+	if o.chromium != "" {
+		opts = append(opts, chromedp.ExecPath(o.chromium))
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
 	defer cancelAlloc()
@@ -222,9 +242,9 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 		return "", fmt.Errorf("starting Chromium: %w", err)
 	}
 
-	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(*shop, "/"), Browser: tab, Listen: addr, User: *user, Log: stdout, StepTimeout: *timeout})
+	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(o.shop, "/"), Browser: tab, Listen: o.listen, User: o.user, Log: stdout, StepTimeout: o.timeout})
 	if err != nil {
-		if *user != "" && *listen == "" && strings.Contains(err.Error(), "listen") {
+		if o.user != "" && !o.listenGiven && strings.Contains(err.Error(), "listen") {
 			return "", fmt.Errorf("%w (with -user the agent listens on %s, so that its client_id stays the same across runs; is another agent with -user running? give it another -listen)", err, userListen)
 		}
 		return "", err
@@ -233,16 +253,16 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	if !a.Discovery().Operations {
 		return "", errors.New("the shop doesn't support operations v3: the agent would use it without the extension (A03); nothing to show")
 	}
-	if *user != "" {
-		fmt.Fprintf(stdout, "agent: User %q at %s: the demo shows this agent and User its own copy of the data, the same on every run with -user %s\n", a.User(), a.ClientID(), *user)
+	if o.user != "" {
+		fmt.Fprintf(stdout, "agent: User %q at %s: the demo shows this agent and User its own copy of the data, the same on every run with -user %s\n", a.User(), a.ClientID(), o.user)
 	}
 
-	_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn})
+	_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
 	// A rerun under the same client_id has new keys, which a site loads
 	// at most every 30 s after the last load (webkit/identity): the join
 	// is refused (401) until then. Wait it out.
 	const retry = 5 * time.Second
-	for waited := time.Duration(0); err != nil && sameClientID && errors.Is(err, refagent.ErrSessionRefused) && waited < 40*time.Second; waited += retry {
+	for waited := time.Duration(0); err != nil && o.sameClientID && errors.Is(err, refagent.ErrSessionRefused) && waited < 40*time.Second; waited += retry {
 		if waited == 0 {
 			fmt.Fprintf(stdout, "agent: the join was refused (401): the shop may still have this agent's keys from an earlier run at %s "+
 				"(this run made new ones, and a site reloads an agent's keys at most every 30 s); joining again every %s for up to 40 s\n", a.ClientID(), retry)
@@ -252,43 +272,43 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 			return "", ctx.Err()
 		case <-time.After(retry):
 		}
-		_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: *signedIn})
+		_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
 	}
 	if err != nil {
 		return "", joinFailed(err)
 	}
 
 	origin := a.Origin()
-	fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", *do, origin)
-	dctx, cancelAction := context.WithTimeout(tab, *timeout)
-	switch *do {
+	fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", o.do, origin)
+	dctx, cancelAction := context.WithTimeout(tab, o.timeout)
+	switch o.do {
 	case "exchange":
-		err = refagent.ExchangeItem(dctx, origin, *order, *item, *sku)
+		err = refagent.ExchangeItem(dctx, origin, o.order, o.item, o.sku)
 	case "delivery":
-		err = refagent.ChangeDeliveryDate(dctx, origin, *delivery, *date)
+		err = refagent.ChangeDeliveryDate(dctx, origin, o.delivery, o.date)
 	case "cancel":
 		err = refagent.CancelSubscription(dctx, origin)
 	}
 	cancelAction()
 	if errors.Is(err, refagent.ErrNotOnPage) {
-		return "", fmt.Errorf("-do %s: %w", *do, err)
+		return "", fmt.Errorf("-do %s: %w", o.do, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("the browser could not do %q on %s within %s: %w", *do, origin, *timeout, err)
+		return "", fmt.Errorf("the browser could not do %q on %s within %s: %w", o.do, origin, o.timeout, err)
 	}
 
 	var decider refagent.Decider = &refagent.Prompt{In: os.Stdin, Out: stdout}
-	if *approver == "agent" {
+	if o.approver == "agent" {
 		// The user's instruction is this command line: do this action
 		// and approve it as the agent (A23), whatever its amounts. A new
 		// revision after it, or after a decline, goes to the user (A26, A43).
-		standing = append(standing, refagent.Rule{Kind: *do, Text: "-do " + *do + " -approver agent"})
+		o.standing = append(o.standing, refagent.Rule{Kind: o.do, Text: "-do " + o.do + " -approver agent"})
 	}
-	if len(standing) > 0 {
-		decider = &refagent.Standing{Rules: standing, Ask: decider, Log: stdout}
+	if len(o.standing) > 0 {
+		decider = &refagent.Standing{Rules: o.standing, Ask: decider, Log: stdout}
 	}
 	var aopts []refagent.Option
-	if *waitPage {
+	if o.waitPage {
 		aopts = append(aopts, refagent.LeaveRepeatToPage())
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

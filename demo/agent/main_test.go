@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -63,5 +65,92 @@ func TestJoinRefusedPrinted(t *testing.T) {
 	other := errors.New("refagent: join page: timeout")
 	if joinFailed(other) != other {
 		t.Error("another error was reworded")
+	}
+}
+
+// The agent's exit status: 0 performed (now or before), 2 not approved,
+// 3 declined, 1 any error (and a result that is neither).
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		result string
+		err    error
+		want   int
+	}{
+		{refagent.Performed, nil, 0},
+		{refagent.AlreadyPerformed, nil, 0},
+		{refagent.NotApproved, nil, 2},
+		{refagent.Declined, nil, 3},
+		{refagent.NotPerformed, nil, 1},
+		{refagent.EarlierPending, nil, 1},
+		{refagent.Approved, nil, 1},
+		{"", errors.New("the browser could not do it"), 1},
+		{refagent.Performed, errors.New("an error wins"), 1},
+		{"", flag.ErrHelp, 0},
+	} {
+		if got := exitStatus(tc.result, tc.err); got != tc.want {
+			t.Errorf("exitStatus(%q, %v) = %d, want %d", tc.result, tc.err, got, tc.want)
+		}
+	}
+	// Every status is in -h.
+	var usage strings.Builder
+	if got := agent([]string{"-h"}, io.Discard, &usage); got != 0 {
+		t.Errorf("-h: exit %d, want 0", got)
+	}
+	for _, want := range []string{"Exit status: 0 the action was performed", "2 not\napproved", "3 the shop\ndeclined the approval (approval_declined); 1 any error"} {
+		if !strings.Contains(usage.String(), want) {
+			t.Errorf("-h lacks %q:\n%s", want, usage.String())
+		}
+	}
+}
+
+// Bad flags are errors (1, never 2: 2 is not approved), found before
+// Chromium starts, and say what to write.
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"-approver", "robot"}, `-approver "robot": choose user or agent`},
+		{[]string{"-do", "refund"}, `-do "refund": choose exchange, delivery or cancel`},
+		{[]string{"-do", "cancel"}, "-do cancel needs -signed-in"},
+		{[]string{"-do", "delivery", "-date", "2026-13-01"}, `-date "2026-13-01": write a day YYYY-MM-DD`},
+		{[]string{"-user", "alice smith"}, "-user: refagent: a User ID is visible ASCII"},
+		{[]string{"-listen", "nowhere"}, `-listen "nowhere": write host:port`},
+		{[]string{"-approve", "exchange<100USD"}, "write kind<=amountCURRENCY"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		var stderr strings.Builder
+		if got := agent(tc.args, io.Discard, &stderr); got != 1 {
+			t.Errorf("%v: exit %d, want 1", tc.args, got)
+		}
+		if !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr.String(), tc.want)
+		}
+	}
+}
+
+// -user picks the User and keeps the agent's address, so that its
+// client_id, and with it the demo's copy of the data, is the same on every
+// run; -listen still says where.
+func TestUserFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args         []string
+		user, listen string
+		same         bool
+	}{
+		{nil, "", "127.0.0.1:0", false},
+		{[]string{"-user", "alice"}, "alice", userListen, true},
+		{[]string{"-user", "alice", "-listen", "127.0.0.1:9001"}, "alice", "127.0.0.1:9001", true},
+		{[]string{"-listen", "127.0.0.1:9002"}, "", "127.0.0.1:9002", true},
+		{[]string{"-user", "bob", "-listen", "127.0.0.1:0"}, "bob", "127.0.0.1:0", false},
+	} {
+		o, err := parseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if o.user != tc.user || o.listen != tc.listen || o.sameClientID != tc.same {
+			t.Errorf("%v: user %q listen %q same client_id %v; want %q %q %v", tc.args, o.user, o.listen, o.sameClientID, tc.user, tc.listen, tc.same)
+		}
 	}
 }
