@@ -162,7 +162,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.item, "item", "itm_4Qa", "exchange: the item")
 	fs.StringVar(&o.sku, "sku", "stormline-insulated-m", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU: the seeded item is stormline-m); when it isn't offered the agent lists what is")
 	fs.StringVar(&o.delivery, "delivery", "del_2Wn8", "delivery: the delivery")
-	fs.StringVar(&o.date, "date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date (default 10 days from today)")
+	fs.StringVar(&o.date, "date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date; default: 10 days from today")
 	fs.Var(&o.standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
 		"The kind is a word of the path of the browser's request, singular or plural: exchange, delivery (POST /api/deliveries/…), cancel")
 	fs.StringVar(&o.approver, "approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
