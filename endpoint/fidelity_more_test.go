@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,5 +202,105 @@ func TestNotPerformedThenExpiredIsInvalid(t *testing.T) {
 				t.Errorf("runs = %d, want 1", s.runs.Load())
 			}
 		})
+	}
+}
+
+// nearRefs are refs one character or one part away from a real one: §4's
+// "any other reference".
+func nearRefs(ref string) []string {
+	id, rev, _ := strings.Cut(ref, ".")
+	return []string{
+		ref + ".", ref + "..", "." + ref, " " + ref, ref + " ", ref + "\t", ref + "\n",
+		id + ".." + rev, ref + "." + rev, ref + "." + ref, ref + ".x", ref + "..x",
+		id + "." + rev[:len(rev)-1], id + "." + rev + "A",
+	}
+}
+
+// W74 W76: a real ref with a "." appended, spaces around it, a dot or a
+// revision part more, is not that ref: 400 invalid_request with no
+// operation, whether it is looked up or approved, and nothing is recorded
+// through it, while the operation waits and once it is approved.
+func TestNearRefsAreInvalid(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, _ := open(t)
+			s := newOutcomeSite(t, st)
+			ses := s.site.NewAgent().Session("usr_1")
+			b, err := ses.Join()
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := b.PostForm("/orders/ord_7Hk2/exchange", url.Values{"size": {"L"}})
+			if first.StatusCode != http.StatusForbidden || first.Ref == "" {
+				t.Fatalf("first request: %d ref %q", first.StatusCode, first.Ref)
+			}
+			op := waiting(t, ses, first.Ref)
+			refused := func(state string) {
+				t.Helper()
+				for _, near := range nearRefs(first.Ref) {
+					for what, a := range map[string]*webkittest.Answer{
+						"lookup":   ses.Lookup(near),
+						"approval": ses.Send(near, approval(op)),
+					} {
+						if a.Err != nil || a.StatusCode != http.StatusBadRequest || a.Error != "invalid_request" || a.Operation != nil || a.Status != "" {
+							t.Errorf("W74 %s, %s of %q: %d %q %s (%v), want 400 invalid_request alone", state, what, near, a.StatusCode, a.Error, a.Body, a.Err)
+						}
+					}
+				}
+			}
+			refused("waiting")
+			// Nothing was recorded: the real ref still asks for approval, and
+			// the browser's repeat performs nothing.
+			if again := waiting(t, ses, first.Ref); again.Revision != op.Revision {
+				t.Errorf("after the near refs: asks for %s, want %s still", again.Revision, op.Revision)
+			}
+			if res := b.Again(); res.StatusCode != http.StatusForbidden || s.runs.Load() != 0 {
+				t.Fatalf("repeat after near-ref approvals: %d, runs %d", res.StatusCode, s.runs.Load())
+			}
+			if a := ses.Send(first.Ref, approval(op)); a.StatusCode != http.StatusNoContent {
+				t.Fatalf("approval of the real ref: %d %s", a.StatusCode, a.Body)
+			}
+			refused("approved")
+			if res := b.Again(); res.StatusCode != http.StatusOK || s.runs.Load() != 1 {
+				t.Fatalf("Continue: %d, runs %d", res.StatusCode, s.runs.Load())
+			}
+			refused("performed")
+			if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "performed" {
+				t.Errorf("the real ref after: %d %s, want 200 performed", a.StatusCode, a.Body)
+			}
+		})
+	}
+}
+
+// W34 W72 with waiting operations computed (sealed refs): the ref of newer
+// terms asks for their approval while an older revision's approval waits,
+// rather than answering that older approval's status.
+func TestSealedRefOfNewerTerms(t *testing.T) {
+	m := store.NewMemory()
+	m.ComputeWaiting = true
+	s := newOutcomeSite(t, m)
+	ses := s.site.NewAgent().Session("usr_1")
+	b, err := ses.Join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := b.PostForm("/orders/ord_7Hk2/exchange", url.Values{"size": {"M"}})
+	if strings.Count(first.Ref, ".") != 2 {
+		t.Fatalf("ref %q is not sealed", first.Ref)
+	}
+	op := waiting(t, ses, first.Ref)
+	if a := ses.Send(first.Ref, approval(op)); a.StatusCode != http.StatusNoContent {
+		t.Fatalf("approval of M: %d %s", a.StatusCode, a.Body)
+	}
+	l := b.PostForm("/orders/ord_7Hk2/exchange", url.Values{"size": {"L"}})
+	if l.StatusCode != http.StatusForbidden || l.Ref == "" || l.Ref == first.Ref {
+		t.Fatalf("L: %d ref %q", l.StatusCode, l.Ref)
+	}
+	newer := waiting(t, ses, l.Ref)
+	if newer.OperationID != op.OperationID || newer.Revision == op.Revision || !strings.Contains(string(newer.Terms), `"L"`) {
+		t.Errorf("L's ref asks for %s.%s %s, want L's own revision of %s", newer.OperationID, newer.Revision, newer.Terms, op.OperationID)
+	}
+	if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "approved" {
+		t.Errorf("M's ref: %d %s, want 200 approved", a.StatusCode, a.Body)
 	}
 }

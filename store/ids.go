@@ -111,19 +111,20 @@ func ParseRef(ref string) (operationID string, ok bool) {
 
 // SplitRef returns the operation_id and the revision a ref names. ok is
 // false for a ref that is malformed or not of this kit's form. A ref may
-// go on after its revision with a "." and more (a redisstore with
-// ComputeWaiting seals the operation there); SplitRef ignores it. A store
-// answers a well-formed ref whose revision it never returned for that
-// operation as not found too: §4 gives "any other reference" the same 400 as
-// a made-up one, so `<real operation_id>.madeUp` reveals nothing and
-// records nothing.
+// go on after its revision with a "." and more (a store with
+// ComputeWaiting seals the operation there, and opens the seal to judge
+// it); SplitRef ignores what follows, but not an empty part or a further
+// ".": "<ref>." and "<ref>..x" are not "<ref>" (W74). A store answers a well-formed ref whose revision it
+// never returned for that operation as not found too: §4 gives "any other
+// reference" the same 400 as a made-up one, so `<real operation_id>.madeUp`
+// reveals nothing and records nothing.
 func SplitRef(ref string) (operationID, revision string, ok bool) {
 	if !ValidRef(ref) {
 		return "", "", false
 	}
-	id, rev, found := strings.Cut(ref, ".")
-	rev, _, _ = strings.Cut(rev, ".")
-	if !found || !ValidID(id) || !ValidID(rev) {
+	id, rest, found := strings.Cut(ref, ".")
+	rev, sealed, more := strings.Cut(rest, ".")
+	if !found || !ValidID(id) || !ValidID(rev) || more && (sealed == "" || strings.IndexByte(sealed, '.') >= 0) {
 		return "", "", false
 	}
 	return id, rev, true

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,5 +142,69 @@ func TestStatusRouteExpiredAfterNotPerformed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// W74 W76: the status route reads a ref as the endpoint does: one a
+// character or a part away from a real one (a "." appended, spaces, a dot
+// or a revision more) is not that ref, and gets 404, whatever the state of
+// the real one.
+func TestStatusRouteNearRefs(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			if be.name == "redis" {
+				sharedRedis(t)
+			}
+			e := newGateEnv(t, be.make(t), newClock())
+			page := e.do(e.request(joinedIn, formM, "text/html"))
+			_, ref := refOf(t, page)
+			id, rev, _ := strings.Cut(ref, ".")
+			near := []string{
+				ref + ".", ref + "..", "." + ref, " " + ref, ref + " ", ref + "\t",
+				id + ".." + rev, ref + "." + rev, ref + "." + ref, ref + ".x", ref + "..x",
+			}
+			refused := func(state string) {
+				t.Helper()
+				if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != state {
+					t.Fatalf("the real ref: %d %q, want 200 %s", code, st, state)
+				}
+				for _, n := range near {
+					if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(n), sesIn); code != http.StatusNotFound || st != "" {
+						t.Errorf("W74 %s, %q: %d %q, want 404", state, n, code, st)
+					}
+				}
+			}
+			refused("waiting")
+			rr := e.lookup(sesIn, ref)
+			e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+			refused("approved")
+			if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != http.StatusOK {
+				t.Fatalf("Continue: %d", rec.Code)
+			}
+			refused("performed")
+		})
+	}
+}
+
+// W106 W72: the Gate and the endpoint read a sealed ref's revision as the
+// store does (store.SplitRef), not as everything after its first ".": with
+// waiting operations computed (their refs sealed), the status route of an
+// approved ref says approved.
+func TestSealedRefsRevision(t *testing.T) {
+	m := store.NewMemory()
+	m.ComputeWaiting = true
+	e := newGateEnv(t, m, newClock())
+	page := e.do(e.request(joinedIn, formM, "text/html"))
+	_, ref := refOf(t, page)
+	if strings.Count(ref, ".") != 2 {
+		t.Fatalf("ref %q is not sealed", ref)
+	}
+	rr := e.lookup(sesIn, ref)
+	e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+	if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "approved" {
+		t.Errorf("W106 the approved sealed ref: %d %q, want 200 approved", code, st)
+	}
+	if code, st := askStatus(t, e.kit, statusURLOf(t, page), sesIn); code != 200 || st != "approved" {
+		t.Errorf("W106 the page's handle: %d %q, want 200 approved", code, st)
 	}
 }

@@ -158,7 +158,7 @@ func termsDigest(terms []byte) string {
 // (§6 check 3): an approval of the page's own revision, or of the current
 // revision when its terms are the page's.
 func approvalApplies(rec store.Record, page waitHandle) bool {
-	_, rev, _ := strings.Cut(page.Ref, ".")
+	_, rev, _ := store.SplitRef(page.Ref) // a sealed ref's seal is not its revision
 	sameTerms := page.Terms != "" && termsDigest(rec.Current.Terms) == page.Terms
 	for _, a := range rec.Approvals {
 		if !a.UsedAt.IsZero() {

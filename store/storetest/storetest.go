@@ -473,6 +473,51 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 	e.noClaim(signedIn, action(t, "k", `{}`), at(2*time.Second))
 })
 
+// nearRefs are refs that differ from a real one by a character or a part:
+// §4's "any other reference", which must not be taken for it (W74).
+func nearRefs(is store.Issued) []string {
+	id, rev := is.Operation.ID, is.Operation.Revision
+	return []string{
+		is.Ref + ".", is.Ref + "..", "." + is.Ref, is.Ref + ". ",
+		" " + is.Ref, is.Ref + " ", is.Ref + "\t", is.Ref + "\n",
+		id + ".." + rev, id + "." + rev + "." + rev, is.Ref + "." + is.Ref,
+		id + "." + rev + ".x", id + "." + rev + ".AAAA",
+		strings.ToUpper(id[:1]) + id[1:] + "." + rev, id + "." + rev[:len(rev)-1],
+	}
+}
+
+var _ = add("W74 a real ref with a character or a part added or changed is not that ref", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	noFind := func(what string, now time.Time) {
+		t.Helper()
+		for _, ref := range nearRefs(is) {
+			if ref == is.Ref {
+				continue
+			}
+			if rec, found := e.lookup(signedIn, ref, now); found {
+				t.Errorf("%s: Lookup %q found %s", what, ref, rec.Status)
+			}
+			if rep := e.record(signedIn, ref, approvalOf(is.Operation), now); rep.Result != store.NotFound {
+				t.Errorf("%s: Record %q: %v, want not found", what, ref, rep.Result)
+			}
+		}
+	}
+	noFind("waiting", at(time.Second))
+	// Nothing was recorded through them.
+	if rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting); len(rec.Approvals) != 0 {
+		t.Errorf("approvals recorded through near refs: %+v", rec.Approvals)
+	}
+	e.noClaim(signedIn, a, at(2*time.Second))
+	e.approve(signedIn, is, at(3*time.Second))
+	noFind("approved", at(4*time.Second))
+	c := e.claim(signedIn, a, at(5*time.Second))
+	noFind("performing", at(6*time.Second))
+	e.finish(c, store.Done, at(7*time.Second))
+	noFind("performed", at(8*time.Second))
+	e.status(signedIn, is.Ref, at(9*time.Second), store.Performed)
+})
+
 var _ = add("W74 W136 once performed, every revision it returned is still found, and no other", func(t *testing.T, e *env) {
 	a1 := action(t, "k", `{"v":1}`)
 	r1 := e.issue(signedIn, a1, at(0))
