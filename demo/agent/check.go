@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,11 +17,12 @@ import (
 // against any site. Its exit status is 0 only when no case fails, 1 when
 // one does, 2 when the checker could not run.
 func check(args []string) int {
-	fs := flag.NewFlagSet("check", flag.ExitOnError)
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-token-url URL] [-action 'POST /path body'] [-json]")
+		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-token-url URL] [-action 'POST /path body' [-header 'Name: value']...] [-list] [-v] [-json]")
 		fs.PrintDefaults()
 	}
+	var headers headerFlag
 	site := fs.String("site", "", "the site's origin (required)")
 	tokenURL := fs.String("token-url", "", "a token endpoint like the demo's /demo/token (POST client_id, account): also checks signed-in Sessions")
 	account := fs.String("account", "acct_demo", "the account to ask -token-url for")
@@ -31,21 +33,45 @@ func check(args []string) int {
 	concurrency := fs.Int("concurrency", 5, "how many repeats to send at once")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long each request may take")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	verbose := fs.Bool("v", false, "print each step")
-	fs.Parse(args)
-	if *site == "" {
+	verbose := fs.Bool("v", false, "print each step, and the body (its first 2 KiB, tokens blanked out) of each answer a case did not expect")
+	list := fs.Bool("list", false, "crawl, print the forms the check would submit and those it never submits, and exit 0, submitting none")
+	fs.Var(&headers, "header", "`'Name: value'` sent with each request of -action, such as a CSRF header a page script adds to a JSON body (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2 // the flag package has said what is wrong
+	}
+	if *site == "" || fs.NArg() > 0 {
 		fs.Usage()
+		return 2
+	}
+	if len(headers.h) > 0 && *action == "" {
+		fmt.Fprintln(os.Stderr, "agent check: -header goes with -action's requests: name the action with -action")
 		return 2
 	}
 	cfg := conformance.Config{
 		Site: strings.TrimRight(*site, "/"), TokenURL: *tokenURL, Account: *account, Action: *action, StartPath: *start,
-		Listen: *listen, AgentURL: *agentURL, Concurrency: *concurrency, Timeout: *timeout,
+		Listen: *listen, AgentURL: *agentURL, Concurrency: *concurrency, Timeout: *timeout, Header: headers.h,
 	}
 	if *verbose {
 		cfg.Log = os.Stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *list {
+		l, err := conformance.List(ctx, cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent check:", err)
+			return 2
+		}
+		if *asJSON {
+			l.WriteJSON(os.Stdout)
+		} else {
+			l.WriteText(os.Stdout)
+		}
+		return 0
+	}
 	rep, err := conformance.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent check:", err)
@@ -60,4 +86,35 @@ func check(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// headerFlag is -header 'Name: value', repeatable.
+type headerFlag struct{ h http.Header }
+
+func (f *headerFlag) String() string {
+	if f == nil || len(f.h) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(f.h))
+	for k := range f.h {
+		names = append(names, k+": …") // a value may be a token: never shown
+	}
+	return strings.Join(names, ", ")
+}
+
+func (f *headerFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || !conformance.ValidHeaderName(name) {
+		return fmt.Errorf("write -header 'Name: value', such as -header 'X-CSRF-Token: …'")
+	}
+	value = strings.TrimSpace(value)
+	if strings.ContainsAny(value, "\r\n\x00") {
+		return fmt.Errorf("the value of -header %s has characters a header can't carry", name)
+	}
+	if f.h == nil {
+		f.h = http.Header{}
+	}
+	f.h.Add(name, value)
+	return nil
 }

@@ -36,6 +36,62 @@ func TestCheckExitStatus(t *testing.T) {
 	if got := check([]string{"-site", nothing.URL, "-action", "POST nopath"}); got != 2 {
 		t.Errorf("a bad -action: exit %d, want 2", got)
 	}
+	stderr := os.Stderr
+	os.Stderr = devnull
+	defer func() { os.Stderr = stderr }()
+	for _, args := range [][]string{
+		{"-site", nothing.URL, "-header", "X-CSRF-Token: abc"},                                 // without -action
+		{"-site", nothing.URL, "-action", "POST /x {}", "-header", "no colon"},                 // not Name: value
+		{"-site", nothing.URL, "-action", "POST /x {}", "-header", "Bad Name: v"},              // not a token
+		{"-site", nothing.URL, "-action", "POST /x {}", "-header", "Poppy-Session: forged"},    // the checker's own
+		{"-site", nothing.URL, "-action", "POST /x {}", "-header", "X-CSRF-Token: a", "stray"}, // a stray argument
+	} {
+		if got := check(args); got != 2 {
+			t.Errorf("check %q: exit %d, want 2", args, got)
+		}
+	}
+}
+
+// -list prints the forms the check would submit, and those it never does,
+// submitting none, and exits 0.
+func TestCheckList(t *testing.T) {
+	var posts int
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts++
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<form method="post" action="/orders/1/exchange"><input type="hidden" name="csrf_token" value="s3cret"><input name="size" value="M"></form>
+<form method="post" action="/logout"></form>`)
+	}))
+	defer site.Close()
+	out := captureStdout(t, func() {
+		if got := check([]string{"-site", site.URL, "-list"}); got != 0 {
+			t.Errorf("-list: exit %d, want 0", got)
+		}
+	})
+	for _, want := range []string{"1. POST " + site.URL + "/orders/1/exchange csrf_token=…&size=M", "never submitted:\n  POST " + site.URL + "/logout"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-list printed:\n%s\nlacks %q", out, want)
+		}
+	}
+	if posts != 0 || strings.Contains(out, "s3cret") {
+		t.Errorf("-list submitted %d forms, or printed the token:\n%s", posts, out)
+	}
+}
+
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = f, f
+	fn()
+	os.Stdout, os.Stderr = stdout, stderr
+	b, _ := os.ReadFile(f.Name())
+	return string(b)
 }
 
 // A refused join is printed in words: the status, the website's words and

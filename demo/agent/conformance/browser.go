@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"mime"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
+	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
 // browser is the Personal Agent's browser without Chromium: an HTTP client
@@ -255,21 +259,46 @@ type action struct {
 	// radio group), for asking for other terms; "" when there is none.
 	choice string
 	others []string
+	// header goes with each request of the action (Config.Header, for
+	// Config.Action): what a page script adds, such as a CSRF header.
+	header http.Header
 }
 
+// String is the action in a line. The value of a field named like a CSRF
+// token is never shown.
 func (a *action) String() string {
 	s := a.method + " " + a.url
 	if a.json != nil {
 		return s + " " + string(a.json)
 	}
-	return s + " " + a.fields.Encode()
+	return s + " " + redactedFields(a.fields)
 }
 
-// with returns the request for the action, with the choice set to v
-// ("" keeps the form's own value).
+// redactedFields is fields encoded, each token-like field's value
+// replaced by "…".
+func redactedFields(fields url.Values) string {
+	f := url.Values{}
+	for k, vs := range fields {
+		f[k] = slices.Clone(vs)
+		if webkittest.LooksLikeToken(k) {
+			for i := range f[k] {
+				f[k][i] = "…"
+			}
+		}
+	}
+	return strings.ReplaceAll(f.Encode(), url.QueryEscape("…"), "…")
+}
+
+// request returns the request for the action, with the choice set to v
+// ("" keeps the form's own value). A JSON body is a page script's
+// request: it accepts JSON unless accept says otherwise.
 func (a *action) request(v, accept string) request {
+	h := a.header.Clone()
 	if a.json != nil {
-		return request{method: a.method, url: a.url, body: a.json, ctype: "application/json", accept: accept}
+		if accept == "" {
+			accept = "application/json"
+		}
+		return request{method: a.method, url: a.url, body: a.json, ctype: "application/json", accept: accept, header: h}
 	}
 	f := url.Values{}
 	for k, vs := range a.fields {
@@ -278,7 +307,77 @@ func (a *action) request(v, accept string) request {
 	if v != "" && a.choice != "" {
 		f.Set(a.choice, v)
 	}
-	return request{method: a.method, url: a.url, body: []byte(f.Encode()), ctype: "application/x-www-form-urlencoded", accept: accept}
+	return request{method: a.method, url: a.url, body: []byte(f.Encode()), ctype: "application/x-www-form-urlencoded", accept: accept, header: h}
+}
+
+// --- the waiting page's Continue ---
+
+// waiting is a gated answer and the request that got it.
+type waiting struct {
+	p   page
+	req request
+}
+
+// script reports whether the answer is a page script's: a JSON request or
+// a JSON answer. It has no page; the script repeats its request itself
+// (opsgate.fetch), as the checker then does.
+func (w waiting) script() bool {
+	mt, _, _ := mime.ParseMediaType(w.p.first().header.Get("Content-Type"))
+	return w.req.ctype == "application/json" || mt == "application/json"
+}
+
+// continueOf is the request the browser makes once the agent approved:
+// for a page, pressing its Continue control, which must make the request
+// again (W62); for a script's JSON 403, the same request again. The
+// control is the element with id opsgate-continue (the kit's), else a
+// form or a link on the page making the same method and URL. It fails
+// when there is no such control, the page says the request can't be
+// repeated, or the control's fields differ from the request's
+// (*webkittest.DiffError, which never shows a token's value).
+func continueOf(w waiting) (request, error) {
+	if w.script() {
+		return w.req, nil
+	}
+	c, err := webkittest.ParseContinue(w.p.url, w.p.body)
+	if errors.Is(err, webkittest.ErrNoContinue) {
+		if own := sameRequestControl(w); own != nil {
+			c, err = own, nil
+		}
+	}
+	if err != nil {
+		return request{}, err
+	}
+	if err := c.Repeats(w.req.method, w.req.url, w.req.ctype, w.req.body); err != nil {
+		return request{}, err
+	}
+	ctype, body := c.Body()
+	return request{method: c.Method, url: c.URL, body: body, ctype: ctype, header: http.Header{"Referer": {w.p.url}}}, nil
+}
+
+// sameRequestControl is a site's own Continue without the kit's id: a
+// form on the page posting to the request's URL with its method, or, for
+// a GET, a link to it; nil when there is none.
+func sameRequestControl(w waiting) *webkittest.ContinueControl {
+	links, forms := parseHTML(w.p.url, w.p.body)
+	for _, f := range forms {
+		if f.method != w.req.method || f.url != w.req.url {
+			continue
+		}
+		c := &webkittest.ContinueControl{Method: f.method, URL: f.url}
+		if f.method == http.MethodPost {
+			c.Enctype = "application/x-www-form-urlencoded"
+			for _, k := range slices.Sorted(maps.Keys(f.fields)) {
+				for _, v := range f.fields[k] {
+					c.Fields = append(c.Fields, webkittest.Field{Name: k, Value: v})
+				}
+			}
+		}
+		return c
+	}
+	if w.req.method == http.MethodGet && slices.Contains(links, w.req.url) {
+		return &webkittest.ContinueControl{Method: http.MethodGet, URL: w.req.url, Link: true}
+	}
+	return nil
 }
 
 // parseAction reads Config.Action: "METHOD /path [body]".
@@ -313,10 +412,16 @@ var skipForm = []string{"signin", "sign-in", "signout", "sign-out", "login", "lo
 // crawl loads pages of the site from StartPath (same origin, breadth
 // first, at most MaxPages) and returns the POST forms it finds.
 func (b *browser) crawl(ctx context.Context) []*action {
+	forms, _ := b.crawlAll(ctx)
+	return forms
+}
+
+// crawlAll is crawl that also returns the forms it leaves alone (skipForm,
+// the join), which it never submits. It only loads pages.
+func (b *browser) crawlAll(ctx context.Context) (forms, skipped []*action) {
 	c := b.c
 	start := c.origin + c.cfg.StartPath
 	queue, visited := []string{start}, map[string]bool{start: true}
-	var forms []*action
 	have := map[string]bool{}
 	for len(queue) > 0 && len(visited) <= c.cfg.MaxPages {
 		u := queue[0]
@@ -332,12 +437,18 @@ func (b *browser) crawl(ctx context.Context) []*action {
 				continue
 			}
 			low := strings.ToLower(fu.Path)
-			if slices.ContainsFunc(skipForm, func(w string) bool { return strings.Contains(low, w) }) || fu.String() == c.disc.join {
+			skip := slices.ContainsFunc(skipForm, func(w string) bool { return strings.Contains(low, w) }) || fu.String() == c.disc.join
+			key := f.method + " " + f.url + " " + f.fields.Encode()
+			if skip {
+				key = "skip " + f.method + " " + f.url
+			}
+			if have[key] {
 				continue
 			}
-			key := f.method + " " + f.url + " " + f.fields.Encode()
-			if !have[key] {
-				have[key] = true
+			have[key] = true
+			if skip {
+				skipped = append(skipped, f)
+			} else {
 				forms = append(forms, f)
 			}
 		}
@@ -356,7 +467,7 @@ func (b *browser) crawl(ctx context.Context) []*action {
 			}
 		}
 	}
-	return forms
+	return forms, skipped
 }
 
 // parseHTML returns a page's links and its forms.

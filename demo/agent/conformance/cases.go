@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
+	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
 // discovery is what the checker read in poppy.json (§2).
@@ -138,9 +140,12 @@ type flow struct {
 
 	// from the first gated answers
 	pHTML, pJSON page
-	ref, sid     string
-	op           webkit.Operation // the current revision of ref's operation
-	haveOp       bool
+	// wait is the latest waiting page of the main request, whose Continue
+	// the browser presses once the agent has approved.
+	wait     waiting
+	ref, sid string
+	op       webkit.Operation // the current revision of ref's operation
+	haveOp   bool
 
 	stable   bool   // the form's page reads the same twice: a change means an effect
 	snapshot []byte // the form's page before anything was approved
@@ -173,6 +178,7 @@ func (f *flow) setUp(ctx context.Context) bool {
 	if c.cfg.Action != "" {
 		a, _ := parseAction(c.cfg.Action)
 		a.url = c.origin + a.url
+		a.header = c.cfg.Header
 		candidates = []*action{a}
 	} else {
 		candidates = f.bA.crawl(ctx)
@@ -187,6 +193,9 @@ func (f *flow) setUp(ctx context.Context) bool {
 	for _, a := range candidates {
 		p := f.bA.do(ctx, a.request("", ""))
 		if !p.gated() {
+			if p.err == nil && p.first().status >= 400 {
+				c.logBody("not gated: "+a.String(), p.first().header, p.body, p.String())
+			}
 			continue
 		}
 		f.gatedOut = append(f.gatedOut, a.url)
@@ -215,7 +224,10 @@ func (f *flow) setUp(ctx context.Context) bool {
 		f.stable = one.err == nil && bytes.Equal(one.body, two.body)
 		f.snapshot = two.body
 	}
-	if p := f.bA.do(ctx, f.main.request("", "")); p.gated() {
+	req := f.main.request("", "")
+	p := f.bA.do(ctx, req)
+	f.wait = waiting{p, req}
+	if p.gated() {
 		f.pHTML = p
 	} else {
 		k.fail("the gated action answered %s the second time, want 403 with Poppy-Operation again", p)
@@ -352,13 +364,9 @@ func (f *flow) pageAndJSON(ctx context.Context) {
 		k.note("W62 W65 not checked: the action is a script's JSON request")
 	} else {
 		k.check(strings.HasPrefix(p.first().header.Get("Content-Type"), "text/html"), "W65: the form submission's 403 has Content-Type %q, want a page", p.first().header.Get("Content-Type"))
-		_, forms := parseHTML(f.main.url, p.body)
-		cont := slices.ContainsFunc(forms, func(a *action) bool { return a.method == f.main.method && a.url == f.main.url })
-		if !cont && f.main.method == http.MethodGet {
-			links, _ := parseHTML(f.main.url, p.body)
-			cont = slices.Contains(links, f.main.url)
+		if _, err := continueOf(f.wait); err != nil {
+			k.fail("W62: %s", continueFailure(f.main, err))
 		}
-		k.check(cont, "W62: the waiting page has no control that makes the same request again (%s %s)", f.main.method, f.main.url)
 	}
 
 	f.pJSON = f.bA.do(ctx, f.main.request("", "application/json"))
@@ -596,7 +604,10 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	// An approval through the browser (a page script could add any
 	// header): not an approval.
 	req := f.main.request("", "")
-	req.header = http.Header{webkit.HeaderApproval: {approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}}
+	if req.header == nil {
+		req.header = http.Header{}
+	}
+	req.header[webkit.HeaderApproval] = []string{approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}
 	pb := f.bA.do(ctx, req)
 	br.check(!pb.performedLike() && pb.gated(), "W86: the browser's request with Poppy-Approval answered %s, want 403 with Poppy-Operation", pb)
 	if ok, why := f.unchanged(ctx); !ok {
@@ -625,9 +636,11 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 			}
 		}
 		// Ask for the first terms again: they are the ones approved.
-		pA := f.bA.do(ctx, f.main.request("", ""))
+		reqA := f.main.request("", "")
+		pA := f.bA.do(ctx, reqA)
 		if _, ref, err := webkit.ParseOperationHeader(pA.opHeader()); nt.check(pA.gated() && err == nil, "the first terms again answered %s", pA) {
 			f.ref = ref
+			f.wait = waiting{pA, reqA}
 		}
 		if got, ok := f.current(ctx); ok && opB.Revision != "" {
 			nt.check(got.Revision != opB.Revision, "W36: the first terms came back with the other terms' revision %s", got.Revision)
@@ -684,19 +697,29 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		rec.check(!p.performedLike(), "W104: another User's browser was performed under this User's approval: %s", p)
 	}
 
-	// Concurrent repeats from the browser, joined to the first Session
-	// (W46: the approval came from another Session).
+	// Concurrent presses of the waiting page's Continue from the browser,
+	// joined to the first Session (W46: the approval came from another
+	// Session).
 	approvedRef := f.ref
-	performed, answers, newRef := f.repeat(ctx)
-	if performed == 0 && newRef != "" {
+	performed, answers, next, err := f.repeat(ctx)
+	if err != nil {
+		rec.fail("W62 W94: the browser can't press the waiting page's Continue: %s", continueFailure(f.main, err))
+		con.skip("the waiting page's Continue can't be pressed")
+		return
+	}
+	if _, newRef, perr := webkit.ParseOperationHeader(next.p.opHeader()); performed == 0 && perr == nil && next.p.gated() {
 		// The site may treat an approval of a revision it has since
-		// replaced as failing check 3 (W120): approve the new one.
+		// replaced as failing check 3 (W120): approve the new one, and
+		// press the new waiting page's Continue.
 		f.ref = newRef
 		if op2, ok := f.current(ctx); ok {
 			a := c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op2.OperationID, op2.Revision, "user")})
 			if a.status == http.StatusNoContent {
 				con.note("the site answered the repeat with a new revision (W120); approved it and repeated again")
-				performed, answers, _ = f.repeat(ctx)
+				f.wait = next
+				if performed, answers, _, err = f.repeat(ctx); err != nil {
+					rec.fail("W62 W94: the browser can't press the new waiting page's Continue: %s", continueFailure(f.main, err))
+				}
 				approvedRef = f.ref
 			}
 		}
@@ -751,9 +774,18 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	}
 }
 
-// repeat sends Concurrency repeats of the approved request at once and
-// counts those answered with the action's own answer.
-func (f *flow) repeat(ctx context.Context) (performed int, answers []string, newRef string) {
+// repeat presses the waiting page's Continue Concurrency times at once
+// (for a script's request, sends it again: opsgate.fetch does), as tabs
+// showing the page would, and counts those answered with the action's own
+// answer. next is the last answer that was another waiting page, with the
+// Continue request that got it. It fails when the page's Continue can't
+// be pressed or would not make the request again (W62).
+func (f *flow) repeat(ctx context.Context) (performed int, answers []string, next waiting, err error) {
+	req, err := continueOf(f.wait)
+	if err != nil {
+		return 0, nil, waiting{}, err
+	}
+	req.once = true
 	n := f.c.cfg.Concurrency
 	pages := make([]page, n)
 	var wg sync.WaitGroup
@@ -761,21 +793,21 @@ func (f *flow) repeat(ctx context.Context) (performed int, answers []string, new
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			req := f.main.request("", "")
-			req.once = true
 			pages[i] = f.bA.do(ctx, req)
 		})
 	}
 	close(start)
 	wg.Wait()
+	logged := false
 	for _, p := range pages {
 		if p.performedLike() {
 			performed++
+		} else if !logged && p.err == nil && !p.gated() {
+			logged = true
+			f.c.logBody("a repeat of "+f.main.String(), p.first().header, p.body, p.String())
 		}
 		if p.gated() {
-			if _, ref, err := webkit.ParseOperationHeader(p.opHeader()); err == nil {
-				newRef = ref
-			}
+			next = waiting{p, req}
 		}
 		if p.first().status == http.StatusServiceUnavailable && p.first().header.Get("Retry-After") == "" {
 			answers = append(answers, "5xx 503 without Retry-After")
@@ -783,7 +815,28 @@ func (f *flow) repeat(ctx context.Context) (performed int, answers []string, new
 		}
 		answers = append(answers, p.String())
 	}
-	return performed, answers, newRef
+	return performed, answers, next, nil
+}
+
+// continueFailure says why the browser could not press the waiting page's
+// Continue for a: the control's request differs (the fields it lost or
+// changed, never a token's value), there is none, or the page says the
+// request can't be repeated.
+func continueFailure(a *action, err error) string {
+	var diff *webkittest.DiffError
+	switch {
+	case errors.As(err, &diff):
+		s := diff.Error()
+		if len(diff.Missing) > 0 {
+			s += ". If a middleware reads the form before the Gate (a CSRF library's r.PostFormValue, a logger's r.ParseForm), the Gate must repeat the form it parsed, not the spent body"
+		}
+		return s
+	case errors.Is(err, webkittest.ErrNotRepeatable):
+		return fmt.Sprintf("the waiting page of %s %s offers no Continue: %v", a.method, a.url, err)
+	case errors.Is(err, webkittest.ErrNoContinue):
+		return fmt.Sprintf("the waiting page of %s %s has no control that makes the same request again (#opsgate-continue, or a form or link with the same method and URL)", a.method, a.url)
+	}
+	return err.Error()
 }
 
 // --- §2 unjoined browsers ---
@@ -837,12 +890,14 @@ func (f *flow) signedIn(ctx context.Context) {
 	}
 	var act *action
 	var p page
+	var w waiting
 	for _, a := range cands {
 		if a.url == f.main.url && f.performed > 0 && a.fields.Encode() == f.main.fields.Encode() {
 			continue
 		}
-		if p = b.do(ctx, a.request("", "")); p.gated() {
-			act = a
+		req := a.request("", "")
+		if p = b.do(ctx, req); p.gated() {
+			act, w = a, waiting{p, req}
 			break
 		}
 	}
@@ -894,18 +949,33 @@ func (f *flow) signedIn(ctx context.Context) {
 		l := f.lookup(ctx, s, ref)
 		_, has = l.operation()
 		dec.check(l.status == http.StatusForbidden && has, "W134: after the decline the lookup answered %s, want 403 approval_required: the decline was recorded", l)
-		again := b.do(ctx, act.request("", ""))
-		dec.check(!again.performedLike(), "W125 W134: the browser's repeat after a decline was performed: %s", again)
-		dec.check(again.gated(), "W134: the browser's repeat after a decline answered %s, want 403 with a new ref", again)
+		req, err := continueOf(w)
+		if !dec.check(err == nil, "W62: the signed-in waiting page's Continue: %s", continueFailureOrNil(act, err)) {
+			return
+		}
+		again := b.do(ctx, req)
+		dec.check(!again.performedLike(), "W125 W134: the browser's Continue after a decline was performed: %s", again)
+		dec.check(again.gated(), "W134: the browser's Continue after a decline answered %s, want 403 with a new ref", again)
 	case d.status == http.StatusNoContent:
 		dec.skip("the site accepted an agent approval of %s (declining is the site's choice, W123)", act)
 		// Use the approval up, so that it doesn't linger: the account's
 		// operation is performed (W54).
-		again := b.do(ctx, act.request("", ""))
-		acc.check(again.performedLike(), "W54 W94: the signed-in browser's repeat after the 204 answered %s, want the action's own answer", again)
+		req, err := continueOf(w)
+		if !acc.check(err == nil, "W62: the signed-in waiting page's Continue: %s", continueFailureOrNil(act, err)) {
+			return
+		}
+		again := b.do(ctx, req)
+		acc.check(again.performedLike(), "W54 W94: the signed-in browser's Continue after the 204 answered %s, want the action's own answer", again)
 	default:
 		dec.fail("W80: an agent approval (with input_type, which the site must ignore) answered %s, want 204 or 403 approval_declined", d)
 	}
+}
+
+func continueFailureOrNil(a *action, err error) string {
+	if err == nil {
+		return ""
+	}
+	return continueFailure(a, err)
 }
 
 // --- no 5xx ---

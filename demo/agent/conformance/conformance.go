@@ -33,6 +33,11 @@ type Config struct {
 	// (a=1&b=2) or a JSON object. For example
 	// `POST /orders/ord_1/exchange size=L`.
 	Action string
+	// Header goes with every request of Action (not with the waiting
+	// page's Continue form, which a browser sends without a script's
+	// headers): what the site's page script adds, such as a CSRF header
+	// for a JSON body. Its values are never printed.
+	Header http.Header
 	// StartPath is where the crawl for gated forms starts; "" is "/".
 	StartPath string
 	// MaxPages bounds the crawl; 0 is 40.
@@ -57,7 +62,9 @@ type Config struct {
 	// HTTPClient is the base client (its Transport is used); nil is
 	// http.DefaultTransport.
 	HTTPClient *http.Client
-	// Log, when set, gets a line for each step.
+	// Log, when set, gets a line for each step and, for an answer a case
+	// did not expect, its body (the first 2 KiB, CSRF tokens and access
+	// tokens blanked out).
 	Log io.Writer
 }
 
@@ -175,13 +182,39 @@ var ErrConfig = errors.New("conformance: bad configuration")
 // could not run at all (a bad Config, its own server); everything the site
 // does wrong, including not answering, is a failing case in the report.
 func Run(ctx context.Context, cfg Config) (Report, error) {
+	c, err := newChecker(cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	if err := c.startAgents(); err != nil {
+		return Report{}, err
+	}
+	defer c.stopAgents()
+	c.run(ctx)
+	rep := Report{Site: c.origin, Results: c.results}
+	if c.main != nil {
+		rep.Action = c.main.String()
+	}
+	return rep, nil
+}
+
+// newChecker checks cfg and fills in its defaults.
+func newChecker(cfg Config) (*checker, error) {
 	u, err := url.Parse(cfg.Site)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Report{}, fmt.Errorf("%w: Site must be an origin such as https://shop.example, got %q", ErrConfig, cfg.Site)
+		return nil, fmt.Errorf("%w: Site must be an origin such as https://shop.example, got %q", ErrConfig, cfg.Site)
 	}
 	if cfg.Action != "" {
 		if _, err := parseAction(cfg.Action); err != nil {
-			return Report{}, err
+			return nil, err
+		}
+	}
+	for name := range cfg.Header {
+		if !ValidHeaderName(name) {
+			return nil, fmt.Errorf("%w: Header %q is not a header field name", ErrConfig, name)
+		}
+		if strings.HasPrefix(http.CanonicalHeaderKey(name), "Poppy-") {
+			return nil, fmt.Errorf("%w: Header %s: the checker sends the protocol's own headers itself", ErrConfig, name)
 		}
 	}
 	if cfg.Account == "" {
@@ -199,17 +232,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.StartPath == "" {
 		cfg.StartPath = "/"
 	}
-	c := &checker{cfg: cfg, origin: u.Scheme + "://" + u.Host}
-	if err := c.startAgents(); err != nil {
-		return Report{}, err
-	}
-	defer c.stopAgents()
-	c.run(ctx)
-	rep := Report{Site: c.origin, Results: c.results}
-	if c.main != nil {
-		rep.Action = c.main.String()
-	}
-	return rep, nil
+	return &checker{cfg: cfg, origin: u.Scheme + "://" + u.Host}, nil
 }
 
 // checker is one run.
@@ -247,6 +270,35 @@ func (c *checker) logf(format string, args ...any) {
 	}
 }
 
+// bodyLimit bounds the body of an unexpected answer in the log.
+const bodyLimit = 2 << 10
+
+// logBody writes the body of an answer the checker did not expect to
+// Config.Log: its first 2 KiB, with the values of CSRF tokens and other
+// token-like fields blanked out.
+func (c *checker) logBody(what string, h http.Header, body []byte, status string) {
+	if c.cfg.Log == nil {
+		return
+	}
+	b := redactBody(h.Get("Content-Type"), body)
+	more := ""
+	if len(b) > bodyLimit {
+		b, more = b[:bodyLimit], fmt.Sprintf("\n  … (%d bytes in all)", len(b))
+	}
+	if strings.TrimSpace(b) == "" {
+		b = "(empty)"
+	}
+	c.logf("  the body of %s (%s, %s):\n%s%s", what, status, h.Get("Content-Type"), indent(b), more)
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "    | " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
 // kase is a case being checked.
 type kase struct {
 	c       *checker
@@ -262,11 +314,25 @@ func (c *checker) begin(name string, ids ...string) *kase {
 	return &kase{c: c, name: name, ids: ids}
 }
 
-// check records one assertion of the case.
+// check records one assertion of the case. When it fails, the bodies of
+// the pages and answers it names go to Config.Log.
 func (k *kase) check(ok bool, format string, args ...any) bool {
 	k.checked++
 	if !ok {
-		k.fails = append(k.fails, fmt.Sprintf(format, args...))
+		msg := fmt.Sprintf(format, args...)
+		k.fails = append(k.fails, msg)
+		for _, a := range args {
+			switch v := a.(type) {
+			case page:
+				if v.err == nil && len(v.hops) > 0 {
+					k.c.logBody(v.url, v.hops[len(v.hops)-1].header, v.body, v.String())
+				}
+			case answer:
+				if v.err == nil {
+					k.c.logBody("the operations endpoint", v.header, v.raw, v.String())
+				}
+			}
+		}
 	}
 	return ok
 }
@@ -297,4 +363,19 @@ func (k *kase) end() {
 	k.c.results = append(k.c.results, r)
 	k.c.mu.Unlock()
 	k.c.logf("%s %s", r.Status, r.Name)
+}
+
+// ValidHeaderName reports whether name is a header field name: one or more
+// RFC 9110 token characters.
+func ValidHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,10 +2,13 @@ package conformance_test
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/opsgate/opsgate/demo/agent/conformance"
@@ -77,6 +80,11 @@ func TestBrokenSitesAreCaught(t *testing.T) {
 		{faultTermsMissTheSize, "new terms", false},
 		{faultNoSignInChallenge, "signed in: an account's operation", false},
 		{faultBrowserApproval, "an approval through the browser", false},
+		// The issue-22 bug: the checker presses the page's Continue, which
+		// lost the form's fields, where it used to send the request again.
+		{faultEmptyContinue, "page and JSON answers", false},
+		{faultEmptyContinue, "record and perform once", false},
+		{faultEmptyContinue, "record and perform once", true},
 	} {
 		name := tc.fault
 		if tc.counted {
@@ -97,6 +105,49 @@ func TestBrokenSitesAreCaught(t *testing.T) {
 			}
 			t.Logf("caught: %s: %v", r.Name, r.Reasons)
 		})
+	}
+}
+
+// A website whose middleware reads the form before the Gate passes: nosurf
+// inside the Mount, whose token field the crawl finds on the form and the
+// waiting page's Continue must carry, and a middleware calling ParseForm.
+// The checker presses Continue, so these fail when the Gate does not keep
+// the form the middleware parsed (before b08cf00).
+func TestToyBehindFormReadingMiddlewarePasses(t *testing.T) {
+	t.Parallel()
+	for _, variant := range []string{variantNosurf, variantParsesForm} {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			s := newToy(t, variant)
+			rep := run(t, s, true)
+			if _, fail, skip := rep.Counts(); fail != 0 || skip != 0 {
+				t.Fatalf("%s: %d failed, %d skipped:\n%s", variant, fail, skip, report(rep))
+			}
+			if n := s.count("exchange:1"); n != 1 {
+				t.Fatalf("the checker performed the action %d times, want once", n)
+			}
+			if variant == variantNosurf && !strings.Contains(rep.Action, "csrf_token=…") {
+				t.Errorf("the gated action %q does not show the token field blanked out", rep.Action)
+			}
+		})
+	}
+}
+
+// The report names the fields the Continue form lost, never a token's
+// value.
+func TestEmptyContinueReported(t *testing.T) {
+	t.Parallel()
+	s := newToy(t, faultEmptyContinue)
+	rep := run(t, s, true)
+	r, _ := rep.Result("record and perform once")
+	msg := strings.Join(r.Reasons, "; ")
+	for _, want := range []string{"W62", "fields the request sent that Continue does not", `order="1"`, `size="M"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the reasons %q do not say %q", msg, want)
+		}
+	}
+	if n := s.count("exchange:1"); n != 0 {
+		t.Errorf("performed %d times through an empty Continue", n)
 	}
 }
 
@@ -135,5 +186,118 @@ func TestAsSubtests(t *testing.T) {
 	rep := conformance.Test(t, conformance.Config{Site: s.url, TokenURL: s.url + "/test/token"})
 	if len(rep.Results) < 15 {
 		t.Fatalf("only %d cases", len(rep.Results))
+	}
+}
+
+// List crawls and returns the forms Run would submit, and those it never
+// does, submitting none: no POST reaches the site's own routes, nothing is
+// performed. A CSRF token's value is never shown.
+func TestListSubmitsNothing(t *testing.T) {
+	t.Parallel()
+	s := newToy(t, variantNosurf)
+	l, err := conformance.List(t.Context(), conformance.Config{Site: s.url, TokenURL: s.url + "/test/token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	l.WriteText(&b)
+	out := b.String()
+	if n := s.posts.Load(); n != 0 {
+		t.Fatalf("List submitted %d forms:\n%s", n, out)
+	}
+	for _, want := range []string{
+		"1. POST " + s.url + "/orders/1/exchange csrf_token=…&order=1&size=M",
+		"also with size=L or S",
+		"POST " + s.url + "/orders/2/exchange",
+		"POST " + s.url + "/account/close",
+		"never submitted:\n  POST " + s.url + "/signout (it looks like a sign-in",
+		"(none was submitted)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the listing lacks %q:\n%s", want, out)
+		}
+	}
+	tokenValue := regexp.MustCompile(`csrf_token=[^&\s…]`)
+	if tokenValue.MatchString(out) {
+		t.Errorf("the listing shows a token's value:\n%s", out)
+	}
+	if n := s.count("exchange:1") + s.count("exchange:2") + s.count("close"); n != 0 {
+		t.Errorf("List performed %d actions", n)
+	}
+
+	named, err := conformance.List(t.Context(), conformance.Config{Site: s.url, Action: "POST /orders/1/exchange size=L&_csrf=abc"})
+	if err != nil || len(named.Forms) != 1 || named.Forms[0].Fields != "_csrf=…&size=L" || s.posts.Load() != 0 {
+		t.Errorf("with Action: %+v %v", named, err)
+	}
+}
+
+// With Log, an answer a case did not expect has its body written there,
+// bounded, with the values of token fields and JSON members blanked out.
+func TestLogShowsUnexpectedBodies(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 5000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintf(w, `<p>Forbidden: the CSRF check refused this request.</p><form><input type="hidden" name="csrf_token" value="SECRET-1"></form><meta name="csrf-token" content="SECRET-2"><script>var csrfToken = "SECRET-3";</script><p>%s</p>`, long)
+	}))
+	defer srv.Close()
+	var log bytes.Buffer
+	rep, err := conformance.Run(t.Context(), conformance.Config{Site: srv.URL, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Failed() {
+		t.Fatal("a site without poppy.json passed")
+	}
+	got := log.String()
+	if !strings.Contains(got, "the CSRF check refused this request") || !strings.Contains(got, "bytes in all)") {
+		t.Errorf("the log does not show the body, bounded:\n%.3000s", got)
+	}
+	if strings.Contains(got, "SECRET") {
+		t.Errorf("the log shows a token:\n%.3000s", got)
+	}
+	if len(got) > 4<<10 {
+		t.Errorf("the log is %d bytes: the body is not bounded", len(got))
+	}
+}
+
+// A script's action named with Action: its JSON 403 has no page, so the
+// checker sends the request again (as opsgate.fetch does), with Header,
+// the page script's CSRF header, on each request. Without the header the
+// site refuses it, and Log shows why.
+func TestJSONActionWithHeader(t *testing.T) {
+	t.Parallel()
+	s := newToy(t, "")
+	action := `POST /api/orders/1/exchange {"size":"L"}`
+	rep, err := conformance.Run(t.Context(), conformance.Config{
+		Site: s.url, TokenURL: s.url + "/test/token", Action: action,
+		Header:    http.Header{"X-Csrf-Token": {toyCSRFHeader}},
+		Performed: func() int { return s.count("exchange:1") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed() {
+		t.Fatalf("a JSON action with its CSRF header:\n%s", report(rep))
+	}
+	// (The unjoined and undeclared browsers' requests are the site's own
+	// flow, which performs them: Performed counts those too, after.)
+	for _, name := range []string{"record and perform once", "concurrent repeats", "an approval through the browser"} {
+		if r, _ := rep.Result(name); r.Status != conformance.Pass {
+			t.Fatalf("%s: %s:\n%s", name, r.Status, report(rep))
+		}
+	}
+
+	var log bytes.Buffer
+	rep, err = conformance.Run(t.Context(), conformance.Config{Site: s.url, Action: action, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := rep.Result("join and find"); r.Status != conformance.Fail {
+		t.Fatalf("without the header: %s", report(rep))
+	}
+	if !strings.Contains(log.String(), "the X-CSRF-Token header is missing or wrong") {
+		t.Errorf("the log does not show the refusal's body:\n%s", log.String())
 	}
 }

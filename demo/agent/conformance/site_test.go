@@ -17,10 +17,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/justinas/nosurf"
+
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -44,6 +48,7 @@ type toy struct {
 	lastSess  *webkit.Session // for the "unjoined gets an operation" fault
 	firstRev  map[string]string
 	claims    map[string]recentClaim
+	posts     atomic.Int32 // POSTs to the site's own routes
 }
 
 type recentClaim struct {
@@ -68,6 +73,17 @@ const (
 	faultTermsMissTheSize        = "leaves the size out of the terms"
 	faultNoSignInChallenge       = "lets a signed-out Session see an account's operation"
 	faultBrowserApproval         = "takes an approval from the browser"
+	faultEmptyContinue           = "renders an empty Continue form"
+)
+
+// Not faults: websites wired another way, which must pass.
+const (
+	// nosurf inside the Mount, as the README says: it reads its token from
+	// the form before the Gate runs (issue 22).
+	variantNosurf = "justinas/nosurf inside the Mount"
+	// A middleware inside the Mount that calls r.ParseForm (a logger, a
+	// method override): the body is spent before the Gate.
+	variantParsesForm = "a middleware that parses the form before the Gate"
 )
 
 func newToy(t *testing.T, fault string) *toy {
@@ -82,6 +98,15 @@ func newToy(t *testing.T, fault string) *toy {
 
 	kit := webkit.New(randomKey(64), randomKey(32))
 	kit.Logger = slog.New(slog.DiscardHandler)
+	if fault == faultEmptyContinue {
+		// The kit's waiting page with its Continue form emptied: what the
+		// Gate rendered when a middleware had read the body (issue 22).
+		kit.Waiting = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, _ := webkit.WaitingOf(r)
+			v.Continue.Fields = nil
+			pages.WriteWaiting(w, r, v)
+		})
+	}
 	st := store.NewMemory()
 	kit.Store = st
 	if fault == faultPerformsTwice {
@@ -113,22 +138,65 @@ func newToy(t *testing.T, fault string) *toy {
 		n, size := s.performed["exchange:"+id], s.sizes[id]
 		s.mu.Unlock()
 		page(w, fmt.Sprintf(`<h1>Order %s</h1><p>Exchanged %d times; size %s.</p>
-<form method="post" action="/orders/%s/exchange"><input type="hidden" name="order" value="%s">
+<form method="post" action="/orders/%s/exchange"><input type="hidden" name="order" value="%s">%s
 <select name="size"><option value="M" selected>M</option><option value="L">L</option><option value="S">S</option></select>
-<button>Exchange</button></form>`, id, n, html.EscapeString(size), id, id))
+<button>Exchange</button></form>`, id, n, html.EscapeString(size), id, id, s.tokenField(r)))
 	})
 	mux.Handle("POST /orders/{id}/exchange", s.breakGate(kit.Gate(s.describeExchange)(http.HandlerFunc(s.exchange))))
+	// The exchange for a fetch-driven page: a JSON body, and the page
+	// script's CSRF header, which the site checks before the Gate.
+	mux.Handle("POST /api/orders/{id}/exchange", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-CSRF-Token") != toyCSRFHeader {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"error":"csrf","description":"the X-CSRF-Token header is missing or wrong"}`)
+			return
+		}
+		kit.Gate(s.describeExchangeJSON)(http.HandlerFunc(s.exchangeJSON)).ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("GET /account", func(w http.ResponseWriter, r *http.Request) {
-		page(w, `<form method="post" action="/account/close"><button>Close the account</button></form>`)
+		page(w, `<form method="post" action="/account/close">`+s.tokenField(r)+`<button>Close the account</button></form>`)
 	})
 	mux.Handle("POST /account/close", kit.Gate(s.describeClose)(http.HandlerFunc(s.close)))
 	mux.HandleFunc("POST /test/token", s.token)
 
-	site := s.mount.Handler(mux)
+	var inner http.Handler = mux
+	switch fault {
+	case variantNosurf:
+		n := nosurf.New(mux)
+		n.ExemptPath("/test/token") // the checker's token URL, not a page's form
+		inner = n
+	case variantParsesForm:
+		inner = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.ParseForm()
+			mux.ServeHTTP(w, r)
+		})
+	}
+	inner = s.countPosts(inner)
+	site := s.mount.Handler(inner)
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: s.breakEndpoint(site)}}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return s
+}
+
+// tokenField is the CSRF token's hidden field for a form, behind nosurf.
+func (s *toy) tokenField(r *http.Request) string {
+	if s.fault != variantNosurf {
+		return ""
+	}
+	return `<input type="hidden" name="csrf_token" value="` + html.EscapeString(nosurf.Token(r)) + `">`
+}
+
+// countPosts counts the POSTs that reach the site's own routes (the
+// Mount's routes, such as the join, don't).
+func (s *toy) countPosts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path != "/test/token" {
+			s.posts.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func randomKey(n int) []byte {
@@ -167,6 +235,34 @@ func (s *toy) exchange(w http.ResponseWriter, r *http.Request) {
 	s.sizes[id] = r.PostForm.Get("size")
 	s.mu.Unlock()
 	http.Redirect(w, r, "/orders/"+id, http.StatusSeeOther)
+}
+
+// toyCSRFHeader is the value of the toy's page script's CSRF header.
+const toyCSRFHeader = "t0ken-for-scripts"
+
+func (s *toy) describeExchangeJSON(r *http.Request) (webkit.Action, error) {
+	var req struct{ Size string }
+	if json.NewDecoder(r.Body).Decode(&req) != nil || req.Size == "" {
+		return webkit.Action{}, webkit.ErrNotGated
+	}
+	id := r.PathValue("id")
+	return webkit.Action{Key: "exchange:" + id, Terms: map[string]any{"order_id": id, "size": req.Size, "price_difference": map[string]string{"amount": "10.00", "currency": "USD"}},
+		Summary: "Exchange the jacket on order " + id + " for size " + req.Size + ", for $10.00 more."}, nil
+}
+
+func (s *toy) exchangeJSON(w http.ResponseWriter, r *http.Request) {
+	var req struct{ Size string }
+	if json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, `{"error":"bad body"}`, http.StatusBadRequest)
+		return
+	}
+	id := r.PathValue("id")
+	s.mu.Lock()
+	s.performed["exchange:"+id]++
+	s.sizes[id] = req.Size
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"exchanged_for":%q}`, req.Size)
 }
 
 func (s *toy) describeClose(r *http.Request) (webkit.Action, error) {
