@@ -431,7 +431,11 @@ func (r *Response) ContinueControl() (*ContinueControl, error) {
 		if len(r.Header.Values(webkit.HeaderOperation)) > 0 {
 			op = "Poppy-Operation"
 		}
-		return nil, fmt.Errorf("%w: %s %s answered %d %q with %s, not 403 text/html with Poppy-Operation: %.200q", ErrNotWaitingPage, r.req.method, r.URL, r.StatusCode, ct, op, bytes.TrimSpace(r.Body))
+		why := ""
+		if mt == "text/plain" { // such as a CSRF library's refusal; a page may carry a token, so is not shown
+			why = fmt.Sprintf(": %.200q", bytes.TrimSpace(r.Body))
+		}
+		return nil, fmt.Errorf("%w: %s %s answered %d %q with %s, not 403 text/html with Poppy-Operation%s", ErrNotWaitingPage, r.req.method, r.URL, r.StatusCode, ct, op, why)
 	}
 	return ParseContinue(r.URL, r.Body)
 }

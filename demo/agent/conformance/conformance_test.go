@@ -210,7 +210,7 @@ func TestListSubmitsNothing(t *testing.T) {
 		"also with size=L or S",
 		"POST " + s.url + "/orders/2/exchange",
 		"POST " + s.url + "/account/close",
-		"never submitted:\n  POST " + s.url + "/signout (it looks like a sign-in",
+		"never submitted:\n  POST " + s.url + "/signout (its path names \"signout\"",
 		"(none was submitted)",
 	} {
 		if !strings.Contains(out, want) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -102,9 +103,14 @@ func List(ctx context.Context, cfg Config) (Listing, error) {
 			continue
 		}
 		done[f.method+" "+f.url] = true
-		why := "it looks like a sign-in, sign-out, search or join form"
-		if f.url == c.disc.join {
-			why = "it is the browser join"
+		why := "it is the browser join"
+		if f.url != c.disc.join {
+			low := strings.ToLower(f.url)
+			if u, err := url.Parse(f.url); err == nil {
+				low = strings.ToLower(u.Path)
+			}
+			i := slices.IndexFunc(skipForm, func(w string) bool { return strings.Contains(low, w) })
+			why = "its path names " + `"` + skipForm[max(i, 0)] + `"` + ": the checker never submits sign-in, sign-out, sign-up, reset, search or session forms"
 		}
 		l.Forms = append(l.Forms, formOf(f, why))
 	}
@@ -134,7 +140,7 @@ func (l Listing) WriteText(w io.Writer) {
 			continue
 		}
 		n++
-		fmt.Fprintf(w, "  %d. %s %s %s\n", n, f.Method, f.URL, f.Fields)
+		fmt.Fprintf(w, "  %d. %s\n", n, strings.TrimSpace(f.Method+" "+f.URL+" "+f.Fields))
 		var more []string
 		if f.Page != "" {
 			more = append(more, "on "+f.Page)
