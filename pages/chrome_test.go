@@ -64,6 +64,11 @@ func TestChromeFramesThePages(t *testing.T) {
 		if strings.Contains(body, "<b>") {
 			t.Errorf("%s: unescaped site name", name)
 		}
+		// The kit's style is its stylesheet, a file: nothing inline, so a
+		// style-src 'self' policy holds.
+		if strings.Contains(body, " style=") || strings.Contains(body, "<style") {
+			t.Errorf("%s: inline style\n%s", name, body)
+		}
 	}
 	// Without chrome: the kit's plain card, no frame.
 	rec := httptest.NewRecorder()
