@@ -214,7 +214,7 @@ type mxSite struct {
 	refused                   chan string
 }
 
-func newMxSite(t *testing.T, r mxRouter, p mxProtection) *mxSite {
+func newMxSite(t *testing.T, r mxRouter, p mxProtection, configure ...func(*webkit.Kit)) *mxSite {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -225,6 +225,9 @@ func newMxSite(t *testing.T, r mxRouter, p mxProtection) *mxSite {
 	rand.Read(hashKey)
 	rand.Read(encKey)
 	s.kit = webkit.New(hashKey, encKey)
+	for _, f := range configure {
+		f(s.kit)
+	}
 	m, err := endpoint.NewMount(endpoint.Config{
 		Origin:     s.url,
 		Name:       "Matrix " + r.name + "/" + p.name,

@@ -306,11 +306,37 @@ func (a *Agent) Repeat(ctx context.Context, r *Reference) error {
 		return nil
 	}
 	a.step("%s: pressing Continue on the waiting page to repeat %s (A41)", r.tab.name, r.Action())
-	tctx, cancel := context.WithTimeout(r.tab.ctx, 10*time.Second)
-	defer cancel()
-	sel := "#opsgate-continue button, a#opsgate-continue"
-	if err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
-		return fmt.Errorf("refagent: no Continue control on the page: %w", err)
+	return clickContinue(ctx, r.tab.ctx, continueWithin)
+}
+
+// continueWithin bounds the search for the waiting page's Continue control.
+const continueWithin = 10 * time.Second
+
+// clickContinue clicks the waiting page's Continue control in tab, waiting
+// up to within for it. A click that loses its node ("No node with given id
+// found": the document was updated between finding the control and
+// clicking it, as can happen right after a navigation on a busy machine)
+// looks for the control again, as internal/browsertest.Text does for a
+// read; such a failure comes before any mouse event is sent, so nothing is
+// clicked twice. A page without the control still fails once within has
+// passed, saying so.
+func clickContinue(ctx, tab context.Context, within time.Duration) error {
+	const sel = "#opsgate-continue button, a#opsgate-continue"
+	deadline := time.Now().Add(within)
+	for {
+		tctx, cancel := context.WithDeadline(tab, deadline)
+		err := chromedp.Do(tctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || tab.Err() != nil || !time.Now().Before(deadline) {
+			return fmt.Errorf("refagent: no Continue control on the page within %s: %w", within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("refagent: no Continue control on the page: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return nil
 }
