@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"mime"
@@ -153,7 +154,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	owner := session.Owner()
 	if replay.Key != "" {
-		replay.Key = store.OnceKey(owner, replay.Key)
+		replay.Key = storekit.OnceKey(owner.Agent, owner.User, replay.Key)
 	}
 
 	values := r.Header.Values(webkit.HeaderApproval)
@@ -425,7 +426,7 @@ func readRef(w http.ResponseWriter, r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !store.ValidRef(ref) {
+	if !storekit.ValidRef(ref) {
 		return "", errors.New(`body: "ref" must be 1 to 2048 characters from A-Z, a-z, 0-9, "-", "_" and "."`)
 	}
 	return ref, nil
@@ -438,7 +439,7 @@ func parseRefBody(body []byte) (string, error) {
 	// ref is not valid, is read by decodeRefBody.
 	const open, end = `{"ref":"`, `"}`
 	if len(body) > len(open)+len(end) && bytes.HasPrefix(body, []byte(open)) && bytes.HasSuffix(body, []byte(end)) {
-		if ref := string(body[len(open) : len(body)-len(end)]); store.ValidRef(ref) {
+		if ref := string(body[len(open) : len(body)-len(end)]); storekit.ValidRef(ref) {
 			return ref, nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
 	"slices"
 	"sync"
@@ -55,11 +56,11 @@ type Memory struct {
 	mu         sync.Mutex
 	sealer     *computed.Sealer                 // ComputeWaiting's, made on first use
 	ops        shrinkMap[memKey, *memOperation] // (slot, operation_id)
-	actions    shrinkMap[memKey, *memAction]    // (slot, ActionDigest(account, key))
+	actions    shrinkMap[memKey, *memAction]    // (slot, storekit.ActionDigest(account, key))
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
 	claims     shrinkMap[string, *memClaim]     // claim token → its claim
 	performing map[memKey]struct{}              // operations performing, for Performing
-	openOwner  map[string]int                   // open operations by Slot(agent, user)
+	openOwner  map[string]int                   // open operations by storekit.Slot(agent, user)
 	openAgent  map[string]int                   // open operations by agent
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
@@ -68,7 +69,7 @@ type Memory struct {
 // NewMemory returns an empty Memory with DefaultRetention.
 func NewMemory() *Memory { return &Memory{} }
 
-var _ InProcess = (*Memory)(nil)
+var _ storekit.InProcess = (*Memory)(nil)
 
 // InProcess reports true: Memory never waits on I/O (see [InProcess]).
 func (m *Memory) InProcess() bool { return true }
@@ -269,7 +270,7 @@ func (m *Memory) opened(o Owner, d int) {
 	for _, c := range []struct {
 		m map[string]int
 		k string
-	}{{m.openOwner, Slot(o.Agent, o.User)}, {m.openAgent, o.Agent}} {
+	}{{m.openOwner, storekit.Slot(o.Agent, o.User)}, {m.openAgent, o.Agent}} {
 		if n := c.m[c.k] + d; n > 0 {
 			c.m[c.k] = n
 		} else {
@@ -324,8 +325,8 @@ func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time
 // A new operation beyond the owner's or the agent's cap of open ones is
 // ErrRateLimited.
 func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error) {
-	slot := Slot(owner.Agent, owner.User)
-	ak := memKey{slot, ActionDigest(owner.Account, action.Key)}
+	slot := storekit.Slot(owner.Agent, owner.User)
+	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
 	a, _ := m.actions.get(ak)
 	op := (*memOperation)(nil)
 	if a != nil {
@@ -357,7 +358,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 			a = &memAction{}
 			m.actions.put(ak, a)
 		}
-		a.current = NewOperationID()
+		a.current = storekit.NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
 		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: m.ComputeWaiting}
@@ -369,7 +370,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		m.expiry.add(&op.timer)
 	}
 	if cur := op.revisions[op.current]; cur != nil && reusable(cur, action, now) {
-		return Issued{Operation: cur.op, Ref: MakeRef(cur.op.ID, cur.op.Revision)}, nil
+		return Issued{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
 	if expiresAt.IsZero() {
@@ -380,14 +381,14 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	expiresAt = time.Unix(expiresAt.Unix(), 0).UTC()
 	r := &memRevision{op: Operation{
 		ID:        a.current,
-		Revision:  NewRevision(expiresAt),
+		Revision:  storekit.NewRevision(expiresAt),
 		Summary:   action.Summary,
 		Terms:     bytes.Clone(action.Terms),
 		ExpiresAt: expiresAt,
 	}}
 	op.add(r)
 	m.keep(op, expiresAt)
-	return Issued{Operation: r.op, Ref: MakeRef(r.op.ID, r.op.Revision)}, nil
+	return Issued{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
 }
 
 // over says whether n open operations reach a configured cap: its default
@@ -439,7 +440,7 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 		return TakeResult{}, err
 	}
 	defer m.mu.Unlock()
-	slot := Slot(owner.Agent, owner.User)
+	slot := storekit.Slot(owner.Agent, owner.User)
 	token := action.ClaimToken
 	if token != "" {
 		// A Take repeated with its token (a lost reply) gets its own claim
@@ -455,11 +456,11 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 			return TakeResult{Claim: m.claimOf(op)}, nil
 		}
 	} else {
-		token = NewToken()
+		token = storekit.NewToken()
 	}
 	// The action's approvals are filed under the owner's account as well, so
 	// no other account's or signed-out approval is ever found (W104).
-	a, _ := m.actions.get(memKey{slot, ActionDigest(owner.Account, action.Key)})
+	a, _ := m.actions.get(memKey{slot, storekit.ActionDigest(owner.Account, action.Key)})
 	busy := false
 	if a != nil {
 		// W145: the action's operation is being performed or its outcome
@@ -527,7 +528,7 @@ func (m *Memory) setClaim(token string, c *memClaim, now time.Time) {
 	if old, ok := m.claims.get(token); ok {
 		m.expiry.remove(&old.timer)
 	}
-	c.timer = memTimer{until: now.Add(ClaimTokenTTL), kind: memKindClaim, key: memKey{slot: token}}
+	c.timer = memTimer{until: now.Add(storekit.ClaimTokenTTL), kind: memKindClaim, key: memKey{slot: token}}
 	m.claims.put(token, c)
 	m.expiry.add(&c.timer)
 }
@@ -551,7 +552,7 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 		return err
 	}
 	defer m.mu.Unlock()
-	slot := Slot(claim.Owner.Agent, claim.Owner.User)
+	slot := storekit.Slot(claim.Owner.Agent, claim.Owner.User)
 	op := m.op(slot, claim.Operation.ID, now)
 	if op == nil || op.state != memPerforming || claim.Token == "" || op.token != claim.Token {
 		return ErrClaimLost
@@ -599,7 +600,7 @@ func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 		// still use, and the next request with these terms reuses it.
 		if r := op.revisions[op.claimed]; r != nil && op.current == op.claimed && !now.After(r.op.ExpiresAt) {
 			fresh := r.op
-			fresh.Revision = NewRevision(fresh.ExpiresAt)
+			fresh.Revision = storekit.NewRevision(fresh.ExpiresAt)
 			op.add(&memRevision{op: fresh})
 		}
 	case Unknown:
@@ -619,7 +620,7 @@ func (m *Memory) Release(ctx context.Context, owner Owner, token string, now tim
 	if token == "" {
 		return false, nil
 	}
-	slot := Slot(owner.Agent, owner.User)
+	slot := storekit.Slot(owner.Agent, owner.User)
 	c, ok := m.claims.get(token)
 	if !ok || now.After(c.timer.until) {
 		// Take hasn't run (or its token was forgotten): a Take that runs
@@ -672,9 +673,9 @@ func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 		return Record{}, false, err
 	}
 	defer m.mu.Unlock()
-	slot := Slot(owner.Agent, owner.User)
+	slot := storekit.Slot(owner.Agent, owner.User)
 	var op *memOperation
-	if computed.IsSealed(ref) && ValidRef(ref) {
+	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
 		c, rev, err := m.sealerLocked().Open(slot, ref)
 		if err != nil {
 			return Record{}, false, nil // W74
@@ -723,10 +724,10 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if opts.Once != "" && !m.useOnce(opts.Once, opts.OnceUntil, now) {
 		return RecordReply{Result: Replayed}, nil
 	}
-	slot := Slot(owner.Agent, owner.User)
+	slot := storekit.Slot(owner.Agent, owner.User)
 	var id string
 	var op *memOperation
-	if computed.IsSealed(ref) && ValidRef(ref) {
+	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
 		var res RecordResult
 		if id, op, res = m.storeComputed(owner, slot, ref, now); res != 0 {
 			return RecordReply{Result: res}, nil
@@ -767,7 +768,7 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 			// must still not name the approval's revision (W122), so the
 			// same terms get a fresh revision.
 			cur = &memRevision{op: cur.op}
-			cur.op.Revision = NewRevision(cur.op.ExpiresAt)
+			cur.op.Revision = storekit.NewRevision(cur.op.ExpiresAt)
 			op.add(cur)
 		}
 		return RecordReply{Result: RevisionMismatch, Operation: cur.op}, nil // W100, W122
@@ -808,7 +809,7 @@ func (m *Memory) sealerLocked() *computed.Sealer {
 // computed rather than stored, and returns what it would be, as
 // redisstore computes it (computed.New).
 func (m *Memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
-	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, MaxRefLength)
+	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
 // computedOperation is the operation c describes, its revision rev.
@@ -898,7 +899,7 @@ func (m *Memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 // keeps: a ref the Company never returned is not found (§4 "Any other
 // reference", W74).
 func (m *Memory) refOp(slot, ref string, now time.Time) (string, *memOperation) {
-	id, rev, ok := SplitRef(ref)
+	id, rev, ok := storekit.SplitRef(ref)
 	if !ok {
 		return "", nil
 	}
@@ -966,7 +967,7 @@ func (m *Memory) Resolve(ctx context.Context, owner Owner, operationID string, o
 		return err
 	}
 	defer m.mu.Unlock()
-	slot := Slot(owner.Agent, owner.User)
+	slot := storekit.Slot(owner.Agent, owner.User)
 	op := m.op(slot, operationID, now)
 	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
 		return ErrNotPerforming

@@ -325,30 +325,6 @@ type Issued struct {
 	Ref string
 }
 
-// InProcess is implemented by a store whose calls never wait on I/O and
-// return at once when their context is done, such as [Memory]. A caller
-// that bounds every call with a deadline (the kit's StoreTimeout) calls
-// such a store directly, without a goroutine to abandon a stalled call.
-type InProcess interface {
-	Store
-	InProcess() bool
-}
-
-// ContextBound is implemented by a store whose calls wait on I/O but
-// return by their context's deadline (give or take the scheduler), such as
-// a redisstore.Store whose client has ContextTimeoutEnabled. The kit then
-// calls it directly too: the deadline it sets bounds a stalled call
-// without a goroutine to abandon it, which would add two goroutine
-// hand-offs to every store call. BoundByContext may answer false (a
-// client that doesn't apply deadlines to its I/O): the kit then runs each
-// call in a goroutine it can abandon at the deadline. A store that wraps
-// another (to trace or count its calls) should pass on its InProcess and
-// BoundByContext, as webkit.ObserveStore does.
-type ContextBound interface {
-	Store
-	BoundByContext() bool
-}
-
 // Store is the at-most-once store. Every method is one atomic step and takes
 // the caller's clock reading now. A missing, expired or malformed record is
 // reported as a result (not found), never as an error: errors are for the
@@ -409,27 +385,6 @@ type Store interface {
 // operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
 
-// OnceKey returns the single-use key for id (such as a JWT's jti) of a
-// request sent for owner's agent and User, for UseOnce and
-// RecordOptions.Once alike: a key marked by one is used up for the other.
-// It lives with the owner's records (on Redis, in their Cluster slot), so
-// that Record can use it up in the same step.
-func OnceKey(owner Owner, id string) string {
-	return "{" + Slot(owner.Agent, owner.User) + "}" + id
-}
-
-func SplitOnceKey(key string) (slot, id string, ok bool) {
-	if len(key) < 2 || key[0] != '{' {
-		return "", "", false
-	}
-	for i := 1; i < len(key); i++ {
-		if key[i] == '}' {
-			return key[1:i], key[i+1:], true
-		}
-	}
-	return "", "", false
-}
-
 // ErrRateLimited is returned (wrapped) by Issue and Take when a new
 // operation would pass the owner's or the agent's cap of open operations:
 // the Gate answers 429 with Retry-After and performs nothing.
@@ -457,11 +412,6 @@ var ErrNotDurable = errors.New("store: claim not confirmed durable")
 // ErrNotPerforming is returned by Resolve for an operation that is not
 // performing (unknown, forgotten, or settled already).
 var ErrNotPerforming = errors.New("store: operation is not performing")
-
-// ClaimTokenTTL is how long a store remembers a claim token (to answer a
-// repeated Take, or to refuse one after Release). A Release later than this
-// after its Take is too late, and the operation is left for Resolve.
-const ClaimTokenTTL = 10 * time.Minute
 
 // Reconciler settles outcomes nobody reported (webkit/RULES.md "Claims are never
 // stranded"): an operation stays performing when the handler's outcome was

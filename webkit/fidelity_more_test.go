@@ -187,7 +187,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 }
 
 // W106 W72: the Gate and the endpoint read a sealed ref's revision as the
-// store does (store.SplitRef), not as everything after its first ".": with
+// store does (storekit.SplitRef), not as everything after its first ".": with
 // waiting operations computed (their refs sealed), the status route of an
 // approved ref says approved.
 func TestSealedRefsRevision(t *testing.T) {

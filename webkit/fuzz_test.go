@@ -2,10 +2,9 @@ package webkit
 
 import (
 	"errors"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
-
-	"github.com/opsgate/opsgate/store"
 )
 
 // Fuzz targets: the parsers never panic, and whatever they accept is valid
@@ -126,8 +125,8 @@ func FuzzRef(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, ref string) {
-		id, rev, ok := store.SplitRef(ref)
-		if pid, pok := store.ParseRef(ref); pok != ok || pid != id {
+		id, rev, ok := storekit.SplitRef(ref)
+		if pid, pok := storekit.ParseRef(ref); pok != ok || pid != id {
 			t.Fatalf("ParseRef(%q) = %q %v; SplitRef %q %v", ref, pid, pok, id, ok)
 		}
 		if !ok {
@@ -137,8 +136,8 @@ func FuzzRef(f *testing.F) {
 			return
 		}
 		// What follows the revision, if anything, starts with "." (a
-		// store's sealed operation, store.SplitRef).
-		if named := store.MakeRef(id, rev); !store.ValidID(id) || !store.ValidID(rev) || !store.ValidRef(ref) ||
+		// store's sealed operation, storekit.SplitRef).
+		if named := storekit.MakeRef(id, rev); !storekit.ValidID(id) || !storekit.ValidID(rev) || !storekit.ValidRef(ref) ||
 			!strings.HasPrefix(ref, named) || (len(ref) > len(named) && ref[len(named)] != '.') {
 			t.Fatalf("accepted %q as %q %q", ref, id, rev)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -153,7 +154,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	// One round trip: take the first-recorded matching approval, or issue.
 	// The claim's token is chosen first, so that whatever Take claims can be
 	// released when its reply is lost or late (W144).
-	sa.ClaimToken = store.NewToken()
+	sa.ClaimToken = storekit.NewToken()
 	res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
 	switch {
 	case errors.Is(err, store.ErrRateLimited): // webkit/RULES.md "Bounded work": nothing claimed
@@ -207,7 +208,7 @@ func (k *Kit) storeAction(a Action) (store.Action, error) {
 		}
 		raw = b
 	}
-	terms, err := store.CanonicalTerms(raw)
+	terms, err := storekit.CanonicalTerms(raw)
 	if err != nil {
 		return store.Action{}, fmt.Errorf("describe: Action.Terms: %w", err)
 	}

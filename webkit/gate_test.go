@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -405,7 +406,7 @@ func testGateScenarios(t *testing.T, be backend) {
 				if sid != s.ID { // W58
 					t.Errorf("sid = %q, want %q", sid, s.ID)
 				}
-				if !store.ValidRef(ref) { // W59
+				if !storekit.ValidRef(ref) { // W59
 					t.Errorf("ref %q invalid", ref)
 				}
 				if approved.Ref != "" && ref == approved.Ref {
@@ -1163,12 +1164,12 @@ type countingStore struct {
 // InProcess and BoundByContext are the counted store's: counting adds no
 // waiting.
 func (c *countingStore) InProcess() bool {
-	p, ok := c.Store.(store.InProcess)
+	p, ok := c.Store.(storekit.InProcess)
 	return ok && p.InProcess()
 }
 
 func (c *countingStore) BoundByContext() bool {
-	b, ok := c.Store.(store.ContextBound)
+	b, ok := c.Store.(storekit.ContextBound)
 	return ok && b.BoundByContext()
 }
 
@@ -1388,7 +1389,7 @@ opsgate.fetch("/exchange", {
 		chromedp.Navigate(srv.URL+"/spa"),
 		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
 	)
-	if ref := text("#spa-waiting"); !store.ValidRef(ref) {
+	if ref := text("#spa-waiting"); !storekit.ValidRef(ref) {
 		t.Errorf("onWaiting got ref %q", ref)
 	}
 	approve("order=ord_8&size=S")

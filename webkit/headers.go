@@ -2,14 +2,13 @@ package webkit
 
 import (
 	"errors"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dunglas/httpsfv"
-
-	"github.com/opsgate/opsgate/store"
 )
 
 // The Poppy headers the kit reads and writes.
@@ -150,7 +149,7 @@ func FormatOperationHeader(sid, ref string) (string, error) {
 	if ref == "" {
 		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errMemberMissing}
 	}
-	if !store.ValidRef(ref) {
+	if !storekit.ValidRef(ref) {
 		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errRefValue}
 	}
 	// Written directly: both members were validated above, and this is on
@@ -189,7 +188,7 @@ func ParseOperationHeader(values []string) (sid, ref string, err error) {
 	if sid, err = requiredID(dict, "sid", ValidSID, errSIDValue); err != nil {
 		return "", "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
 	}
-	if ref, err = requiredID(dict, "ref", store.ValidRef, errRefValue); err != nil {
+	if ref, err = requiredID(dict, "ref", storekit.ValidRef, errRefValue); err != nil {
 		return "", "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: err}
 	}
 	return sid, ref, nil
@@ -230,10 +229,10 @@ func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, e
 		ignored = append(ignored, &HeaderError{Header: HeaderApproval, Member: member, Err: err})
 	}
 
-	if a.OperationID, err = requiredID(dict, "operation_id", store.ValidID, errIDValue); err != nil {
+	if a.OperationID, err = requiredID(dict, "operation_id", storekit.ValidID, errIDValue); err != nil {
 		return fail("operation_id", err)
 	}
-	if a.Revision, err = requiredID(dict, "revision", store.ValidID, errIDValue); err != nil {
+	if a.Revision, err = requiredID(dict, "revision", storekit.ValidID, errIDValue); err != nil {
 		return fail("revision", err)
 	}
 	approver, present, err := dictionaryString(dict, "approver")
@@ -272,7 +271,7 @@ func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, e
 	switch {
 	case err != nil:
 		ignore("reference", err)
-	case present && !store.ValidID(reference):
+	case present && !storekit.ValidID(reference):
 		ignore("reference", errIDValue)
 	default:
 		a.Reference = reference

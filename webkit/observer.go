@@ -2,6 +2,7 @@ package webkit
 
 import (
 	"context"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"time"
 
 	"github.com/opsgate/opsgate/store"
@@ -113,12 +114,12 @@ type observedStore struct {
 // InProcess and BoundByContext are the observed store's: timing a call
 // adds no waiting, so WithStoreTimeout still calls it directly.
 func (t observedStore) InProcess() bool {
-	p, ok := t.s.(store.InProcess)
+	p, ok := t.s.(storekit.InProcess)
 	return ok && p.InProcess()
 }
 
 func (t observedStore) BoundByContext() bool {
-	b, ok := t.s.(store.ContextBound)
+	b, ok := t.s.(storekit.ContextBound)
 	return ok && b.BoundByContext()
 }
 

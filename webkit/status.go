@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -105,7 +106,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ref := page.Ref
-	if !store.ValidRef(ref) {
+	if !storekit.ValidRef(ref) {
 		notFound()
 		return
 	}
@@ -158,7 +159,7 @@ func termsDigest(terms []byte) string {
 // (§6 check 3): an approval of the page's own revision, or of the current
 // revision when its terms are the page's.
 func approvalApplies(rec store.Record, page waitHandle) bool {
-	_, rev, _ := store.SplitRef(page.Ref) // a sealed ref's seal is not its revision
+	_, rev, _ := storekit.SplitRef(page.Ref) // a sealed ref's seal is not its revision
 	sameTerms := page.Terms != "" && termsDigest(rec.Current.Terms) == page.Terms
 	for _, a := range rec.Approvals {
 		if !a.UsedAt.IsZero() {

@@ -3,6 +3,7 @@ package webkit
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"log/slog"
 	"net/http"
 	"time"
@@ -21,7 +22,7 @@ const DefaultStoreTimeout = time.Second
 //
 // The deadline holds whatever the store's client does with a context: a
 // store that returns by its context's deadline by itself
-// (store.InProcess, store.ContextBound) is called directly with it; any
+// (storekit.InProcess, storekit.ContextBound) is called directly with it; any
 // other's call runs in a goroutine that is abandoned at the deadline (it
 // ends when the client gives up, by its own timeouts) and answered with
 // context.DeadlineExceeded. A Take cut off either way may still claim
@@ -48,9 +49,9 @@ func WithStoreTimeout(s store.Store, d time.Duration) store.Store {
 	// deadline: calling them directly spares every store call two
 	// goroutine hand-offs (about 45 µs of an approval request's latency on
 	// the machine the README measures).
-	if p, ok := s.(store.InProcess); ok && p.InProcess() {
+	if p, ok := s.(storekit.InProcess); ok && p.InProcess() {
 		t.how = inProcess
-	} else if b, ok := s.(store.ContextBound); ok && b.BoundByContext() {
+	} else if b, ok := s.(storekit.ContextBound); ok && b.BoundByContext() {
 		t.how = withDeadline
 	}
 	return t

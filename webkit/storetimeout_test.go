@@ -282,7 +282,7 @@ func (s *seenStore) Take(ctx context.Context, o store.Owner, a store.Action, now
 	return s.Store.Take(ctx, o, a, now)
 }
 
-// A store that returns by its context's deadline (store.ContextBound, as
+// A store that returns by its context's deadline (storekit.ContextBound, as
 // redisstore with ContextTimeoutEnabled) is called on the caller's
 // goroutine with StoreTimeout as its deadline; one that doesn't say so, in
 // a goroutine abandoned at the deadline, with the same deadline.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ func (o Operation) Validate() error {
 	if len(bytes.TrimSpace(o.Terms)) == 0 {
 		return objectMemberError("operation", "terms", errMemberMissing)
 	}
-	if _, err := store.CanonicalTerms(o.Terms); err != nil {
+	if _, err := storekit.CanonicalTerms(o.Terms); err != nil {
 		return objectMemberError("operation", "terms", memberReason{ErrBadValue, "must be a JSON object"})
 	}
 	if o.ExpiresAt.IsZero() {
@@ -294,7 +295,7 @@ func checkIDMember(s string, required bool) error {
 		return errMemberMissing
 	case s == "":
 		return nil
-	case !store.ValidID(s):
+	case !storekit.ValidID(s):
 		return errIDValue
 	}
 	return nil

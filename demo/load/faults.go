@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -285,7 +286,7 @@ func (r *rig) request(ctx context.Context, srv, b int, order string) (int, strin
 // approve records the agent's approval of ref for browser b, as the
 // endpoint records it, through server srv's store.
 func (r *rig) approve(ctx context.Context, srv, b int, order, ref string) {
-	id, ok := store.ParseRef(ref)
+	id, ok := storekit.ParseRef(ref)
 	if !ok {
 		return
 	}
@@ -832,7 +833,7 @@ func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfi
 	defer side.Close()
 	onVictim := map[int]bool{}
 	for b, o := range r.owners {
-		m, err := side.MasterForKey(ctx, "{"+store.Slot(o.Agent, o.User)+"}")
+		m, err := side.MasterForKey(ctx, "{"+storekit.Slot(o.Agent, o.User)+"}")
 		if err != nil {
 			return failed(res, err)
 		}

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -224,7 +225,7 @@ func run(ctx context.Context, c config) error {
 	// The agents' approvals, recorded as the endpoint records them (W90).
 	start := time.Now()
 	for i, ref := range refs {
-		id, _ := store.ParseRef(ref)
+		id, _ := storekit.ParseRef(ref)
 		rec, found, err := stores[0].Lookup(ctx, sessions[i].Owner(), ref, time.Now())
 		if err != nil || !found {
 			return fmt.Errorf("lookup of browser %d's ref %q: found %v, %v", i, ref, found, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"mime"
 	"net/http"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -54,7 +54,7 @@ func (s *Server) mayPerform(r *http.Request, terms any) error {
 	if err != nil {
 		return err
 	}
-	canon, err := store.CanonicalTerms(raw)
+	canon, err := storekit.CanonicalTerms(raw)
 	if err != nil {
 		return err
 	}

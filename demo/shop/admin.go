@@ -3,6 +3,7 @@ package shop
 import (
 	"context"
 	"errors"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"net/http"
 	"net/url"
 	"time"
@@ -112,4 +113,4 @@ func (s *Server) adminResolve(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/admin/operations?resolved="+url.QueryEscape(id), http.StatusSeeOther)
 }
 
-func validOpID(id string) bool { return id != "" && store.ValidID(id) }
+func validOpID(id string) bool { return id != "" && storekit.ValidID(id) }

@@ -41,7 +41,7 @@ const SecretSize = 32
 type Op struct {
 	ID      string // its operation_id once computed ("" before)
 	Epoch   string // the epoch its operation_id was computed in (Epoch)
-	Action  string // the action digest (store.ActionDigest)
+	Action  string // the action digest (storekit.ActionDigest)
 	Account string
 	Expires time.Time // whole seconds
 	// Minted is when it was computed (the caller's clock): an approval

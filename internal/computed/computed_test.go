@@ -37,7 +37,7 @@ func TestSealOpen(t *testing.T) {
 		}
 		// What the docs say of a ref's length: about 165 characters plus
 		// 4/3 of its terms, summary and account (with an action digest of
-		// store.ActionDigest's 20 characters).
+		// storekit.ActionDigest's 20 characters).
 		for _, n := range []int{0, 180, 1000} {
 			d := c
 			d.Action, d.Terms, d.Summary = "AAAAAAAAAAAAAAAAAAAA", make([]byte, n), ""

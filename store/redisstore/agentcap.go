@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,7 +75,7 @@ func (s *Store) agentKey(agent string) string {
 
 // agentMember is an operation in its agent's count.
 func agentMember(owner store.Owner, opID string) string {
-	return store.Slot(owner.Agent, owner.User) + " " + opID
+	return storekit.Slot(owner.Agent, owner.User) + " " + opID
 }
 
 // finish runs finish.lua with outcome o ("done", "notdone", "unknown")

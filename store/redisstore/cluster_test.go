@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	a, is := approvedAction(t, st, "failover")
 	// Make sure the approval reached the replica before the master dies.
-	master, err := cc.MasterForKey(ctx, "opsgate:{"+store.Slot(owner.Agent, owner.User)+"}:op:x")
+	master, err := cc.MasterForKey(ctx, "opsgate:{"+storekit.Slot(owner.Agent, owner.User)+"}:op:x")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +24,7 @@ import (
 // The operation is then computed from the request, and its ref carries it,
 // sealed (internal/computed says how the operation_id, the revision and
 // the ref are computed; the ref starts with "<operation_id>.<revision>",
-// which store.SplitRef reads).
+// which storekit.SplitRef reads).
 //
 // The operation is stored by the first approval sent for it (record.lua
 // stores it as Take would have, then records): from then on every step
@@ -84,13 +85,13 @@ func operationOf(c computed.Op, rev string) store.Operation {
 
 // isComputedRef reports whether ref has the form of a computed one.
 func isComputedRef(ref string) bool {
-	return computed.IsSealed(ref) && store.ValidRef(ref)
+	return computed.IsSealed(ref) && storekit.ValidRef(ref)
 }
 
 // computable reports whether Take may compute the operation for action
 // (its digest) rather than store it, and returns what it would be.
 func (s *Store) computable(owner store.Owner, digest string, action store.Action, now time.Time) (computed.Op, bool) {
-	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, store.MaxRefLength)
+	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
 // mayCompute lets the step that issues for action (its keys and args

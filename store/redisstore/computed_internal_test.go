@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func BenchmarkComputeRef(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		op, ok := s.computable(owner, store.ActionDigest(owner.Account, a.Key), a, now)
+		op, ok := s.computable(owner, storekit.ActionDigest(owner.Account, a.Key), a, now)
 		if !ok {
 			b.Fatal("not computable")
 		}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestComputed(t *testing.T) {
 		if other.Operation.ID == first.Operation.ID || otherUser.Operation.ID == first.Operation.ID {
 			t.Errorf("W21: another action or User shares operation_id %s", first.Operation.ID)
 		}
-		if !store.ValidID(first.Operation.ID) || !store.ValidID(first.Operation.Revision) || !store.ValidRef(first.Ref) {
+		if !storekit.ValidID(first.Operation.ID) || !storekit.ValidID(first.Operation.Revision) || !storekit.ValidRef(first.Ref) {
 			t.Errorf("W22 W23 W59: %+v", first)
 		}
 	})
@@ -98,7 +99,7 @@ func TestComputed(t *testing.T) {
 	t.Run("W74 a ref altered, or sent by another owner, is not found and stores nothing", func(t *testing.T) {
 		st, c, _ := computedStore(t, redisstore.Options{})
 		is := issued(t, st, owner, action("k", `{"v":1}`, 10*time.Minute), at(0))
-		id, rev, _ := store.SplitRef(is.Ref)
+		id, rev, _ := storekit.SplitRef(is.Ref)
 		sealed := is.Ref[len(id)+1+len(rev)+1:]
 		flip := []byte(sealed)
 		if mid := len(flip) / 2; flip[mid] == 'A' {
@@ -107,7 +108,7 @@ func TestComputed(t *testing.T) {
 			flip[mid] = 'A'
 		}
 		other := issued(t, st, owner, action("k2", `{"v":1}`, 10*time.Minute), at(0))
-		_, otherRev, _ := store.SplitRef(other.Ref)
+		_, otherRev, _ := storekit.SplitRef(other.Ref)
 		for name, ref := range map[string]string{
 			"sealed part changed":        id + "." + rev + "." + string(flip),
 			"another revision named":     id + "." + otherRev + "." + sealed,
@@ -310,7 +311,7 @@ func TestComputed(t *testing.T) {
 		// W141: a request after the performance is the action's next
 		// operation: computed in this epoch, and its approval stores it.
 		next := issued(t, st, owner, a, now.Add(3*time.Second))
-		if next.Operation.ID == first.Operation.ID || !strings.HasPrefix(next.Ref, store.MakeRef(next.Operation.ID, next.Operation.Revision)+".") {
+		if next.Operation.ID == first.Operation.ID || !strings.HasPrefix(next.Ref, storekit.MakeRef(next.Operation.ID, next.Operation.Revision)+".") {
 			t.Fatalf("W141 after the turn: %+v, want a new computed operation", next)
 		}
 		if _, found, _ := st.Lookup(ctx, owner, next.Ref, now.Add(4*time.Second)); !found {
@@ -333,7 +334,7 @@ func TestComputed(t *testing.T) {
 		// The same action with terms too long for a ref: stored.
 		bigAction := action("k", `{"x":"`+strings.Repeat("x", 2000)+`"}`, 10*time.Minute)
 		big := issued(t, st, owner, bigAction, at(time.Second))
-		if big.Operation.ID == small.Operation.ID || big.Ref != store.MakeRef(big.Operation.ID, big.Operation.Revision) {
+		if big.Operation.ID == small.Operation.ID || big.Ref != storekit.MakeRef(big.Operation.ID, big.Operation.Revision) {
 			t.Fatalf("big terms: %+v", big.Operation)
 		}
 		if got := record(t, st, owner, big, at(2*time.Second)); got != store.Recorded {
@@ -398,12 +399,12 @@ func TestComputed(t *testing.T) {
 		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
 		big := issued(t, st, owner, action("b", `{"x":"`+strings.Repeat("x", 2000)+`"}`, time.Minute), at(0))
 		for _, is := range []store.Issued{long, big} {
-			if is.Ref != store.MakeRef(is.Operation.ID, is.Operation.Revision) {
+			if is.Ref != storekit.MakeRef(is.Operation.ID, is.Operation.Revision) {
 				t.Errorf("ref %.80q…, want a stored operation's", is.Ref)
 			}
 		}
 		small := issued(t, st, owner, action("s", `{"x":"`+strings.Repeat("x", 1300)+`"}`, time.Minute), at(0))
-		if len(small.Ref) > store.MaxRefLength || small.Ref == store.MakeRef(small.Operation.ID, small.Operation.Revision) {
+		if len(small.Ref) > storekit.MaxRefLength || small.Ref == storekit.MakeRef(small.Operation.ID, small.Operation.Revision) {
 			t.Errorf("1300 bytes of terms: a %d-character ref", len(small.Ref))
 		}
 	})

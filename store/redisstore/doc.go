@@ -201,7 +201,7 @@
 //
 // # Keys
 //
-// Every key of one Personal Agent and User is "<prefix>{<store.Slot>}:…", so
+// Every key of one Personal Agent and User is "<prefix>{<storekit.Slot>}:…", so
 // each script touches one Cluster slot:
 //
 //   - op:<operation_id>, a hash: acct (the owner's account), akey (the
@@ -218,13 +218,13 @@
 //     too when it was computed) and an empty t: per revision (so a ref it
 //     returned is still found, W74): about 300 bytes of Redis memory in
 //     all, where an open one with its terms takes about 1 KB.
-//   - act:<store.ActionDigest>: the action's current operation_id (W19),
+//   - act:<storekit.ActionDigest>: the action's current operation_id (W19),
 //     its current revision's name (a hint, read again when stale), and the
 //     operation_id of one still being performed that Issue replaced, if
 //     any; deleted when the operation is performed (W141).
 //   - tok:<claim token>: the operation a token claimed, or "r" once
 //     released, then the instant it is forgotten (now +
-//     store.ClaimTokenTTL, judged by the caller's clock like every other
+//     storekit.ClaimTokenTTL, judged by the caller's clock like every other
 //     expiry); deleted when the claim is performed.
 //   - open: a sorted set of the owner's open operations, scored by k.
 //

@@ -277,7 +277,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 
 // BoundByContext is true for the clients that apply a context's deadline
 // to their I/O (ContextTimeoutEnabled), so that the kit calls the store
-// directly with its StoreTimeout (store.ContextBound).
+// directly with its StoreTimeout (storekit.ContextBound).
 func TestBoundByContext(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {

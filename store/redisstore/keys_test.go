@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -384,7 +385,7 @@ func testAgentCap(t *testing.T, apart bool) {
 			t.Fatalf("fourth: %v, want ErrRateLimited", err)
 		}
 	}
-	if n, _ := c.Keys(ctx, "opsgate:{"+store.Slot("agent-a", "u9")+"}:op:*").Result(); len(n) != 0 {
+	if n, _ := c.Keys(ctx, "opsgate:{"+storekit.Slot("agent-a", "u9")+"}:op:*").Result(); len(n) != 0 {
 		t.Errorf("the refused operation is kept: %v", n)
 	}
 	if _, err := st.Issue(ctx, store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {

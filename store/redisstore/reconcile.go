@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
 	"strings"
 	"sync"
@@ -161,7 +162,7 @@ func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID stri
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	}
-	if !store.ValidID(operationID) {
+	if !storekit.ValidID(operationID) {
 		return store.ErrNotPerforming
 	}
 	base := s.base(owner.Agent, owner.User)

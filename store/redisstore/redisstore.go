@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"math"
 	"strconv"
 	"strings"
@@ -167,10 +168,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return s
 }
 
-var _ store.ContextBound = (*Store)(nil)
+var _ storekit.ContextBound = (*Store)(nil)
 
 // BoundByContext reports whether every call returns by its context's
-// deadline (store.ContextBound): true when the client is a *redis.Client
+// deadline (storekit.ContextBound): true when the client is a *redis.Client
 // or *redis.ClusterClient with ContextTimeoutEnabled, which applies the
 // deadline to its network I/O and to waiting for a connection. The kit
 // then calls the store directly, with its StoreTimeout as the deadline,
@@ -229,7 +230,7 @@ func (s *Store) Load(ctx context.Context) error {
 // base is the start of every key of one owner's agent and User: one hash tag,
 // one Cluster slot (webkit/RULES.md "The store").
 func (s *Store) base(agent, user string) string {
-	return s.prefix + "{" + store.Slot(agent, user) + "}:"
+	return s.prefix + "{" + storekit.Slot(agent, user) + "}:"
 }
 
 // ns writes a time as the scripts read it: Unix nanoseconds.
@@ -258,7 +259,7 @@ func parseTime(s string) (time.Time, bool) {
 // issueArgs are the KEYS and ARGV that issue.lua and take.lua share (see
 // issue.lua): the action key, then what the scripts can't derive from it.
 func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, now time.Time) (keys []string, args []any) {
-	digest := store.ActionDigest(owner.Account, action.Key)
+	digest := storekit.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
 	fixed := ""
 	if !action.ExpiresAt.IsZero() {
@@ -283,9 +284,9 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 }
 
 // seed is the randomness a new operation may need, in one argument: a new
-// operation_id's 20 characters, then a new revision's 16 (store.NewOperationID,
-// store.NewRevision).
-func seed() string { return store.NewToken() + store.NewToken() }
+// operation_id's 20 characters, then a new revision's 16 (storekit.NewOperationID,
+// storekit.NewRevision).
+func seed() string { return storekit.NewToken() + storekit.NewToken() }
 
 // Issue implements store.Store.
 func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.Issued, error) {
@@ -320,7 +321,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 			return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
 	}
-	return store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}, nil
+	return store.Issued{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 }
 
 // Take implements store.Store.
@@ -330,7 +331,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	}
 	token := action.ClaimToken
 	if token == "" {
-		token = store.NewToken()
+		token = storekit.NewToken()
 	} else if len(token) > maxTokenLength {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: claim token longer than %d bytes", maxTokenLength)
 	}
@@ -342,7 +343,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 	}
 	keys = append(keys, base+"tok:"+token)
 	retained := now.Add(s.retention)
-	tokUntil := now.Add(store.ClaimTokenTTL)
+	tokUntil := now.Add(storekit.ClaimTokenTTL)
 	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil))
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if s.durability.Mode == DurableNone {
@@ -382,7 +383,7 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
 		}
-		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: store.MakeRef(op.ID, op.Revision)}}, nil
+		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}}, nil
 	case "claim":
 		op, ok := takenOperation(v[1:], action)
 		if !ok || len(v) < 8 {
@@ -399,9 +400,9 @@ func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action
 
 // revisionSuffix is the random part of a revision that Record may need (see
 // record.lua); the script prefixes the revision's expires_at, in the shape of
-// store.NewRevision.
+// storekit.NewRevision.
 func revisionSuffix() string {
-	return strings.TrimPrefix(store.NewRevision(time.Unix(0, 0)), "0-")
+	return strings.TrimPrefix(storekit.NewRevision(time.Unix(0, 0)), "0-")
 }
 
 // errReply is a script's reply that isn't what the script returns: a bug or
@@ -473,7 +474,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 	base := s.base(owner.Agent, owner.User)
 	var c *computed.Op
 	var k *computed.Sealer
-	opID, refRev, ok := store.SplitRef(ref) // ValidRef: isComputedRef's other half
+	opID, refRev, ok := storekit.SplitRef(ref) // ValidRef: isComputedRef's other half
 	if ok && computed.IsSealed(ref) {
 		var err error
 		k, err = s.sealer(ctx)
@@ -502,7 +503,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 		// The request's single-use key, used up first in the same script.
 		k := s.onceKey(opts.Once)
 		if !strings.HasPrefix(k, base) {
-			return store.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by store.OnceKey for this owner")
+			return store.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by storekit.OnceKey for this owner")
 		}
 		keys, once, onceTTL = append(keys, k), ns(opts.OnceUntil), ttlMs(opts.OnceUntil, now)
 	}
@@ -567,7 +568,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
-	if !store.ValidID(claim.Operation.ID) || claim.Token == "" {
+	if !storekit.ValidID(claim.Operation.ID) || claim.Token == "" {
 		return store.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
@@ -597,7 +598,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys := []string{base + "tok:" + token}
-	args := []any{token, ns(now), ttlMs(now.Add(store.ClaimTokenTTL), now), ns(now.Add(store.ClaimTokenTTL))}
+	args := []any{token, ns(now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), ns(now.Add(storekit.ClaimTokenTTL))}
 	// A released claim's operation comes back to its agent's count.
 	n, _, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) (int, error) {
 		return s.run(ctx, s.client, releaseStep, keys, args...).Int()
@@ -640,7 +641,7 @@ func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now t
 		}
 		return rec, found, nil
 	}
-	opID, refRev, ok := store.SplitRef(ref)
+	opID, refRev, ok := storekit.SplitRef(ref)
 	if !ok {
 		return store.Record{}, false, nil // W74
 	}
@@ -715,10 +716,10 @@ func record(h map[string]string, opID string, now time.Time) (store.Record, bool
 }
 
 // onceKey is the Redis key of a single-use key: with its owner's records
-// for a key made by store.OnceKey (so Record can use it up in the same
+// for a key made by storekit.OnceKey (so Record can use it up in the same
 // script, on one Cluster slot), in a slot of its own otherwise.
 func (s *Store) onceKey(key string) string {
-	if slot, id, ok := store.SplitOnceKey(key); ok {
+	if slot, id, ok := storekit.SplitOnceKey(key); ok {
 		sum := sha256.Sum256([]byte(id))
 		return s.prefix + "{" + slot + "}:jti:" + base64.RawURLEncoding.EncodeToString(sum[:15])
 	}

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -256,7 +257,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		ap := approvalOf(store.Operation{ID: id, Revision: rev})
 		opts := store.RecordOptions{CheckOnly: c.check}
 		if c.once != "" {
-			opts.Once, opts.OnceUntil = store.OnceKey(o, c.once), now.Add(5*time.Minute)
+			opts.Once, opts.OnceUntil = storekit.OnceKey(o.Agent, o.User, c.once), now.Add(5*time.Minute)
 		}
 		rep, err := st.Record(ctx, o, ref, ap, now, opts)
 		if err != nil {

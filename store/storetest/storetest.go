@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"sync"
 	"testing"
@@ -66,7 +67,7 @@ const lifetime = 10 * time.Minute
 // the Gate does (W118).
 func action(t testing.TB, key, terms string) store.Action {
 	t.Helper()
-	c, err := store.CanonicalTerms([]byte(terms))
+	c, err := storekit.CanonicalTerms([]byte(terms))
 	if err != nil {
 		t.Fatalf("terms %s: %v", terms, err)
 	}
@@ -112,7 +113,7 @@ func (e *env) issue(o store.Owner, a store.Action, now time.Time) store.Issued {
 	if err != nil {
 		e.t.Fatalf("Issue: %v", err)
 	}
-	if id, rev, ok := store.SplitRef(is.Ref); is.Operation.ID == "" || !ok || id != is.Operation.ID || rev != is.Operation.Revision {
+	if id, rev, ok := storekit.SplitRef(is.Ref); is.Operation.ID == "" || !ok || id != is.Operation.ID || rev != is.Operation.Revision {
 		e.t.Fatalf("Issue: ref %q does not name operation %+v", is.Ref, is.Operation)
 	}
 	return is
@@ -338,7 +339,7 @@ var _ = add("W22 W23 W36 200 different terms get 200 distinct revisions", func(t
 	var id string
 	for i := range 200 {
 		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(time.Duration(i)*time.Second))
-		if !store.ValidID(is.Operation.ID) || !store.ValidID(is.Operation.Revision) || !store.ValidRef(is.Ref) {
+		if !storekit.ValidID(is.Operation.ID) || !storekit.ValidID(is.Operation.Revision) || !storekit.ValidRef(is.Ref) {
 			t.Fatalf("W22 W23: invalid id, revision or ref: %+v", is)
 		}
 		if id == "" {
@@ -455,7 +456,7 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 		// §4 "Any other reference": a real operation_id with a revision
 		// never returned for it, or returned for another operation.
 		id + ".madeUp", id + "." + other.Operation.Revision, id + ".1791487200-AAAAAAAAAAAAAAAA",
-		strings.Repeat("a", store.MaxRefLength+1),
+		strings.Repeat("a", storekit.MaxRefLength+1),
 		strings.Repeat("a", 300) + "." + is.Operation.Revision,
 	} {
 		rep := e.record(signedIn, ref, approvalOf(is.Operation), at(time.Second))
@@ -680,7 +681,7 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 	}
 	// The used-up revision, through either ref: check 3 fails, and the
 	// answer names the revision Lookup offers, never the named one.
-	for _, ref := range []string{is.Ref, store.MakeRef(cur.ID, cur.Revision)} {
+	for _, ref := range []string{is.Ref, storekit.MakeRef(cur.ID, cur.Revision)} {
 		for _, check := range []bool{false, true} {
 			rep, err := e.client(2).Record(e.ctx(), signedIn, ref, approvalOf(is.Operation), at(5*time.Second), store.RecordOptions{CheckOnly: check})
 			if err != nil {
@@ -703,7 +704,7 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 		t.Errorf("next request: issued %+v, want Lookup's %+v", got.Operation, cur)
 	}
 	// It can be approved and then performs.
-	fresh := store.Issued{Operation: cur, Ref: store.MakeRef(cur.ID, cur.Revision)}
+	fresh := store.Issued{Operation: cur, Ref: storekit.MakeRef(cur.ID, cur.Revision)}
 	e.approve(signedIn, fresh, at(8*time.Second))
 	e.wantRecord(signedIn, fresh.Ref, approvalOf(cur), at(9*time.Second), store.AlreadyRecorded)
 	e.status(signedIn, is.Ref, at(9*time.Second), store.Approved)
@@ -1440,7 +1441,7 @@ var _ = add("RecordOptions.Once: the request's single-use key is used up in the 
 		}
 		return rep.Result
 	}
-	k1 := store.OnceKey(signedIn, "jti:agent-a:1")
+	k1 := storekit.OnceKey(signedIn.Agent, signedIn.User, "jti:agent-a:1")
 	if got := rec(0, k1, at(time.Second)); got != store.Recorded {
 		t.Fatalf("first Record with its key: %v", got)
 	}
@@ -1450,14 +1451,14 @@ var _ = add("RecordOptions.Once: the request's single-use key is used up in the 
 		t.Fatalf("replayed Record: %v, want replayed", got)
 	}
 	// A key used by UseOnce (a lookup) is used up for Record, and back.
-	k2 := store.OnceKey(signedIn, "jti:agent-a:2")
+	k2 := storekit.OnceKey(signedIn.Agent, signedIn.User, "jti:agent-a:2")
 	if first, err := e.client(2).UseOnce(e.ctx(), k2, at(time.Minute), at(3*time.Second)); err != nil || !first {
 		t.Fatalf("UseOnce: %v %v", first, err)
 	}
 	if got := rec(3, k2, at(4*time.Second)); got != store.Replayed {
 		t.Fatalf("Record after UseOnce of its key: %v, want replayed", got)
 	}
-	k3 := store.OnceKey(signedIn, "jti:agent-a:3")
+	k3 := storekit.OnceKey(signedIn.Agent, signedIn.User, "jti:agent-a:3")
 	rec(0, k3, at(5*time.Second))
 	if first, err := e.client(1).UseOnce(e.ctx(), k3, at(time.Minute), at(6*time.Second)); err != nil || first {
 		t.Fatalf("UseOnce after Record used its key: %v %v, want false", first, err)
@@ -1687,7 +1688,7 @@ var _ = add("W144 a released claim's approval performs on the next request", fun
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
-	token := store.NewToken()
+	token := storekit.NewToken()
 	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
 	if c.Token != token {
 		t.Fatalf("claim token %q, want the caller's %q", c.Token, token)
@@ -1704,7 +1705,7 @@ var _ = add("W144 a released claim's approval performs on the next request", fun
 		t.Errorf("Take with the released token: %v, want ErrClaimReleased", err)
 	}
 	// The approval was never used up: the next request performs it.
-	c2 := e.claim(signedIn, tokenAction(a, store.NewToken()), at(6*time.Second))
+	c2 := e.claim(signedIn, tokenAction(a, storekit.NewToken()), at(6*time.Second))
 	if c2.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("took %s, want %s", c2.Operation.Revision, is.Operation.Revision)
 	}
@@ -1719,7 +1720,7 @@ var _ = add("W144 a Take that runs after its Release claims nothing", func(t *te
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
-	token := store.NewToken()
+	token := storekit.NewToken()
 	// The caller gave up before the store ran its Take (a stalled store):
 	// the release arrives first.
 	e.release(signedIn, token, at(2*time.Second), false)
@@ -1735,7 +1736,7 @@ var _ = add("W135 W144 a Take repeated with its token gets the same claim", func
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
-	token := store.NewToken()
+	token := storekit.NewToken()
 	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
 	again := e.claim(signedIn, tokenAction(a, token), at(3*time.Second))
 	if again.Token != c.Token || !sameOperation(again.Operation, c.Operation) || !sameApproval(again.Approval, c.Approval) {
@@ -1761,7 +1762,7 @@ var _ = add("W142 W144 a claim whose outcome was reported is never released", fu
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
-	token := store.NewToken()
+	token := storekit.NewToken()
 	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
 	e.finish(c, store.Unknown, at(3*time.Second))
 	e.release(signedIn, token, at(4*time.Second), false)
@@ -1772,7 +1773,7 @@ var _ = add("W142 W144 a claim whose outcome was reported is never released", fu
 	b := action(t, "b", `{}`)
 	isB := e.issue(signedIn, b, at(8*time.Second))
 	e.approve(signedIn, isB, at(8*time.Second))
-	tokenB := store.NewToken()
+	tokenB := storekit.NewToken()
 	cB := e.claim(signedIn, tokenAction(b, tokenB), at(9*time.Second))
 	e.finish(cB, store.NotDone, at(10*time.Second))
 	e.release(signedIn, tokenB, at(11*time.Second), false)
@@ -1792,7 +1793,7 @@ var _ = add("W95 W144 a released approval keeps its first-recorded place", func(
 		t.Fatalf("no second revision")
 	}
 	e.approve(signedIn, r2, at(lifetime/2+2*time.Second))
-	token := store.NewToken()
+	token := storekit.NewToken()
 	c := e.claim(signedIn, tokenAction(a, token), at(lifetime/2+3*time.Second))
 	if c.Operation.Revision != r1.Operation.Revision {
 		t.Fatalf("took %s, want the first recorded %s", c.Operation.Revision, r1.Operation.Revision)

@@ -1,4 +1,4 @@
-package store
+package storekit
 
 // canonicalAlready reports, without allocating, whether b is a JSON object
 // exactly as CanonicalTerms would write it: members sorted by key with no

@@ -1,0 +1,54 @@
+// Package storekit holds what the stores and the kit share and no website
+// calls: IDs, refs, slots, single-use keys, canonical terms, and the
+// markers a store implements so that the kit can call it directly.
+package storekit
+
+import "time"
+
+// InProcess is implemented by a store whose calls never wait on I/O and
+// return at once when their context is done, such as store.Memory. A caller
+// that bounds every call with a deadline (the kit's StoreTimeout) calls
+// such a store directly, without a goroutine to abandon a stalled call.
+type InProcess interface {
+	InProcess() bool
+}
+
+// ContextBound is implemented by a store whose calls wait on I/O but
+// return by their context's deadline (give or take the scheduler), such as
+// a redisstore.Store whose client has ContextTimeoutEnabled. The kit then
+// calls it directly too: the deadline it sets bounds a stalled call
+// without a goroutine to abandon it, which would add two goroutine
+// hand-offs to every store call. BoundByContext may answer false (a
+// client that doesn't apply deadlines to its I/O): the kit then runs each
+// call in a goroutine it can abandon at the deadline. A store that wraps
+// another (to trace or count its calls) should pass on its InProcess and
+// BoundByContext, as webkit.ObserveStore does.
+type ContextBound interface {
+	BoundByContext() bool
+}
+
+// OnceKey returns the single-use key for id (such as a JWT's jti) of a
+// request sent for an agent and User, for UseOnce and
+// RecordOptions.Once alike: a key marked by one is used up for the other.
+// It lives with the owner's records (on Redis, in their Cluster slot), so
+// that Record can use it up in the same step.
+func OnceKey(agent, user, id string) string {
+	return "{" + Slot(agent, user) + "}" + id
+}
+
+func SplitOnceKey(key string) (slot, id string, ok bool) {
+	if len(key) < 2 || key[0] != '{' {
+		return "", "", false
+	}
+	for i := 1; i < len(key); i++ {
+		if key[i] == '}' {
+			return key[1:i], key[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// ClaimTokenTTL is how long a store remembers a claim token (to answer a
+// repeated Take, or to refuse one after Release). A Release later than this
+// after its Take is too late, and the operation is left for Resolve.
+const ClaimTokenTTL = 10 * time.Minute
