@@ -1,3 +1,17 @@
+// Package endpoint serves a website's part of the Poppy `operations`
+// extension v3 from one origin (§4, §6 "Websites", §7): the operations
+// endpoint the Personal Agent POSTs refs and approvals to, the browser join,
+// the kit's scripts and poppy.json. A website builds one [Mount] with
+// [NewMount] and puts it in front of its own router:
+//
+//	kit := webkit.New(hashKey, encryptionKey)
+//	m, err := endpoint.NewMount(endpoint.Config{Origin: "https://shop.example", Name: "Shop", Kit: kit})
+//	http.ListenAndServe(addr, m.Handler(mux))
+//
+// The endpoint never performs anything: it records approvals, and the Gate
+// (package webkit) performs the action when the browser repeats its
+// request. It takes its store, clock, logger, observer and store timeout
+// from the Kit, so a website sets each of them once, on the Kit.
 package endpoint
 
 import (
@@ -11,6 +25,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -18,10 +33,26 @@ import (
 
 // Default paths of a Mount's routes.
 const (
-	DefaultEndpointPath  = "/poppy/operations"
-	DefaultJoinPath      = "/poppy/join"
-	DefaultPoppyJSONPath = "/.well-known/poppy.json"
+	defaultEndpointPath  = "/poppy/operations"
+	defaultJoinPath      = "/poppy/join"
+	defaultPoppyJSONPath = "/.well-known/poppy.json"
 )
+
+// DeclineRequest is what the website's decline hook sees: the approval, the
+// revision it approves, and the Session that sent it (§6 "Declining an
+// approval").
+//
+// The hook's Reason and Alternative go to the agent as they are, so they
+// must carry nothing the Session couldn't already see (W130): say what the
+// User can do instead in words that hold for any Session ("Only the
+// account holder can cancel the subscription."), never the rule or score
+// that decided it, nor another account's or User's data. Give no reason
+// code (W131): none is sent.
+type DeclineRequest struct {
+	Operation webkit.Operation
+	Approval  webkit.Approval
+	Session   webkit.Session
+}
 
 // Config is what a website says once to serve operations on its pages.
 type Config struct {
@@ -32,9 +63,10 @@ type Config struct {
 	Origin string
 	// Name is the Company's name in poppy.json; "" leaves it out.
 	Name string
-	// Kit is the website's Kit (webkit.New). Required. A Kit built without
-	// New gets its missing defaults here (BasePath, an in-memory Store),
-	// as it would at its first request.
+	// Kit is the website's Kit (webkit.New). Required. The endpoint takes
+	// the Kit's Store, Clock, Logger, Observer and StoreTimeout. A Kit
+	// built without New gets its missing defaults here (BasePath, an
+	// in-memory Store), as it would at its first request.
 	Kit *webkit.Kit
 	// Resolver loads agents' keys; nil is a new identity.Resolver (with
 	// AllowLocal when AllowLocal is set).
@@ -45,11 +77,16 @@ type Config struct {
 	// AccessTokens verifies the access tokens of signed-in Sessions at the
 	// endpoint and the join; nil: the website has no signed-in Sessions.
 	AccessTokens identity.AccessTokens
-	// Decline is the endpoint's decline hook (Endpoint.Decline); nil
-	// declines nothing.
+	// Decline, when set, is asked once checks 1–3 of §6 pass whether the
+	// website declines the approval (W123). It returns nil to accept it.
+	// It must put nothing in Reason that the Session couldn't already see
+	// (W130), and Reason is short plain language for the User (W128). A
+	// declined approval is never recorded (W134). On a website this is the
+	// only place an approval is declined, never at the browser's request
+	// (W132). nil declines nothing.
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
-	// Paths of the routes; "" is the default of each (DefaultEndpointPath,
-	// DefaultJoinPath, DefaultPoppyJSONPath). The kit's own routes are under
+	// Paths of the routes; "" is the default of each (/poppy/operations,
+	// /poppy/join, /.well-known/poppy.json). The kit's own routes are under
 	// Kit.BasePath.
 	EndpointPath, JoinPath, PoppyJSONPath string
 	// PoppyJSON holds the other members of the website's poppy.json (its
@@ -78,10 +115,8 @@ type Config struct {
 // net/http's CrossOriginProtection, [Mount.Exempt] for other libraries, and
 // [Mount.Refused] as their failure handler so that a refused join says why.
 type Mount struct {
-	// Endpoint and Join are the Mount's handlers, for a website that wants
-	// to look at them; change nothing once it serves.
-	Endpoint *Endpoint
-	Join     *webkit.Join
+	endpoint *opsendpoint.Endpoint
+	join     *webkit.Join
 
 	kit                                   *webkit.Kit
 	base                                  string
@@ -93,8 +128,8 @@ type Mount struct {
 	bypassed map[*http.CrossOriginProtection]bool
 }
 
-// ErrConfig is wrapped by every error NewMount returns.
-var ErrConfig = errors.New("endpoint: mount")
+// errConfig is wrapped by every error NewMount returns.
+var errConfig = errors.New("endpoint: mount")
 
 // NewMount checks c and builds the Mount. Every mistake it can see is an
 // error here, not at the first request: a missing or malformed Origin, a
@@ -102,10 +137,10 @@ var ErrConfig = errors.New("endpoint: mount")
 // poppy.json that would not be valid.
 func NewMount(c Config) (*Mount, error) {
 	if c.Kit == nil {
-		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", ErrConfig)
+		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", errConfig)
 	}
 	if err := c.Kit.Check(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	origin, err := checkOrigin(c.Origin)
 	if err != nil {
@@ -121,17 +156,17 @@ func NewMount(c Config) (*Mount, error) {
 	m := &Mount{
 		kit:           kit,
 		base:          kit.BasePath,
-		endpointPath:  orDefault(c.EndpointPath, DefaultEndpointPath),
-		joinPath:      orDefault(c.JoinPath, DefaultJoinPath),
-		poppyJSONPath: orDefault(c.PoppyJSONPath, DefaultPoppyJSONPath),
+		endpointPath:  orDefault(c.EndpointPath, defaultEndpointPath),
+		joinPath:      orDefault(c.JoinPath, defaultJoinPath),
+		poppyJSONPath: orDefault(c.PoppyJSONPath, defaultPoppyJSONPath),
 	}
 	if !strings.HasPrefix(m.base, "/") || !strings.HasSuffix(m.base, "/") {
-		return nil, fmt.Errorf("%w: Kit.BasePath %q must begin and end with /", ErrConfig, m.base)
+		return nil, fmt.Errorf("%w: Kit.BasePath %q must begin and end with /", errConfig, m.base)
 	}
 	seen := map[string]bool{}
 	for _, p := range []string{m.endpointPath, m.joinPath, m.poppyJSONPath} {
 		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, m.base) || seen[p] {
-			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside Kit.BasePath %q", ErrConfig, p, m.base)
+			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside Kit.BasePath %q", errConfig, p, m.base)
 		}
 		seen[p] = true
 	}
@@ -144,9 +179,13 @@ func NewMount(c Config) (*Mount, error) {
 	// StoreTimeout, so a stalled store answers 503 in bounded time.
 	replay := webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout)
 	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
-	m.Endpoint = New(kit, IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
-	m.Endpoint.Decline = c.Decline
-	m.Join = &webkit.Join{Kit: kit, URL: origin + m.joinPath, Verifier: verifier, AccessTokens: c.AccessTokens}
+	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
+	if c.Decline != nil {
+		m.endpoint.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {
+			return c.Decline(ctx, DeclineRequest(d))
+		}
+	}
+	m.join = &webkit.Join{Kit: kit, URL: origin + m.joinPath, Verifier: verifier, AccessTokens: c.AccessTokens}
 	m.static = kit.Handler()
 
 	doc := map[string]any{}
@@ -156,12 +195,12 @@ func NewMount(c Config) (*Mount, error) {
 	if c.Name != "" {
 		doc["name"] = c.Name
 	}
-	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: m.Join.URL, AllowLocal: c.AllowLocal}
+	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: m.join.URL, AllowLocal: c.AllowLocal}
 	if err := d.AddTo(doc); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	if m.poppyJSON, err = json.MarshalIndent(doc, "", "  "); err != nil {
-		return nil, fmt.Errorf("%w: poppy.json: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: poppy.json: %w", errConfig, err)
 	}
 	m.poppyJSON = append(m.poppyJSON, '\n')
 	return m, nil
@@ -180,7 +219,7 @@ func checkOrigin(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil ||
 		strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%w: Origin must be scheme://host[:port] such as https://shop.example, got %q", ErrConfig, raw)
+		return "", fmt.Errorf("%w: Origin must be scheme://host[:port] such as https://shop.example, got %q", errConfig, raw)
 	}
 	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host), nil
 }
@@ -211,9 +250,9 @@ func (m *Mount) Handler(site http.Handler) http.Handler {
 func (m *Mount) route(r *http.Request) http.Handler {
 	switch p := r.URL.Path; {
 	case p == m.endpointPath:
-		return m.Endpoint
+		return m.endpoint
 	case p == m.joinPath:
-		return m.Join
+		return m.join
 	case p == m.poppyJSONPath:
 		return http.HandlerFunc(m.servePoppyJSON)
 	case strings.HasPrefix(p, m.base):
@@ -237,9 +276,6 @@ func (m *Mount) servePoppyJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Write(m.poppyJSON)
 }
-
-// PoppyJSON returns the poppy.json the Mount serves.
-func (m *Mount) PoppyJSON() []byte { return append([]byte(nil), m.poppyJSON...) }
 
 // Paths returns the exact paths of the endpoint, the join and poppy.json,
 // then the kit's path prefix (Kit.BasePath), for a router that registers

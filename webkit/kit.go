@@ -60,8 +60,8 @@ type Kit struct {
 	Logger *slog.Logger
 	// Observer sees what the Gate, the status route and (through
 	// Kit.Observe) the endpoint and the join do, and each store step's
-	// latency; nil observes nothing. Set it before endpoint.NewMount (or
-	// endpoint.New), which hand it to the endpoint. See
+	// latency; nil observes nothing. Set it before endpoint.NewMount,
+	// which hands it to the endpoint. See
 	// webkit/metrics/prometheus and webkit/metrics/otel.
 	Observer Observer
 	// MaxBody is the longest gated request body the Gate reads, to replay it
@@ -83,7 +83,7 @@ type Kit struct {
 	// kit's plain card. It never shows the operation (W64).
 	Chrome pages.Chrome
 	// StoreTimeout is the deadline of each store call the kit makes (the
-	// Gate, the status route, and the endpoint built by endpoint.New): with
+	// Gate, the status route, and the endpoint endpoint.NewMount builds): with
 	// the store stalled, a gated request performs nothing and gets 503
 	// with Retry-After within about StoreTimeout, and requests the Gate
 	// doesn't gate never wait on the store. 0 is DefaultStoreTimeout. See

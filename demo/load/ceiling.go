@@ -29,7 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -725,7 +725,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
 	verifier := &identity.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
-	ep := endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier})
+	ep := opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier})
 	owner := store.Owner{Agent: keys.ClientID, User: "usr_approval"}
 
 	// Issue the operations and sign the JWTs first: only requests are timed.

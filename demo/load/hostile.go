@@ -31,7 +31,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
@@ -117,7 +117,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		kit.Sessions.(*webkit.CookieSessions).Insecure = true
 		verifier := &identity.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 		mux := http.NewServeMux()
-		mux.Handle("POST /poppy/operations", endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier}))
+		mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier}))
 		mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: hostileOrigin + "/poppy/join", Verifier: verifier})
 		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "exchanged\n")

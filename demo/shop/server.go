@@ -105,8 +105,7 @@ type Server struct {
 	mount     *endpoint.Mount
 	tokens    *identity.JWTAccessTokens
 	issuer    crypto.Signer
-	issuerID  string // kid of issuer
-	ops       *endpoint.Endpoint
+	issuerID  string         // kid of issuer
 	metrics   *prom.Registry // nil without Config.Metrics
 	handler   http.Handler
 }
@@ -203,7 +202,6 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shop: %w", err)
 	}
-	s.ops = s.mount.Endpoint
 
 	s.handler = s.routes()
 	return s, nil
@@ -231,9 +229,6 @@ func (s *Server) Sandboxes() int { return s.sandboxes.Len() }
 
 // URL returns the absolute URL of path on the shop.
 func (s *Server) URL(path string) string { return s.origin + path }
-
-// Endpoint is the operations endpoint (mounted at PathOperations).
-func (s *Server) Endpoint() *endpoint.Endpoint { return s.ops }
 
 func (s *Server) now() time.Time { return s.cfg.Clock() }
 

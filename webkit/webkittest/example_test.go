@@ -27,13 +27,7 @@ func newShop(decline func(context.Context, endpoint.DeclineRequest) *webkit.Decl
 	kit := webkit.New([]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210"))
 	kit.Store = store.NewMemory()
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := site.Verifier(kit.Store)
-
-	ep := endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: site.AccessTokens()})
-	ep.Decline = decline
 	mux := http.NewServeMux()
-	mux.Handle("POST /poppy/operations", ep)
-	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: site.JoinURL, Verifier: verifier, AccessTokens: site.AccessTokens()})
 
 	describe := func(r *http.Request) (webkit.Action, error) {
 		return exchangeAction(r.PathValue("order"), r.PostFormValue("size")), nil
@@ -60,7 +54,17 @@ func newShop(decline func(context.Context, endpoint.DeclineRequest) *webkit.Decl
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"exchanged_for":%q}`, req.Size)
 	})))
-	site.Handler = mux
+	m, err := endpoint.NewMount(endpoint.Config{
+		Origin:       site.Origin,
+		Kit:          kit,
+		Resolver:     site.Resolver(),     // the harness's agents, in-process
+		AccessTokens: site.AccessTokens(), // the harness's authorization server
+		Decline:      decline,
+	})
+	if err != nil {
+		panic(err)
+	}
+	site.Handler = m.Handler(mux)
 	return site
 }
 

@@ -16,10 +16,8 @@
 // runs.
 //
 //	site := webkittest.New("https://shop.example")
-//	verifier := site.Verifier(kit.Store)
-//	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: site.JoinURL, Verifier: verifier, AccessTokens: site.AccessTokens()})
-//	mux.Handle("POST /poppy/operations", endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: site.AccessTokens()}))
-//	site.Handler = mux
+//	m, err := endpoint.NewMount(endpoint.Config{Origin: site.Origin, Kit: kit, Resolver: site.Resolver(), AccessTokens: site.AccessTokens()})
+//	site.Handler = m.Handler(mux)
 //
 //	s := site.NewAgent().Session("usr_1")
 //	b, err := s.Join()                   // a browser joined to the Session
@@ -36,8 +34,9 @@
 // script repeats its request itself (opsgate.fetch), which Browser.Again
 // does.
 //
-// A website mounted with endpoint.NewMount passes Resolver: site.Resolver()
-// and AccessTokens: site.AccessTokens() in its endpoint.Config instead.
+// The Mount verifies with the harness's agents through Resolver:
+// site.Resolver() and AccessTokens: site.AccessTokens(); a website that
+// wires the join on its own verifies with site.Verifier(kit.Store).
 //
 // The harness lives under webkit because it needs only the kit's protocol
 // vocabulary and agent identity: it reaches the operations endpoint over

@@ -24,6 +24,7 @@ import (
 	"github.com/justinas/nosurf"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -39,6 +40,7 @@ type toy struct {
 	fault string
 	kit   *webkit.Kit
 	mount *endpoint.Mount
+	ep    *opsendpoint.Endpoint // the toy's endpoint, in front of the Mount's
 
 	issuer *ecdsa.PrivateKey
 
@@ -125,7 +127,14 @@ func newToy(t *testing.T, fault string) *toy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.mount.Endpoint.Auth = &toyAuth{next: s.mount.Endpoint.Auth, t: s}
+	// The toy's own endpoint, built as the Mount builds its own, with the
+	// toy's faults in its Authenticator.
+	verifier := &identity.Verifier{Origin: s.url, Resolver: &identity.Resolver{AllowLocal: true, Clock: kit.Clock},
+		Replay: webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout), Clock: kit.Clock}
+	s.ep = opsendpoint.New(kit, &toyAuth{next: opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens}, t: s})
+	s.ep.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {
+		return s.decline(ctx, endpoint.DeclineRequest(d))
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +182,15 @@ func newToy(t *testing.T, fault string) *toy {
 		})
 	}
 	inner = s.countPosts(inner)
-	site := s.mount.Handler(inner)
+	mounted := s.mount.Handler(inner)
+	endpointPath, _, _, _ := s.mount.Paths()
+	site := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == endpointPath {
+			s.ep.ServeHTTP(w, r)
+			return
+		}
+		mounted.ServeHTTP(w, r)
+	})
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: s.breakEndpoint(site)}}
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -354,7 +371,7 @@ func (s *toy) breakGate(gated http.Handler) http.Handler {
 // breakEndpoint wraps the whole site, for faults in the endpoint's answers.
 func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != endpoint.DefaultEndpointPath {
+		if endpointPath, _, _, _ := s.mount.Paths(); r.URL.Path != endpointPath {
 			site.ServeHTTP(w, r)
 			return
 		}
@@ -372,7 +389,7 @@ func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 			return
 		}
 		if s.fault == faultRecordsDeclined {
-			s.mount.Endpoint.Decline = nil // accept, then say it was declined
+			s.ep.Decline = nil // accept, then say it was declined
 		}
 		rec := httptest.NewRecorder()
 		site.ServeHTTP(rec, r)
@@ -443,7 +460,7 @@ func (s *toySessions) SessionOf(r *http.Request) (webkit.Session, bool) {
 
 // toyAuth wraps the endpoint's Authenticator.
 type toyAuth struct {
-	next endpoint.Authenticator
+	next opsendpoint.Authenticator
 	t    *toy
 }
 

@@ -1,4 +1,4 @@
-package endpoint_test
+package opsendpoint_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package endpoint_test
+package opsendpoint_test
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -83,7 +83,7 @@ func (a *agent) clientID() string { return a.keys.ClientID }
 // around an exchange handler, the endpoint, and the join.
 type shop struct {
 	kit      *webkit.Kit
-	ep       *endpoint.Endpoint
+	ep       *opsendpoint.Endpoint
 	join     *webkit.Join
 	mux      *http.ServeMux
 	server   *httptest.Server
@@ -106,7 +106,7 @@ func newShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomic.
 	verifier := &identity.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
-	s.ep = endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
+	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
 	s.join = &webkit.Join{Kit: kit, URL: origin + "/poppy/join", Verifier: verifier, AccessTokens: tokens}
 	s.mux.Handle("POST /poppy/operations", s.ep)
 	s.mux.Handle("POST /poppy/join", s.join)
@@ -452,7 +452,7 @@ func TestAgentKeysDown(t *testing.T) {
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
 	resolver := &identity.Resolver{AllowLocal: true, Clock: now}
-	s.ep.Auth = endpoint.IdentityAuthenticator{Verifier: &identity.Verifier{Origin: origin, Resolver: resolver, Replay: s.kit.Store}}
+	s.ep.Auth = opsendpoint.IdentityAuthenticator{Verifier: &identity.Verifier{Origin: origin, Resolver: resolver, Replay: s.kit.Store}}
 	a := newAgent(t)
 	a.down.Store(true)
 	status, _, h := a.call(t, s, "op_x.1-y", agentRequest{sid: "ses_1", user: "usr_1"})

@@ -1,16 +1,17 @@
-// Package endpoint is the agent-facing operations endpoint of a website
-// (§4 and §6 "Websites", §7): the URL listed as `endpoint` in
-// poppy.json, usually /poppy/operations. The Personal Agent POSTs a ref taken
-// from its browser's Poppy-Operation header to get the operation, then POSTs
-// it again with Poppy-Approval to approve it, and later to look up its status.
+// Package opsendpoint is the agent-facing operations endpoint of a website
+// (§4 and §6 "Websites", §7): the URL listed as `endpoint` in poppy.json,
+// usually /poppy/operations. The Personal Agent POSTs a ref taken from its
+// browser's Poppy-Operation header to get the operation, then POSTs it
+// again with Poppy-Approval to approve it, and later to look up its status.
 //
 // The endpoint never performs anything: it records approvals, and the Gate
 // (package webkit) performs the action when the browser repeats its request.
 //
-//	ep := endpoint.New(kit, auth)
-//	ep.Decline = func(ctx context.Context, d endpoint.DeclineRequest) *webkit.Decline { … }
-//	mux.Handle("POST /poppy/operations", ep)
-package endpoint
+// A website never imports this package: endpoint.NewMount builds the
+// endpoint from the Kit and serves it. It is here for the Mount, and for the
+// demo's load tools and the checker's faulty toy websites, which build an
+// endpoint on its own or wrap its Authenticator.
+package opsendpoint
 
 import (
 	"bytes"
@@ -63,9 +64,9 @@ var (
 	ErrUnavailable     = errors.New("endpoint: verification unavailable")
 )
 
-// DeclineRequest is what the website's decline hook sees: the approval, the
-// revision it approves, and the Session that sent it (§6 "Declining an
-// approval").
+// DeclineRequest is what the decline hook sees: the approval, the revision
+// it approves, and the Session that sent it (§6 "Declining an approval").
+// endpoint.DeclineRequest is the website's copy, with the same fields.
 //
 // The hook's Reason and Alternative go to the agent as they are, so they
 // must carry nothing the Session couldn't already see (W130): say what the
@@ -93,12 +94,11 @@ type Endpoint struct {
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
 	Clock   func() time.Time
 	Logger  *slog.Logger
-	// Observer sees each answer (webkit.Event, route "endpoint"); New
-	// takes the Kit's.
+	// Observer sees each answer (webkit.Event, route "endpoint").
 	Observer webkit.Observer
 }
 
-// New returns the endpoint for the kit's store and clock. Each store call
+// New returns the endpoint for the kit's store, clock, logger and observer. Each store call
 // has the kit's StoreTimeout, so a stalled store gets a 503 in bounded time
 // (webkit.WithStoreTimeout).
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {

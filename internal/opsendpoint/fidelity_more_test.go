@@ -1,4 +1,4 @@
-package endpoint_test
+package opsendpoint_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
@@ -52,7 +52,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	kit.Logger = slog.New(slog.DiscardHandler)
 	verifier := s.site.Verifier(st)
 	mux := http.NewServeMux()
-	mux.Handle("POST /poppy/operations", endpoint.New(kit, endpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
+	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
 	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: s.site.JoinURL, Verifier: verifier, AccessTokens: s.site.AccessTokens()})
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.runs.Add(1)
