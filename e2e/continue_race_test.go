@@ -53,6 +53,9 @@ func churningWaiting(w http.ResponseWriter, r *http.Request) {
 // finding it and clicking it; it looks again instead of reporting "no
 // Continue control on the page" (refagent clickContinue).
 func TestContinueClickSurvivesDocumentUpdates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")
 	}
@@ -85,6 +88,9 @@ func TestContinueClickSurvivesDocumentUpdates(t *testing.T) {
 // control still makes the agent's press fail, once its bound has passed,
 // saying so (the retry above does not hide a real absence).
 func TestNoContinueControlFailsClearly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")
 	}

@@ -9,6 +9,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,8 +42,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse() // for testing.Short: under -short no test needs Chromium
 	var stop func()
-	if _, err := os.Stat(chromiumPath); err == nil {
+	if _, err := os.Stat(chromiumPath); err == nil && !testing.Short() {
 		browserCtx, stop, browserErr = startChromium()
 	}
 	code := m.Run()
@@ -124,6 +126,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")
 	}

@@ -408,6 +408,9 @@ func (s *mxSite) counts() (exchanges, deliveries, notes, refusals []string, exch
 // README with nosurf or gorilla/csrf inside the Mount performs through
 // Continue on every router).
 func TestREADMEMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")
 	}

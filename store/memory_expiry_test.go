@@ -76,7 +76,7 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 // 10 MiB, and no call holds the lock for long while it forgets.
 func TestMemoryMassExpiry(t *testing.T) {
 	if testing.Short() {
-		t.Skip("fills 100,000 operations")
+		t.Skip("-short: fills 100,000 operations")
 	}
 	empty, after, _, drainMax, calls := massExpiry(t, 100_000)
 	t.Logf("100k operations: heap %.1f MiB empty, %.1f MiB after expiry (%d calls); longest call while forgetting %v", empty, after, calls, drainMax)

@@ -89,6 +89,9 @@ a { color: #0645ad; }
 // OPSGATE_SCREENSHOTS=dir keeps the screenshots there (they go to a
 // temporary directory otherwise).
 func TestBrowserChromeContrast(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", err.Error())
 	}

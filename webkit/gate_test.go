@@ -1261,6 +1261,9 @@ const chromiumPath = "/usr/bin/chromium"
 // opsgate.fetch does the same for a fetch-driven page (W149), under a
 // Content-Security-Policy that allows no inline script or style.
 func TestBrowserAutoContinue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", err.Error())
 	}

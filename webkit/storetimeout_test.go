@@ -142,6 +142,9 @@ func TestGateStoreStallReleases(t *testing.T) {
 // baseline, and after SIGCONT the approval performs on the next repeat
 // (W144): whatever the stalled Take claimed when Redis woke was released.
 func TestGateRedisStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a timing test with a stalled redis-server for seconds")
+	}
 	inst := redistest.Start(t)
 	client := inst.Client(t)
 	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})

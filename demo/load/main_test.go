@@ -32,6 +32,9 @@ func TestLoadToolSmall(t *testing.T) {
 // TestCeilingSmall runs -ceiling briefly on a redis-server it starts: every
 // measurement must produce a figure, and the last line must be the summary.
 func TestCeilingSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: measures the ceiling under load for seconds")
+	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testenv.Missing(t, "redis", "redis-server not installed")
 	}
@@ -89,6 +92,9 @@ func TestCeilingSmall(t *testing.T) {
 // that a Redis restarted from an older snapshot causes, so that its count
 // means something.
 func TestFaultsShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the fault suite kills, stalls and restarts redis-servers for a minute")
+	}
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		testenv.Missing(t, "redis", "redis-server not installed")
 	}

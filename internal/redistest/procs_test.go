@@ -63,6 +63,9 @@ func TestPauseResume(t *testing.T) {
 }
 
 func TestReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a replica")
+	}
 	t.Parallel()
 	m := startArgs(t)
 	r, err := redistest.StartReplica(t, m)
@@ -83,6 +86,9 @@ func TestReplica(t *testing.T) {
 }
 
 func TestClusterWithReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a 6-node cluster")
+	}
 	t.Parallel()
 	if _, err := redistest.StartArgs(t); err != nil {
 		testenv.Missing(t, "redis", err.Error())

@@ -226,9 +226,13 @@ func durableArgs(t testing.TB) []string {
 }
 
 // Cluster starts a Redis Cluster of three masters and no replicas, and
-// returns a client of it once every node reports cluster_state:ok.
+// returns a client of it once every node reports cluster_state:ok. Under
+// go test -short it skips the test: a cluster takes seconds to form.
 func Cluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts a Redis Cluster")
+	}
 	bin, err := binary("redis-server")
 	if err != nil {
 		skipOrFail(t, "redis", err)

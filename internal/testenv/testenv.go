@@ -1,6 +1,11 @@
 // Package testenv decides what a test does when something it needs from the
 // machine (a redis-server, a Chromium) is missing: it skips with the reason,
 // unless OPSGATE_REQUIRE names the thing, as .ci/run does, and then it fails.
+//
+// go test -short is another matter: a long test (a fault suite, a cluster,
+// a real browser) skips with t.Skip("-short: …") before it looks for what
+// it needs, so a -short skip is never a missing program and
+// OPSGATE_REQUIRE does not turn it into a failure.
 package testenv
 
 import (

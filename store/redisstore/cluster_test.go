@@ -21,7 +21,7 @@ import (
 // once (webkit/RULES.md "Durability").
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a 6-node cluster")
+		t.Skip("-short: starts a 6-node cluster")
 	}
 	nodes, err := redistest.StartCluster(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always")
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 // On a redis-server, with four web servers' stores sharing it (W135 across
 // clients, and one seal key for all).
 func TestComputedRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the computing suite on a redis-server (TestMiniredis runs it on miniredis)")
+	}
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
 		srv := redistest.Start(t)

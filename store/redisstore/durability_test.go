@@ -79,6 +79,9 @@ func TestDurableDisk(t *testing.T) {
 // the replica stalled, Take fails closed within the timeout and releases
 // the claim, so the approval performs once the replica is back (W144).
 func TestDurableReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a replica")
+	}
 	t.Parallel()
 	master := redistest.Start(t)
 	replica, err := redistest.StartReplica(t, master)
@@ -206,6 +209,9 @@ func TestDurableReplicas(t *testing.T) {
 // is confirmed, with fewer WAITs than claims; and with the replica stalled
 // every one of them fails closed and is released (W144).
 func TestClaimsShareConfirmations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a replica")
+	}
 	t.Parallel()
 	master := redistest.Start(t)
 	replica, err := redistest.StartReplica(t, master)

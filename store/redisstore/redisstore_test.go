@@ -70,6 +70,9 @@ func TestRedis(t *testing.T) {
 }
 
 func TestRedisFourClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the suite on four clients of one redis-server (TestRedis runs it on one)")
+	}
 	t.Parallel()
 	storetest.Run(t, serverHarness(4))
 }

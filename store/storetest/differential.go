@@ -29,8 +29,12 @@ import (
 // is the first seed (0 otherwise), so that a campaign can go on where the
 // last one stopped rather than run the same sequences again. A value that
 // is not a whole number in range fails the test rather than quietly
-// running CI's few sequences.
+// running CI's few sequences. Under go test -short, without
+// OPSGATE_DIFFERENTIAL_SEEDS, it runs at most 10 sequences.
 func Differential(t *testing.T, seeds, steps int, reference, subject func(t testing.TB) Harness) {
+	if testing.Short() {
+		seeds = min(seeds, shortSeeds)
+	}
 	seeds = envInt(t, "OPSGATE_DIFFERENTIAL_SEEDS", 1, seeds)
 	from := envInt(t, "OPSGATE_DIFFERENTIAL_FROM", 0, 0)
 	for seed := from; seed < from+seeds; seed++ {
@@ -64,6 +68,9 @@ func Differential(t *testing.T, seeds, steps int, reference, subject func(t test
 		})
 	}
 }
+
+// shortSeeds is how many sequences Differential runs under go test -short.
+const shortSeeds = 10
 
 // call is one random store call.
 type call struct {

@@ -125,6 +125,9 @@ func TestA24RuleKind(t *testing.T) {
 // chromium starts a headless Chromium for the test and returns a tab.
 func chromium(t *testing.T) context.Context {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	const chromiumPath = "/usr/bin/chromium"
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")

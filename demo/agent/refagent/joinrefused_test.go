@@ -181,6 +181,9 @@ func TestJoinRefusalBody(t *testing.T) {
 // Through a real Chromium: Join reads the refusal from the browser (its
 // status, WWW-Authenticate and the page's text) as joinRefusal expects.
 func TestJoinRefusedInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: real Chromium")
+	}
 	const chromiumPath = "/usr/bin/chromium"
 	if _, err := os.Stat(chromiumPath); err != nil {
 		testenv.Missing(t, "chromium", chromiumPath+" not found")
