@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // The helpers below are the Mount tests' share of the endpoint's flow
@@ -21,8 +21,8 @@ var cookieKeys = [][]byte{[]byte("0123456789abcdef0123456789abcdef"), []byte("fe
 // agent is a Personal Agent: its keys, and a loopback server for its
 // metadata document and JWKS (local development, as the demo).
 type agent struct {
-	keys   *identity.AgentKeys
-	dlg    *identity.Delegation
+	keys   *agentside.AgentKeys
+	dlg    *agentside.Delegation
 	server *httptest.Server
 }
 
@@ -32,7 +32,7 @@ func newAgent(t testing.TB) *agent {
 	mux := http.NewServeMux()
 	a.server = httptest.NewServer(mux)
 	t.Cleanup(a.server.Close)
-	keys, err := identity.NewAgentKeys(a.server.URL+"/client", "ES256")
+	keys, err := agentside.NewAgentKeys(a.server.URL+"/client", "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/justinas/nosurf"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -119,8 +120,8 @@ var crossSite = http.Header{"Sec-Fetch-Site": {"cross-site"}, "Origin": {"https:
 func (b *mountBrowser) join(sid string) (*http.Response, string) {
 	b.s.t.Helper()
 	_, joinPath, _, _ := b.s.m.Paths()
-	assertion, err := b.s.agent.dlg.BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: origin + joinPath, SID: sid, User: "usr_1", Lifetime: 30 * time.Second},
+	assertion, err := b.s.agent.dlg.BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: origin + joinPath, SID: sid, User: "usr_1", Lifetime: 30 * time.Second},
 		ReturnTo:      origin + "/orders",
 		Extensions:    `"operations";v="3"`,
 	})
@@ -147,7 +148,7 @@ func (b *mountBrowser) exchange(order, size string, h http.Header) (*http.Respon
 // server to server, no browser headers.
 func (s *mounted) agentCall(ref, approval string) (int, map[string]any) {
 	s.t.Helper()
-	jwt, err := s.agent.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	jwt, err := s.agent.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 	if err != nil {
 		s.t.Fatal(err)
 	}

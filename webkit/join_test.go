@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -32,12 +33,12 @@ type joinEnv struct {
 	srv  *httptest.Server
 
 	mu     sync.Mutex
-	agents map[string]*identity.AgentKeys // by client_id
+	agents map[string]*agentside.AgentKeys // by client_id
 }
 
 func newJoinEnv(t testing.TB) *joinEnv {
 	t.Helper()
-	e := &joinEnv{agents: map[string]*identity.AgentKeys{}}
+	e := &joinEnv{agents: map[string]*agentside.AgentKeys{}}
 	e.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, jwks := strings.CutSuffix(e.srv.URL+r.URL.Path, "/jwks")
 		e.mu.Lock()
@@ -66,10 +67,10 @@ func newJoinEnv(t testing.TB) *joinEnv {
 }
 
 // agent makes an agent at path (under /agent/) and a delegation of it.
-func (e *joinEnv) agent(t testing.TB, path string) *identity.Delegation {
+func (e *joinEnv) agent(t testing.TB, path string) *agentside.Delegation {
 	t.Helper()
 	id := e.srv.URL + "/agent/" + path
-	k, err := identity.NewAgentKeys(id, "ES256")
+	k, err := agentside.NewAgentKeys(id, "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +84,10 @@ func (e *joinEnv) agent(t testing.TB, path string) *identity.Delegation {
 	return d
 }
 
-func assertion(t testing.TB, d *identity.Delegation, sid, user, accessToken, extensions string) string {
+func assertion(t testing.TB, d *agentside.Delegation, sid, user, accessToken, extensions string) string {
 	t.Helper()
-	a, err := d.BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: joinURL, SID: sid, User: user, AccessToken: accessToken, Lifetime: 30 * time.Second},
+	a, err := d.BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: joinURL, SID: sid, User: user, AccessToken: accessToken, Lifetime: 30 * time.Second},
 		ReturnTo:      joinOrigin + "/after",
 		Extensions:    extensions,
 	})
@@ -335,7 +336,7 @@ func TestJoinConflict(t *testing.T) {
 	main, mark := cs["__Host-opsgate_join"], cs["__Host-opsgate_join_bound"]
 	for _, tt := range []struct {
 		name    string
-		d       *identity.Delegation
+		d       *agentside.Delegation
 		user    string
 		cookies []*http.Cookie
 	}{

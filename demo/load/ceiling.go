@@ -29,6 +29,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
@@ -704,7 +706,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	mux := http.NewServeMux()
 	agentSrv := httptest.NewServer(mux)
 	defer agentSrv.Close()
-	keys, err := identity.NewAgentKeys(agentSrv.URL+"/client", "ES256")
+	keys, err := agentside.NewAgentKeys(agentSrv.URL+"/client", "ES256")
 	if err != nil {
 		return ac, err
 	}
@@ -738,7 +740,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 		if err != nil {
 			return ac, err
 		}
-		jwt, err := dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: owner.User})
+		jwt, err := dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: owner.User})
 		if err != nil {
 			return ac, err
 		}
@@ -930,7 +932,7 @@ func bareChecks(jwt string, jwks []byte) ([]sigCheck, error) {
 	if err := json.Unmarshal(dpayload, &d); err != nil {
 		return nil, err
 	}
-	delegated, err := identity.ParseJWK(d.Cnf.JWK)
+	delegated, err := jose.ParseJWK(d.Cnf.JWK)
 	if err != nil {
 		return nil, err
 	}
@@ -940,7 +942,7 @@ func bareChecks(jwt string, jwks []byte) ([]sigCheck, error) {
 	if err := json.Unmarshal(jwks, &set); err != nil || len(set.Keys) == 0 {
 		return nil, fmt.Errorf("agent JWKS: %v", err)
 	}
-	agentKey, err := identity.ParseJWK(set.Keys[0])
+	agentKey, err := jose.ParseJWK(set.Keys[0])
 	if err != nil {
 		return nil, err
 	}

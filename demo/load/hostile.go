@@ -31,6 +31,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -369,8 +371,8 @@ func merge(phases []phaseStats) phaseStats {
 // hostileAgent is an agent's web presence on loopback: its metadata
 // document and JWKS, plus whatever junk an attacker serves.
 type hostileAgent struct {
-	keys   *identity.AgentKeys
-	dlg    *identity.Delegation
+	keys   *agentside.AgentKeys
+	dlg    *agentside.Delegation
 	server *httptest.Server
 	big    []byte // a JWKS with a huge junk RSA key (attacker)
 	cnfKey *ecdsa.PrivateKey
@@ -381,7 +383,7 @@ func newHostileAgent(name string) (*hostileAgent, error) {
 	a := &hostileAgent{stop: make(chan struct{})}
 	mux := http.NewServeMux()
 	a.server = httptest.NewServer(mux)
-	keys, err := identity.NewAgentKeys(a.server.URL+"/client", "ES256")
+	keys, err := agentside.NewAgentKeys(a.server.URL+"/client", "ES256")
 	if err != nil {
 		a.server.Close()
 		return nil, err
@@ -425,13 +427,13 @@ func newHostileAgent(name string) (*hostileAgent, error) {
 		a.server.Close()
 		return nil, err
 	}
-	cnfJWK, err := identity.NewJWK(a.cnfKey.Public(), "cnf-1", "ES256")
+	cnfJWK, err := jose.NewJWK(a.cnfKey.Public(), "cnf-1", "ES256")
 	if err != nil {
 		a.server.Close()
 		return nil, err
 	}
 	cnfJWK.Use = "sig"
-	cnfJWKS, _ := json.Marshal(map[string]any{"keys": []identity.JWK{cnfJWK}})
+	cnfJWKS, _ := json.Marshal(map[string]any{"keys": []jose.JWK{cnfJWK}})
 	mux.HandleFunc("/cnf", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		b, _ := json.Marshal(map[string]string{"client_id": a.server.URL + "/cnf", "client_name": "cnf", "jwks_uri": a.server.URL + "/cnfjwks"})
@@ -480,7 +482,7 @@ func (a *hostileAgent) hugeCnfDelegation() string {
 		"iss": a.server.URL + "/cnf", "cnf": map[string]any{"jwk": set.Keys[0]},
 		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 	})
-	t.Header["typ"] = identity.TypDelegation
+	t.Header["typ"] = jose.TypDelegation
 	t.Header["kid"] = "cnf-1"
 	s, err := t.SignedString(a.cnfKey)
 	if err != nil {
@@ -529,7 +531,7 @@ func (a *hostileAgent) approve(ctx context.Context, client *http.Client, base, u
 }
 
 func (a *hostileAgent) endpoint(ctx context.Context, client *http.Client, base, user, ref, approval string) (int, []byte, error) {
-	jwt, err := a.dlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_" + user, User: user})
+	jwt, err := a.dlg.SessionJWT(agentside.SessionClaims{Audience: hostileOrigin, SID: "ses_" + user, User: user})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -585,7 +587,7 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int)
 	rand.Read(junkSig)
 	// A delegation from the junk-key agent: its own claims (iss), RS256
 	// under the huge key, a signature of garbage.
-	bigKeys, _ := identity.NewAgentKeys(a.server.URL+"/bigkey", "ES256")
+	bigKeys, _ := agentside.NewAgentKeys(a.server.URL+"/bigkey", "ES256")
 	bigDlg, _ := bigKeys.Delegate(time.Hour)
 	hoard, _ := a.bind(shop.kits[0], "usr_hoard")
 	cnfDlg := a.hugeCnfDelegation()
@@ -594,27 +596,27 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int)
 	// figures; each is used once, but for the slow-drip agents'.
 	junkDlg := rewrap(bigDlg.Compact(), map[string]any{"alg": "RS256", "kid": "big"}, junkSig)
 	fresh := func(what string) string { // a Session JWT of a new agent under what
-		k, err := identity.NewAgentKeys(fmt.Sprintf("%s/%s/%d", a.server.URL, what, mrand.Int64()), "ES256")
+		k, err := agentside.NewAgentKeys(fmt.Sprintf("%s/%s/%d", a.server.URL, what, mrand.Int64()), "ES256")
 		if err != nil {
 			return ""
 		}
 		d, _ := k.Delegate(time.Hour)
-		jwt, _ := d.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+		jwt, _ := d.SessionJWT(agentside.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
 		return jwt
 	}
 	gens := map[string]func() string{
 		"endpoint": func() string {
-			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			jwt, _ := bigDlg.SessionJWT(agentside.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
 			parts := strings.SplitN(jwt, ".", 3)
 			return rewrap(jwt, map[string]any{"poppy_dlg": junkDlg}, []byte(parts[2]))
 		},
 		"join": func() string {
-			as, _ := bigDlg.BrowserAssertion(identity.BrowserClaims{SessionClaims: identity.SessionClaims{Audience: hostileOrigin + "/poppy/join", SID: "ses_x", User: "usr_x"}, ReturnTo: hostileOrigin + "/", Extensions: `"operations";v="3"`})
+			as, _ := bigDlg.BrowserAssertion(agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{Audience: hostileOrigin + "/poppy/join", SID: "ses_x", User: "usr_x"}, ReturnTo: hostileOrigin + "/", Extensions: `"operations";v="3"`})
 			parts := strings.SplitN(as, ".", 3)
 			return rewrap(as, map[string]any{"poppy_dlg": junkDlg}, []byte(parts[2]))
 		},
 		"cnf": func() string {
-			jwt, _ := bigDlg.SessionJWT(identity.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
+			jwt, _ := bigDlg.SessionJWT(agentside.SessionClaims{Audience: hostileOrigin, SID: "ses_x", User: "usr_x"})
 			b64 := base64.RawURLEncoding
 			parts := strings.SplitN(jwt, ".", 3)
 			payload, _ := b64.DecodeString(parts[1])
@@ -622,7 +624,7 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int)
 			json.Unmarshal(payload, &claims)
 			claims["iss"] = a.server.URL + "/cnf"
 			pb, _ := json.Marshal(claims)
-			hb, _ := json.Marshal(map[string]any{"alg": "RS256", "typ": identity.TypSession, "poppy_dlg": cnfDlg})
+			hb, _ := json.Marshal(map[string]any{"alg": "RS256", "typ": jose.TypSession, "poppy_dlg": cnfDlg})
 			return b64.EncodeToString(hb) + "." + b64.EncodeToString(pb) + "." + b64.EncodeToString(junkSig)
 		},
 		"client_ids": func() string { return fresh("junk") },

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
-	"github.com/opsgate/opsgate/webkit/identity"
+	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 // TokenLifetime is how long a demo access token lasts.
@@ -60,5 +60,5 @@ func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
 // IssueAccessToken signs a demo access token for clientID and account, as
 // POST /demo/token does (for tests and the reference agent in-process).
 func (s *Server) IssueAccessToken(clientID, account string) (string, error) {
-	return identity.IssueAccessTokenAt(s.issuer, s.issuerID, s.origin, clientID, account, s.cfg.Clock(), TokenLifetime)
+	return agentside.IssueAccessTokenAt(s.issuer, s.issuerID, s.origin, clientID, account, s.cfg.Clock(), TokenLifetime)
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // W46: a recorded approval of a website operation applies to a browser
@@ -66,7 +66,7 @@ func TestForgedSessionJWT(t *testing.T) {
 	_, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"})
 	op := body["operation"].(map[string]any)
 
-	forger, err := identity.NewAgentKeys(a.clientID(), "ES256") // same client_id, keys not in its JWKS
+	forger, err := agentside.NewAgentKeys(a.clientID(), "ES256") // same client_id, keys not in its JWKS
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestForgedSessionJWT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jwt, err := dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	jwt, err := dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestApprovalOnlyAtEndpoint(t *testing.T) {
 	_, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"})
 	op := body["operation"].(map[string]any)
 
-	jwt, err := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	jwt, err := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 	if err != nil {
 		t.Fatal(err)
 	}

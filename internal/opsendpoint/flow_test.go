@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
@@ -34,8 +36,8 @@ import (
 // agent is a Personal Agent: its keys, and a loopback server for its
 // metadata document and JWKS (local development, as the demo).
 type agent struct {
-	keys     *identity.AgentKeys
-	dlg      *identity.Delegation
+	keys     *agentside.AgentKeys
+	dlg      *agentside.Delegation
 	server   *httptest.Server
 	down     atomic.Bool
 	requests atomic.Int32
@@ -48,7 +50,7 @@ func newAgent(t testing.TB) *agent {
 	a.server = httptest.NewServer(mux)
 	t.Cleanup(a.server.Close)
 	clientID := a.server.URL + "/client"
-	keys, err := identity.NewAgentKeys(clientID, "ES256")
+	keys, err := agentside.NewAgentKeys(clientID, "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +145,8 @@ func joinBrowser(t testing.TB, s *shop, a *agent, sid, user, account, extensions
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	b := &browser{t: t, client: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	claims := identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: origin + "/poppy/join", SID: sid, User: user, Lifetime: 30 * time.Second},
+	claims := agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: origin + "/poppy/join", SID: sid, User: user, Lifetime: 30 * time.Second},
 		ReturnTo:      origin + "/orders",
 		Extensions:    extensions,
 	}
@@ -170,7 +172,7 @@ func joinBrowser(t testing.TB, s *shop, a *agent, sid, user, account, extensions
 }
 
 func (a *agent) accessToken(t testing.TB, s *shop, account string) string {
-	tok, err := identity.IssueAccessToken(s.tokenKey, "shop-1", origin, a.clientID(), account, time.Hour)
+	tok, err := agentside.IssueAccessToken(s.tokenKey, "shop-1", origin, a.clientID(), account, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ type agentRequest struct {
 // call sends POST {ref} to shop s's endpoint as the agent.
 func (a *agent) call(t testing.TB, s *shop, ref string, q agentRequest) (int, map[string]any, http.Header) {
 	t.Helper()
-	claims := identity.SessionClaims{Audience: origin, SID: q.sid, User: q.user, JTI: q.jti}
+	claims := agentside.SessionClaims{Audience: origin, SID: q.sid, User: q.user, JTI: q.jti}
 	var token string
 	if q.account != "" {
 		token = a.accessToken(t, s, q.account)
@@ -399,7 +401,7 @@ func TestAttacks(t *testing.T) {
 	}
 	t.Run("access token issued to another agent", func(t *testing.T) {
 		tok := other.accessToken(t, s, "acct_1")
-		jwt, _ := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: tok})
+		jwt, _ := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: tok})
 		req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/poppy/operations", strings.NewReader(`{"ref":"`+r+`"}`))
 		req.Header.Set(webkit.HeaderSession, jwt)
 		req.Header.Set(webkit.HeaderVersion, "1.0")
@@ -481,7 +483,7 @@ func TestJoin(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
-	assert := func(c identity.BrowserClaims) string {
+	assert := func(c agentside.BrowserClaims) string {
 		if c.Audience == "" {
 			c.Audience = origin + "/poppy/join"
 		}
@@ -500,10 +502,10 @@ func TestJoin(t *testing.T) {
 		{"no assertion", url.Values{}, 400},
 		{"two assertions", url.Values{"assertion": {"a", "b"}}, 400},
 		{"garbage assertion", url.Values{"assertion": {"not-a-jwt"}}, 401},
-		{"wrong aud", url.Values{"assertion": {assert(identity.BrowserClaims{SessionClaims: identity.SessionClaims{Audience: origin + "/elsewhere"}, ReturnTo: origin + "/"})}}, 401},
-		{"return_to on another origin", url.Values{"assertion": {assert(identity.BrowserClaims{ReturnTo: "https://evil.example/"})}}, 401},
+		{"wrong aud", url.Values{"assertion": {assert(agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{Audience: origin + "/elsewhere"}, ReturnTo: origin + "/"})}}, 401},
+		{"return_to on another origin", url.Values{"assertion": {assert(agentside.BrowserClaims{ReturnTo: "https://evil.example/"})}}, 401},
 		{"access token for a signed-in join of another agent", url.Values{
-			"assertion":    {assert(identity.BrowserClaims{ReturnTo: origin + "/"})},
+			"assertion":    {assert(agentside.BrowserClaims{ReturnTo: origin + "/"})},
 			"access_token": {newAgent(t).accessToken(t, s, "acct_1")}}, 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -568,10 +570,10 @@ func BenchmarkApproval(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				jwt, _ := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+				jwt, _ := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 				reqs[i] = one{jwt, `{"ref":"` + iss.Ref + `"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, iss.Operation.ID, iss.Operation.Revision)}
 			}
-			warm, _ := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+			warm, _ := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 			if _, err := s.ep.Auth.Authenticate(ctx, sessionRequest(warm, `{"ref":"a.b"}`, "")); err != nil {
 				b.Fatal(err)
 			}
@@ -618,7 +620,7 @@ func rawSignatureChecks(b *testing.B, jwt string, agentKey *ecdsa.PublicKey) {
 		} `json:"cnf"`
 	}
 	json.Unmarshal(payload, &d)
-	delegated, err := identity.ParseJWK(d.Cnf.JWK)
+	delegated, err := jose.ParseJWK(d.Cnf.JWK)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -644,10 +646,10 @@ func BenchmarkApprovalSignatures(b *testing.B) {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	json.Unmarshal(a.keys.JWKS(), &set)
-	k, err := identity.ParseJWK(set.Keys[0])
+	k, err := jose.ParseJWK(set.Keys[0])
 	if err != nil {
 		b.Fatal(err)
 	}
-	jwt, _ := a.dlg.SessionJWT(identity.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+	jwt, _ := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 	rawSignatureChecks(b, jwt, k.Key.(*ecdsa.PublicKey))
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // AccessTokens verifies the access tokens a Personal Agent sends in
@@ -75,9 +77,9 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 		now = a.Clock()
 	}
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods(signingAlgs),
+		jwt.WithValidMethods(jose.SigningAlgs),
 		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(Leeway),
+		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
@@ -108,7 +110,7 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 			key = a.Keys[kid]
 		}
 		// The key's type must fit the alg: the token alone never decides.
-		if key == nil || !keyFits(key, alg) {
+		if key == nil || !jose.KeyFits(key, alg) {
 			keyErr = invalid("access token: no key %q for alg %q", kid, alg)
 			return nil, keyErr
 		}
@@ -141,7 +143,7 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 // more than one Authorization header, another scheme, and a value that
 // holds anything besides one token68 (RFC 6750 §2.1), such as a token
 // combined with other credentials (webkit/RULES.md "Hardening"). Errors wrap
-// ErrMalformedAuthorization.
+// errMalformedAuthorization.
 func ParseAuthorization(h http.Header) (string, error) {
 	values := h.Values("Authorization")
 	switch len(values) {
@@ -149,14 +151,14 @@ func ParseAuthorization(h http.Header) (string, error) {
 		return "", nil
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: %d Authorization headers", ErrMalformedAuthorization, len(values))
+		return "", fmt.Errorf("%w: %d Authorization headers", errMalformedAuthorization, len(values))
 	}
 	scheme, token, ok := strings.Cut(values[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", fmt.Errorf("%w: scheme is not Bearer", ErrMalformedAuthorization)
+		return "", fmt.Errorf("%w: scheme is not Bearer", errMalformedAuthorization)
 	}
 	if !isToken68(token) {
-		return "", fmt.Errorf("%w: not one token68", ErrMalformedAuthorization)
+		return "", fmt.Errorf("%w: not one token68", errMalformedAuthorization)
 	}
 	return token, nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 func TestJWTAccessTokens(t *testing.T) {
@@ -33,7 +35,7 @@ func TestJWTAccessTokens(t *testing.T) {
 		return c
 	}
 	issued := func(key any, kid string) string {
-		s, err := IssueAccessToken(key.(crypto.Signer), kid, issuer, agent, "acct_1", time.Hour)
+		s, err := agentside.IssueAccessToken(key.(crypto.Signer), kid, issuer, agent, "acct_1", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,8 +128,8 @@ func TestParseAuthorization(t *testing.T) {
 			if tt.ok != (err == nil) || got != tt.want {
 				t.Fatalf("ParseAuthorization(%q) = %q, %v", tt.values, got, err)
 			}
-			if err != nil && !errors.Is(err, ErrMalformedAuthorization) {
-				t.Errorf("err = %v, want ErrMalformedAuthorization", err)
+			if err != nil && !errors.Is(err, errMalformedAuthorization) {
+				t.Errorf("err = %v, want errMalformedAuthorization", err)
 			}
 		})
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -22,7 +24,7 @@ type env struct {
 	clk *clock
 	a   *agentServer
 	v   *Verifier
-	d   *Delegation
+	d   *agentside.Delegation
 }
 
 func newEnv(t *testing.T) *env {
@@ -45,7 +47,7 @@ func (e *env) claims() jwt.MapClaims {
 	}
 }
 
-func (e *env) session(t *testing.T, c SessionClaims) string {
+func (e *env) session(t *testing.T, c agentside.SessionClaims) string {
 	t.Helper()
 	if c.Audience == "" {
 		c.Audience = origin
@@ -78,11 +80,11 @@ func forge(t *testing.T, alg string, key any, header map[string]any, claims jwt.
 // forgeDelegation signs a delegation of e's delegated key with key.
 func (e *env) forgeDelegation(t *testing.T, alg string, key crypto.Signer, kid string, iat time.Time, life time.Duration) string {
 	t.Helper()
-	jwk, err := NewJWK(e.d.key.Public(), "", "ES256")
+	jwk, err := jose.NewJWK(e.d.Signer().Public(), "", "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return forge(t, alg, key, map[string]any{"typ": TypDelegation, "kid": kid}, jwt.MapClaims{
+	return forge(t, alg, key, map[string]any{"typ": jose.TypDelegation, "kid": kid}, jwt.MapClaims{
 		"iss": e.a.clientID, "cnf": map[string]any{"jwk": jwk},
 		"iat": iat.Unix(), "exp": iat.Add(life).Unix(),
 	})
@@ -97,19 +99,19 @@ func b64json(v any) string {
 // choice 1 and its hardening).
 func TestSessionAttacks(t *testing.T) {
 	t.Parallel()
-	hdr := func(e *env) map[string]any { return map[string]any{"typ": TypSession, "poppy_dlg": e.d.Compact()} }
+	hdr := func(e *env) map[string]any { return map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()} }
 	tests := []struct {
 		name string
 		// attack returns the error of the attack's verification.
 		attack func(t *testing.T, e *env) error
 	}{
 		{"alg none", func(t *testing.T, e *env) error {
-			tok := b64json(map[string]any{"alg": "none", "typ": TypSession, "poppy_dlg": e.d.Compact()}) + "." + b64json(e.claims()) + "."
+			tok := b64json(map[string]any{"alg": "none", "typ": jose.TypSession, "poppy_dlg": e.d.Compact()}) + "." + b64json(e.claims()) + "."
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"HS256 signed with the delegated public key", func(t *testing.T, e *env) error {
-			jwk, _ := NewJWK(e.d.key.Public(), "", "ES256")
+			jwk, _ := jose.NewJWK(e.d.Signer().Public(), "", "ES256")
 			secret, _ := json.Marshal(jwk)
 			tok := forge(t, "HS256", secret, hdr(e), e.claims())
 			_, err := e.v.VerifySession(t.Context(), tok, "")
@@ -121,7 +123,7 @@ func TestSessionAttacks(t *testing.T) {
 			return err
 		}},
 		{"signature's last character changed in bits base64 leaves unused", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{})
+			tok := e.session(t, agentside.SessionClaims{})
 			_, err := e.v.VerifySession(t.Context(), unusedBitChanged(t, tok), "")
 			// The unaltered token verifies after it: the altered one was
 			// refused for its encoding and did not use up its jti.
@@ -133,58 +135,58 @@ func TestSessionAttacks(t *testing.T) {
 		{"delegation's last character changed in bits base64 leaves unused", func(t *testing.T, e *env) error {
 			h := hdr(e)
 			h["poppy_dlg"] = unusedBitChanged(t, e.d.Compact())
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, h, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), h, e.claims()), "")
 			return err
 		}},
 		{"expired", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{IssuedAt: e.clk.Now().Add(-3 * time.Minute), Lifetime: time.Minute})
+			tok := e.session(t, agentside.SessionClaims{IssuedAt: e.clk.Now().Add(-3 * time.Minute), Lifetime: time.Minute})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"iat in the future beyond leeway", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{IssuedAt: e.clk.Now().Add(2 * time.Minute)})
+			tok := e.session(t, agentside.SessionClaims{IssuedAt: e.clk.Now().Add(2 * time.Minute)})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"lifetime over 300 s", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{Lifetime: 301 * time.Second})
+			tok := e.session(t, agentside.SessionClaims{Lifetime: 301 * time.Second})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"no iat", func(t *testing.T, e *env) error {
 			c := e.claims()
 			delete(c, "iat")
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"no exp", func(t *testing.T, e *env) error {
 			c := e.claims()
 			delete(c, "exp")
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"wrong aud", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{Audience: "https://evil.example"})
+			tok := e.session(t, agentside.SessionClaims{Audience: "https://evil.example"})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"aud with a path", func(t *testing.T, e *env) error {
-			tok := e.session(t, SessionClaims{Audience: origin + "/"})
+			tok := e.session(t, agentside.SessionClaims{Audience: origin + "/"})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"aud naming two sites", func(t *testing.T, e *env) error {
 			c := e.claims()
 			c["aud"] = []string{origin, "https://other.example"}
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"wrong typ", func(t *testing.T, e *env) error {
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": "JWT", "poppy_dlg": e.d.Compact()}, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": "JWT", "poppy_dlg": e.d.Compact()}, e.claims()), "")
 			return err
 		}},
 		{"browser assertion used as Session JWT", func(t *testing.T, e *env) error {
-			tok, _ := e.d.BrowserAssertion(BrowserClaims{SessionClaims: SessionClaims{Audience: origin, SID: "s", User: "u"}, ReturnTo: origin + "/"})
+			tok, _ := e.d.BrowserAssertion(agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{Audience: origin, SID: "s", User: "u"}, ReturnTo: origin + "/"})
 			_, err := e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
@@ -192,41 +194,41 @@ func TestSessionAttacks(t *testing.T) {
 			h := hdr(e)
 			h["crit"] = []string{"b64"}
 			h["b64"] = false
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, h, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), h, e.claims()), "")
 			return err
 		}},
 		{"no poppy_dlg", func(t *testing.T, e *env) error {
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession}, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession}, e.claims()), "")
 			return err
 		}},
 		{"delegation by an unknown kid", func(t *testing.T, e *env) error {
-			dlg := e.forgeDelegation(t, "ES256", e.a.keys.key, "unknown-kid", e.clk.Now(), time.Hour)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), "")
+			dlg := e.forgeDelegation(t, "ES256", e.a.keys.Signer(), "unknown-kid", e.clk.Now(), time.Hour)
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), "")
 			return err
 		}},
 		{"delegation kid right but alg wrong", func(t *testing.T, e *env) error {
 			p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
 			dlg := e.forgeDelegation(t, "ES384", p384, e.a.keys.Kid(), e.clk.Now(), time.Hour)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), "")
 			return err
 		}},
 		{"delegation signed by another key under the agent's kid", func(t *testing.T, e *env) error {
 			other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 			dlg := e.forgeDelegation(t, "ES256", other, e.a.keys.Kid(), e.clk.Now(), time.Hour)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), "")
 			return err
 		}},
 		{"delegation with wrong typ", func(t *testing.T, e *env) error {
-			jwk, _ := NewJWK(e.d.key.Public(), "", "ES256")
-			dlg := forge(t, "ES256", e.a.keys.key, map[string]any{"typ": "JWT", "kid": e.a.keys.Kid()}, jwt.MapClaims{
+			jwk, _ := jose.NewJWK(e.d.Signer().Public(), "", "ES256")
+			dlg := forge(t, "ES256", e.a.keys.Signer(), map[string]any{"typ": "JWT", "kid": e.a.keys.Kid()}, jwt.MapClaims{
 				"iss": e.a.clientID, "cnf": map[string]any{"jwk": jwk}, "iat": e.clk.Now().Unix(), "exp": e.clk.Now().Add(time.Hour).Unix(),
 			})
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), "")
 			return err
 		}},
 		{"expired delegation", func(t *testing.T, e *env) error {
-			dlg := e.forgeDelegation(t, "ES256", e.a.keys.key, e.a.keys.Kid(), e.clk.Now().Add(-2*time.Hour), time.Hour)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), "")
+			dlg := e.forgeDelegation(t, "ES256", e.a.keys.Signer(), e.a.keys.Kid(), e.clk.Now().Add(-2*time.Hour), time.Hour)
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), "")
 			return err
 		}},
 		{"delegation lifetime over 24 h", func(t *testing.T, e *env) error {
@@ -234,49 +236,49 @@ func TestSessionAttacks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tok, _ := d.SessionJWT(SessionClaims{Audience: origin, SID: "s", User: "u"})
+			tok, _ := d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "s", User: "u"})
 			_, err = e.v.VerifySession(t.Context(), tok, "")
 			return err
 		}},
 		{"JWT not signed by the delegated key", func(t *testing.T, e *env) error {
 			other, _ := e.a.keys.Delegate(time.Hour)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", other.key, hdr(e), e.claims()), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", other.Signer(), hdr(e), e.claims()), "")
 			return err
 		}},
 		{"iss differs from the delegation's", func(t *testing.T, e *env) error {
 			c := e.claims()
 			c["iss"] = "https://other.example/agent"
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"empty sid", func(t *testing.T, e *env) error {
 			c := e.claims()
 			c["sid"] = ""
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"sub with a control character", func(t *testing.T, e *env) error {
 			c := e.claims()
 			c["sub"] = "usr\n1"
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"sid over 255 bytes", func(t *testing.T, e *env) error {
 			c := e.claims()
 			c["sid"] = strings.Repeat("s", 256)
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"no jti", func(t *testing.T, e *env) error {
 			c := e.claims()
 			delete(c, "jti")
-			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr(e), c), "")
+			_, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr(e), c), "")
 			return err
 		}},
 		{"replayed jti across two Verifiers sharing one store", func(t *testing.T, e *env) error {
 			shared := store.NewMemory()
 			v1, v2 := e.a.verifier(e.clk, shared), e.a.verifier(e.clk, shared)
-			tok := e.session(t, SessionClaims{})
+			tok := e.session(t, agentside.SessionClaims{})
 			if _, err := v1.VerifySession(t.Context(), tok, ""); err != nil {
 				t.Fatalf("first use: %v", err)
 			}
@@ -284,19 +286,19 @@ func TestSessionAttacks(t *testing.T) {
 			return err
 		}},
 		{"ath mismatch", func(t *testing.T, e *env) error {
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{AccessToken: "token-a"}), "token-b")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{AccessToken: "token-a"}), "token-b")
 			return err
 		}},
 		{"ath missing with a token", func(t *testing.T, e *env) error {
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "token-b")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "token-b")
 			return err
 		}},
 		{"ath present without a token", func(t *testing.T, e *env) error {
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{AccessToken: "token-a"}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{AccessToken: "token-a"}), "")
 			return err
 		}},
 		{"access token issued to another agent", func(t *testing.T, e *env) error {
-			s, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{AccessToken: "tok"}), "tok")
+			s, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{AccessToken: "tok"}), "tok")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,40 +306,40 @@ func TestSessionAttacks(t *testing.T) {
 		}},
 		{"W146 agent refused by AcceptAgent (a revoked client_id)", func(t *testing.T, e *env) error {
 			e.v.AcceptAgent = func(string) bool { return false }
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "")
 			return err
 		}},
 		{"metadata that doesn't name itself", func(t *testing.T, e *env) error {
 			m := []byte(`{"client_id":"https://other.example/agent","jwks_uri":"` + e.a.srv.URL + `/jwks"}`)
 			e.a.metadata.Store(&m)
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "")
 			return err
 		}},
 		{"jwks_uri on another host", func(t *testing.T, e *env) error {
 			other := strings.Replace(e.a.srv.URL, "127.0.0.1", "localhost", 1) + "/jwks"
 			m := e.a.keys.Metadata(other, "x")
 			e.a.metadata.Store(&m)
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "")
 			return err
 		}},
 		{"jwks_uri on another port", func(t *testing.T, e *env) error {
 			m := e.a.keys.Metadata("https://127.0.0.1:1/jwks", "x")
 			e.a.metadata.Store(&m)
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "")
 			return err
 		}},
 		{"redirect", func(t *testing.T, e *env) error {
-			_, err := e.v.Resolver.Agent(t.Context(), e.a.srv.URL+"/redirect")
+			_, err := e.v.Resolver.agent(t.Context(), e.a.srv.URL+"/redirect")
 			return err
 		}},
 		{"oversized document", func(t *testing.T, e *env) error {
 			m := []byte(`{"client_id":"` + e.a.clientID + `","jwks_uri":"` + e.a.srv.URL + `/jwks","pad":"` + strings.Repeat("x", 65<<10) + `"}`)
 			e.a.metadata.Store(&m)
-			_, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), "")
+			_, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), "")
 			return err
 		}},
 		{"client_id not https", func(t *testing.T, e *env) error {
-			_, err := e.v.Resolver.Agent(t.Context(), "http://agent.example/agent")
+			_, err := e.v.Resolver.agent(t.Context(), "http://agent.example/agent")
 			return err
 		}},
 		{"token of 17 KiB", func(t *testing.T, e *env) error {
@@ -366,25 +368,25 @@ func TestSessionAttacks(t *testing.T) {
 func TestAttackTableBaseline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	hdr := map[string]any{"typ": TypSession, "poppy_dlg": e.d.Compact()}
-	if _, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, hdr, e.claims()), ""); err != nil {
+	hdr := map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()}
+	if _, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), hdr, e.claims()), ""); err != nil {
 		t.Fatalf("forged valid token: %v", err)
 	}
-	dlg := e.forgeDelegation(t, "ES256", e.a.keys.key, e.a.keys.Kid(), e.clk.Now(), time.Hour)
-	if _, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.key, map[string]any{"typ": TypSession, "poppy_dlg": dlg}, e.claims()), ""); err != nil {
+	dlg := e.forgeDelegation(t, "ES256", e.a.keys.Signer(), e.a.keys.Kid(), e.clk.Now(), time.Hour)
+	if _, err := e.v.VerifySession(t.Context(), forge(t, "ES256", e.d.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": dlg}, e.claims()), ""); err != nil {
 		t.Fatalf("forged valid delegation: %v", err)
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{AccessToken: "tok"}), "tok"); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{AccessToken: "tok"}), "tok"); err != nil {
 		t.Fatalf("with access token: %v", err)
 	}
 	// The leeway: iat 20 s ahead and exp 20 s behind still verify.
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{IssuedAt: e.clk.Now().Add(20 * time.Second)}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{IssuedAt: e.clk.Now().Add(20 * time.Second)}), ""); err != nil {
 		t.Fatalf("iat within leeway: %v", err)
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{IssuedAt: e.clk.Now().Add(-80 * time.Second)}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{IssuedAt: e.clk.Now().Add(-80 * time.Second)}), ""); err != nil {
 		t.Fatalf("exp within leeway: %v", err)
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{Lifetime: 300 * time.Second}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{Lifetime: 300 * time.Second}), ""); err != nil {
 		t.Fatalf("lifetime 300 s: %v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 func TestVerifyBrowserAssertion(t *testing.T) {
@@ -11,24 +13,24 @@ func TestVerifyBrowserAssertion(t *testing.T) {
 	const join = origin + "/poppy/join"
 	tests := []struct {
 		name   string
-		claims BrowserClaims
+		claims agentside.BrowserClaims
 		token  string // the access token sent with the form
 		aud    string // the audience verified; "" means join
 		ok     bool
 	}{
-		{"signed out", BrowserClaims{ReturnTo: origin + "/orders?id=1", Extensions: `"operations";v="3"`}, "", "", true},
-		{"signed in", BrowserClaims{SessionClaims: SessionClaims{AccessToken: "tok"}, ReturnTo: origin + "/"}, "tok", "", true},
-		{"return_to with the default port", BrowserClaims{ReturnTo: "https://shop.example:443/x"}, "", "", true},
-		{"return_to on another origin", BrowserClaims{ReturnTo: "https://evil.example/"}, "", "", false},
-		{"return_to on another port", BrowserClaims{ReturnTo: "https://shop.example:8443/"}, "", "", false},
-		{"return_to over http", BrowserClaims{ReturnTo: "http://shop.example/"}, "", "", false},
-		{"return_to with userinfo", BrowserClaims{ReturnTo: "https://shop.example@evil.example/"}, "", "", false},
-		{"return_to relative", BrowserClaims{ReturnTo: "/orders"}, "", "", false},
-		{"return_to scheme-relative", BrowserClaims{ReturnTo: "//evil.example/"}, "", "", false},
-		{"return_to with a backslash", BrowserClaims{ReturnTo: `https://shop.example\@evil.example/`}, "", "", false},
-		{"lifetime over 60 s", BrowserClaims{SessionClaims: SessionClaims{Lifetime: 61 * time.Second}, ReturnTo: origin + "/"}, "", "", false},
-		{"aud of another endpoint", BrowserClaims{ReturnTo: origin + "/"}, "", origin + "/other", false},
-		{"ath missing with a token", BrowserClaims{ReturnTo: origin + "/"}, "tok", "", false},
+		{"signed out", agentside.BrowserClaims{ReturnTo: origin + "/orders?id=1", Extensions: `"operations";v="3"`}, "", "", true},
+		{"signed in", agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{AccessToken: "tok"}, ReturnTo: origin + "/"}, "tok", "", true},
+		{"return_to with the default port", agentside.BrowserClaims{ReturnTo: "https://shop.example:443/x"}, "", "", true},
+		{"return_to on another origin", agentside.BrowserClaims{ReturnTo: "https://evil.example/"}, "", "", false},
+		{"return_to on another port", agentside.BrowserClaims{ReturnTo: "https://shop.example:8443/"}, "", "", false},
+		{"return_to over http", agentside.BrowserClaims{ReturnTo: "http://shop.example/"}, "", "", false},
+		{"return_to with userinfo", agentside.BrowserClaims{ReturnTo: "https://shop.example@evil.example/"}, "", "", false},
+		{"return_to relative", agentside.BrowserClaims{ReturnTo: "/orders"}, "", "", false},
+		{"return_to scheme-relative", agentside.BrowserClaims{ReturnTo: "//evil.example/"}, "", "", false},
+		{"return_to with a backslash", agentside.BrowserClaims{ReturnTo: `https://shop.example\@evil.example/`}, "", "", false},
+		{"lifetime over 60 s", agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{Lifetime: 61 * time.Second}, ReturnTo: origin + "/"}, "", "", false},
+		{"aud of another endpoint", agentside.BrowserClaims{ReturnTo: origin + "/"}, "", origin + "/other", false},
+		{"ath missing with a token", agentside.BrowserClaims{ReturnTo: origin + "/"}, "tok", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,7 +71,7 @@ func TestVerifyBrowserAssertion(t *testing.T) {
 func TestSessionJWTIsNotABrowserAssertion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	tok := e.session(t, SessionClaims{Audience: origin + "/poppy/join"})
+	tok := e.session(t, agentside.SessionClaims{Audience: origin + "/poppy/join"})
 	if _, err := e.v.VerifyBrowserAssertion(t.Context(), tok, origin+"/poppy/join", ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("err = %v, want ErrInvalid", err)
 	}

@@ -1,8 +1,9 @@
 // Package identity verifies who is calling: the Personal Agent's Session JWT
 // (the Poppy-Session header), its browser join assertion, and the access
 // token that signs a Session in, as webkit/RULES.md choices 1–3 fix them.
-// It also has the agent's side (AgentKeys, Delegation) for tests, the demo
-// and the reference agent.
+// It is the website's side only: the agent's side (its keys, delegations,
+// signing) is not for websites, and webkittest's Agent plays it in a
+// site's tests.
 //
 // A Session JWT is verified in three steps, each a check of webkit/RULES.md
 // choice 1:
@@ -16,12 +17,15 @@
 //     agent key of its kid and alg, and yields the delegated key (cnf.jwk).
 //  3. The Session JWT is verified with the delegated key, and its claims:
 //     iss, aud (the Company's origin), sid, sub, iat, exp, jti (single use,
-//     through store.Store.UseOnce) and ath (bound to the access token).
+//     through the Verifier's ReplayStore, such as the kit's store.Store)
+//     and ath (bound to the access token).
 //
 // Errors wrap ErrInvalid (answer 401 invalid_session) or ErrUnavailable
 // (answer 503 with Retry-After).
 //
-// A website's endpoint uses it like this:
+// endpoint.NewMount builds the Verifier itself: a website sets only the
+// Resolver's options and its AccessTokens in endpoint.Config. A website that
+// verifies by hand (its own join, its own Authenticator) does this:
 //
 //	v := &identity.Verifier{
 //		Origin:   "https://shop.example",

@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// The two ways a verification fails. Every error this package returns wraps
+// The two ways a verification fails (an Authorization header that is not
+// exactly one "Bearer <token68>", RFC 6750 §2.1, is ErrInvalid). Every error this package returns wraps
 // exactly one of them (compare with errors.Is), with a message that names
 // the claim, header or document at fault. Messages never contain a token or
 // a key.
@@ -20,10 +21,7 @@ var (
 	// Retry-After, never 401, because the agent did nothing wrong.
 	ErrUnavailable = errors.New("identity: unavailable")
 
-	// ErrMalformedAuthorization: the Authorization header is not exactly one
-	// "Bearer <token68>" (RFC 6750 §2.1). It wraps ErrInvalid; a caller that
-	// wants RFC 6750's 400 invalid_request can tell it apart.
-	ErrMalformedAuthorization = fmt.Errorf("%w: malformed Authorization header", ErrInvalid)
+	errMalformedAuthorization = fmt.Errorf("%w: malformed Authorization header", ErrInvalid)
 )
 
 func invalid(format string, args ...any) error {

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // fuzzEnv is an env whose Resolver reaches only the agent's server: any
@@ -57,11 +60,11 @@ func FuzzVerifySession(f *testing.F) {
 		}
 		return tok
 	}
-	f.Add(ok(e.d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})), "", false)
-	f.Add(ok(e.d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: "at"})), "at", false)
-	f.Add(ok(e.d.BrowserAssertion(BrowserClaims{SessionClaims: SessionClaims{Audience: origin + "/join", SID: "s", User: "u"}, ReturnTo: origin + "/", Extensions: `"operations";v="3"`})), "", true)
+	f.Add(ok(e.d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})), "", false)
+	f.Add(ok(e.d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: "at"})), "at", false)
+	f.Add(ok(e.d.BrowserAssertion(agentside.BrowserClaims{SessionClaims: agentside.SessionClaims{Audience: origin + "/join", SID: "s", User: "u"}, ReturnTo: origin + "/", Extensions: `"operations";v="3"`})), "", true)
 	f.Add(junkDelegation(e, e.a.keys.Kid(), "ES256", 64), "", false)
-	f.Add(b64json(map[string]any{"alg": "RS256", "typ": TypSession, "poppy_dlg": junkDelegation(e, "k", "RS256", 512)})+"."+b64json(e.claims())+".AAAA", "", false)
+	f.Add(b64json(map[string]any{"alg": "RS256", "typ": jose.TypSession, "poppy_dlg": junkDelegation(e, "k", "RS256", 512)})+"."+b64json(e.claims())+".AAAA", "", false)
 	f.Add(b64json(map[string]any{"alg": "none"})+"."+b64json(jwt.MapClaims{"iss": "https://x.example/a"})+".", "", false)
 	f.Add("a.b.c", "", false)
 	f.Add("", "", true)
@@ -82,7 +85,7 @@ func FuzzVerifySession(f *testing.F) {
 			checkErr(t, err)
 			return
 		}
-		if s.ClientID != e.a.clientID || s.SID == "" || s.User == "" || !s.ExpiresAt.After(s.IssuedAt) {
+		if s.ClientID != e.a.clientID || s.SID == "" || s.User == "" || s.ReplayKey == "" || s.ReplayUntil.IsZero() {
 			t.Fatalf("verified %+v", s)
 		}
 		verify()
@@ -97,19 +100,19 @@ func FuzzVerifySession(f *testing.F) {
 func FuzzParseJWK(f *testing.F) {
 	e := fuzzEnv(f)
 	f.Add(e.a.keys.JWKS())
-	for _, j := range []JWK{rsaJWK("k", 2048, "AQAB"), rsaJWK("k", 4097, "AQAB"), rsaJWK("k", 4096, e2p31m1), {Kty: "OKP", Crv: "Ed25519", X: strings.Repeat("A", 43)}} {
+	for _, j := range []jose.JWK{rsaJWK("k", 2048, "AQAB"), rsaJWK("k", 4097, "AQAB"), rsaJWK("k", 4096, e2p31m1), {Kty: "OKP", Crv: "Ed25519", X: strings.Repeat("A", 43)}} {
 		raw, _ := json.Marshal(j)
 		f.Add(raw)
 	}
 	f.Add([]byte(`{"kty":"EC","crv":"P-256","x":"","y":""}`))
 	f.Add([]byte(`{"kty":"oct","k":"AAAA"}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		k, err := ParseJWK(raw)
+		k, err := jose.ParseJWK(raw)
 		if err != nil {
 			return
 		}
-		for _, alg := range signingAlgs {
-			if k.Fits(alg) && !keyFits(k.Key, alg) {
+		for _, alg := range jose.SigningAlgs {
+			if k.Fits(alg) && !jose.KeyFits(k.Key, alg) {
 				t.Fatalf("key %T fits %s", k.Key, alg)
 			}
 		}
@@ -119,9 +122,9 @@ func FuzzParseJWK(f *testing.F) {
 	})
 }
 
-func keyFitsAny(k PublicKey) bool {
-	for _, alg := range signingAlgs {
-		if keyFits(k.Key, alg) {
+func keyFitsAny(k jose.PublicKey) bool {
+	for _, alg := range jose.SigningAlgs {
+		if jose.KeyFits(k.Key, alg) {
 			return true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -57,7 +58,7 @@ func (r *replay) UseOnce(_ context.Context, key string, until, now time.Time) (b
 // agentServer serves an agent's metadata at /agent and its JWKS at /jwks.
 type agentServer struct {
 	srv       *httptest.Server
-	keys      *AgentKeys
+	keys      *agentside.AgentKeys
 	clientID  string
 	allHits   atomic.Int64 // every request, 503s included
 	metaHits  atomic.Int64
@@ -105,7 +106,7 @@ func newAgentServer(t testing.TB, alg string, clk *clock) *agentServer {
 	}))
 	t.Cleanup(a.srv.Close)
 	a.clientID = a.srv.URL + "/agent"
-	k, err := NewAgentKeys(a.clientID, alg)
+	k, err := agentside.NewAgentKeys(a.clientID, alg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestVerifySession(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tok, err := d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: "at.x.y"})
+			tok, err := d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: "at.x.y"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // fakeModulus is an odd number of exactly bits bits, base64url: the parser
@@ -24,15 +27,15 @@ func fakeModulus(bits int) string {
 	n[0] &= byte(0xff >> (len(n)*8 - bits))
 	n[0] |= byte(0x80 >> (len(n)*8 - bits))
 	n[len(n)-1] |= 1
-	return b64.EncodeToString(n)
+	return jose.B64.EncodeToString(n)
 }
 
-func rsaJWK(kid string, bits int, e string) JWK {
-	return JWK{Kty: "RSA", Kid: kid, Alg: "RS256", Use: "sig", N: fakeModulus(bits), E: e}
+func rsaJWK(kid string, bits int, e string) jose.JWK {
+	return jose.JWK{Kty: "RSA", Kid: kid, Alg: "RS256", Use: "sig", N: fakeModulus(bits), E: e}
 }
 
 // e2p31m1 is the exponent 2^31 − 1 of the review's 0.85 s key.
-var e2p31m1 = b64.EncodeToString(big.NewInt(1<<31 - 1).Bytes())
+var e2p31m1 = jose.B64.EncodeToString(big.NewInt(1<<31 - 1).Bytes())
 
 // TestKeyLimits: issue 10 "Keys": RSA 2048–4096 bits with e = 65537, EC P-256
 // and P-384, Ed25519; nothing else is parsed into a key. Before the fix an
@@ -42,10 +45,10 @@ var e2p31m1 = b64.EncodeToString(big.NewInt(1<<31 - 1).Bytes())
 func TestKeyLimits(t *testing.T) {
 	t.Parallel()
 	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ec, _ := NewJWK(p256.Public(), "k", "ES256")
+	ec, _ := jose.NewJWK(p256.Public(), "k", "ES256")
 	for _, tt := range []struct {
 		name string
-		jwk  JWK
+		jwk  jose.JWK
 		ok   bool
 	}{
 		{"RSA 2048", rsaJWK("k", 2048, "AQAB"), true},
@@ -59,31 +62,31 @@ func TestKeyLimits(t *testing.T) {
 		{"RSA 4096 with e 2^31-1", rsaJWK("k", 4096, e2p31m1), false},
 		{"RSA 2048 with e 3", rsaJWK("k", 2048, "Aw"), false},
 		{"RSA 2048 with e 65537 zero-padded", rsaJWK("k", 2048, "AAEAAQ"), false},
-		{"RSA even modulus", func() JWK {
+		{"RSA even modulus", func() jose.JWK {
 			j := rsaJWK("k", 2048, "AQAB")
-			n, _ := b64.DecodeString(j.N)
+			n, _ := jose.B64.DecodeString(j.N)
 			n[len(n)-1] &^= 1
-			j.N = b64.EncodeToString(n)
+			j.N = jose.B64.EncodeToString(n)
 			return j
 		}(), false},
 		{"EC P-256", ec, true},
-		{"EC P-521", JWK{Kty: "EC", Crv: "P-521", X: ec.X, Y: ec.Y}, false},
-		{"EC secp256k1", JWK{Kty: "EC", Crv: "secp256k1", X: ec.X, Y: ec.Y}, false},
-		{"OKP Ed448", JWK{Kty: "OKP", Crv: "Ed448", X: strings.Repeat("A", 76)}, false},
-		{"OKP X25519", JWK{Kty: "OKP", Crv: "X25519", X: strings.Repeat("A", 43)}, false},
+		{"EC P-521", jose.JWK{Kty: "EC", Crv: "P-521", X: ec.X, Y: ec.Y}, false},
+		{"EC secp256k1", jose.JWK{Kty: "EC", Crv: "secp256k1", X: ec.X, Y: ec.Y}, false},
+		{"OKP Ed448", jose.JWK{Kty: "OKP", Crv: "Ed448", X: strings.Repeat("A", 76)}, false},
+		{"OKP X25519", jose.JWK{Kty: "OKP", Crv: "X25519", X: strings.Repeat("A", 43)}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			raw, _ := json.Marshal(tt.jwk)
-			_, err := ParseJWK(raw)
+			_, err := jose.ParseJWK(raw)
 			if (err == nil) != tt.ok {
 				t.Errorf("ParseJWK: %v, want ok %v", err, tt.ok)
 			}
 		})
 	}
-	t.Run("a JWK over 4 KiB is not decoded", func(t *testing.T) {
-		raw, _ := json.Marshal(JWK{Kty: "OKP", Crv: "Ed25519", X: ec.X, Kid: strings.Repeat("k", maxJWKBytes)})
-		if _, err := ParseJWK(raw); err == nil {
+	t.Run("a jose.JWK over 4 KiB is not decoded", func(t *testing.T) {
+		raw, _ := json.Marshal(jose.JWK{Kty: "OKP", Crv: "Ed25519", X: ec.X, Kid: strings.Repeat("k", jose.MaxJWKBytes)})
+		if _, err := jose.ParseJWK(raw); err == nil {
 			t.Error("accepted")
 		}
 	})
@@ -92,13 +95,13 @@ func TestKeyLimits(t *testing.T) {
 // junkDelegation is a delegation for e's agent under kid and alg whose
 // signature is garbage of sigLen bytes.
 func junkDelegation(e *env, kid, alg string, sigLen int) string {
-	jwk, _ := NewJWK(e.d.key.Public(), "", "ES256")
+	jwk, _ := jose.NewJWK(e.d.Signer().Public(), "", "ES256")
 	now := e.clk.Now()
 	sig := make([]byte, sigLen)
 	rand.Read(sig)
-	return b64json(map[string]any{"alg": alg, "typ": TypDelegation, "kid": kid}) + "." +
+	return b64json(map[string]any{"alg": alg, "typ": jose.TypDelegation, "kid": kid}) + "." +
 		b64json(jwt.MapClaims{"iss": e.a.clientID, "cnf": map[string]any{"jwk": jwk}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}) + "." +
-		b64.EncodeToString(sig)
+		jose.B64.EncodeToString(sig)
 }
 
 // sessionWith is a Session JWT of e's delegated key under delegation dlg.
@@ -108,8 +111,8 @@ func sessionWith(t testing.TB, e *env, dlg string) string {
 		"iss": e.a.clientID, "aud": origin, "sid": "ses_1", "sub": "usr_1",
 		"iat": e.clk.Now().Unix(), "exp": e.clk.Now().Add(time.Minute).Unix(), "jti": rand.Text(),
 	})
-	tok.Header["typ"], tok.Header["poppy_dlg"] = TypSession, dlg
-	s, err := tok.SignedString(e.d.key)
+	tok.Header["typ"], tok.Header["poppy_dlg"] = jose.TypSession, dlg
+	s, err := tok.SignedString(e.d.Signer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,13 +132,13 @@ func TestHostileAgentKeysRefused(t *testing.T) {
 	if err := json.Unmarshal(e.a.keys.JWKS(), &set); err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range []JWK{rsaJWK("huge", 65536, e2p31m1), rsaJWK("big", 8192, "AQAB"), rsaJWK("exp", 4096, e2p31m1)} {
+	for _, j := range []jose.JWK{rsaJWK("huge", 65536, e2p31m1), rsaJWK("big", 8192, "AQAB"), rsaJWK("exp", 4096, e2p31m1)} {
 		raw, _ := json.Marshal(j)
 		set.Keys = append(set.Keys, raw)
 	}
 	body, _ := json.Marshal(set)
 	e.a.jwks.Store(&body)
-	a, err := e.v.Resolver.Agent(t.Context(), e.a.clientID)
+	a, err := e.v.Resolver.agent(t.Context(), e.a.clientID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,14 +162,14 @@ func TestHostileAgentKeysRefused(t *testing.T) {
 func TestHostileCnfKeyRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, j := range []JWK{rsaJWK("", 32000, "AQAB"), rsaJWK("", 4096, e2p31m1)} {
+	for _, j := range []jose.JWK{rsaJWK("", 32000, "AQAB"), rsaJWK("", 4096, e2p31m1)} {
 		now := e.clk.Now()
-		dlg := forge(t, "ES256", e.a.keys.key, map[string]any{"typ": TypDelegation, "kid": e.a.keys.Kid()}, jwt.MapClaims{
+		dlg := forge(t, "ES256", e.a.keys.Signer(), map[string]any{"typ": jose.TypDelegation, "kid": e.a.keys.Kid()}, jwt.MapClaims{
 			"iss": e.a.clientID, "cnf": map[string]any{"jwk": j}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 		})
 		sig := make([]byte, 4000)
 		rand.Read(sig)
-		tok := b64json(map[string]any{"alg": "RS256", "typ": TypSession, "poppy_dlg": dlg}) + "." + b64json(e.claims()) + "." + b64.EncodeToString(sig)
+		tok := b64json(map[string]any{"alg": "RS256", "typ": jose.TypSession, "poppy_dlg": dlg}) + "." + b64json(e.claims()) + "." + jose.B64.EncodeToString(sig)
 		_, err := e.v.VerifySession(t.Context(), tok, "")
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cnf.jwk") {
 			t.Errorf("err = %v, want ErrInvalid for cnf.jwk", err)
@@ -212,7 +215,7 @@ func TestVerifiedDelegationCached(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		for i := range 3 {
-			if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+			if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 				t.Fatalf("try %d: %v", i, err)
 			}
 		}
@@ -231,11 +234,11 @@ func TestVerifiedDelegationCached(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.d = d
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatal(err)
 		}
-		e.clk.Add(time.Minute + Leeway + time.Second)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
+		e.clk.Add(time.Minute + leeway + time.Second)
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("after the delegation's exp: err = %v, want ErrInvalid", err)
 		}
 	})
@@ -244,44 +247,44 @@ func TestVerifiedDelegationCached(t *testing.T) {
 		e := newEnv(t)
 		var revoked atomic.Bool
 		e.v.AcceptAgent = func(string) bool { return !revoked.Load() }
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatal(err)
 		}
 		revoked.Store(true)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("revoked: err = %v, want ErrInvalid", err)
 		}
 		revoked.Store(false)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatalf("accepted again: %v", err)
 		}
 	})
 	t.Run("a key rotated out stops its cached delegations", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.a.keys.Rotate(); err != nil {
 			t.Fatal(err)
 		}
 		e.clk.Add(defaultRefresh + time.Second) // the Resolver loads the agent again
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("after rotation: err = %v, want ErrInvalid", err)
 		}
 	})
 	t.Run("another key under the same kid stops its cached delegations", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatal(err)
 		}
 		other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		j, _ := NewJWK(other.Public(), e.a.keys.Kid(), "ES256")
-		body, _ := json.Marshal(map[string]any{"keys": []JWK{j}})
+		j, _ := jose.NewJWK(other.Public(), e.a.keys.Kid(), "ES256")
+		body, _ := json.Marshal(map[string]any{"keys": []jose.JWK{j}})
 		e.a.jwks.Store(&body)
 		e.clk.Add(defaultRefresh + time.Second)
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("after the key changed: err = %v, want ErrInvalid", err)
 		}
 	})
@@ -292,8 +295,8 @@ func TestVerifiedDelegationCached(t *testing.T) {
 func TestDelegationCacheBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.v.MaxDelegations = 4
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	e.v.delegationCap = 4
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatal(err)
 	}
 	for range 50 {
@@ -307,7 +310,7 @@ func TestDelegationCacheBounded(t *testing.T) {
 	if failed > 4 || verified != 1 {
 		t.Errorf("cache holds %d failed and %d verified, want ≤ 4 and 1", failed, verified)
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatalf("the verified delegation after the junk: %v", err)
 	}
 }
@@ -327,7 +330,7 @@ func TestFailedTokenRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := forge(t, "ES256", other.key, map[string]any{"typ": TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
+	tok := forge(t, "ES256", other.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
 	for i := range 5 {
 		if _, err := e.v.VerifySession(t.Context(), tok, ""); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("try %d: err = %v, want ErrInvalid", i, err)
@@ -350,7 +353,7 @@ func TestFailedTokenRemembered(t *testing.T) {
 		t.Errorf("after 30 s the token was verified %d times in all, want 3", n)
 	}
 	// A replayed valid token: refused, then refused from the cache.
-	good := e.session(t, SessionClaims{})
+	good := e.session(t, agentside.SessionClaims{})
 	if _, err := e.v.VerifySession(t.Context(), good, ""); err != nil {
 		t.Fatal(err)
 	}

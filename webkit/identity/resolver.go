@@ -17,30 +17,32 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
-// Agent is a Personal Agent as its Client ID Metadata Document describes it
+// loadedAgent is a Personal Agent as its Client ID Metadata Document describes it
 // (webkit/RULES.md "Agent identity"), with the keys of its jwks_uri. An Agent is
 // never modified after the Resolver returns it.
-type Agent struct {
+type loadedAgent struct {
 	ClientID   string // the document's URL, which the document names
 	ClientName string // client_name; "" when the document has none
 	JWKSURI    string
-	Keys       []PublicKey // the usable keys of the key set (with a kid)
-	LoadedAt   time.Time   // when Keys were loaded
+	Keys       []jose.PublicKey // the usable keys of the key set (with a kid)
+	LoadedAt   time.Time        // when Keys were loaded
 }
 
-// Key returns the key with kid that fits alg (see PublicKey.Fits).
-func (a *Agent) Key(kid, alg string) (PublicKey, bool) {
+// Key returns the key with kid that fits alg (see jose.PublicKey.Fits).
+func (a *loadedAgent) Key(kid, alg string) (jose.PublicKey, bool) {
 	for _, k := range a.Keys {
 		if k.Kid == kid && k.Fits(alg) {
 			return k, true
 		}
 	}
-	return PublicKey{}, false
+	return jose.PublicKey{}, false
 }
 
-func (a *Agent) hasKid(kid string) bool {
+func (a *loadedAgent) hasKid(kid string) bool {
 	for _, k := range a.Keys {
 		if k.Kid == kid {
 			return true
@@ -67,13 +69,13 @@ const (
 
 // Defaults of the Resolver's bounds on outbound fetches.
 const (
-	// DefaultFetchTimeout bounds a load of an agent (its metadata document
+	// defaultFetchTimeout bounds a load of an agent (its metadata document
 	// and key set, dialling and reading included), so that a slow-drip
 	// server holds a request for at most this long.
-	DefaultFetchTimeout = 3 * time.Second
-	// DefaultMaxFetches bounds the outbound fetches in flight at once, for
+	defaultFetchTimeout = 3 * time.Second
+	// defaultMaxFetches bounds the outbound fetches in flight at once, for
 	// all agents together.
-	DefaultMaxFetches = 32
+	defaultMaxFetches = 32
 )
 
 // Resolver loads and caches agents' metadata documents and key sets. The
@@ -85,7 +87,7 @@ type Resolver struct {
 	// connect timeout) and no proxy, because a proxy would hide the address
 	// that is dialled. Any other RoundTripper is used as it is and must do
 	// its own address checks. Redirects are never followed and every
-	// load ends within FetchTimeout whatever the client says.
+	// load ends within a bound (3 s) whatever the client says.
 	HTTPClient *http.Client
 	// AllowLocal is for local development: http:// is allowed on
 	// localhost, 127.0.0.1 and [::1], and loopback, private and link-local
@@ -94,26 +96,29 @@ type Resolver struct {
 	AllowLocal bool
 	// Clock is the time source; nil means time.Now.
 	Clock func() time.Time
-	// MaxDocumentBytes limits the metadata document and the key set each;
+	// The bounds below are the kit's defaults when zero; the package's
+	// tests set them.
+
+	// maxDocument limits the metadata document and the key set each;
 	// 0 means 64 KiB.
-	MaxDocumentBytes int64
-	// RefreshAfter is how long a loaded agent is used before it is loaded
+	maxDocument int64
+	// refreshEvery is how long a loaded agent is used before it is loaded
 	// again; 0 means 5 minutes.
-	RefreshAfter time.Duration
-	// MaxAgents bounds the cache, since anyone can send any client_id; 0
+	refreshEvery time.Duration
+	// agentCap bounds the cache, since anyone can send any client_id; 0
 	// means 10000. Agents that loaded and failed loads are kept apart, each
-	// within MaxAgents: made-up client_ids fill only the failures, and never
-	// evict an agent that loaded. Beyond MaxAgents, the agent used least
+	// within agentCap: made-up client_ids fill only the failures, and never
+	// evict an agent that loaded. Beyond agentCap, the agent used least
 	// recently goes.
-	MaxAgents int
-	// FetchTimeout bounds each load of an agent, both documents together,
+	agentCap int
+	// loadTimeout bounds each load of an agent, both documents together,
 	// from waiting for a fetch slot to the last byte; 0 means
-	// DefaultFetchTimeout (3 s). A load that runs out is ErrUnavailable.
-	FetchTimeout time.Duration
-	// MaxFetches bounds the outbound fetches in flight at once, for all
-	// agents together; 0 means DefaultMaxFetches. Concurrent requests for
+	// defaultFetchTimeout (3 s). A load that runs out is ErrUnavailable.
+	loadTimeout time.Duration
+	// fetchSlots bounds the outbound fetches in flight at once, for all
+	// agents together; 0 means defaultMaxFetches. Concurrent requests for
 	// one agent share one load, which takes one slot per document.
-	MaxFetches int
+	fetchSlots int
 
 	once     sync.Once
 	client   *http.Client
@@ -125,11 +130,11 @@ type Resolver struct {
 }
 
 type agentEntry struct {
-	agent      *Agent    // last good load
-	failure    error     // last failed reload (ErrUnavailable); nil after a success
-	failedAt   time.Time // when failure happened
-	reloadedAt time.Time // last key set load, for reloadInterval
-	usedAt     time.Time // last use, for eviction
+	agent      *loadedAgent // last good load
+	failure    error        // last failed reload (ErrUnavailable); nil after a success
+	failedAt   time.Time    // when failure happened
+	reloadedAt time.Time    // last key set load, for reloadInterval
+	usedAt     time.Time    // last use, for eviction
 }
 
 type failedLoad struct {
@@ -144,10 +149,10 @@ func (r *Resolver) now() time.Time {
 	return time.Now()
 }
 
-// Agent returns the agent whose client_id is clientID, from the cache or
+// agent returns the agent whose client_id is clientID, from the cache or
 // loaded now. Errors wrap ErrInvalid (the client_id, document or key set is
 // wrong) or ErrUnavailable (it could not be fetched).
-func (r *Resolver) Agent(ctx context.Context, clientID string) (*Agent, error) {
+func (r *Resolver) agent(ctx context.Context, clientID string) (*loadedAgent, error) {
 	if _, err := r.checkURL(clientID, "client_id"); err != nil {
 		return nil, err
 	}
@@ -155,7 +160,7 @@ func (r *Resolver) Agent(ctx context.Context, clientID string) (*Agent, error) {
 	r.mu.Lock()
 	if e := r.agents[clientID]; e != nil {
 		e.usedAt = now
-		refresh := r.RefreshAfter
+		refresh := r.refreshEvery
 		if refresh <= 0 {
 			refresh = defaultRefresh
 		}
@@ -177,14 +182,14 @@ func (r *Resolver) Agent(ctx context.Context, clientID string) (*Agent, error) {
 	}
 	r.mu.Unlock()
 
-	v, err := r.share(ctx, "agent "+clientID, func(ctx context.Context) (*Agent, error) {
+	v, err := r.share(ctx, "agent "+clientID, func(ctx context.Context) (*loadedAgent, error) {
 		a, err := r.load(ctx, clientID)
 		r.store(clientID, a, err)
 		return a, err
 	})
 	if err != nil {
 		r.mu.Lock()
-		var old *Agent
+		var old *loadedAgent
 		if e := r.agents[clientID]; e != nil {
 			old = e.agent
 		}
@@ -197,20 +202,20 @@ func (r *Resolver) Agent(ctx context.Context, clientID string) (*Agent, error) {
 	return v, nil
 }
 
-// Key returns the agent's key with kid that fits alg. An unknown kid reloads
+// key returns the agent's key with kid that fits alg. An unknown kid reloads
 // the key set, at most once every 30 s per agent, so that a rotated key is
 // found without letting made-up kids hammer the agent's server.
-func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (PublicKey, *Agent, error) {
-	a, err := r.Agent(ctx, clientID)
+func (r *Resolver) key(ctx context.Context, clientID, kid, alg string) (jose.PublicKey, *loadedAgent, error) {
+	a, err := r.agent(ctx, clientID)
 	if err != nil {
-		return PublicKey{}, nil, err
+		return jose.PublicKey{}, nil, err
 	}
 	if k, ok := a.Key(kid, alg); ok {
 		return k, a, nil
 	}
 	if a.hasKid(kid) {
 		// The kid is known: a wrong alg is the token's fault, not a rotation.
-		return PublicKey{}, nil, invalid("kid %q of %s does not fit alg %q", kid, clientID, alg)
+		return jose.PublicKey{}, nil, invalid("kid %q of %s does not fit alg %q", kid, clientID, alg)
 	}
 	now := r.now()
 	r.mu.Lock()
@@ -218,12 +223,12 @@ func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (PublicKe
 	due := e != nil && !now.Before(e.reloadedAt.Add(reloadInterval))
 	r.mu.Unlock()
 	if !due {
-		return PublicKey{}, nil, invalid("unknown kid %q for %s", kid, clientID)
+		return jose.PublicKey{}, nil, invalid("unknown kid %q for %s", kid, clientID)
 	}
-	a, err = r.share(ctx, "jwks "+clientID, func(ctx context.Context) (*Agent, error) {
+	a, err = r.share(ctx, "jwks "+clientID, func(ctx context.Context) (*loadedAgent, error) {
 		r.mu.Lock()
 		e := r.agents[clientID]
-		var cur *Agent
+		var cur *loadedAgent
 		if e != nil {
 			cur = e.agent
 		}
@@ -252,18 +257,18 @@ func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (PublicKe
 		return &next, nil
 	})
 	if err != nil {
-		return PublicKey{}, nil, err
+		return jose.PublicKey{}, nil, err
 	}
 	if k, ok := a.Key(kid, alg); ok {
 		return k, a, nil
 	}
-	return PublicKey{}, nil, invalid("unknown kid %q for %s (key set reloaded)", kid, clientID)
+	return jose.PublicKey{}, nil, invalid("unknown kid %q for %s (key set reloaded)", kid, clientID)
 }
 
 // share runs load once for all concurrent callers with the same key. The
 // load is detached from any one caller's cancellation (it has its own
-// FetchTimeout); a caller whose context ends stops waiting.
-func (r *Resolver) share(ctx context.Context, key string, load func(context.Context) (*Agent, error)) (*Agent, error) {
+// fetchTimeout); a caller whose context ends stops waiting.
+func (r *Resolver) share(ctx context.Context, key string, load func(context.Context) (*loadedAgent, error)) (*loadedAgent, error) {
 	ch := r.group.DoChan(key, func() (any, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.fetchTimeout())
 		defer cancel()
@@ -274,28 +279,28 @@ func (r *Resolver) share(ctx context.Context, key string, load func(context.Cont
 		if res.Err != nil {
 			return nil, res.Err
 		}
-		return res.Val.(*Agent), nil
+		return res.Val.(*loadedAgent), nil
 	case <-ctx.Done():
 		return nil, unavailable("loading agent: %w", ctx.Err())
 	}
 }
 
 func (r *Resolver) fetchTimeout() time.Duration {
-	if r.FetchTimeout > 0 {
-		return r.FetchTimeout
+	if r.loadTimeout > 0 {
+		return r.loadTimeout
 	}
-	return DefaultFetchTimeout
+	return defaultFetchTimeout
 }
 
 func (r *Resolver) maxAgents() int {
-	if r.MaxAgents > 0 {
-		return r.MaxAgents
+	if r.agentCap > 0 {
+		return r.agentCap
 	}
 	return defaultMaxAgents
 }
 
 // store records the outcome of a load of clientID.
-func (r *Resolver) store(clientID string, a *Agent, err error) {
+func (r *Resolver) store(clientID string, a *loadedAgent, err error) {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -329,7 +334,7 @@ func (r *Resolver) store(clientID string, a *Agent, err error) {
 
 // evictAgent makes room for one agent: the one used least recently goes.
 // It scans the cache, which only a load that succeeded (two fetches, within
-// MaxFetches) can make it do.
+// fetchSlots) can make it do.
 func (r *Resolver) evictAgent() {
 	if len(r.agents) < r.maxAgents() {
 		return
@@ -346,7 +351,7 @@ func (r *Resolver) evictAgent() {
 
 // evictFailures makes room among the failures: the expired ones go, and
 // when none has expired, an arbitrary half, in O(1) per entry. A failure
-// forgotten early is only fetched again sooner, within MaxFetches.
+// forgotten early is only fetched again sooner, within fetchSlots.
 func (r *Resolver) evictFailures(now time.Time) {
 	for id, f := range r.failures {
 		if !now.Before(f.at.Add(failureTTL)) {
@@ -368,7 +373,7 @@ type metadata struct {
 	JWKSURI    string `json:"jwks_uri"`
 }
 
-func (r *Resolver) load(ctx context.Context, clientID string) (*Agent, error) {
+func (r *Resolver) load(ctx context.Context, clientID string) (*loadedAgent, error) {
 	idURL, err := r.checkURL(clientID, "client_id")
 	if err != nil {
 		return nil, err
@@ -396,10 +401,10 @@ func (r *Resolver) load(ctx context.Context, clientID string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", clientID, err)
 	}
-	return &Agent{ClientID: clientID, ClientName: m.ClientName, JWKSURI: m.JWKSURI, Keys: keys, LoadedAt: r.now()}, nil
+	return &loadedAgent{ClientID: clientID, ClientName: m.ClientName, JWKSURI: m.JWKSURI, Keys: keys, LoadedAt: r.now()}, nil
 }
 
-func (r *Resolver) loadKeys(ctx context.Context, jwksURI string) ([]PublicKey, error) {
+func (r *Resolver) loadKeys(ctx context.Context, jwksURI string) ([]jose.PublicKey, error) {
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
@@ -409,11 +414,11 @@ func (r *Resolver) loadKeys(ctx context.Context, jwksURI string) ([]PublicKey, e
 	if len(set.Keys) > maxKeys {
 		return nil, invalid("key set %s: more than %d keys", jwksURI, maxKeys)
 	}
-	var keys []PublicKey
+	var keys []jose.PublicKey
 	for _, raw := range set.Keys {
 		// Keys this package cannot use (other types, encryption keys, no
 		// kid) are skipped, as RFC 7517 §5 asks.
-		k, err := ParseJWK(raw)
+		k, err := jose.ParseJWK(raw)
 		if err != nil || k.Kid == "" {
 			continue
 		}
@@ -435,8 +440,8 @@ func (r *Resolver) fetch(ctx context.Context, u, what string, v any) error {
 	}
 	req.Header.Set("Accept", "application/json")
 	client := r.httpClient()
-	// One slot of MaxFetches, for all agents together: a flood of made-up
-	// client_ids waits here (and runs out of FetchTimeout) instead of
+	// One slot of fetchSlots, for all agents together: a flood of made-up
+	// client_ids waits here (and runs out of fetchTimeout) instead of
 	// opening connections without bound.
 	select {
 	case r.slots <- struct{}{}:
@@ -467,7 +472,7 @@ func (r *Resolver) fetch(ctx context.Context, u, what string, v any) error {
 	default:
 		return invalid("%s %s: status %d", what, u, resp.StatusCode)
 	}
-	max := r.MaxDocumentBytes
+	max := r.maxDocument
 	if max <= 0 {
 		max = defaultMaxDocument
 	}
@@ -512,9 +517,9 @@ func (r *Resolver) httpClient() *http.Client {
 			base.MaxResponseHeaderBytes = 16 << 10
 			rt = base
 		}
-		max := r.MaxFetches
+		max := r.fetchSlots
 		if max <= 0 {
-			max = DefaultMaxFetches
+			max = defaultMaxFetches
 		}
 		r.slots = make(chan struct{}, max)
 		r.client = &http.Client{

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -37,7 +39,7 @@ func TestFetchErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := &Resolver{HTTPClient: &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, tt.err })}}
-			_, err := r.Agent(t.Context(), "https://agent.example/agent")
+			_, err := r.agent(t.Context(), "https://agent.example/agent")
 			if tt.invalid != errors.Is(err, ErrInvalid) || tt.invalid == errors.Is(err, ErrUnavailable) {
 				t.Errorf("err = %v, want invalid %v", err, tt.invalid)
 			}
@@ -67,13 +69,13 @@ func TestSlowDripBounded(t *testing.T) {
 	defer srv.Close()
 	r := &Resolver{HTTPClient: srv.Client(), AllowLocal: true}
 	start := time.Now()
-	_, err := r.Agent(t.Context(), srv.URL+"/agent")
+	_, err := r.agent(t.Context(), srv.URL+"/agent")
 	took := time.Since(start)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("err = %v, want ErrUnavailable", err)
 	}
-	if took > DefaultFetchTimeout+time.Second {
-		t.Errorf("the slow drip held the load for %v, want ≤ %v", took, DefaultFetchTimeout)
+	if took > defaultFetchTimeout+time.Second {
+		t.Errorf("the slow drip held the load for %v, want ≤ %v", took, defaultFetchTimeout)
 	}
 }
 
@@ -99,14 +101,14 @@ func TestFetchCap(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	defer srv.Close()
-	r := &Resolver{HTTPClient: srv.Client(), AllowLocal: true, MaxFetches: 2}
+	r := &Resolver{HTTPClient: srv.Client(), AllowLocal: true, fetchSlots: 2}
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = r.Agent(t.Context(), fmt.Sprintf("%s/agent/%d", srv.URL, i))
+			_, errs[i] = r.agent(t.Context(), fmt.Sprintf("%s/agent/%d", srv.URL, i))
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -129,16 +131,16 @@ func TestFetchCap(t *testing.T) {
 func TestJunkCannotFlushAgents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.v.Resolver.MaxAgents = 5
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	e.v.Resolver.agentCap = 5
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		if _, err := e.v.Resolver.Agent(t.Context(), fmt.Sprintf("%s/junk/%d", e.a.srv.URL, i)); !errors.Is(err, ErrInvalid) {
+		if _, err := e.v.Resolver.agent(t.Context(), fmt.Sprintf("%s/junk/%d", e.a.srv.URL, i)); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("junk %d: err = %v", i, err)
 		}
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.a.metaHits.Load(); n != 1 {
@@ -153,7 +155,7 @@ func TestJunkCannotFlushAgents(t *testing.T) {
 	}
 	// A failure is remembered: junk sent again within 30 s is not fetched.
 	hits := e.a.allHits.Load()
-	if _, err := r.Agent(t.Context(), e.a.srv.URL+"/junk/49"); !errors.Is(err, ErrInvalid) {
+	if _, err := r.agent(t.Context(), e.a.srv.URL+"/junk/49"); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
 	if e.a.allHits.Load() != hits {
@@ -167,11 +169,11 @@ func TestAgentsEvictLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
 	servers := []*agentServer{newAgentServer(t, "ES256", clk), newAgentServer(t, "ES256", clk), newAgentServer(t, "ES256", clk)}
-	r := &Resolver{HTTPClient: servers[0].srv.Client(), AllowLocal: true, Clock: clk.Now, MaxAgents: 2}
+	r := &Resolver{HTTPClient: servers[0].srv.Client(), AllowLocal: true, Clock: clk.Now, agentCap: 2}
 	load := func(a *agentServer) {
 		t.Helper()
 		clk.Add(time.Second)
-		if _, err := r.Agent(t.Context(), a.clientID); err != nil {
+		if _, err := r.agent(t.Context(), a.clientID); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 // TestRefusesLoopbackWithoutAllowLocal: the address check runs when
@@ -14,7 +16,7 @@ func TestRefusesLoopbackWithoutAllowLocal(t *testing.T) {
 	clk := newClock()
 	a := newAgentServer(t, "ES256", clk)
 	r := &Resolver{HTTPClient: a.srv.Client(), Clock: clk.Now}
-	_, err := r.Agent(t.Context(), a.clientID)
+	_, err := r.agent(t.Context(), a.clientID)
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("err = %v, want ErrInvalid", err)
 	}
@@ -111,7 +113,7 @@ func TestPublicAddr(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatal(err)
 	}
 	old := e.d
@@ -125,7 +127,7 @@ func TestKeyRotation(t *testing.T) {
 	}
 	e.d = d
 	for i := range 3 {
-		if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+		if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 			t.Fatalf("new key, try %d: %v", i, err)
 		}
 	}
@@ -133,7 +135,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Errorf("fetches: metadata %d, JWKS %d; want 1 and 2", m, j)
 	}
 	e.d = old
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("old key after rotation: err = %v, want ErrInvalid", err)
 	}
 	if j := e.a.jwksHits.Load(); j != 2 {
@@ -147,19 +149,19 @@ func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.a.down.Store(true)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalid) {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalid) {
 		t.Fatalf("down: err = %v, want ErrUnavailable only", err)
 	}
 	e.a.down.Store(false)
 	e.clk.Add(20 * time.Second)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("back up within 30 s: err = %v, want the remembered ErrUnavailable", err)
 	}
 	if n := e.a.allHits.Load(); n != 1 {
 		t.Errorf("%d requests within 30 s of the failure, want 1", n)
 	}
 	e.clk.Add(11 * time.Second)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatalf("back up after 30 s: %v", err)
 	}
 }
@@ -168,7 +170,7 @@ func TestUnavailable(t *testing.T) {
 func TestStaleKeysKept(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.a.keys.Delegate(3 * time.Hour)
@@ -177,12 +179,12 @@ func TestStaleKeysKept(t *testing.T) {
 	}
 	e.d = d
 	e.a.down.Store(true)
-	e.clk.Add(10 * time.Minute) // past RefreshAfter: a reload is tried and fails
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); err != nil {
+	e.clk.Add(10 * time.Minute) // past refreshEvery: a reload is tried and fails
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
 		t.Fatalf("stale keys within 1 h: %v", err)
 	}
 	e.clk.Add(51 * time.Minute)
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) {
+	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("stale keys after 1 h: err = %v, want ErrUnavailable", err)
 	}
 }
@@ -197,7 +199,7 @@ func TestConcurrentVerificationFetchesOnce(t *testing.T) {
 	const n = 20
 	tokens := make([]string, n)
 	for i := range tokens {
-		tokens[i] = e.session(t, SessionClaims{})
+		tokens[i] = e.session(t, agentside.SessionClaims{})
 	}
 	var started, done sync.WaitGroup
 	errs := make([]error, n)

@@ -17,44 +17,48 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // Limits of webkit/RULES.md choices 1 and 3.
 const (
-	// Leeway is the clock leeway for every time claim.
-	Leeway = 30 * time.Second
-	// MaxSessionLifetime bounds a Session JWT's exp − iat.
-	MaxSessionLifetime = 300 * time.Second
-	// MaxBrowserLifetime bounds a browser join assertion's exp − iat.
-	MaxBrowserLifetime = 60 * time.Second
-	// MaxDelegationLifetime bounds a delegation's exp − iat.
-	MaxDelegationLifetime = 24 * time.Hour
+	// leeway is the clock leeway for every time claim.
+	leeway = 30 * time.Second
+	// maxSessionLifetime bounds a Session JWT's exp − iat.
+	maxSessionLifetime = 300 * time.Second
+	// maxBrowserLifetime bounds a browser join assertion's exp − iat.
+	maxBrowserLifetime = 60 * time.Second
+	// maxDelegationLifetime bounds a delegation's exp − iat.
+	maxDelegationLifetime = 24 * time.Hour
 
 	maxTokenBytes = 16 << 10
 	maxIDBytes    = 255
 )
 
-// The JOSE typ of each token (webkit/RULES.md choices 1 and 3).
-const (
-	TypSession    = "poppy-session+jwt"
-	TypDelegation = "poppy-dlg+jwt"
-	TypBrowser    = "poppy-browser+jwt"
-)
+// A ReplayStore remembers the single-use IDs (jti) of the tokens a Verifier
+// accepted, so that each verifies once (webkit/RULES.md choice 1). A
+// store.Store is one.
+type ReplayStore interface {
+	// UseOnce marks key as used until until. It reports whether key was
+	// unused at now; an error is the store's (ErrUnavailable follows).
+	UseOnce(ctx context.Context, key string, until, now time.Time) (first bool, err error)
+}
 
-// Session is what a verified Session JWT says (webkit/RULES.md choice 1).
-// Whether the Session is signed in is not here: that takes an access token
-// (see AccessTokens and CheckAccessToken).
+// Session is what a verified Session JWT says (webkit/RULES.md choice 1):
+// which agent signed it, for which User and Session ID, and the key its
+// single-use jti is used up under. It is a token's word, not the kit's
+// Session (webkit.Session): whether the Session is signed in takes an
+// access token (see AccessTokens and CheckAccessToken).
 type Session struct {
-	ClientID  string // the Personal Agent's client_id (iss)
-	User      string // the pairwise User ID (sub)
-	SID       string // the Session ID (sid)
-	AgentName string // client_name from the agent's metadata; "" for none
-	IssuedAt  time.Time
-	ExpiresAt time.Time
-	// ReplayKey is the key its jti is used up under, and ReplayUntil how
-	// long: set by CheckSession, whose caller uses it up itself (for
-	// instance in the same store step as what the request does).
+	ClientID string // the Personal Agent's client_id (iss)
+	User     string // the pairwise User ID (sub)
+	SID      string // the Session ID (sid)
+	// AgentName is client_name from the agent's metadata; "" for none.
+	AgentName string
+	// ReplayKey is the key the token's jti is used up under, and
+	// ReplayUntil how long. CheckSession and CheckBrowserAssertion leave it
+	// unused: their caller uses it up (UseBrowserAssertion, or the same
+	// store step as what the request does).
 	ReplayKey   string
 	ReplayUntil time.Time
 }
@@ -69,9 +73,6 @@ type BrowserAssertion struct {
 	// Extensions is the extensions claim as sent, in the Poppy-Extensions
 	// syntax (webkit/RULES.md choice 4); "" when absent. The caller parses it.
 	Extensions string
-	// ID is the assertion's jti. CheckBrowserAssertion does not use it up:
-	// the caller does, with UseBrowserAssertion, once the join can succeed.
-	ID string
 }
 
 // Verifier verifies Session JWTs and browser join assertions.
@@ -81,8 +82,9 @@ type Verifier struct {
 	Origin string
 	// Resolver loads agents' keys.
 	Resolver *Resolver
-	// Replay remembers each jti until its token expires (UseOnce).
-	Replay store.Store
+	// Replay remembers each jti until its token expires: a store.Store, or
+	// anything with its UseOnce.
+	Replay ReplayStore
 	// Clock is the time source; nil means time.Now.
 	Clock func() time.Time
 	// AcceptAgent, when set, is asked before an agent's keys are loaded;
@@ -90,17 +92,17 @@ type Verifier struct {
 	// A Company revokes a client_id here (§8.1 W146). It is asked on every
 	// verification, cached delegation or not.
 	AcceptAgent func(clientID string) bool
-	// MaxDelegations bounds the delegation cache: 0 means
-	// DefaultMaxDelegations; a negative value turns the cache off. See
-	// delegationCache.
-	MaxDelegations int
+	// delegationCap bounds the delegation cache: 0 means
+	// defaultMaxDelegations; a negative value (tests) turns the cache off.
+	// See delegationCache.
+	delegationCap int
 
 	dlg delegationCache
 }
 
-// DefaultMaxDelegations is the default bound of each half of the
-// delegation cache (verified and failed delegations).
-const DefaultMaxDelegations = 10000
+// defaultMaxDelegations is the bound of each half of the delegation cache
+// (verified and failed delegations).
+const defaultMaxDelegations = 10000
 
 // failedDelegationTTL is how long a failed delegation is remembered: as long
 // as a failed key load (webkit/RULES.md "Hardening").
@@ -118,7 +120,7 @@ type agentClaims struct {
 type delegationClaims struct {
 	jwt.RegisteredClaims
 	Cnf struct {
-		JWK *JWK `json:"jwk"`
+		JWK *jose.JWK `json:"jwk"`
 	} `json:"cnf"`
 }
 
@@ -158,12 +160,12 @@ func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) 
 // checkSession is CheckSession, also returning the key a failure of these
 // exact credentials is remembered under.
 func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Session, credentials, error) {
-	key, err := v.failedBefore(TypSession, v.Origin, accessToken, token)
+	key, err := v.failedBefore(jose.TypSession, v.Origin, accessToken, token)
 	if err != nil {
 		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
 	}
 	var c agentClaims
-	s, err := v.verify(ctx, token, TypSession, v.Origin, MaxSessionLifetime, accessToken, &c)
+	s, err := v.verify(ctx, token, jose.TypSession, v.Origin, maxSessionLifetime, accessToken, &c)
 	if err == nil && c.ID == "" {
 		err = invalid("jti is missing")
 	}
@@ -171,7 +173,6 @@ func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) 
 		v.rememberFailure(key, err)
 		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
 	}
-	s.ReplayKey, s.ReplayUntil = replayKey(c.Issuer, c.ID), s.ExpiresAt.Add(Leeway)
 	return s, key, nil
 }
 
@@ -203,7 +204,7 @@ func (c credentials) key() [32]byte {
 // failure is remembered, there is nothing to look up and no key to hash.
 func (v *Verifier) failedBefore(typ, aud, accessToken, token string) (credentials, error) {
 	c := credentials{typ, aud, accessToken, token}
-	if v.MaxDelegations < 0 {
+	if v.delegationCap < 0 {
 		return c, nil
 	}
 	now := v.now()
@@ -217,7 +218,7 @@ func (v *Verifier) failedBefore(typ, aud, accessToken, token string) (credential
 // rememberFailure remembers a token's failure for its credentials, when it
 // is the token's fault (ErrInvalid) and not an outage.
 func (v *Verifier) rememberFailure(c credentials, err error) {
-	if v.MaxDelegations < 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
+	if v.delegationCap < 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
 		return
 	}
 	v.dlg.putFailedToken(c.key(), err, v.now(), v.maxDelegations())
@@ -242,12 +243,12 @@ func (v *Verifier) VerifyBrowserAssertion(ctx context.Context, assertion, audien
 // calls UseBrowserAssertion only once the join can succeed, so that an
 // assertion refused for another reason is not spent.
 func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audience, accessToken string) (BrowserAssertion, error) {
-	key, err := v.failedBefore(TypBrowser, audience, accessToken, assertion)
+	key, err := v.failedBefore(jose.TypBrowser, audience, accessToken, assertion)
 	if err != nil {
 		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
 	}
 	var c agentClaims
-	s, err := v.verify(ctx, assertion, TypBrowser, audience, MaxBrowserLifetime, accessToken, &c)
+	s, err := v.verify(ctx, assertion, jose.TypBrowser, audience, maxBrowserLifetime, accessToken, &c)
 	if err != nil {
 		v.rememberFailure(key, err)
 		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
@@ -263,25 +264,24 @@ func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audienc
 	if c.Extensions != nil {
 		b.Extensions = *c.Extensions
 	}
-	b.ID = c.ID
 	return b, nil
 }
 
 // UseBrowserAssertion uses up the jti of an assertion CheckBrowserAssertion
 // accepted: ErrInvalid when it was used before (a replay).
 func (v *Verifier) UseBrowserAssertion(ctx context.Context, b BrowserAssertion) error {
-	if err := v.useOnce(ctx, b.ClientID, b.ID, b.ExpiresAt); err != nil {
+	if err := v.useOnce(ctx, b.ReplayKey, b.ReplayUntil); err != nil {
 		return fmt.Errorf("browser assertion: %w", err)
 	}
 	return nil
 }
 
-// useOnce uses up jti of iss until its token can no longer verify.
-func (v *Verifier) useOnce(ctx context.Context, iss, jti string, exp time.Time) error {
-	if jti == "" {
+// useOnce uses up a token's replay key until until.
+func (v *Verifier) useOnce(ctx context.Context, key string, until time.Time) error {
+	if key == "" {
 		return invalid("jti is missing")
 	}
-	return v.useOnceKey(ctx, replayKey(iss, jti), exp.Add(Leeway))
+	return v.useOnceKey(ctx, key, until)
 }
 
 // useOnceKey uses up a replay key until until: ErrInvalid for a replay.
@@ -316,7 +316,7 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 // verifySigned decodes token into c and checks its JOSE header, its
 // delegation, its signature by the delegated key, and its exp, iat, nbf
 // and aud at now (jwt.Validator), returning the agent that delegated.
-func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*Agent, error) {
+func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*loadedAgent, error) {
 	// The steps of jwt.Parser.ParseWithClaims, in its order and with its
 	// strict decoding (b64), validation and signature check, but with the JOSE header
 	// decoded once per exact header segment (sessionHeader): every check
@@ -330,7 +330,7 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	if err != nil {
 		return nil, err
 	}
-	claims, err := b64.DecodeString(cb)
+	claims, err := jose.B64.DecodeString(cb)
 	if err != nil {
 		return nil, invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err)
 	}
@@ -344,11 +344,11 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	if method == nil {
 		return nil, invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable)
 	}
-	sig, err := b64.DecodeString(sb)
+	sig, err := jose.B64.DecodeString(sb)
 	if err != nil {
 		return nil, invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err)
 	}
-	if !slices.Contains(signingAlgs, method.Alg()) {
+	if !slices.Contains(jose.SigningAlgs, method.Alg()) {
 		return nil, invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg())
 	}
 	if err := checkHeaderFields(hdr.typ, hdr.crit, typ); err != nil {
@@ -374,7 +374,7 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 		return nil, invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err)
 	}
 	err = jwt.NewValidator(
-		jwt.WithLeeway(Leeway),
+		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
@@ -383,7 +383,7 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	if err != nil {
 		return nil, invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
 	}
-	if !cached && v.MaxDelegations >= 0 {
+	if !cached && v.delegationCap >= 0 {
 		v.dlg.putHeader(h, hdr)
 	}
 	return d.agent, nil
@@ -391,7 +391,7 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 
 // checkClaims makes the checks of verify on a signed token's claims: iat,
 // its lifetime, aud exactly, sid, sub and jti, and ath.
-func checkClaims(c *agentClaims, agent *Agent, aud string, maxLifetime time.Duration, accessToken string) (Session, error) {
+func checkClaims(c *agentClaims, agent *loadedAgent, aud string, maxLifetime time.Duration, accessToken string) (Session, error) {
 	if c.IssuedAt == nil {
 		return Session{}, invalid("iat is missing")
 	}
@@ -419,7 +419,7 @@ func checkClaims(c *agentClaims, agent *Agent, aud string, maxLifetime time.Dura
 	case accessToken == "" && c.ATH != nil:
 		return Session{}, invalid("ath is present, and no access token was sent")
 	case accessToken != "":
-		if subtle.ConstantTimeCompare([]byte(*c.ATH), []byte(ATH(accessToken))) != 1 {
+		if subtle.ConstantTimeCompare([]byte(*c.ATH), []byte(jose.ATH(accessToken))) != 1 {
 			return Session{}, invalid("ath does not match the access token")
 		}
 	}
@@ -428,15 +428,16 @@ func checkClaims(c *agentClaims, agent *Agent, aud string, maxLifetime time.Dura
 		User:      c.Subject,
 		SID:       c.SID,
 		AgentName: agent.ClientName,
-		IssuedAt:  iat,
-		ExpiresAt: exp,
+		// The jti is used up until the token can no longer verify.
+		ReplayKey:   replayKey(c.Issuer, c.ID),
+		ReplayUntil: exp.Add(leeway),
 	}, nil
 }
 
 type delegation struct {
 	clientID string
-	key      PublicKey // the delegated key, cnf.jwk
-	agent    *Agent
+	key      jose.PublicKey // the delegated key, cnf.jwk
+	agent    *loadedAgent
 	// What the cache re-checks on every use: the agent's key that signed
 	// the delegation (kid, alg and the key itself) and the expiry.
 	kid, alg  string
@@ -457,7 +458,7 @@ type delegation struct {
 // key is the SHA-256 of compact, the cache's key (joseHeader.dlgKey); it is
 // not used when the cache is off.
 func (v *Verifier) delegationKeyed(ctx context.Context, key [32]byte, compact string, now time.Time) (delegation, error) {
-	if v.MaxDelegations < 0 {
+	if v.delegationCap < 0 {
 		return v.verifyDelegation(ctx, compact, now)
 	}
 	if d, err, ok := v.dlg.get(key, now); ok {
@@ -479,16 +480,16 @@ func (v *Verifier) delegationKeyed(ctx context.Context, key [32]byte, compact st
 }
 
 func (v *Verifier) maxDelegations() int {
-	if v.MaxDelegations > 0 {
-		return v.MaxDelegations
+	if v.delegationCap > 0 {
+		return v.delegationCap
 	}
-	return DefaultMaxDelegations
+	return defaultMaxDelegations
 }
 
 // recheck makes, for a cached verified delegation, the checks that can
 // change after it verified.
 func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now time.Time) (delegation, error) {
-	if !now.Before(d.expiresAt.Add(Leeway)) {
+	if !now.Before(d.expiresAt.Add(leeway)) {
 		err := invalid("delegation is expired")
 		v.dlg.putFailed(key, err, now, v.maxDelegations())
 		return delegation{}, err
@@ -499,7 +500,7 @@ func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now 
 	// The agent's current keys: a key removed from its key set (revoked or
 	// rotated out) stops its delegations once the Resolver reloads, cached
 	// or not.
-	k, a, err := v.Resolver.Key(ctx, d.clientID, d.kid, d.alg)
+	k, a, err := v.Resolver.key(ctx, d.clientID, d.kid, d.alg)
 	if err != nil {
 		return delegation{}, err
 	}
@@ -530,15 +531,15 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 	var d delegation
 	var keyErr error
 	p := jwt.NewParser(
-		jwt.WithValidMethods(signingAlgs),
+		jwt.WithValidMethods(jose.SigningAlgs),
 		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(Leeway),
+		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 	)
 	_, err := p.ParseWithClaims(compact, &c, func(t *jwt.Token) (any, error) {
-		if err := checkHeader(t, TypDelegation); err != nil {
+		if err := checkHeader(t, jose.TypDelegation); err != nil {
 			keyErr = err
 			return nil, err
 		}
@@ -555,7 +556,7 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 			keyErr = invalid("agent %s is not accepted", c.Issuer)
 			return nil, keyErr
 		}
-		k, a, err := v.Resolver.Key(ctx, c.Issuer, kid, t.Method.Alg())
+		k, a, err := v.Resolver.key(ctx, c.Issuer, kid, t.Method.Alg())
 		if err != nil {
 			keyErr = err
 			return nil, err
@@ -572,8 +573,8 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 	if c.IssuedAt == nil {
 		return delegation{}, invalid("iat is missing")
 	}
-	if life := c.ExpiresAt.Sub(c.IssuedAt.Time); life <= 0 || life > MaxDelegationLifetime {
-		return delegation{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, MaxDelegationLifetime)
+	if life := c.ExpiresAt.Sub(c.IssuedAt.Time); life <= 0 || life > maxDelegationLifetime {
+		return delegation{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxDelegationLifetime)
 	}
 	if c.Cnf.JWK == nil {
 		return delegation{}, invalid("cnf.jwk is missing")
@@ -753,12 +754,12 @@ type joseHeader struct {
 // its exact segment and cached is true: decoding is a function of those
 // bytes alone, and verify makes every check on it again.
 func (v *Verifier) sessionHeader(seg string) (h joseHeader, cached bool, err error) {
-	if v.MaxDelegations >= 0 {
+	if v.delegationCap >= 0 {
 		if h, ok := v.dlg.header(seg); ok {
 			return h, true, nil
 		}
 	}
-	hb, err := b64.DecodeString(seg)
+	hb, err := jose.B64.DecodeString(seg)
 	if err != nil {
 		return joseHeader{}, false, invalid("%v: could not base64 decode header: %v", jwt.ErrTokenMalformed, err)
 	}
@@ -770,7 +771,7 @@ func (v *Verifier) sessionHeader(seg string) (h joseHeader, cached bool, err err
 	h.typ, _ = m["typ"].(string)
 	_, h.crit = m["crit"]
 	h.dlg, h.hasDlg = m["poppy_dlg"].(string)
-	if h.hasDlg && v.MaxDelegations >= 0 {
+	if h.hasDlg && v.delegationCap >= 0 {
 		h.dlgKey = sha256.Sum256([]byte(h.dlg))
 	}
 	return h, false, nil
@@ -808,13 +809,6 @@ func checkID(claim, s string) error {
 		}
 	}
 	return nil
-}
-
-// ATH is the ath claim for an access token: base64url, no padding, of the
-// SHA-256 of its ASCII bytes (as in DPoP, RFC 9449 §4.2).
-func ATH(accessToken string) string {
-	sum := sha256.Sum256([]byte(accessToken))
-	return b64.EncodeToString(sum[:])
 }
 
 // checkReturnTo requires an absolute URL on the Verifier's Origin, without

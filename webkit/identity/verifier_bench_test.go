@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 var benchAlgs = []string{"ES256", "EdDSA"}
@@ -31,7 +34,7 @@ func BenchmarkVerifySession(b *testing.B) {
 			}
 			tokens := make([]string, b.N+1)
 			for i := range tokens {
-				if tokens[i], err = d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"}); err != nil {
+				if tokens[i], err = d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -61,7 +64,7 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tok, err := d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
+			tok, err := d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -72,13 +75,13 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 			}
 			split := func(jws string, key any) check {
 				i := strings.LastIndexByte(jws, '.')
-				sig, err := b64.DecodeString(jws[i+1:])
+				sig, err := jose.B64.DecodeString(jws[i+1:])
 				if err != nil {
 					b.Fatal(err)
 				}
 				return check{key: key, msg: []byte(jws[:i]), sig: sig}
 			}
-			checks := []check{split(d.Compact(), a.keys.key.Public()), split(tok, d.key.Public())}
+			checks := []check{split(d.Compact(), a.keys.Signer().Public()), split(tok, d.Signer().Public())}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -150,17 +153,17 @@ func BenchmarkJunkSignature(b *testing.B) {
 	})
 	b.Run("RSA4096/cnf.jwk", func(b *testing.B) {
 		now := clk.Now()
-		dlg, err := sign("ES256", a.keys.key, map[string]any{"typ": TypDelegation, "kid": a.keys.Kid()}, jwt.MapClaims{
+		dlg, err := jose.Sign("ES256", a.keys.Signer(), map[string]any{"typ": jose.TypDelegation, "kid": a.keys.Kid()}, jwt.MapClaims{
 			"iss": a.clientID, "cnf": map[string]any{"jwk": rsaJWK("", 4096, "AQAB")}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		hdr := b64json(map[string]any{"alg": "RS256", "typ": TypSession, "poppy_dlg": dlg})
+		hdr := b64json(map[string]any{"alg": "RS256", "typ": jose.TypSession, "poppy_dlg": dlg})
 		junk := func(int) string {
 			sig := make([]byte, 512)
 			rand.Read(sig)
-			return hdr + "." + b64json(e.claims()) + "." + b64.EncodeToString(sig)
+			return hdr + "." + b64json(e.claims()) + "." + jose.B64.EncodeToString(sig)
 		}
 		b.Run("fresh", func(b *testing.B) { run(b, junk) })
 		b.Run("replayed", func(b *testing.B) {
@@ -185,7 +188,7 @@ func BenchmarkDelegationCache(b *testing.B) {
 				a := newAgentServer(b, alg, clk)
 				v := a.verifier(clk, newReplay())
 				if !cached {
-					v.MaxDelegations = -1
+					v.delegationCap = -1
 				}
 				d, err := a.keys.Delegate(time.Hour)
 				if err != nil {
@@ -193,7 +196,7 @@ func BenchmarkDelegationCache(b *testing.B) {
 				}
 				tokens := make([]string, b.N+1)
 				for i := range tokens {
-					if tokens[i], err = d.SessionJWT(SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"}); err != nil {
+					if tokens[i], err = d.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1"}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -11,18 +11,21 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // verifySignedWithParser is verifySigned as it was written on
 // jwt.Parser.ParseWithClaims, with the JOSE header decoded on every call:
 // the reference FuzzVerifySignedMatchesParser holds verifySigned to.
-func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*Agent, error) {
-	var agent *Agent
+func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*loadedAgent, error) {
+	var agent *loadedAgent
 	var keyErr error
 	p := jwt.NewParser(
-		jwt.WithValidMethods(signingAlgs),
+		jwt.WithValidMethods(jose.SigningAlgs),
 		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(Leeway),
+		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
@@ -76,30 +79,30 @@ func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud s
 // claims reach every check.
 func FuzzVerifySignedMatchesParser(f *testing.F) {
 	e := fuzzEnv(f)
-	for _, c := range []SessionClaims{{Audience: origin, SID: "ses_1", User: "usr_1"}, {Audience: origin, SID: "s", User: "u", AccessToken: "at"}, {Audience: "https://other.example", SID: "s", User: "u"}} {
+	for _, c := range []agentside.SessionClaims{{Audience: origin, SID: "ses_1", User: "usr_1"}, {Audience: origin, SID: "s", User: "u", AccessToken: "at"}, {Audience: "https://other.example", SID: "s", User: "u"}} {
 		tok, err := e.d.SessionJWT(c)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(tok, "", "", TypSession)
+		f.Add(tok, "", "", jose.TypSession)
 	}
-	f.Add(junkDelegation(e, e.a.keys.Kid(), "ES256", 64), "", "", TypSession)
-	f.Add(b64json(map[string]any{"alg": "none"})+"."+b64json(jwt.MapClaims{"iss": "https://x.example/a"})+".", "", "", TypSession)
-	f.Add("a.b.c", "", "", TypBrowser)
+	f.Add(junkDelegation(e, e.a.keys.Kid(), "ES256", 64), "", "", jose.TypSession)
+	f.Add(b64json(map[string]any{"alg": "none"})+"."+b64json(jwt.MapClaims{"iss": "https://x.example/a"})+".", "", "", jose.TypSession)
+	f.Add("a.b.c", "", "", jose.TypBrowser)
 	claims := `{"iss":"$ISS","aud":"https://shop.example","sid":"s","sub":"u","iat":$NOW,"exp":$EXP,"jti":"j"}`
-	f.Add("", `{"alg":"ES256","typ":"poppy-session+jwt","poppy_dlg":"$DLG"}`, claims, TypSession)
-	f.Add("", `{"alg":"ES256","typ":"Application/Poppy-Session+JWT","poppy_dlg":"$DLG","crit":null}`, claims, TypSession)
-	f.Add("", `{"ALG":"none","alg":"ES256","typ":"poppy-session+jwt","poppy_dlg":"$DLG","poppy_dlg":1}`, `{"ISS":"$ISS","aud":["https://shop.example"],"exp":"$EXP","iat":$NOW.5}`, TypSession)
+	f.Add("", `{"alg":"ES256","typ":"poppy-session+jwt","poppy_dlg":"$DLG"}`, claims, jose.TypSession)
+	f.Add("", `{"alg":"ES256","typ":"Application/Poppy-Session+JWT","poppy_dlg":"$DLG","crit":null}`, claims, jose.TypSession)
+	f.Add("", `{"ALG":"none","alg":"ES256","typ":"poppy-session+jwt","poppy_dlg":"$DLG","poppy_dlg":1}`, `{"ISS":"$ISS","aud":["https://shop.example"],"exp":"$EXP","iat":$NOW.5}`, jose.TypSession)
 	f.Fuzz(func(t *testing.T, token, header, claims, typ string) {
 		now := e.clk.Now()
 		if header != "" || claims != "" {
 			r := strings.NewReplacer("$DLG", e.d.Compact(), "$ISS", e.a.clientID, "$NOW", fmt.Sprint(now.Unix()), "$EXP", fmt.Sprint(now.Add(time.Minute).Unix()))
-			input := b64.EncodeToString([]byte(r.Replace(header))) + "." + b64.EncodeToString([]byte(r.Replace(claims)))
-			sig, err := jwt.SigningMethodES256.Sign(input, e.d.key)
+			input := jose.B64.EncodeToString([]byte(r.Replace(header))) + "." + jose.B64.EncodeToString([]byte(r.Replace(claims)))
+			sig, err := jwt.SigningMethodES256.Sign(input, e.d.Signer())
 			if err != nil {
 				t.Fatal(err)
 			}
-			token = input + "." + b64.EncodeToString(sig)
+			token = input + "." + jose.B64.EncodeToString(sig)
 		}
 		var got, want agentClaims
 		ga, gerr := e.v.verifySigned(t.Context(), token, typ, origin, now, &got)
@@ -124,7 +127,7 @@ var remembered = fmt.Sprintf(" (remembered for %v)", failedDelegationTTL)
 func TestHeaderCache(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	good := e.session(t, SessionClaims{})
+	good := e.session(t, agentside.SessionClaims{})
 	if _, err := e.v.VerifySession(t.Context(), good, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +138,7 @@ func TestHeaderCache(t *testing.T) {
 		t.Fatalf("replay: err = %v", err)
 	}
 	// The same header (same delegation and key), another signature.
-	next := e.session(t, SessionClaims{})
+	next := e.session(t, agentside.SessionClaims{})
 	head, _, _ := strings.Cut(good, ".")
 	if h2, _, _ := strings.Cut(next, "."); h2 != head {
 		t.Fatal("two Session JWTs of one delegation have different headers")
@@ -152,7 +155,7 @@ func TestHeaderCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := forge(t, "ES256", other.key, map[string]any{"typ": TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
+	forged := forge(t, "ES256", other.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
 	if _, err := e.v.VerifySession(t.Context(), forged, ""); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("forged: err = %v", err)
 	}

@@ -66,6 +66,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -127,7 +128,7 @@ func New(origin string) *Site {
 		agents:      map[string]*Agent{},
 	}
 	s.IssueAccessToken = func(clientID, account string) (string, error) {
-		return identity.IssueAccessTokenAt(s.issuerKey, s.issuerKID, s.Origin, clientID, account, s.now(), time.Hour)
+		return agentside.IssueAccessTokenAt(s.issuerKey, s.issuerKID, s.Origin, clientID, account, s.now(), time.Hour)
 	}
 	return s
 }
@@ -192,37 +193,42 @@ func (s *Site) Browser() *Browser {
 // https://agent-<random>.webkittest.invalid/client.
 func (s *Site) NewAgent() *Agent {
 	host := "agent-" + strings.ToLower(rand.Text()[:10]) + ".webkittest.invalid"
-	keys, err := identity.NewAgentKeys("https://"+host+"/client", "ES256")
+	keys, err := agentside.NewAgentKeys("https://"+host+"/client", "ES256")
 	if err != nil {
 		panic(fmt.Sprintf("webkittest: agent key: %v", err))
 	}
 	keys.Clock = s.Clock
-	a := &Agent{site: s, host: host, Keys: keys}
+	a := &Agent{site: s, host: host, keys: keys}
 	s.mu.Lock()
 	s.agents[host] = a
 	s.mu.Unlock()
 	return a
 }
 
-// Agent is a Personal Agent. Keys is its long-term key; Rotate it to test
-// a key change.
+// Agent is a Personal Agent, with its own long-term key.
 type Agent struct {
-	Keys *identity.AgentKeys
+	keys *agentside.AgentKeys
 
 	site *Site
 	host string
 	mu   sync.Mutex
-	dlg  *identity.Delegation
+	dlg  *agentside.Delegation
 }
 
 // ClientID is the agent's client_id.
-func (a *Agent) ClientID() string { return a.Keys.ClientID }
+func (a *Agent) ClientID() string { return a.keys.ClientID }
 
-func (a *Agent) delegation() *identity.Delegation {
+// RotateKey replaces the agent's long-term key with a new one under a new
+// kid, to test a key change: the old key leaves its JWKS, and the
+// delegation it signed (the agent's tokens until it expires) stops
+// verifying once the site's Resolver reloads the JWKS.
+func (a *Agent) RotateKey() error { return a.keys.Rotate() }
+
+func (a *Agent) delegation() *agentside.Delegation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dlg == nil || !a.site.now().Add(time.Minute).Before(a.dlg.ExpiresAt) {
-		d, err := a.Keys.Delegate(time.Hour)
+		d, err := a.keys.Delegate(time.Hour)
 		if err != nil {
 			panic(fmt.Sprintf("webkittest: delegation: %v", err))
 		}
@@ -272,8 +278,8 @@ func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(Declared) }
 // Poppy-Extensions value; "" declares none).
 func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 	site := s.Agent.site
-	assertion, err := s.Agent.delegation().BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.User, AccessToken: s.AccessToken, Lifetime: 30 * time.Second},
+	assertion, err := s.Agent.delegation().BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.User, AccessToken: s.AccessToken, Lifetime: 30 * time.Second},
 		ReturnTo:      site.Origin + "/",
 		Extensions:    extensions,
 	})
@@ -568,7 +574,7 @@ func (s *Session) Send(ref string, a webkit.Approval) *Answer {
 
 func (s *Session) send(ref, approval string) *Answer {
 	site := s.Agent.site
-	jwt, err := s.Agent.delegation().SessionJWT(identity.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.User, AccessToken: s.AccessToken})
+	jwt, err := s.Agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.User, AccessToken: s.AccessToken})
 	if err != nil {
 		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
 	}
@@ -671,9 +677,9 @@ func (t agentTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
 		case "/client":
-			w.Write(a.Keys.Metadata("https://"+a.host+"/jwks", "webkittest agent"))
+			w.Write(a.keys.Metadata("https://"+a.host+"/jwks", "webkittest agent"))
 		case "/jwks":
-			w.Write(a.Keys.JWKS())
+			w.Write(a.keys.JWKS())
 		default:
 			http.NotFound(w, r)
 		}

@@ -58,12 +58,22 @@ func TestOtherHostsUnreachable(t *testing.T) {
 	if res := site.Browser().Get("/"); res.StatusCode != http.StatusNotFound {
 		t.Errorf("the site: %d %v", res.StatusCode, res.Err)
 	}
-	if _, err := site.Resolver().Agent(t.Context(), "https://agent.example/client"); err == nil {
-		t.Error("the Resolver loaded an agent the harness does not have")
+	r := site.Resolver()
+	if r.HTTPClient == nil || r.AllowLocal {
+		t.Fatalf("the Resolver does not fetch through the harness: %+v", r)
+	}
+	if res, err := site.AgentClient().Get("https://agent.example/client"); err == nil {
+		res.Body.Close()
+		t.Error("the harness fetched an agent it does not have")
 	}
 	a := site.NewAgent()
-	if _, err := site.Resolver().Agent(t.Context(), a.ClientID()); err != nil {
-		t.Errorf("the harness's agent: %v", err)
+	res, err := site.AgentClient().Get(a.ClientID())
+	if err != nil {
+		t.Fatalf("the harness's agent: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("the harness's agent: %d", res.StatusCode)
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // agentServer serves the checker's agents' Client ID Metadata Documents
@@ -28,7 +28,7 @@ type agentServer struct {
 	srv  *http.Server
 	base string
 	mu   sync.Mutex
-	keys map[string]*identity.AgentKeys // by name
+	keys map[string]*agentside.AgentKeys // by name
 }
 
 // agent is one Personal Agent of the checker, with its User ID at the site.
@@ -36,8 +36,8 @@ type agent struct {
 	name     string
 	clientID string
 	user     string
-	keys     *identity.AgentKeys
-	dlg      *identity.Delegation
+	keys     *agentside.AgentKeys
+	dlg      *agentside.Delegation
 
 	mu    sync.Mutex
 	token string // an access token for the account; a credential, never printed
@@ -53,7 +53,7 @@ func (c *checker) startAgents() error {
 		return fmt.Errorf("conformance: the agents' server: %w", err)
 	}
 	s := &c.agents
-	s.ln, s.keys = ln, map[string]*identity.AgentKeys{}
+	s.ln, s.keys = ln, map[string]*agentside.AgentKeys{}
 	s.base = "http://" + ln.Addr().String()
 	if c.cfg.AgentURL != "" {
 		s.base = strings.TrimRight(c.cfg.AgentURL, "/")
@@ -104,7 +104,7 @@ func (c *checker) stopAgents() {
 func (c *checker) newAgent(name string) (*agent, error) {
 	s := &c.agents
 	id := s.base + "/agents/" + name + "/agent.json"
-	k, err := identity.NewAgentKeys(id, "ES256")
+	k, err := agentside.NewAgentKeys(id, "ES256")
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +136,8 @@ func (a *agent) otherUser() *session {
 }
 
 // jwt signs a Session JWT for one request to the site.
-func (c *checker) jwt(s *session, token string, edit func(*identity.SessionClaims)) (string, error) {
-	cl := identity.SessionClaims{Audience: c.origin, SID: s.sid, User: s.user, AccessToken: token}
+func (c *checker) jwt(s *session, token string, edit func(*agentside.SessionClaims)) (string, error) {
+	cl := agentside.SessionClaims{Audience: c.origin, SID: s.sid, User: s.user, AccessToken: token}
 	if edit != nil {
 		edit(&cl)
 	}

@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -213,8 +213,8 @@ func (b *browser) join(ctx context.Context, s *session, o joinOpts) error {
 	if o.declare {
 		ext = `"operations";v="3"`
 	}
-	assertion, err := s.agent.dlg.BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: c.disc.join, SID: s.sid, User: s.user, AccessToken: token},
+	assertion, err := s.agent.dlg.BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: c.disc.join, SID: s.sid, User: s.user, AccessToken: token},
 		ReturnTo:      c.origin + c.cfg.StartPath,
 		Extensions:    ext,
 	})

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -434,7 +434,7 @@ func (f *flow) jwtAttacks(ctx context.Context) {
 		k.skip("no ref")
 		return
 	}
-	sign := func(edit func(*identity.SessionClaims)) string {
+	sign := func(edit func(*agentside.SessionClaims)) string {
 		j, err := c.jwt(f.sA, "", edit)
 		if err != nil {
 			k.fail("the checker could not sign: %v", err)
@@ -446,10 +446,10 @@ func (f *flow) jwtAttacks(ctx context.Context) {
 	cases := []struct{ what, jwt string }{
 		{"a JWT with its signature altered", tamper(valid)},
 		{"a JWT with alg none", noneJWT(sign(nil))},
-		{"a JWT for another site (aud)", sign(func(cl *identity.SessionClaims) { cl.Audience = "https://other.example" })},
-		{"an expired JWT", sign(func(cl *identity.SessionClaims) { cl.IssuedAt = time.Now().Add(-10 * time.Minute) })},
-		{"a JWT issued in the future", sign(func(cl *identity.SessionClaims) { cl.IssuedAt = time.Now().Add(10 * time.Minute) })},
-		{"a JWT living an hour", sign(func(cl *identity.SessionClaims) { cl.Lifetime = time.Hour })},
+		{"a JWT for another site (aud)", sign(func(cl *agentside.SessionClaims) { cl.Audience = "https://other.example" })},
+		{"an expired JWT", sign(func(cl *agentside.SessionClaims) { cl.IssuedAt = time.Now().Add(-10 * time.Minute) })},
+		{"a JWT issued in the future", sign(func(cl *agentside.SessionClaims) { cl.IssuedAt = time.Now().Add(10 * time.Minute) })},
+		{"a JWT living an hour", sign(func(cl *agentside.SessionClaims) { cl.Lifetime = time.Hour })},
 	}
 	for _, tc := range cases {
 		a := c.endpoint(ctx, f.sA, post{ref: f.ref, jwt: tc.jwt})

@@ -24,6 +24,7 @@ import (
 	"github.com/justinas/nosurf"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
@@ -313,7 +314,7 @@ func (s *toy) decline(_ context.Context, d endpoint.DeclineRequest) *webkit.Decl
 // token is the test's token endpoint, like the demo's /demo/token.
 func (s *toy) token(w http.ResponseWriter, r *http.Request) {
 	r.ParseForm()
-	tok, err := identity.IssueAccessToken(s.issuer, "k1", s.url, r.PostForm.Get("client_id"), "acct_1", time.Hour)
+	tok, err := agentside.IssueAccessToken(s.issuer, "k1", s.url, r.PostForm.Get("client_id"), "acct_1", time.Hour)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

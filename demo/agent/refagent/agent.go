@@ -5,7 +5,7 @@
 //
 // An Agent
 //
-//   - holds its keys (identity.AgentKeys) and serves its own Client ID
+//   - holds its keys (agentside.AgentKeys) and serves its own Client ID
 //     Metadata Document and JWKS on a loopback HTTP server (the demo shop
 //     accepts http agents on localhost and 127.0.0.1);
 //   - reads the Company's /.well-known/poppy.json and uses the extension
@@ -49,8 +49,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // Config configures an Agent.
@@ -116,13 +116,13 @@ type Agent struct {
 	origin   string
 	clientID string
 	base     string // the agent's own server, http://127.0.0.1:port
-	keys     *identity.AgentKeys
+	keys     *agentside.AgentKeys
 	ln       net.Listener
 	srv      *http.Server
 	disc     Discovery
 
 	mu        sync.Mutex
-	dlg       *identity.Delegation
+	dlg       *agentside.Delegation
 	token     string // the access token; a credential, never printed
 	sessions  map[string]*Session
 	joined    map[string]bool     // sids this browser was joined to (A10)
@@ -222,7 +222,7 @@ func start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.base = "http://" + a.ln.Addr().String()
 	a.clientID = a.base + "/agent.json"
-	a.keys, err = identity.NewAgentKeys(a.clientID, "ES256")
+	a.keys, err = agentside.NewAgentKeys(a.clientID, "ES256")
 	if err != nil {
 		a.ln.Close()
 		return nil, err
@@ -404,7 +404,7 @@ func (a *Agent) accessToken(ctx context.Context) (string, error) {
 
 // delegation returns the current delegated key, renewing it when it has
 // less than 5 minutes left (webkit/RULES.md choice 1: at most 24 h).
-func (a *Agent) delegation() (*identity.Delegation, error) {
+func (a *Agent) delegation() (*agentside.Delegation, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dlg != nil && a.dlg.ExpiresAt.Sub(a.now()) > 5*time.Minute {
@@ -426,7 +426,7 @@ func (a *Agent) sessionHeader(s *Session, token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return d.SessionJWT(identity.SessionClaims{Audience: a.origin, SID: s.SID, User: a.cfg.User, AccessToken: token})
+	return d.SessionJWT(agentside.SessionClaims{Audience: a.origin, SID: s.SID, User: a.cfg.User, AccessToken: token})
 }
 
 // --- The browser join (webkit/RULES.md choice 3) ---
@@ -541,8 +541,8 @@ func (a *Agent) joinForm(ctx context.Context, opts JoinOptions) (s *Session, for
 	if err != nil {
 		return nil, nil, "", err
 	}
-	assertion, err := d.BrowserAssertion(identity.BrowserClaims{
-		SessionClaims: identity.SessionClaims{Audience: a.disc.Join, SID: s.SID, User: a.cfg.User, AccessToken: token},
+	assertion, err := d.BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: a.disc.Join, SID: s.SID, User: a.cfg.User, AccessToken: token},
 		ReturnTo:      returnTo,
 		Extensions:    ext,
 	})

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 func exchangeQuestion(amount string, action string) Question {
@@ -234,7 +234,7 @@ func TestTermsShownOnce(t *testing.T) {
 // to the endpoint.
 func newOffline(t *testing.T, endpoint string) *Agent {
 	t.Helper()
-	keys, err := identity.NewAgentKeys("http://127.0.0.1:1/agent.json", "ES256")
+	keys, err := agentside.NewAgentKeys("http://127.0.0.1:1/agent.json", "ES256")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package identity
+// Package jose holds the JOSE pieces both sides of webkit/RULES.md choice 1
+// use: the JWK subset, the allow-list of signing algorithms, the typ of each
+// token, the ath claim and signing. webkit/identity verifies with them; the
+// agent's side (internal/agentside) signs with them.
+package jose
 
 import (
 	"crypto"
@@ -43,9 +47,9 @@ type PublicKey struct {
 	Key crypto.PublicKey
 }
 
-// signingAlgs is the allow-list of webkit/RULES.md choice 1: asymmetric only,
+// SigningAlgs is the allow-list of webkit/RULES.md choice 1: asymmetric only,
 // never none, never HMAC.
-var signingAlgs = []string{"ES256", "ES384", "EdDSA", "PS256", "RS256"}
+var SigningAlgs = []string{"ES256", "ES384", "EdDSA", "PS256", "RS256"}
 
 // The RSA keys accepted: a modulus of 2048 bits (RFC 7518 §3.3) to 4096
 // bits, and the public exponent 65537. The upper bound and the fixed
@@ -58,9 +62,9 @@ const (
 	rsaExponent = 65537
 )
 
-// maxJWKBytes bounds one JWK before it is parsed: a 4096-bit modulus is 683
+// MaxJWKBytes bounds one JWK before it is parsed: a 4096-bit modulus is 683
 // base64url characters, so nothing usable is larger.
-const maxJWKBytes = 4096
+const MaxJWKBytes = 4096
 
 // Fits reports whether k may verify a JWS with alg. The choice (webkit/RULES.md
 // choice 1, "kid and alg both matching"): when the JWK has an alg it must
@@ -69,16 +73,16 @@ const maxJWKBytes = 4096
 // without alg fits nothing, because RS256 and PS256 would both fit it.
 func (k PublicKey) Fits(alg string) bool {
 	if k.Alg != "" {
-		return k.Alg == alg && keyFits(k.Key, alg)
+		return k.Alg == alg && KeyFits(k.Key, alg)
 	}
 	if _, ok := k.Key.(*rsa.PublicKey); ok {
 		return false
 	}
-	return keyFits(k.Key, alg)
+	return KeyFits(k.Key, alg)
 }
 
-// keyFits reports whether key's type can verify alg, from the allow-list.
-func keyFits(key crypto.PublicKey, alg string) bool {
+// KeyFits reports whether key's type can verify alg, from the allow-list.
+func KeyFits(key crypto.PublicKey, alg string) bool {
 	switch key := key.(type) {
 	case *ecdsa.PublicKey:
 		switch key.Curve {
@@ -106,16 +110,16 @@ func rsaSizeOK(key *rsa.PublicKey) bool {
 	return bits >= minRSABits && bits <= maxRSABits && key.E == rsaExponent
 }
 
-// b64 decodes JWT segments and JWK members strictly: bits base64 leaves
+// B64 decodes JWT segments and JWK members strictly: bits base64 leaves
 // unused in a last character must be zero (RFC 4648 §3.5), so a token's
 // signature is written one way only, as jwt.WithStrictDecoding has it.
-var b64 = base64.RawURLEncoding.Strict()
+var B64 = base64.RawURLEncoding.Strict()
 
 // ParseJWK parses one public JWK. It refuses private keys, unknown key types
 // and curves, and keys whose use or key_ops exclude verifying.
 func ParseJWK(raw []byte) (PublicKey, error) {
-	if len(raw) > maxJWKBytes {
-		return PublicKey{}, fmt.Errorf("JWK: longer than %d bytes", maxJWKBytes)
+	if len(raw) > MaxJWKBytes {
+		return PublicKey{}, fmt.Errorf("JWK: longer than %d bytes", MaxJWKBytes)
 	}
 	var j JWK
 	if err := json.Unmarshal(raw, &j); err != nil {
@@ -135,7 +139,7 @@ func (j *JWK) PublicKey() (PublicKey, error) {
 	if j.KeyOps != nil && !slices.Contains(j.KeyOps, "verify") {
 		return PublicKey{}, fmt.Errorf("JWK kid %q: key_ops lacks verify", j.Kid)
 	}
-	if j.Alg != "" && !slices.Contains(signingAlgs, j.Alg) {
+	if j.Alg != "" && !slices.Contains(SigningAlgs, j.Alg) {
 		return PublicKey{}, fmt.Errorf("JWK kid %q: alg %q is not allowed", j.Kid, j.Alg)
 	}
 	pk := PublicKey{Kid: j.Kid, Alg: j.Alg}
@@ -151,8 +155,8 @@ func (j *JWK) PublicKey() (PublicKey, error) {
 		default:
 			return PublicKey{}, fmt.Errorf("JWK kid %q: EC curve %q is not supported", j.Kid, j.Crv)
 		}
-		x, errX := b64.DecodeString(j.X)
-		y, errY := b64.DecodeString(j.Y)
+		x, errX := B64.DecodeString(j.X)
+		y, errY := B64.DecodeString(j.Y)
 		if errX != nil || errY != nil || len(x) != size || len(y) != size {
 			return PublicKey{}, fmt.Errorf("JWK kid %q: EC x or y is malformed", j.Kid)
 		}
@@ -168,7 +172,7 @@ func (j *JWK) PublicKey() (PublicKey, error) {
 		if j.Crv != "Ed25519" {
 			return PublicKey{}, fmt.Errorf("JWK kid %q: OKP curve %q is not supported", j.Kid, j.Crv)
 		}
-		x, err := b64.DecodeString(j.X)
+		x, err := B64.DecodeString(j.X)
 		if err != nil || len(x) != ed25519.PublicKeySize {
 			return PublicKey{}, fmt.Errorf("JWK kid %q: OKP x is malformed", j.Kid)
 		}
@@ -176,13 +180,13 @@ func (j *JWK) PublicKey() (PublicKey, error) {
 	case "RSA":
 		// The sizes are checked on the encoded text first, so that an
 		// oversized modulus is refused before it is decoded or used.
-		if len(j.N) > b64.EncodedLen(maxRSABits/8) || len(j.N) < b64.EncodedLen(minRSABits/8) {
+		if len(j.N) > B64.EncodedLen(maxRSABits/8) || len(j.N) < B64.EncodedLen(minRSABits/8) {
 			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA modulus is not %d–%d bits", j.Kid, minRSABits, maxRSABits)
 		}
 		if j.E != "AQAB" { // 65537, the only exponent accepted (see maxRSABits)
 			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA exponent is not 65537", j.Kid)
 		}
-		n, err := b64.DecodeString(j.N)
+		n, err := B64.DecodeString(j.N)
 		if err != nil || len(n) == 0 || n[0] == 0 {
 			return PublicKey{}, fmt.Errorf("JWK kid %q: RSA n is malformed", j.Kid)
 		}
@@ -210,22 +214,22 @@ func NewJWK(key crypto.PublicKey, kid, alg string) (JWK, error) {
 		case elliptic.P384():
 			j.Crv, size = "P-384", 48
 		default:
-			return JWK{}, fmt.Errorf("identity: EC curve %s is not supported", k.Curve.Params().Name)
+			return JWK{}, fmt.Errorf("jose: EC curve %s is not supported", k.Curve.Params().Name)
 		}
 		point, err := k.Bytes()
 		if err != nil {
-			return JWK{}, fmt.Errorf("identity: EC key: %w", err)
+			return JWK{}, fmt.Errorf("jose: EC key: %w", err)
 		}
-		j.X = b64.EncodeToString(point[1 : 1+size])
-		j.Y = b64.EncodeToString(point[1+size:])
+		j.X = B64.EncodeToString(point[1 : 1+size])
+		j.Y = B64.EncodeToString(point[1+size:])
 	case ed25519.PublicKey:
-		j.Kty, j.Crv, j.X = "OKP", "Ed25519", b64.EncodeToString(k)
+		j.Kty, j.Crv, j.X = "OKP", "Ed25519", B64.EncodeToString(k)
 	case *rsa.PublicKey:
 		j.Kty = "RSA"
-		j.N = b64.EncodeToString(k.N.Bytes())
-		j.E = b64.EncodeToString(big.NewInt(int64(k.E)).Bytes())
+		j.N = B64.EncodeToString(k.N.Bytes())
+		j.E = B64.EncodeToString(big.NewInt(int64(k.E)).Bytes())
 	default:
-		return JWK{}, fmt.Errorf("identity: key type %T is not supported", key)
+		return JWK{}, fmt.Errorf("jose: key type %T is not supported", key)
 	}
 	return j, nil
 }

@@ -1,4 +1,11 @@
-package identity
+// Package agentside is the Personal Agent's side of webkit/RULES.md
+// choices 1–3, which a website never runs: the agent's long-term keys and
+// their JWKS and metadata document, delegation, and signing Session JWTs and
+// browser join assertions; and the access tokens the demo's authorization
+// server issues. webkittest, the reference agent, the conformance checker,
+// the demo and the tests use it; webkit/identity verifies what it signs.
+// It never logs or prints a key.
+package agentside
 
 import (
 	"crypto"
@@ -13,12 +20,12 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/opsgate/opsgate/internal/jose"
 )
 
 // AgentKeys is the Personal Agent's side of webkit/RULES.md choice 1: its
 // long-term signing key, published in its JWKS, which signs delegations.
-// Tests, the demo's authorization server and the reference agent use it.
-// It never logs or prints a key.
 type AgentKeys struct {
 	ClientID string
 	// Clock is the time source for iat and exp; nil means time.Now.
@@ -53,7 +60,7 @@ func newSigner(alg string) (crypto.Signer, error) {
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
 	}
-	return nil, fmt.Errorf("identity: alg %q is not supported for agent keys", alg)
+	return nil, fmt.Errorf("agentside: alg %q is not supported for agent keys", alg)
 }
 
 // Rotate replaces the long-term key with a new one under a new kid; the old
@@ -85,21 +92,25 @@ func (k *AgentKeys) JWKS() []byte {
 	k.mu.Lock()
 	key, kid := k.key, k.kid
 	k.mu.Unlock()
-	j, err := NewJWK(key.Public(), kid, k.alg)
+	j, err := jose.NewJWK(key.Public(), kid, k.alg)
 	if err != nil {
 		panic(err) // unreachable: newSigner makes only supported keys
 	}
 	j.Use = "sig"
 	b, _ := json.Marshal(struct {
-		Keys []JWK `json:"keys"`
-	}{[]JWK{j}})
+		Keys []jose.JWK `json:"keys"`
+	}{[]jose.JWK{j}})
 	return b
 }
 
 // Metadata is the agent's Client ID Metadata Document, to serve at its
 // client_id URL.
 func (k *AgentKeys) Metadata(jwksURI, name string) []byte {
-	b, _ := json.Marshal(metadata{ClientID: k.ClientID, ClientName: name, JWKSURI: jwksURI})
+	b, _ := json.Marshal(struct {
+		ClientID   string `json:"client_id"`
+		ClientName string `json:"client_name"`
+		JWKSURI    string `json:"jwks_uri"`
+	}{k.ClientID, name, jwksURI})
 	return b
 }
 
@@ -130,7 +141,7 @@ func (k *AgentKeys) Delegate(lifetime time.Duration) (*Delegation, error) {
 	if err != nil {
 		return nil, err
 	}
-	jwk, err := NewJWK(dkey.Public(), "", alg)
+	jwk, err := jose.NewJWK(dkey.Public(), "", alg)
 	if err != nil {
 		return nil, err
 	}
@@ -145,9 +156,9 @@ func (k *AgentKeys) Delegate(lifetime time.Duration) (*Delegation, error) {
 		"iat": now.Unix(),
 		"exp": exp.Unix(),
 	}
-	compact, err := sign(alg, key, map[string]any{"typ": TypDelegation, "kid": kid}, claims)
+	compact, err := jose.Sign(alg, key, map[string]any{"typ": jose.TypDelegation, "kid": kid}, claims)
 	if err != nil {
-		return nil, fmt.Errorf("identity: signing the delegation: %w", err)
+		return nil, fmt.Errorf("agentside: signing the delegation: %w", err)
 	}
 	return &Delegation{ClientID: k.ClientID, ExpiresAt: exp, Clock: k.Clock, compact: compact, alg: alg, key: dkey}, nil
 }
@@ -170,7 +181,7 @@ type SessionClaims struct {
 
 // SessionJWT signs a Session JWT for the Poppy-Session header.
 func (d *Delegation) SessionJWT(c SessionClaims) (string, error) {
-	return d.signAgentJWT(TypSession, c, nil)
+	return d.signAgentJWT(jose.TypSession, c, nil)
 }
 
 // BrowserClaims says what a browser join assertion holds.
@@ -182,7 +193,7 @@ type BrowserClaims struct {
 
 // BrowserAssertion signs a browser join assertion (webkit/RULES.md choice 3).
 func (d *Delegation) BrowserAssertion(c BrowserClaims) (string, error) {
-	return d.signAgentJWT(TypBrowser, c.SessionClaims, map[string]any{
+	return d.signAgentJWT(jose.TypBrowser, c.SessionClaims, map[string]any{
 		"return_to":  c.ReturnTo,
 		"extensions": c.Extensions,
 	})
@@ -214,21 +225,12 @@ func (d *Delegation) signAgentJWT(typ string, c SessionClaims, extra map[string]
 		"jti": jti,
 	}
 	if c.AccessToken != "" {
-		claims["ath"] = ATH(c.AccessToken)
+		claims["ath"] = jose.ATH(c.AccessToken)
 	}
 	for k, v := range extra {
 		claims[k] = v
 	}
-	return sign(d.alg, d.key, map[string]any{"typ": typ, "poppy_dlg": d.compact}, claims)
-}
-
-// sign signs claims with key under alg, with the header members given.
-func sign(alg string, key crypto.Signer, header map[string]any, claims jwt.Claims) (string, error) {
-	t := jwt.NewWithClaims(jwt.GetSigningMethod(alg), claims)
-	for k, v := range header {
-		t.Header[k] = v
-	}
-	return t.SignedString(key)
+	return jose.Sign(d.alg, d.key, map[string]any{"typ": typ, "poppy_dlg": d.compact}, claims)
 }
 
 // IssueAccessToken signs an RFC 9068 access token (typ at+jwt) issued by
@@ -253,7 +255,7 @@ func IssueAccessTokenAt(issuerKey crypto.Signer, kid, issuer, clientID, account 
 		alg = "RS256"
 	}
 	if alg == "" {
-		return "", fmt.Errorf("identity: issuer key type %T is not supported", issuerKey.Public())
+		return "", fmt.Errorf("agentside: issuer key type %T is not supported", issuerKey.Public())
 	}
 	claims := jwt.MapClaims{
 		"iss":       issuer,
@@ -267,5 +269,16 @@ func IssueAccessTokenAt(issuerKey crypto.Signer, kid, issuer, clientID, account 
 	if kid != "" {
 		header["kid"] = kid
 	}
-	return sign(alg, issuerKey, header, claims)
+	return jose.Sign(alg, issuerKey, header, claims)
 }
+
+// Signer is the current long-term private key, for tests that forge what
+// an agent must not be able to sign.
+func (k *AgentKeys) Signer() crypto.Signer {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.key
+}
+
+// Signer is the delegated private key, for tests that forge tokens.
+func (d *Delegation) Signer() crypto.Signer { return d.key }

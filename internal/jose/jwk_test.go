@@ -1,4 +1,4 @@
-package identity
+package jose
 
 import (
 	"crypto/ecdsa"
@@ -74,7 +74,9 @@ func TestParseJWKRefuses(t *testing.T) {
 		{"short x", func(j *JWK) { j.X = j.X[:10] }},
 		{"curve P-521", func(j *JWK) { j.Crv = "P-521" }},
 		{"kty oct", func(j *JWK) { j.Kty = "oct" }},
-		{"small RSA", func(j *JWK) { *j = JWK{Kty: "RSA", Alg: "RS256", N: b64.EncodeToString(make([]byte, 128)), E: "AQAB"} }},
+		{"small RSA", func(j *JWK) {
+			*j = JWK{Kty: "RSA", Alg: "RS256", N: B64.EncodeToString(make([]byte, 128)), E: "AQAB"}
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
