@@ -28,6 +28,7 @@ import (
 	"github.com/opsgate/opsgate/demo/shop"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/browsertest"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -91,22 +92,7 @@ func startChromium() (context.Context, func(), error) {
 
 // clock is the shop's and the agent's clock: real time plus an offset the
 // test can move (a revision's expiry without sleeping).
-type clock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *clock) Move(d time.Duration) {
-	c.mu.Lock()
-	c.offset += d
-	c.mu.Unlock()
-}
+type clock = testclock.Clock
 
 // env is one demo shop on loopback, in-process, with its own store.
 type env struct {
@@ -140,7 +126,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{clock: &clock{}, mux: http.NewServeMux(), url: "http://" + ln.Addr().String(), actionPosts: map[string]int{}}
+	e := &env{clock: testclock.Real(), mux: http.NewServeMux(), url: "http://" + ln.Addr().String(), actionPosts: map[string]int{}}
 	e.shop, err = shop.NewServer(shop.Config{
 		BaseURL:    e.url,
 		Clock:      e.clock.Now,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -44,12 +45,11 @@ var (
 	sesV2    = Session{ID: "ses_v2", Agent: "https://agent.example/client", User: "usr_1", Extensions: Extensions{"operations": "2"}}
 )
 
-// clock is an injectable clock; tests move it instead of sleeping.
-type clock struct{ ns atomic.Int64 }
+// clock is the tests' clock (internal/testclock); tests move it instead
+// of sleeping.
+type clock = testclock.Clock
 
-func newClock() *clock               { c := &clock{}; c.ns.Store(t0.UnixNano()); return c }
-func (c *clock) Now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock() *clock { return testclock.At(t0) }
 
 // backend is a store for a test: memory, or real Redis when available.
 type backend struct {
@@ -1366,9 +1366,9 @@ opsgate.fetch("/exchange", {
 
 	// approve records an approval of the waiting operation for form, as
 	// the endpoint would: the same action gives its current ref (W19).
-	env := &gateEnv{t: t, kit: k, clock: &clock{}}
+	env := &gateEnv{t: t, kit: k, clock: newClock()}
 	approve := func(form string) {
-		env.clock.ns.Store(time.Now().UnixNano())
+		env.clock.Set(time.Now())
 		env.record(sesIn, env.issueForm(sesIn, form))
 	}
 

@@ -34,9 +34,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 		return iss
 	}
 	done, notDone := claim("ord_a"), claim("ord_b")
-	c.mu.Lock()
-	c.now = c.now.Add(2 * time.Minute)
-	c.mu.Unlock()
+	c.Add(2 * time.Minute)
 
 	if res, _ := do(t, s, "GET", "/admin/operations", nil, nil); res.StatusCode != http.StatusForbidden {
 		t.Fatalf("without the shop's login: %d", res.StatusCode)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/webkit"
@@ -68,9 +69,7 @@ func TestW130W131DeclineRevealsNothing(t *testing.T) {
 		if look := sess.Lookup(res.Ref); look.Error != "approval_required" {
 			t.Errorf("W134: after the decline: %d %s", look.StatusCode, look.Body)
 		}
-		c.mu.Lock()
-		c.now = c.now.AddDate(0, 0, 3) // another day: another refund, the same words
-		c.mu.Unlock()
+		c.Add(3 * 24 * time.Hour) // another day: another refund, the same words
 	}
 
 	// The user's own approval of the same cancellation is not declined,

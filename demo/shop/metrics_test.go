@@ -4,9 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -14,7 +14,7 @@ import (
 // `go run ./demo` serves it.
 func newMetricsShop(t *testing.T, metrics bool) (*Server, *webkittest.Site) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	c := testclock.At(t0)
 	site := webkittest.New("https://shop.test")
 	site.Clock = c.Now
 	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.AgentClient(), Metrics: metrics})

@@ -5,9 +5,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
@@ -16,7 +16,7 @@ import (
 // webkittest: real joins, Session JWTs and the real endpoint, in-process.
 func newHarnessShop(t *testing.T) (*Server, *webkittest.Site, *clock) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	c := testclock.At(t0)
 	site := webkittest.New("https://shop.test")
 	site.Clock = c.Now
 	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.AgentClient()})
@@ -224,7 +224,7 @@ func TestResetSandbox(t *testing.T) {
 // seeded; the shop keeps at most MaxSandboxes.
 func TestSandboxesForgottenAndBounded(t *testing.T) {
 	t.Parallel()
-	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	c := testclock.At(t0)
 	s, err := NewServer(Config{BaseURL: "https://shop.test", Clock: c.Now, Logger: quiet, MaxSandboxes: 3})
 	if err != nil {
 		t.Fatal(err)

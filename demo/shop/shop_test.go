@@ -9,31 +9,25 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit"
 )
 
-// clock is a test clock that moves only when told.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the tests' clock (internal/testclock): it moves only when told.
+type clock = testclock.Clock
 
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+// t0 is when the shop's tests start.
+var t0 = time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 
 var quiet = slog.New(slog.DiscardHandler)
 
 func newTestServer(t *testing.T) (*Server, *clock) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)}
+	c := testclock.At(t0)
 	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, AllowLocal: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -11,30 +11,16 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
 )
 
 const origin = "https://shop.example"
 
-// clock is an injectable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the tests' clock (internal/testclock).
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{t: time.Now().Truncate(time.Second)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return testclock.At(time.Now().Truncate(time.Second)) }
 
 // replay is a store.Store with only UseOnce, enough for the Verifier.
 type replay struct {
