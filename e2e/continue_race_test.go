@@ -35,6 +35,18 @@ const churnJS = `<script>(function () {
   })();
 })();</script>`
 
+// replaceWaiting replaces k's waiting page with h; every other refusal stays
+// the kit's own.
+func replaceWaiting(k *webkit.Kit, h http.HandlerFunc) {
+	k.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := webkit.WaitingOf(r); !ok {
+			k.Refuse(w, r)
+			return
+		}
+		h(w, r)
+	})
+}
+
 // churningWaiting is the kit's own waiting page with churnJS added.
 func churningWaiting(w http.ResponseWriter, r *http.Request) {
 	v, _ := webkit.WaitingOf(r)
@@ -63,7 +75,7 @@ func TestContinueClickSurvivesDocumentUpdates(t *testing.T) {
 		t.Fatalf("chromium could not start: %v", browserErr)
 	}
 	t.Parallel()
-	s := newMxSite(t, mxRouters[0], mxProtections[0], func(k *webkit.Kit) { k.Waiting = http.HandlerFunc(churningWaiting) })
+	s := newMxSite(t, mxRouters[0], mxProtections[0], func(k *webkit.Kit) { replaceWaiting(k, churningWaiting) })
 	page := "/orders/" + mxOrder
 	a, tab := mxAgent(t, s, page)
 	const rounds = 3
@@ -104,7 +116,7 @@ func TestNoContinueControlFailsClearly(t *testing.T) {
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte(`<!doctype html><div id="opsgate-waiting"><h1>Waiting for approval</h1><p>No way to continue here.</p></div>`))
 	})
-	s := newMxSite(t, mxRouters[0], mxProtections[0], func(k *webkit.Kit) { k.Waiting = noControl })
+	s := newMxSite(t, mxRouters[0], mxProtections[0], func(k *webkit.Kit) { replaceWaiting(k, noControl) })
 	page := "/orders/" + mxOrder
 	a, tab := mxAgent(t, s, page)
 	in(t, tab, chromedp.Click(chromedp.CSS("#exchange button"), chromedp.NodeVisible))

@@ -26,7 +26,6 @@ import (
 	"sync"
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -63,10 +62,9 @@ type Config struct {
 	Origin string
 	// Name is the Company's name in poppy.json; "" leaves it out.
 	Name string
-	// Kit is the website's Kit (webkit.New). Required. The endpoint takes
-	// the Kit's Store, Clock, Logger, Observer and StoreTimeout. A Kit
-	// built without New gets its missing defaults here (BasePath, an
-	// in-memory Store), as it would at its first request.
+	// Kit is the website's Kit, built by webkit.New. Required. The
+	// endpoint takes the Kit's Store, Clock, Logger, Observer and
+	// StoreTimeout.
 	Kit *webkit.Kit
 	// Resolver loads agents' keys; nil is a new identity.Resolver (with
 	// AllowLocal when AllowLocal is set).
@@ -133,8 +131,8 @@ var errConfig = errors.New("endpoint: mount")
 
 // NewMount checks c and builds the Mount. Every mistake it can see is an
 // error here, not at the first request: a missing or malformed Origin, a
-// Kit whose keys New refused (webkit.Kit.Check), paths that collide, a
-// poppy.json that would not be valid.
+// Kit that can't work (webkit.Kit.Check: not built by New, keys New
+// refused), paths that collide, a poppy.json that would not be valid.
 func NewMount(c Config) (*Mount, error) {
 	if c.Kit == nil {
 		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", errConfig)
@@ -147,12 +145,6 @@ func NewMount(c Config) (*Mount, error) {
 		return nil, err
 	}
 	kit := c.Kit
-	if kit.BasePath == "" {
-		kit.BasePath = webkit.DefaultBasePath
-	}
-	if kit.Store == nil { // a zero Kit: the endpoint and the Gate share one store
-		kit.Store = store.NewMemory()
-	}
 	m := &Mount{
 		kit:           kit,
 		base:          kit.BasePath,

@@ -284,23 +284,14 @@ func TestNewMountChecks(t *testing.T) {
 	}
 }
 
-// A zero Kit works with a Mount too: NewMount gives it the defaults New
-// would have (a base path, one in-memory store shared by the Gate and the
-// endpoint), and its routes serve.
+// A Kit not built by webkit.New is a configuration error of NewMount that
+// says to use New, not a Mount that half works.
 func TestMountZeroKit(t *testing.T) {
 	t.Parallel()
 	kit := &webkit.Kit{Logger: slog.New(slog.DiscardHandler)}
-	m, err := endpoint.NewMount(endpoint.Config{Origin: origin, Kit: kit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kit.BasePath != webkit.DefaultBasePath || kit.Store == nil || m == nil {
-		t.Fatalf("zero Kit after NewMount: base %q store %v", kit.BasePath, kit.Store)
-	}
-	w := httptest.NewRecorder()
-	m.ServeHTTP(w, httptest.NewRequest("GET", "/_opsgate/fetch.js", nil))
-	if w.Code != 200 {
-		t.Fatalf("fetch.js: %d", w.Code)
+	_, err := endpoint.NewMount(endpoint.Config{Origin: origin, Kit: kit})
+	if err == nil || !strings.HasPrefix(err.Error(), "endpoint: mount: ") || !strings.Contains(err.Error(), "webkit.New") {
+		t.Fatalf("NewMount of a zero Kit: %v, want a mount error saying to use webkit.New", err)
 	}
 }
 

@@ -21,18 +21,6 @@ import (
 	"github.com/opsgate/opsgate/templates"
 )
 
-// Field, Continue, Waiting and Unavailable are the views the templates
-// render; Chrome is the website's frame around them (its fields, and the
-// CSS variables a site's stylesheet may set: go doc
-// github.com/opsgate/opsgate/templates.Chrome).
-type (
-	Field       = templates.Field
-	Continue    = templates.Continue
-	Waiting     = templates.Waiting
-	Unavailable = templates.Unavailable
-	Chrome      = templates.Chrome
-)
-
 // NoStore marks a response as never to be stored (§4 W68) and varies it on
 // what content negotiation reads.
 func NoStore(h http.Header) {
@@ -141,7 +129,7 @@ func qvalue(params string) int {
 // WriteWaiting answers a gated request that waits for approval: 403 with the
 // waiting page (W65) or {"error":"approval_required"} (W66). The caller sets
 // Poppy-Operation before; this sets Cache-Control and Vary (W68).
-func WriteWaiting(w http.ResponseWriter, r *http.Request, v Waiting) {
+func WriteWaiting(w http.ResponseWriter, r *http.Request, v templates.Waiting) {
 	NoStore(w.Header())
 	if WantsJSON(r) {
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "approval_required"})
@@ -162,7 +150,7 @@ func WriteExtensionRequired(w http.ResponseWriter) {
 // WriteUnavailable answers 503 with Retry-After (§7 W143): the store is
 // down or the operation is being performed. Nothing was performed, and the
 // answer never says the action failed (W142).
-func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
 	write503(w, r, retryAfter, "temporarily_unavailable", templates.UnavailablePage(v))
 }
 
@@ -171,21 +159,37 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 // performing it (§7 W142, W143). It may have taken effect, so the answer
 // never says it failed; the operation stays performing until the website
 // knows, and a retry never performs it twice.
-func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
 	write503(w, r, retryAfter, "outcome_unknown", templates.OutcomeUnknownPage(v))
 }
 
-// write503 answers 503 with Retry-After (whole seconds, at least 1): the
-// error code for a script, the page for a browser.
+// WriteRateLimited answers 429 with Retry-After for a gated request that
+// would open one operation more than the owner's or the agent's cap
+// (webkit/RULES.md "Bounded work"): nothing was performed or issued.
+func WriteRateLimited(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
+	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", templates.RateLimitedPage(v))
+}
+
+// write503 answers 503 with Retry-After: see writeRetry.
 func write503(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, code string, page templ.Component) {
+	writeRetry(w, r, http.StatusServiceUnavailable, retryAfter, code, page)
+}
+
+// writeRetry answers status with Retry-After (whole seconds, at least 1):
+// the error code for a script, the page for a browser.
+func writeRetry(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, code string, page templ.Component) {
 	NoStore(w.Header())
-	w.Header().Set("Retry-After", strconv.Itoa(max(int(retryAfter/time.Second), 1)))
+	w.Header().Set("Retry-After", RetryAfter(retryAfter))
 	if WantsJSON(r) {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": code})
+		writeJSON(w, status, map[string]string{"error": code})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusServiceUnavailable, page)
+	writeHTML(w, r.Context(), status, page)
 }
+
+// RetryAfter is the Retry-After header's value for d: whole seconds, at
+// least 1 (§7 W143).
+func RetryAfter(d time.Duration) string { return strconv.Itoa(max(int(d/time.Second), 1)) }
 
 // WriteBadRequest answers 400 invalid_request for a request the website's
 // describe could not read; detail is the website's own message.

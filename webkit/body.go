@@ -60,7 +60,7 @@ func (k *Kit) sentBody(r *http.Request) ([]byte, error) {
 		return body, nil // chunked and empty: nothing says more was sent
 	}
 	if int64(len(form)) > k.maxBody() {
-		return nil, ErrBodyTooLarge
+		return nil, errBodyTooLarge
 	}
 	r.ContentLength = int64(len(form))
 	return form, nil
@@ -87,7 +87,7 @@ func encodeMultipart(f *multipart.Form, boundary string, limit int64) ([]byte, e
 	for _, name := range slices.Sorted(maps.Keys(f.File)) {
 		for _, fh := range f.File[name] {
 			if int64(buf.Len())+fh.Size > limit {
-				return nil, ErrBodyTooLarge
+				return nil, errBodyTooLarge
 			}
 			h := make(textproto.MIMEHeader)
 			h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": name, "filename": fh.Filename}))
@@ -140,14 +140,14 @@ func (k *Kit) readBody(r *http.Request) ([]byte, error) {
 	}
 	limit := k.maxBody()
 	if r.ContentLength > limit {
-		return nil, ErrBodyTooLarge
+		return nil, errBodyTooLarge
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("webkit: request body: %w", err)
 	}
 	if int64(len(body)) > limit {
-		return nil, ErrBodyTooLarge
+		return nil, errBodyTooLarge
 	}
 	return body, nil
 }

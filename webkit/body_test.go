@@ -350,8 +350,8 @@ func TestSentBodyFromParsedForm(t *testing.T) {
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		r.ContentLength = -1 // chunked: MaxBody is checked on what was parsed
 		r.ParseForm()
-		if _, err := k.sentBody(r); err != ErrBodyTooLarge {
-			t.Errorf("err %v, want ErrBodyTooLarge", err)
+		if _, err := k.sentBody(r); err != errBodyTooLarge {
+			t.Errorf("err %v, want errBodyTooLarge", err)
 		}
 	})
 	t.Run("multipart with a file", func(t *testing.T) {

@@ -21,15 +21,15 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/internal/testenv"
-	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 )
 
 // chromeSite is a website that dresses the kit's pages in its own chrome
 // (Kit.Chrome), with its own stylesheet served as /site.css.
 type chromeSite struct {
 	name   string
-	css    string       // "" for the zero Chrome: no site stylesheet at all
-	chrome pages.Chrome // Stylesheets is filled in
+	css    string           // "" for the zero Chrome: no site stylesheet at all
+	chrome templates.Chrome // Stylesheets is filled in
 	check  func(t *testing.T, scheme string, m chromeMeasure)
 }
 
@@ -112,7 +112,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 	sites := []chromeSite{
 		{
 			name: "light site", css: lightSiteCSS,
-			chrome: pages.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Header: header, Footer: footer},
+			chrome: templates.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Header: header, Footer: footer},
 			check: func(t *testing.T, scheme string, m chromeMeasure) {
 				// The site's button rule is the Continue button's style
 				// (a Continue link keeps the kit's: the site's a {} is
@@ -128,7 +128,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 		},
 		{
 			name: "minimal site", css: minimalSiteCSS,
-			chrome: pages.Chrome{SiteName: "Acme Hardware", BackURL: "/orders"},
+			chrome: templates.Chrome{SiteName: "Acme Hardware", BackURL: "/orders"},
 			check: func(t *testing.T, scheme string, m chromeMeasure) {
 				// Its own --card and --accent are not the kit's.
 				if c := m["card"]; c.Background == "rgb(240, 240, 240)" {
@@ -146,7 +146,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 		},
 		{
 			name: "dark-aware site", css: darkAwareSiteCSS,
-			chrome: pages.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Header: header, Footer: footer},
+			chrome: templates.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Header: header, Footer: footer},
 			check: func(t *testing.T, scheme string, m chromeMeasure) {
 				// It set the card's background through --opsgate-card.
 				want := map[string]string{"light": "rgb(255, 253, 247)", "dark": "rgb(32, 33, 36)"}[scheme]
@@ -157,7 +157,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 		},
 		{
 			name: "dark-by-query site", css: darkByQuerySiteCSS,
-			chrome: pages.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Footer: footer},
+			chrome: templates.Chrome{SiteName: "Acme Hardware", BackURL: "/orders", Footer: footer},
 		},
 		{
 			name: "zero Chrome",
@@ -210,7 +210,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 					}
 					do(chromedp.EmulateViewport(900, 720), chromedp.Navigate(srv.URL+"/join"), chromedp.WaitVisible(chromedp.CSS("#joined")))
 
-					for _, view := range []string{"waiting-button", "waiting-link", "unavailable", "unknown"} {
+					for _, view := range []string{"waiting-button", "waiting-link", "unavailable", "unknown", "ratelimited"} {
 						switch view {
 						case "waiting-button":
 							do(chromedp.Navigate(srv.URL+"/order"), chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible), chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")))
@@ -275,8 +275,8 @@ func TestBrowserChromeContrast(t *testing.T) {
 
 // chromeSiteServer is the site: a Kit wearing its chrome, /join binds the
 // browser to an agent's Session, /order holds a form whose POST is gated,
-// a GET /exchange is gated too (its Continue is a link), and /unavailable
-// and /unknown are the kit's 503 pages.
+// a GET /exchange is gated too (its Continue is a link), /unavailable
+// and /unknown are the kit's 503 pages and /ratelimited its 429.
 func chromeSiteServer(t *testing.T, site chromeSite) *httptest.Server {
 	k := New(testKeys...)
 	k.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -296,7 +296,7 @@ func chromeSiteServer(t *testing.T, site chromeSite) *httptest.Server {
 	}))
 	mux := http.NewServeMux()
 	mux.Handle("/exchange", exchange)
-	mux.Handle(DefaultBasePath, k.Handler())
+	mux.Handle(defaultBasePath, k.Handler())
 	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
 		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
 			t.Error(err)
@@ -307,8 +307,12 @@ func chromeSiteServer(t *testing.T, site chromeSite) *httptest.Server {
 		fmt.Fprint(w, `<!doctype html><meta charset="utf-8"><title>Order</title>
 <form method="post" action="/exchange"><input name="order" value="ord_7"><input name="size" value="L"><button id="go">Exchange</button></form>`)
 	})
-	mux.HandleFunc("/unavailable", k.unavailable)
-	mux.HandleFunc("/unknown", k.outcomeUnknown)
+	refusal := func(reason error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { k.refuse(w, r, reason, nil) }
+	}
+	mux.HandleFunc("/unavailable", refusal(ErrStoreUnavailable))
+	mux.HandleFunc("/unknown", refusal(ErrOutcomeUnknown))
+	mux.HandleFunc("/ratelimited", refusal(ErrRateLimited))
 	mux.HandleFunc("/site.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css")
 		io.WriteString(w, site.css)
@@ -493,7 +497,7 @@ func TestContrastRatio(t *testing.T) {
 // The kit's stylesheet names its variables --opsgate-… (a website's own
 // --fg or --accent is not the kit's), and each is documented where a
 // website reads about them: the comment at the top of opsgate.css and the
-// doc of templates.Chrome (pages.Chrome), with its light and dark default.
+// doc of templates.Chrome (templates.Chrome), with its light and dark default.
 func TestStylesheetVariablesAreDocumented(t *testing.T) {
 	css, err := static.ReadFile("static/opsgate.css")
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/a-h/templ"
 
-	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -24,7 +24,7 @@ func ExampleKit_chrome() {
 		_, err := io.WriteString(w, `<header class="masthead"><a href="/">Ridgeline Outfitters</a></header>`)
 		return err
 	})
-	kit.Chrome = pages.Chrome{
+	kit.Chrome = templates.Chrome{
 		SiteName:    "Ridgeline Outfitters",
 		BackURL:     "/orders",
 		BackLabel:   "Back to your orders",

@@ -35,7 +35,7 @@ func ExampleKit_Gate() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/orders/exchange", exchange)
-	mux.Handle(webkit.DefaultBasePath, kit.Handler()) // waiting.js, fetch.js, status
+	mux.Handle(kit.BasePath, kit.Handler()) // waiting.js, fetch.js, status
 
 	post := func(cookie *http.Cookie) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "/orders/exchange", strings.NewReader(url.Values{"order": {"ord_7"}, "size": {"L"}}.Encode()))

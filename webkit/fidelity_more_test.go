@@ -125,7 +125,7 @@ func TestStatusRouteExpiredAfterNotPerformed(t *testing.T) {
 			if cont.Code != http.StatusBadRequest {
 				t.Fatalf("Continue: %d, want the handler's 400", cont.Code)
 			}
-			byRef := DefaultBasePath + "status?ref=" + url.QueryEscape(ref)
+			byRef := defaultBasePath + "status?ref=" + url.QueryEscape(ref)
 			for _, target := range []string{statusURL, byRef} {
 				if code, st := askStatus(t, e.kit, target, sesIn); code != 200 || st != "waiting" {
 					t.Errorf("before expires_at, %s: %d %q, want 200 waiting", target, code, st)
@@ -165,11 +165,11 @@ func TestStatusRouteNearRefs(t *testing.T) {
 			}
 			refused := func(state string) {
 				t.Helper()
-				if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != state {
+				if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != state {
 					t.Fatalf("the real ref: %d %q, want 200 %s", code, st, state)
 				}
 				for _, n := range near {
-					if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(n), sesIn); code != http.StatusNotFound || st != "" {
+					if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(n), sesIn); code != http.StatusNotFound || st != "" {
 						t.Errorf("W74 %s, %q: %d %q, want 404", state, n, code, st)
 					}
 				}
@@ -201,7 +201,7 @@ func TestSealedRefsRevision(t *testing.T) {
 	}
 	rr := e.lookup(sesIn, ref)
 	e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
-	if code, st := askStatus(t, e.kit, DefaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "approved" {
+	if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "approved" {
 		t.Errorf("W106 the approved sealed ref: %d %q, want 200 approved", code, st)
 	}
 	if code, st := askStatus(t, e.kit, statusURLOf(t, page), sesIn); code != 200 || st != "approved" {

@@ -131,10 +131,10 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 			t.Fatalf("%d %q", rec.Code, rec.Body.String())
 		}
 	})
-	t.Run("replaceable: Kit.OutcomeUnknown with FailureReason", func(t *testing.T) {
+	t.Run("replaceable: Kit.Refused with FailureReason", func(t *testing.T) {
 		e := newGateEnv(t, store.NewMemory(), newClock())
 		var reason error
-		e.kit.OutcomeUnknown = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			reason = FailureReason(r)
 			w.Header().Set("Retry-After", "9")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -214,7 +214,7 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 			if got := ask(urlM); got != "waiting" {
 				t.Errorf("W93 M's page: %q, want waiting (L's approval doesn't apply to it)", got)
 			}
-			if got := ask(DefaultBasePath + "status?ref=" + refM); got != "waiting" {
+			if got := ask(defaultBasePath + "status?ref=" + refM); got != "waiting" {
 				t.Errorf("W93 M's ref: %q, want waiting", got)
 			}
 			// M's page repeating would not perform: the route was right.

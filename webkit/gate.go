@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/templates"
 )
 
 // Action is what a gated request asks for, as the website describes it
@@ -84,7 +85,7 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 	k.mustCheck() // keys New refused: stop the website while it is wired
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s, joined := k.sessions().SessionOf(r)
+			s, joined := k.Sessions.SessionOf(r)
 			if !joined { // an ordinary browser: no store, no body read (W07)
 				k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "not_joined"})
 				next.ServeHTTP(w, r)
@@ -110,7 +111,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	}
 	if err != nil {
 		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
-		if errors.Is(err, ErrBodyTooLarge) {
+		if errors.Is(err, errBodyTooLarge) {
 			pages.WriteTooLarge(w)
 			return
 		}
@@ -132,59 +133,106 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
-	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
-		if k.OwnFlowOnMissingExtension {
-			k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "own_flow", Kind: act.kind()})
-			next.ServeHTTP(w, r)
+	d := decide(s, k.OwnFlowOnMissingExtension, nil)
+	if d.do == doTake {
+		sa, err := k.storeAction(act)
+		if err != nil {
+			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
+				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+			k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request", Kind: act.kind()})
+			pages.WriteBadRequest(w, err.Error())
 			return
 		}
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "extension_required", Kind: act.kind()})
-		k.extensionRequired(w, withFailure(r, ErrExtensionRequired))
-		return
+		// One round trip: take the first-recorded matching approval, or
+		// issue. The claim's token is chosen first, so that whatever Take
+		// claims can be released when its reply is lost or late (W144).
+		sa.ClaimToken = storekit.NewToken()
+		res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
+		d = decide(s, k.OwnFlowOnMissingExtension, &taken{res: res, err: err, gone: r.Context().Err()})
+		if d.release {
+			k.release(r, s.Owner(), sa.ClaimToken)
+		}
+		if d.fault != nil {
+			k.storeFailed(r, "take", d.fault)
+		}
 	}
-	sa, err := k.storeAction(act)
-	if err != nil {
-		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
-			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request", Kind: act.kind()})
-		pages.WriteBadRequest(w, err.Error())
-		return
+	switch d.do {
+	case doPass:
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: d.outcome, Kind: act.kind()})
+		next.ServeHTTP(w, r)
+	case doRefuse:
+		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: d.outcome, Kind: act.kind()})
+		k.refuse(w, r, d.reason, nil)
+	case doPerform:
+		k.perform(w, r, next, d.claim, act.kind())
+	case doAskApproval:
+		k.askApproval(w, r, s, d.issued, body, act.kind())
 	}
+}
 
-	// One round trip: take the first-recorded matching approval, or issue.
-	// The claim's token is chosen first, so that whatever Take claims can be
-	// released when its reply is lost or late (W144).
-	sa.ClaimToken = storekit.NewToken()
-	res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
-	switch {
-	case errors.Is(err, store.ErrRateLimited): // webkit/RULES.md "Bounded work": nothing claimed
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "rate_limited", Kind: act.kind()})
-		k.rateLimited(w, r)
-	case err != nil:
-		k.release(r, s.Owner(), sa.ClaimToken) // Take may have claimed all the same
-		k.storeFailed(r, "take", err)
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
-		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
-	case res.Claim != nil && r.Context().Err() != nil:
-		// The browser left before the handler ran: perform nothing, so that
-		// its approval applies to the next repeat (W144).
-		k.release(r, s.Owner(), sa.ClaimToken)
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
-		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, r.Context().Err())))
-	case res.Claim != nil:
-		k.perform(w, r, next, res.Claim, act.kind())
-	case res.Busy: // §7 W143, W145: never as if it failed
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "busy", Kind: act.kind()})
-		k.unavailable(w, withFailure(r, ErrBusy))
-	case res.Issued != nil:
-		k.askApproval(w, r, s, res.Issued, body, act.kind())
-	default:
-		err := errors.New("store: Take returned neither claim, issued nor busy")
-		k.release(r, s.Owner(), sa.ClaimToken)
-		k.storeFailed(r, "take", err)
-		k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "unavailable", Kind: act.kind()})
-		k.unavailable(w, withFailure(r, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)))
+// step is what the Gate does with a request from a Session.
+type step int
+
+const (
+	doTake        step = iota + 1 // call store.Take, then decide again
+	doPass                        // hand the request to the handler, unasked
+	doRefuse                      // answer Kit.Refused with reason
+	doPerform                     // run the handler for claim (§6 W97)
+	doAskApproval                 // answer 403 with the issued ref (§4 W53)
+)
+
+// decision is the Gate's decision, which serveSession carries out.
+type decision struct {
+	do      step
+	reason  error        // doRefuse: what FailureReason says
+	outcome string       // the Observer's Event: Outcome, or Reason of doPass
+	release bool         // give back whatever Take may have claimed (W144)
+	fault   error        // a store failure to log
+	claim   *store.Claim // doPerform
+	issued  *store.Issued
+}
+
+// taken is what store.Take answered, and why the request's context
+// ended, if it did, by the time Take returned.
+type taken struct {
+	res  store.TakeResult
+	err  error
+	gone error
+}
+
+// decide is the Gate's decision for a request from Session s that
+// describe gated: before Take (t nil), whether to take at all; after it,
+// what Take's answer t means. It calls nothing, so it is tested as a
+// table (TestDecide).
+func decide(s Session, ownFlow bool, t *taken) decision {
+	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
+		if ownFlow {
+			return decision{do: doPass, outcome: "own_flow"}
+		}
+		return decision{do: doRefuse, reason: ErrExtensionRequired, outcome: "extension_required"}
 	}
+	if t == nil {
+		return decision{do: doTake}
+	}
+	res := t.res
+	switch {
+	case errors.Is(t.err, store.ErrRateLimited): // RULES.md "Bounded work": nothing claimed
+		return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrRateLimited, t.err), outcome: "rate_limited"}
+	case t.err != nil: // Take may have claimed all the same
+		return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrStoreUnavailable, t.err), outcome: "unavailable", release: true, fault: t.err}
+	case res.Claim != nil && t.gone != nil:
+		// The browser left before the handler ran: perform nothing, so
+		// that its approval applies to the next repeat (W144).
+		return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrStoreUnavailable, t.gone), outcome: "unavailable", release: true}
+	case res.Claim != nil:
+		return decision{do: doPerform, claim: res.Claim}
+	case res.Busy: // §7 W143, W145: never as if it failed
+		return decision{do: doRefuse, reason: ErrBusy, outcome: "busy"}
+	case res.Issued != nil:
+		return decision{do: doAskApproval, issued: res.Issued}
+	}
+	err := errors.New("store: Take returned neither claim, issued nor busy")
+	return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrStoreUnavailable, err), outcome: "unavailable", release: true, fault: err}
 }
 
 // storeAction checks an Action and canonicalises its terms (§6 check 3
@@ -238,44 +286,24 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	}
 	k.Observe(r.Context(), Event{Route: RouteGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(HeaderOperation, hdr)
-	pages.NoStore(w.Header())
-	if k.Waiting == nil && pages.WantsJSON(r) {
+	if k.Refused == nil && pages.WantsJSON(r) {
 		// A script gets {"error":"approval_required"} (W66): no Continue
 		// form to build, no handle to seal.
-		pages.WriteWaiting(w, r, pages.Waiting{})
+		k.refuse(w, r, ErrApprovalRequired, nil)
 		return
 	}
-
 	base := k.basePath()
-	v := pages.Waiting{
+	v := templates.Waiting{
 		Continue:  continueOf(r, body),
 		ScriptURL: base + "waiting.js",
 		StyleURL:  base + "opsgate.css",
 		Chrome:    k.Chrome,
 	}
 	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
-	if handle := k.handleSeal().seal(page, k.now()); handle != "" {
+	if handle := k.seal.seal(page, k.now()); handle != "" {
 		v.StatusURL = base + "status?w=" + url.QueryEscape(handle)
 	}
-	if k.Waiting == nil { // the kit's own page reads no context value
-		pages.WriteWaiting(w, r, v)
-		return
-	}
-	ctx := context.WithValue(r.Context(), waitingKey{}, &v)
-	ctx = context.WithValue(ctx, failureKey{}, ErrApprovalRequired)
-	k.waiting(w, r.WithContext(ctx))
-}
-
-type waitingKey struct{}
-
-// WaitingOf returns the waiting page's view for a replacement Waiting
-// handler: the Continue control and the status route for auto-continue.
-func WaitingOf(r *http.Request) (pages.Waiting, bool) {
-	v, ok := r.Context().Value(waitingKey{}).(*pages.Waiting)
-	if !ok {
-		return pages.Waiting{}, false
-	}
-	return *v, true
+	k.refuse(w, r, ErrApprovalRequired, &v)
 }
 
 // performing is what the handler of a taken approval can reach.
@@ -315,7 +343,7 @@ const finishTimeout = 10 * time.Second
 //
 // When the outcome is unknown the browser never sees the handler's failure:
 // a 5xx the handler writes is held back, and the Gate answers 503 with
-// Retry-After and the kit's "not known yet" answer instead (Kit.OutcomeUnknown;
+// Retry-After and the kit's "not known yet" answer instead (Kit.Refused;
 // §7 W142, W143). A panic before anything was written is answered the same
 // way and logged; a panic after the response began goes on up, so that the
 // server aborts the half-written response.
@@ -344,10 +372,10 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: the handler panicked while performing; its outcome is unknown",
 				slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(rec)), slog.String("stack", string(debug.Stack())))
 			sw.restoreHeader()
-			k.outcomeUnknown(w, withFailure(r, ErrOutcomeUnknown))
+			k.refuse(w, r, ErrOutcomeUnknown, nil)
 		case sw.held:
 			sw.restoreHeader()
-			k.outcomeUnknown(w, withFailure(r, ErrOutcomeUnknown))
+			k.refuse(w, r, ErrOutcomeUnknown, nil)
 		}
 	}()
 	next.ServeHTTP(sw, r)

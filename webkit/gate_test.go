@@ -968,7 +968,7 @@ func TestGateDescribe(t *testing.T) {
 		{"raw JSON terms → 403", func(r *http.Request) (Action, error) {
 			return Action{Key: "k", Terms: json.RawMessage(`{"b":1,"a":2}`)}, nil
 		}, "", 403},
-		{"too large body → 413", func(r *http.Request) (Action, error) { return Action{Key: "k", Terms: map[string]int{}}, nil }, strings.Repeat("x", DefaultMaxBody+1), 413},
+		{"too large body → 413", func(r *http.Request) (Action, error) { return Action{Key: "k", Terms: map[string]int{}}, nil }, strings.Repeat("x", defaultMaxBody+1), 413},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1004,7 +1004,7 @@ func TestStatusRoute(t *testing.T) {
 			rec := e.do(e.request(joinedIn, formM, "text/html"))
 			_, ref := refOf(t, rec)
 			statusURL := statusURLOf(t, rec)
-			if !strings.HasPrefix(statusURL, DefaultBasePath+"status?w=") {
+			if !strings.HasPrefix(statusURL, defaultBasePath+"status?w=") {
 				t.Fatalf("status URL %q", statusURL)
 			}
 			ask := func(target string, s *Session) (int, string) {
@@ -1021,7 +1021,7 @@ func TestStatusRoute(t *testing.T) {
 				}
 				return rec.Code, body.Status
 			}
-			byRef := DefaultBasePath + "status?ref=" + ref
+			byRef := defaultBasePath + "status?ref=" + ref
 			for _, c := range []struct {
 				name   string
 				target string
@@ -1034,8 +1034,8 @@ func TestStatusRoute(t *testing.T) {
 				{"not joined → 404", statusURL, nil, 404, ""},
 				{"W77 another account → 404", byRef, &sesOther, 404, ""},
 				{"W44 signed out → 404", byRef, &sesOut, 404, ""},
-				{"forged handle → 404", DefaultBasePath + "status?w=abc", &sesIn, 404, ""},
-				{"bad ref → 404", DefaultBasePath + "status?ref=%3Cx%3E", &sesIn, 404, ""},
+				{"forged handle → 404", defaultBasePath + "status?w=abc", &sesIn, 404, ""},
+				{"bad ref → 404", defaultBasePath + "status?ref=%3Cx%3E", &sesIn, 404, ""},
 			} {
 				if code, st := ask(c.target, c.s); code != c.code || st != c.status {
 					t.Errorf("%s: %d %q, want %d %q", c.name, code, st, c.code, c.status)
@@ -1051,7 +1051,7 @@ func TestStatusRoute(t *testing.T) {
 				t.Errorf("after Continue: %d %s", code, st)
 			}
 			for _, f := range []string{"waiting.js", "fetch.js", "opsgate.css"} {
-				r := httptest.NewRequest("GET", DefaultBasePath+f, nil)
+				r := httptest.NewRequest("GET", defaultBasePath+f, nil)
 				rec := httptest.NewRecorder()
 				status.ServeHTTP(rec, r)
 				if rec.Code != 200 || rec.Body.Len() == 0 || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
@@ -1283,7 +1283,7 @@ func TestBrowserAutoContinue(t *testing.T) {
 	}))
 	mux := http.NewServeMux()
 	mux.Handle("/exchange", exchange)
-	mux.Handle(DefaultBasePath, k.Handler())
+	mux.Handle(defaultBasePath, k.Handler())
 	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
 		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
 			t.Error(err)
@@ -1477,28 +1477,38 @@ func TestGateBusy(t *testing.T) {
 	}
 }
 
+// One replaceable handler answers every refusal, reading FailureReason;
+// the Gate has set the protocol's headers before it, and Kit.Refuse is the
+// kit's own answer for the reasons it hands back.
 func TestGateReplaceablePages(t *testing.T) {
-	reasons := make(chan error, 3)
-	page := func(status int) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			reasons <- FailureReason(r)
-			if v, ok := WaitingOf(r); ok && v.Continue.Method != "POST" {
-				t.Errorf("WaitingOf: %+v", v)
-			}
-			w.WriteHeader(status)
-		})
-	}
+	reasons := make(chan error, 1)
 	e := newGateEnv(t, store.NewMemory(), newClock())
-	e.kit.Waiting, e.kit.ExtensionRequired, e.kit.Unavailable = page(403), page(403), page(503)
+	e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reason := FailureReason(r)
+		reasons <- reason
+		if v, ok := WaitingOf(r); ok != errors.Is(reason, ErrApprovalRequired) || ok && v.Continue.Method != "POST" {
+			t.Errorf("WaitingOf: %+v %v", v, ok)
+		}
+		if w.Header().Get("Cache-Control") != "no-store" {
+			t.Error("W68: no Cache-Control: no-store before the replacement")
+		}
+		if errors.Is(reason, ErrStoreUnavailable) { // the kit's own 503
+			e.kit.Refuse(w, r)
+			return
+		}
+		w.WriteHeader(refusedStatus(reason))
+	})
 	tests := []struct {
 		name    string
 		browser browser
 		store   store.Store
 		want    error
+		status  int
 	}{
-		{"Waiting", joinedIn, nil, ErrApprovalRequired},
-		{"ExtensionRequired", joinedNoExt, nil, ErrExtensionRequired},
-		{"Unavailable", joinedIn, failingStore{store.NewMemory()}, ErrStoreUnavailable},
+		{"approval required", joinedIn, nil, ErrApprovalRequired, 403},
+		{"extension required", joinedNoExt, nil, ErrExtensionRequired, 403},
+		{"store unavailable (kit.Refuse)", joinedIn, failingStore{store.NewMemory()}, ErrStoreUnavailable, 503},
+		{"rate limited", joinedIn, limitedStore{store.NewMemory()}, ErrRateLimited, 429},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1509,13 +1519,24 @@ func TestGateReplaceablePages(t *testing.T) {
 			if got := <-reasons; !errors.Is(got, tt.want) {
 				t.Errorf("FailureReason = %v, want %v", got, tt.want)
 			}
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d", rec.Code, tt.status)
+			}
 			if tt.want == ErrApprovalRequired && rec.Header().Get(HeaderOperation) == "" {
 				t.Error("Poppy-Operation not set before the replacement page")
+			}
+			if retry := rec.Header().Get("Retry-After"); (tt.status == 503 || tt.status == 429) != (retry != "") {
+				t.Errorf("W143: Retry-After %q on a %d", retry, tt.status)
 			}
 			if e.runs.Load() != 0 {
 				t.Error("handler ran")
 			}
 		})
+	}
+	rec := httptest.NewRecorder()
+	e.kit.Refuse(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != 500 {
+		t.Errorf("Kit.Refuse outside a refusal: %d", rec.Code)
 	}
 	if FailureReason(httptest.NewRequest("GET", "/", nil)) != nil {
 		t.Error("FailureReason outside the Gate")

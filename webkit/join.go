@@ -53,6 +53,11 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// For the Observer: what became of the join, and at which step.
 	outcome, reason := "refused", "request"
 	defer func() { j.Kit.Observe(r.Context(), Event{Route: RouteJoin, Outcome: outcome, Reason: reason}) }()
+	if err := j.Kit.Check(); err != nil { // not wired by NewMount, which checks
+		j.Kit.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))
+		joinError(w, http.StatusInternalServerError, "the join is not configured")
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		joinError(w, http.StatusMethodNotAllowed, "the join takes a POSTed form")
@@ -119,7 +124,7 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// any page can post a join (login CSRF), and the browser's next gated
 	// action would belong to the other Session. The same agent and User
 	// may replace their Session.
-	ss := j.Kit.sessions()
+	ss := j.Kit.Sessions
 	if boundElsewhere(ss, r, s) {
 		reason = "conflict"
 		log.Info("opsgate join: refused, the browser is bound to another Session")

@@ -2,6 +2,7 @@ package webkit
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,7 @@ import (
 // New fills its defaults in, so that the godoc's own line works.
 func TestNewFillsDefaults(t *testing.T) {
 	k := New(testKeys...)
-	if k.BasePath != DefaultBasePath || k.MaxBody != DefaultMaxBody || k.Lifetime != DefaultLifetime || k.RetryAfter != DefaultRetryAfter {
+	if k.BasePath != defaultBasePath || k.MaxBody != defaultMaxBody || k.Lifetime != defaultLifetime || k.RetryAfter != defaultRetryAfter {
 		t.Fatalf("defaults: %q %d %v %v", k.BasePath, k.MaxBody, k.Lifetime, k.RetryAfter)
 	}
 	mux := http.NewServeMux()
@@ -43,7 +44,7 @@ func TestNewChecksKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := New(tc.keys...)
 			err := k.Check()
-			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrKeys)) {
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errKeys)) {
 				t.Fatalf("Check: %v", err)
 			}
 			if tc.ok {
@@ -59,32 +60,38 @@ func TestNewChecksKeys(t *testing.T) {
 	}
 }
 
-// A zero Kit works safely: a join binds and the Gate then asks for approval
-// (W52), rather than letting every joined request through unasked.
-func TestZeroKitWorks(t *testing.T) {
-	var logs strings.Builder
-	k := &Kit{Logger: slog.New(slog.NewTextHandler(&logs, nil))}
-	if err := k.Check(); err != nil {
-		t.Fatal(err)
-	}
-	w := httptest.NewRecorder()
-	s := Session{ID: "ses_1", Agent: "https://agent.example/c", User: "usr_1", Extensions: Extensions{"operations": "3"}}
-	if err := k.sessions().Bind(w, httptest.NewRequest("POST", "/poppy/join", nil), s); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(logs.String(), "without webkit.New") {
-		t.Fatalf("no warning logged: %q", logs.String())
-	}
-	h := k.Gate(func(r *http.Request) (Action, error) {
-		return Action{Key: "exchange:1", Terms: map[string]string{"size": "L"}}, nil
-	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("W52: performed without approval") }))
-	r := httptest.NewRequest("POST", "/exchange", nil)
-	for _, c := range w.Result().Cookies() {
-		r.AddCookie(c)
-	}
-	w = httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	if w.Code != http.StatusForbidden || w.Header().Get(HeaderOperation) == "" {
-		t.Fatalf("zero Kit, joined browser: %d %q", w.Code, w.Header().Get(HeaderOperation))
+// A Kit not built by New fails when it is wired, with a message that
+// says to use New: Check says why, and Gate and Handler panic with it.
+func TestZeroKitFailsClearly(t *testing.T) {
+	for name, k := range map[string]*Kit{
+		"zero":        {Logger: slog.New(slog.DiscardHandler)},
+		"nil":         nil,
+		"nil Store":   func() *Kit { k := New(testKeys...); k.Store = nil; return k }(),
+		"no Sessions": func() *Kit { k := New(testKeys...); k.Sessions = nil; return k }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := k.Check()
+			if err == nil {
+				t.Fatal("Check: nil")
+			}
+			if k == nil || !k.built {
+				if !strings.Contains(err.Error(), "webkit.New") {
+					t.Errorf("Check: %v does not say to use webkit.New", err)
+				}
+			}
+			for what, wire := range map[string]func(){
+				"Gate":    func() { k.Gate(func(*http.Request) (Action, error) { return Action{}, ErrNotGated }) },
+				"Handler": func() { k.Handler() },
+			} {
+				func() {
+					defer func() {
+						if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), err.Error()) {
+							t.Errorf("%s: recovered %v, want %v", what, r, err)
+						}
+					}()
+					wire()
+				}()
+			}
+		})
 	}
 }

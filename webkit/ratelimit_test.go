@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,9 +24,13 @@ func (limitedStore) Take(context.Context, store.Owner, store.Action, time.Time) 
 func TestGateRateLimited(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, limitedStore{store.NewMemory()}, newClock())
+	e.kit.Chrome.SiteName = "Acme Hardware"
 	rec := e.do(e.request(joinedIn, formM, "text/html"))
 	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || e.runs.Load() != 0 {
 		t.Errorf("page: %d Retry-After %q runs %d", rec.Code, rec.Header().Get("Retry-After"), e.runs.Load())
+	}
+	if body := rec.Body.String(); !strings.Contains(body, "Acme Hardware") || !strings.Contains(body, "Too many actions are waiting") {
+		t.Errorf("the 429 page does not wear the kit's Chrome: %s", body)
 	}
 	if _, ref := refOf(t, rec); ref != "" {
 		t.Errorf("rate limited but a ref: %s", ref)

@@ -29,7 +29,7 @@ type handleSeal struct{ aeads []cipher.AEAD }
 const handleLabel = "opsgate wait handle v1"
 
 // newHandleSeal derives one AEAD from the hash key of each securecookie
-// pair in keys (CheckKeys has checked them).
+// pair in keys (New has checked them).
 func newHandleSeal(keys [][]byte) handleSeal {
 	var s handleSeal
 	for i := 0; i+1 < len(keys); i += 2 {

@@ -91,7 +91,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		k.Observe(r.Context(), Event{Route: RouteStatus, Outcome: "not_found"})
 		pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
 	}
-	s, joined := k.sessions().SessionOf(r)
+	s, joined := k.Sessions.SessionOf(r)
 	if !joined {
 		notFound()
 		return
@@ -100,7 +100,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	page := waitHandle{Ref: q.Get("ref")}
 	if h := q.Get("w"); h != "" && len(h) <= 4096 {
 		var ok bool
-		if page, ok = k.handleSeal().open(h, k.now()); !ok {
+		if page, ok = k.seal.open(h, k.now()); !ok {
 			notFound()
 			return
 		}

@@ -11,12 +11,11 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// DefaultStoreTimeout is the deadline of each store call when
-// Kit.StoreTimeout is 0.
-const DefaultStoreTimeout = time.Second
+// defaultStoreTimeout is the deadline of each store call New sets.
+const defaultStoreTimeout = time.Second
 
 // WithStoreTimeout returns s with a deadline of d on every call (0 is
-// DefaultStoreTimeout), so that a stalled store fails closed in bounded
+// one second), so that a stalled store fails closed in bounded
 // time: a gated request then performs nothing and gets 503 with
 // Retry-After (RULES.md: the store being down fails closed, in bounded time).
 //
@@ -36,7 +35,7 @@ func WithStoreTimeout(s store.Store, d time.Duration) store.Store {
 		return nil
 	}
 	if d <= 0 {
-		d = DefaultStoreTimeout
+		d = defaultStoreTimeout
 	}
 	if t, ok := s.(timedStore); ok {
 		s = t.s
@@ -174,7 +173,7 @@ func (k *Kit) storeTimeout() time.Duration {
 	if k.StoreTimeout > 0 {
 		return k.StoreTimeout
 	}
-	return DefaultStoreTimeout
+	return defaultStoreTimeout
 }
 
 // releaseDelays are when the Gate tries to release a claim it could not

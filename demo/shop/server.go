@@ -36,8 +36,8 @@ import (
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
 	"github.com/opsgate/opsgate/endpoint"
-	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 	opsgateprom "github.com/opsgate/opsgate/webkit/metrics/prometheus"
@@ -165,8 +165,8 @@ func NewServer(cfg Config) (*Server, error) {
 		Keys:   map[string]crypto.PublicKey{s.issuerID: key.Public()},
 		Clock:  cfg.Clock,
 	}
-	// The kit's pages (waiting, try again) wear the shop's own chrome.
-	s.kit.Chrome = pages.Chrome{
+	// The kit's pages (waiting, try again, too many waiting) wear the shop's own chrome.
+	s.kit.Chrome = templates.Chrome{
 		SiteName:    views.ShopName,
 		BackURL:     "/account",
 		BackLabel:   "Back to your account",

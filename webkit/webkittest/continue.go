@@ -27,7 +27,7 @@ import (
 
 // ContinueID is the id of a waiting page's Continue control: a form or a
 // link. The kit's waiting page and its auto-continue (waiting.js) use it;
-// a replacement Kit.Waiting page gives its control the same id.
+// a waiting page of a replacement Kit.Refused gives its control the same id.
 const ContinueID = "opsgate-continue"
 
 // Errors of Continue, for errors.Is.

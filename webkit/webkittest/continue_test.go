@@ -19,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
@@ -208,8 +209,12 @@ func TestContinueMultipart(t *testing.T) {
 // fooled: that is how the bug went unseen.)
 func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 	g := newGatedSite(t, func(k *webkit.Kit) {
-		k.Waiting = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			v, _ := webkit.WaitingOf(r)
+		k.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, ok := webkit.WaitingOf(r)
+			if !ok {
+				k.Refuse(w, r)
+				return
+			}
 			v.Continue.Fields = nil // the kit's page, its Continue emptied
 			pages.WriteWaiting(w, r, v)
 		})
@@ -247,22 +252,26 @@ func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 // another action, is not the request again.
 func TestContinueDiffers(t *testing.T) {
 	for name, tc := range map[string]struct {
-		edit func(*pages.Waiting)
+		edit func(*templates.Waiting)
 		want string
 	}{
-		"changed": {func(v *pages.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
-		"added": {func(v *pages.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, pages.Field{Name: "gift", Value: "yes"})
+		"changed": {func(v *templates.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
+		"added": {func(v *templates.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "gift", Value: "yes"})
 		}, `Continue sends that the request did not: gift="yes"`},
-		"action": {func(v *pages.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
-		"fresh token": {func(v *pages.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, pages.Field{Name: "_csrf", Value: "fresh"})
+		"action": {func(v *templates.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
+		"fresh token": {func(v *templates.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "_csrf", Value: "fresh"})
 		}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := newGatedSite(t, func(k *webkit.Kit) {
-				k.Waiting = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					v, _ := webkit.WaitingOf(r)
+				k.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					v, ok := webkit.WaitingOf(r)
+					if !ok {
+						k.Refuse(w, r)
+						return
+					}
 					tc.edit(&v)
 					pages.WriteWaiting(w, r, v)
 				})
@@ -318,7 +327,11 @@ func TestContinueRefuses(t *testing.T) {
 		t.Errorf("a nil Response: %v", again.Err)
 	}
 	g2 := newGatedSite(t, func(k *webkit.Kit) {
-		k.Waiting = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := webkit.WaitingOf(r); !ok {
+				k.Refuse(w, r)
+				return
+			}
 			w.Header().Set("Content-Type", "text/html")
 			w.WriteHeader(http.StatusForbidden)
 			io.WriteString(w, `<p>Waiting. <form method="post"><button>Go</button></form>`)

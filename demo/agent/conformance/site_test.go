@@ -104,8 +104,12 @@ func newToy(t *testing.T, fault string) *toy {
 	if fault == faultEmptyContinue {
 		// The kit's waiting page with its Continue form emptied: what the
 		// Gate rendered when a middleware had read the body (issue 22).
-		kit.Waiting = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			v, _ := webkit.WaitingOf(r)
+		kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, ok := webkit.WaitingOf(r)
+			if !ok {
+				kit.Refuse(w, r)
+				return
+			}
 			v.Continue.Fields = nil
 			pages.WriteWaiting(w, r, v)
 		})

@@ -1,0 +1,108 @@
+package webkit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
+)
+
+// failureKey is the context value that carries why the Gate refused.
+type failureKey struct{}
+
+// FailureReason returns why the Gate refused r, for Kit.Refused, or nil
+// outside a refusal. It wraps one of ErrApprovalRequired,
+// ErrExtensionRequired, ErrStoreUnavailable, ErrBusy, ErrOutcomeUnknown
+// and ErrRateLimited; compare with errors.Is.
+func FailureReason(r *http.Request) error {
+	err, _ := r.Context().Value(failureKey{}).(error)
+	return err
+}
+
+type waitingKey struct{}
+
+// WaitingOf returns the waiting page's view while the Gate refuses with
+// ErrApprovalRequired: the Continue control and the status route for
+// auto-continue (W62, W93). false for any other request.
+func WaitingOf(r *http.Request) (templates.Waiting, bool) {
+	v, ok := r.Context().Value(waitingKey{}).(*templates.Waiting)
+	if !ok {
+		return templates.Waiting{}, false
+	}
+	return *v, true
+}
+
+// refuse answers a request the Gate does not hand to the handler, for
+// reason (which wraps one of the Err… of FailureReason): it sets the
+// headers the protocol needs whoever answers (no-store, W68; Retry-After
+// of a 503 or 429, W143), then calls Kit.Refused, or Kit.Refuse when it is
+// nil. v is the waiting page's view, for ErrApprovalRequired only.
+func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *templates.Waiting) {
+	h := w.Header()
+	pages.NoStore(h)
+	if status := refusedStatus(reason); status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+		h.Set("Retry-After", pages.RetryAfter(k.retryAfter()))
+	}
+	if k.Refused == nil && v == nil {
+		// The kit's own answer reads no context value: spare the
+		// allocations of one.
+		k.refuseFor(w, r, reason, templates.Waiting{})
+		return
+	}
+	ctx := context.WithValue(r.Context(), failureKey{}, reason)
+	if v != nil {
+		ctx = context.WithValue(ctx, waitingKey{}, v)
+	}
+	r = r.WithContext(ctx)
+	if k.Refused != nil {
+		k.Refused.ServeHTTP(w, r)
+		return
+	}
+	k.Refuse(w, r)
+}
+
+// refusedStatus is the status the Gate answers reason with.
+func refusedStatus(reason error) int {
+	switch {
+	case errors.Is(reason, ErrApprovalRequired), errors.Is(reason, ErrExtensionRequired):
+		return http.StatusForbidden
+	case errors.Is(reason, ErrRateLimited):
+		return http.StatusTooManyRequests
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+// Refuse writes the kit's own answer to a request the Gate refused, for
+// FailureReason(r) (see Kit.Refused for each reason's status), in the
+// website's Chrome. It is what the Gate serves when Kit.Refused is nil; a
+// replacement calls it for the reasons it does not answer itself. A
+// request the Gate did not refuse gets 500.
+func (k *Kit) Refuse(w http.ResponseWriter, r *http.Request) {
+	reason := FailureReason(r)
+	if reason == nil {
+		http.Error(w, "webkit: Kit.Refuse outside a refusal", http.StatusInternalServerError)
+		return
+	}
+	v, _ := WaitingOf(r)
+	k.refuseFor(w, r, reason, v)
+}
+
+func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v templates.Waiting) {
+	page := templates.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome}
+	switch {
+	case errors.Is(reason, ErrApprovalRequired):
+		// A script gets {"error":"approval_required"} (W66).
+		pages.WriteWaiting(w, r, v)
+	case errors.Is(reason, ErrExtensionRequired):
+		pages.WriteExtensionRequired(w)
+	case errors.Is(reason, ErrOutcomeUnknown):
+		pages.WriteOutcomeUnknown(w, r, k.retryAfter(), page)
+	case errors.Is(reason, ErrRateLimited):
+		pages.WriteRateLimited(w, r, k.retryAfter(), page)
+	default: // ErrStoreUnavailable, ErrBusy
+		pages.WriteUnavailable(w, r, k.retryAfter(), page)
+	}
+}
