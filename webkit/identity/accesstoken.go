@@ -143,7 +143,7 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 // more than one Authorization header, another scheme, and a value that
 // holds anything besides one token68 (RFC 6750 §2.1), such as a token
 // combined with other credentials (webkit/RULES.md "Hardening"). Errors wrap
-// errMalformedAuthorization.
+// ErrInvalid.
 func ParseAuthorization(h http.Header) (string, error) {
 	values := h.Values("Authorization")
 	switch len(values) {

@@ -39,8 +39,9 @@ const (
 // accepted, so that each verifies once (webkit/RULES.md choice 1). A
 // store.Store is one.
 type ReplayStore interface {
-	// UseOnce marks key as used until until. It reports whether key was
-	// unused at now; an error is the store's (ErrUnavailable follows).
+	// UseOnce marks key as used until until and reports whether it was
+	// unused at now. An error means the store could not answer: the
+	// Verifier then fails with ErrUnavailable.
 	UseOnce(ctx context.Context, key string, until, now time.Time) (first bool, err error)
 }
 

@@ -67,7 +67,6 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -165,8 +164,9 @@ func (s *Site) AgentClient() *http.Client {
 }
 
 // Verifier is a Session JWT and join assertion verifier for the site:
-// Origin as the audience, the harness's Resolver, replay on st.
-func (s *Site) Verifier(st store.Store) *identity.Verifier {
+// Origin as the audience, the harness's Resolver, replay on st (such as
+// the site's store.Store).
+func (s *Site) Verifier(st identity.ReplayStore) *identity.Verifier {
 	return &identity.Verifier{Origin: s.Origin, Resolver: s.Resolver(), Replay: st, Clock: s.Clock}
 }
 
