@@ -15,12 +15,11 @@ import (
 	"github.com/opsgate/opsgate/internal/computed"
 )
 
-// Memory is the Store for a website that runs as one process. Its zero
-// value is ready to use; [NewMemory] returns one too. Every method is one
-// critical section under one mutex, which is what makes Take claim at most
-// once (§7 W135).
+// NewMemory returns the Store for a website that runs as one process. It
+// implements Reconciler too. Every method is one critical section under one
+// mutex, which is what makes Take claim at most once (§7 W135).
 //
-// Memory follows the caller's clock only: records are forgotten by the now
+// It follows the caller's clock only: records are forgotten by the now
 // each call passes, never by time.Now, and no goroutine is ever started.
 // Nothing grows with expired records, and no call holds the lock for long
 // (webkit/RULES.md "Bounded work"): every record sits in an expiry heap, and each
@@ -29,29 +28,27 @@ import (
 // peak is rebuilt, because a Go map never gives back the memory of deleted
 // entries. After a mass expiry the heap returns to about an empty store's.
 //
-// Memory keeps its records in the process: a restart forgets every
+// It keeps its records in the process: a restart forgets every
 // approval, and every claim with it, which can lose an approval but never
-// perform one twice (webkit/RULES.md "Durability").
-type Memory struct {
-	// Retention is how long a performed operation is remembered at least,
-	// beyond its approved revision's expires_at, and how long a performing
-	// one is kept since its claim or its last Unknown (§7 W137, W138).
-	// Zero means DefaultRetention. Set it before the first call.
-	Retention time.Duration
-	// MaxOpenPerOwner and MaxOpenPerAgent cap the operations that are open
-	// (waiting: not being performed, not performed, not forgotten) for one
-	// agent and User, and for one agent: a request that would open one more
-	// gets ErrRateLimited. Zero
-	// means DefaultMaxOpenPerOwner and DefaultMaxOpenPerAgent; negative, no
-	// cap.
-	MaxOpenPerOwner int
-	MaxOpenPerAgent int
-	// ComputeWaiting makes the store compute waiting operations rather
-	// than store them, as redisstore.Options.ComputeWaiting does (its
-	// package doc says what changes), so that a site can test with the
-	// Redis store's behaviour in one process. Set it before the first
-	// call.
-	ComputeWaiting bool
+// perform one twice (webkit/RULES.md "Durability"). A performed operation is
+// remembered for 24 hours at least (§7 W137); an agent and User may have 100
+// open operations (waiting: not being performed, not performed, not
+// forgotten), and an agent 10,000: a request that would open one more gets
+// ErrRateLimited.
+func NewMemory() Store { return &memory{} }
+
+func init() {
+	storekit.NewMemory = func(cfg storekit.MemoryConfig) (any, func() int) {
+		m := &memory{cfg: cfg}
+		return m, m.size
+	}
+}
+
+// memory is NewMemory's store; its zero value is ready to use.
+type memory struct {
+	// cfg is what a test may set (storekit.NewMemory): zero fields are the
+	// defaults. Set before the first call.
+	cfg storekit.MemoryConfig
 
 	mu         sync.Mutex
 	sealer     *computed.Sealer                 // ComputeWaiting's, made on first use
@@ -66,22 +63,19 @@ type Memory struct {
 	seq        uint64                           // order of recorded approvals (W95)
 }
 
-// NewMemory returns an empty Memory with DefaultRetention.
-func NewMemory() *Memory { return &Memory{} }
+var _ storekit.InProcess = (*memory)(nil)
 
-var _ storekit.InProcess = (*Memory)(nil)
-
-// InProcess reports true: Memory never waits on I/O (see [InProcess]).
-func (m *Memory) InProcess() bool { return true }
+// InProcess reports true: memory never waits on I/O (storekit.InProcess).
+func (m *memory) InProcess() bool { return true }
 
 var (
-	_ Store      = (*Memory)(nil)
-	_ Reconciler = (*Memory)(nil)
+	_ Store      = (*memory)(nil)
+	_ Reconciler = (*memory)(nil)
 )
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client
 // asking for ever new terms cannot grow one operation without bound.
-const memMaxRevisions = MaxRevisionsPerOperation
+const memMaxRevisions = storekit.MaxRevisionsPerOperation
 
 // memSweepBudget is how many expired records one call drops at most. Each
 // costs O(log n), so a call's share is a fraction of a millisecond even at a
@@ -178,16 +172,16 @@ type memClaim struct {
 	released bool
 }
 
-func (m *Memory) retention() time.Duration {
-	if m.Retention > 0 {
-		return m.Retention
+func (m *memory) retention() time.Duration {
+	if m.cfg.Retention > 0 {
+		return m.cfg.Retention
 	}
-	return DefaultRetention
+	return storekit.DefaultRetention
 }
 
 // lock takes the mutex, failing as every Store does when ctx is already
 // done, and drops a bounded batch of expired records.
-func (m *Memory) lock(ctx context.Context, now time.Time) error {
+func (m *memory) lock(ctx context.Context, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: memory: %w", err)
 	}
@@ -196,10 +190,10 @@ func (m *Memory) lock(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// Len reports how many records the store holds (operations, actions,
+// size reports how many records the store holds (operations, actions,
 // single-use marks and claim tokens), so tests can show that nothing grows
 // without bound.
-func (m *Memory) Len() int {
+func (m *memory) size() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len()
@@ -207,7 +201,7 @@ func (m *Memory) Len() int {
 
 // sweep drops up to memSweepBudget records the caller's now has made
 // forgettable, earliest first.
-func (m *Memory) sweep(now time.Time) {
+func (m *memory) sweep(now time.Time) {
 	for range memSweepBudget {
 		t := m.expiry.popExpired(now)
 		if t == nil {
@@ -226,7 +220,7 @@ func (m *Memory) sweep(now time.Time) {
 
 // dropOp forgets an operation, and its action once nothing of the action
 // is left.
-func (m *Memory) dropOp(k memKey, now time.Time) {
+func (m *memory) dropOp(k memKey, now time.Time) {
 	op, ok := m.ops.get(k)
 	if !ok {
 		return
@@ -251,7 +245,7 @@ func (m *Memory) dropOp(k memKey, now time.Time) {
 
 // dropLive takes op's approvals that were not used up off its action's
 // live lists: O(approvals of op).
-func (m *Memory) dropLive(id string, op *memOperation, a *memAction) {
+func (m *memory) dropLive(id string, op *memOperation, a *memAction) {
 	for _, ap := range op.approvals {
 		if r := op.revisions[ap.Revision]; r != nil && ap.UsedAt.IsZero() {
 			a.removeLive(keyOf(r.op.Terms), id, ap.Revision)
@@ -262,7 +256,7 @@ func (m *Memory) dropLive(id string, op *memOperation, a *memAction) {
 // opened counts an owner's and its agent's open operations (waiting: not
 // being performed, not performed, not forgotten) up or down, as
 // redisstore's sets of open operations count them.
-func (m *Memory) opened(o Owner, d int) {
+func (m *memory) opened(o Owner, d int) {
 	if m.openOwner == nil {
 		m.openOwner = make(map[string]int)
 		m.openAgent = make(map[string]int)
@@ -282,7 +276,7 @@ func (m *Memory) opened(o Owner, d int) {
 // op returns the operation, or nil when it is unknown or forgotten: a
 // record past its keep-until is gone whether or not a sweep has run yet, so
 // answers never depend on when sweeps happen.
-func (m *Memory) op(slot, id string, now time.Time) *memOperation {
+func (m *memory) op(slot, id string, now time.Time) *memOperation {
 	op, _ := m.ops.get(memKey{slot, id})
 	if op == nil || now.After(op.timer.until) {
 		return nil
@@ -293,7 +287,7 @@ func (m *Memory) op(slot, id string, now time.Time) *memOperation {
 // pruneLive drops the live approvals of terms k that can never be taken
 // again: their operation is gone or performed, or their revision has
 // expired (W103).
-func (m *Memory) pruneLive(slot string, a *memAction, k termsKey, now time.Time) {
+func (m *memory) pruneLive(slot string, a *memAction, k termsKey, now time.Time) {
 	list := slices.DeleteFunc(a.live[k], func(l memLive) bool {
 		op := m.op(slot, l.op, now)
 		if op == nil || op.state == memPerformed {
@@ -310,9 +304,20 @@ func (m *Memory) pruneLive(slot string, a *memAction, k termsKey, now time.Time)
 }
 
 // keep makes op remembered at least until the given instant.
-func (m *Memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.timer, until) }
+func (m *memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.timer, until) }
 
-func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error) {
+// Issue returns the operation for owner's action: the current operation
+// for the action key until it is performed (W19, W20), then a new
+// operation_id (W141); its current revision while the terms are equal
+// and the revision is reusable, else a new revision (W24, W25, W36).
+// While the operation is being performed (or its outcome is not known)
+// a new revision is one no approval can use until it is done (§6 check
+// 2): no second operation of the action is offered for approval while
+// the first may be taking effect (W145).
+//
+// It is Take without the approvals: the conformance suite sets up
+// operations with it (storetest.Issue).
+func (m *memory) Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return Issued{}, err
 	}
@@ -324,7 +329,7 @@ func (m *Memory) Issue(ctx context.Context, owner Owner, action Action, now time
 // (W19, W20, W39) and making new ones only when it must (W24, W25, W141).
 // A new operation beyond the owner's or the agent's cap of open ones is
 // ErrRateLimited.
-func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error) {
+func (m *memory) issue(owner Owner, action Action, now time.Time) (Issued, error) {
 	slot := storekit.Slot(owner.Agent, owner.User)
 	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
 	a, _ := m.actions.get(ak)
@@ -338,7 +343,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	// performs (§6 check 2), so that no second operation of the action is
 	// offered for approval while the first may be taking effect (W145).
 	if op == nil || op.state == memPerformed {
-		if m.ComputeWaiting {
+		if m.cfg.ComputeWaiting {
 			// As redisstore: nothing is stored for a new operation while
 			// neither the action's (performed and marked ka) nor the one
 			// computed is remembered; the caller gets it sealed in its ref.
@@ -350,8 +355,8 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 				}
 			}
 		}
-		if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
-			over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
+		if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
+			over(m.openAgent[owner.Agent], m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent) {
 			return Issued{}, ErrRateLimited
 		}
 		if a == nil {
@@ -361,7 +366,7 @@ func (m *Memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		a.current = storekit.NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: m.ComputeWaiting}
+		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: m.cfg.ComputeWaiting}
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -435,7 +440,7 @@ func (op *memOperation) add(r *memRevision) {
 	}
 }
 
-func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error) {
+func (m *memory) Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return TakeResult{}, err
 	}
@@ -524,7 +529,7 @@ func (m *Memory) Take(ctx context.Context, owner Owner, action Action, now time.
 }
 
 // setClaim files c under token until now+ClaimTokenTTL.
-func (m *Memory) setClaim(token string, c *memClaim, now time.Time) {
+func (m *memory) setClaim(token string, c *memClaim, now time.Time) {
 	if old, ok := m.claims.get(token); ok {
 		m.expiry.remove(&old.timer)
 	}
@@ -534,7 +539,7 @@ func (m *Memory) setClaim(token string, c *memClaim, now time.Time) {
 }
 
 // claimOf is the claim op's current claim makes.
-func (m *Memory) claimOf(op *memOperation) *Claim {
+func (m *memory) claimOf(op *memOperation) *Claim {
 	var used Approval
 	for _, ap := range op.approvals {
 		if ap.Revision == op.claimed && !ap.UsedAt.IsZero() {
@@ -544,7 +549,7 @@ func (m *Memory) claimOf(op *memOperation) *Claim {
 	return &Claim{Owner: op.owner, Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
 }
 
-func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error {
+func (m *memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error {
 	if outcome != Done && outcome != NotDone && outcome != Unknown {
 		return fmt.Errorf("store: memory: finish: invalid outcome %d", outcome)
 	}
@@ -562,7 +567,7 @@ func (m *Memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 }
 
 // end ends op's claim with outcome (Finish, Resolve).
-func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time) {
+func (m *memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time) {
 	switch outcome {
 	case Done:
 		// The claim's token is never asked about again (as redisstore
@@ -612,7 +617,7 @@ func (m *Memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 	}
 }
 
-func (m *Memory) Release(ctx context.Context, owner Owner, token string, now time.Time) (bool, error) {
+func (m *memory) Release(ctx context.Context, owner Owner, token string, now time.Time) (bool, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return false, err
 	}
@@ -668,7 +673,7 @@ func (m *Memory) Release(ctx context.Context, owner Owner, token string, now tim
 	return true, nil
 }
 
-func (m *Memory) Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (Record, bool, error) {
+func (m *memory) Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (Record, bool, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return Record{}, false, err
 	}
@@ -715,7 +720,7 @@ func approved(op *memOperation, now time.Time) bool {
 	return false
 }
 
-func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval Approval, now time.Time, opts RecordOptions) (RecordReply, error) {
+func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval Approval, now time.Time, opts RecordOptions) (RecordReply, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return RecordReply{}, err
 	}
@@ -776,7 +781,7 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if r.approved {
 		return RecordReply{Result: AlreadyRecorded, Operation: r.op}, nil // §7
 	}
-	if len(op.approvals) >= MaxApprovalsPerOperation {
+	if len(op.approvals) >= storekit.MaxApprovalsPerOperation {
 		return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
 	}
 	if opts.CheckOnly {
@@ -798,7 +803,7 @@ func (m *Memory) Record(ctx context.Context, owner Owner, ref string, approval A
 
 // sealerLocked returns the sealer of ComputeWaiting, made on first use
 // with a secret of its own (the store is one process). m.mu is held.
-func (m *Memory) sealerLocked() *computed.Sealer {
+func (m *memory) sealerLocked() *computed.Sealer {
 	if m.sealer == nil {
 		m.sealer, _ = computed.NewSealer(computed.NewSecret())
 	}
@@ -808,7 +813,7 @@ func (m *Memory) sealerLocked() *computed.Sealer {
 // computable reports whether the operation for action (its digest) can be
 // computed rather than stored, and returns what it would be, as
 // redisstore computes it (computed.New).
-func (m *Memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
+func (m *memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
 	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
@@ -828,7 +833,7 @@ func computedIssued(k *computed.Sealer, slot string, c computed.Op) Issued {
 // remembered operation (one performed counts only when marked ka, as
 // redisstore drops the action key of others), and neither neighbour is
 // remembered, unless it was performed before c was minted (W19, W141).
-func (m *Memory) mayStore(slot string, c computed.Op, now time.Time) bool {
+func (m *memory) mayStore(slot string, c computed.Op, now time.Time) bool {
 	if a, _ := m.actions.get(memKey{slot, c.Action}); a != nil && a.current != c.ID {
 		if cur := m.op(slot, a.current, now); cur != nil && (cur.state != memPerformed || cur.ka) {
 			return false
@@ -847,7 +852,7 @@ func (m *Memory) mayStore(slot string, c computed.Op, now time.Time) bool {
 // it names, stored now if it wasn't, with the ref's revision (as
 // redisstore's record.lua). res is the answer when there is nothing to
 // check (not found, or over a cap).
-func (m *Memory) storeComputed(owner Owner, slot, ref string, now time.Time) (string, *memOperation, RecordResult) {
+func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (string, *memOperation, RecordResult) {
 	c, rev, err := m.sealerLocked().Open(slot, ref)
 	if err != nil {
 		return "", nil, NotFound // W74
@@ -866,8 +871,8 @@ func (m *Memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
 		return "", nil, NotFound
 	}
-	if over(m.openOwner[slot], m.MaxOpenPerOwner, DefaultMaxOpenPerOwner) ||
-		over(m.openAgent[owner.Agent], m.MaxOpenPerAgent, DefaultMaxOpenPerAgent) {
+	if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
+		over(m.openAgent[owner.Agent], m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent) {
 		return "", nil, RateLimited
 	}
 	k := memKey{slot, c.ID}
@@ -898,7 +903,7 @@ func (m *Memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 // its operation unknown or forgotten, or its revision not one the operation
 // keeps: a ref the Company never returned is not found (§4 "Any other
 // reference", W74).
-func (m *Memory) refOp(slot, ref string, now time.Time) (string, *memOperation) {
+func (m *memory) refOp(slot, ref string, now time.Time) (string, *memOperation) {
 	id, rev, ok := storekit.SplitRef(ref)
 	if !ok {
 		return "", nil
@@ -910,7 +915,7 @@ func (m *Memory) refOp(slot, ref string, now time.Time) (string, *memOperation) 
 	return id, op
 }
 
-func (m *Memory) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
+func (m *memory) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return false, err
 	}
@@ -919,7 +924,7 @@ func (m *Memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 }
 
 // useOnce marks key used until until; false when it was already.
-func (m *Memory) useOnce(key string, until, now time.Time) bool {
+func (m *memory) useOnce(key string, until, now time.Time) bool {
 	if prev, ok := m.once.get(key); ok {
 		if !now.After(prev.until) {
 			return false
@@ -934,7 +939,7 @@ func (m *Memory) useOnce(key string, until, now time.Time) bool {
 
 // Performing implements Reconciler. The store holds an index of performing
 // operations, so it reads only them, and yields outside its lock.
-func (m *Memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error] {
+func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error] {
 	return func(yield func(Stuck, error) bool) {
 		if err := m.lock(ctx, now); err != nil {
 			yield(Stuck{}, err)
@@ -959,7 +964,7 @@ func (m *Memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 }
 
 // Resolve implements Reconciler.
-func (m *Memory) Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error {
+func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error {
 	if outcome != Done && outcome != NotDone {
 		return fmt.Errorf("store: memory: resolve: outcome must be performed or not performed, not %v", outcome)
 	}

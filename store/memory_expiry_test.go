@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/store/storetest"
 	"runtime"
 	"testing"
 	"time"
@@ -31,13 +33,12 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 	defer done()
 	t0 := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	empty = heapMiB()
-	m := store.NewMemory()
-	m.MaxOpenPerAgent = n // one agent, n Users
+	m, size := memstore.New(memstore.Config{MaxOpenPerAgent: n}) // one agent, n Users
 	a := store.Action{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
 		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}
 		start := clock()
-		if _, err := m.Issue(ctx, o, a, t0); err != nil {
+		if _, err := storetest.Issue(ctx, m, o, a, t0); err != nil {
 			tb.Fatal(err)
 		}
 		fillMax = max(fillMax, clock()-start)
@@ -45,11 +46,11 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 			tb.Fatal(err)
 		}
 	}
-	if got := m.Len(); got < 3*n {
+	if got := size(); got < 3*n {
 		tb.Fatalf("Len = %d after %d operations, want ≥ %d", got, n, 3*n)
 	}
 	later := t0.Add(time.Hour)
-	for m.Len() > 1 {
+	for size() > 1 {
 		calls++
 		start := clock()
 		if _, err := m.UseOnce(ctx, "tick", later, later); err != nil {
@@ -57,7 +58,7 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 		}
 		drainMax = max(drainMax, clock()-start)
 		if calls > 100*n {
-			tb.Fatalf("Len %d after %d calls", m.Len(), calls)
+			tb.Fatalf("Len %d after %d calls", size(), calls)
 		}
 	}
 	// A few more calls finish rebuilding the maps and the heap.

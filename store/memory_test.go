@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"sync"
 	"testing"
 	"time"
@@ -13,13 +14,13 @@ import (
 )
 
 func memoryHarness(t testing.TB) storetest.Harness {
-	m := store.NewMemory()
+	m, size := memstore.New(memstore.Config{})
 	return storetest.Harness{
 		Store: m,
 		// Two more "web servers" over the same Memory: one process, one
 		// store, reached from several goroutines.
 		Clients: []store.Store{m, m},
-		Size:    func(context.Context) (int, error) { return m.Len(), nil },
+		Size:    func(context.Context) (int, error) { return size(), nil },
 	}
 }
 
@@ -33,18 +34,21 @@ func TestMemory(t *testing.T) {
 func TestMemoryComputeWaiting(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		h := memoryHarness(t)
-		h.Store.(*store.Memory).ComputeWaiting = true
-		h.ComputesWaiting = true
-		return h
+		m, size := memstore.New(memstore.Config{ComputeWaiting: true})
+		return storetest.Harness{
+			Store:           m,
+			Clients:         []store.Store{m, m},
+			Size:            func(context.Context) (int, error) { return size(), nil },
+			ComputesWaiting: true,
+		}
 	})
 }
 
-func TestMemoryZeroValue(t *testing.T) {
+// The suite on what a website gets: NewMemory, its defaults.
+func TestNewMemory(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		var m store.Memory
-		return storetest.Harness{Store: &m, Size: func(context.Context) (int, error) { return m.Len(), nil }}
+		return storetest.Harness{Store: store.NewMemory()}
 	})
 }
 
@@ -57,14 +61,14 @@ func memAction(key, terms string, life time.Duration) store.Action {
 	return store.Action{Key: key, Terms: []byte(terms), Lifetime: life}
 }
 
-// Retention is the Memory's own: a performed operation is kept for it past
+// Retention is the memory store's own: a performed operation is kept for it past
 // its claim's Finish, and not much longer (W137, W139).
 func TestMemoryRetention(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m := &store.Memory{Retention: time.Hour}
+	m, _ := memstore.New(memstore.Config{Retention: time.Hour})
 	a := memAction("k", `{}`, time.Minute)
-	is, _ := m.Issue(ctx, owner, a, t0)
+	is, _ := storetest.Issue(ctx, m, owner, a, t0)
 	m.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, t0, store.RecordOptions{})
 	res, _ := m.Take(ctx, owner, a, t0)
 	if res.Claim == nil {
@@ -89,18 +93,18 @@ func TestMemoryRetention(t *testing.T) {
 func TestMemoryBounded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m := store.NewMemory()
+	m, size := memstore.New(memstore.Config{})
 	maxLen := 0
 	for i := range 20000 {
 		now := t0.Add(time.Duration(i) * time.Second)
 		a := memAction(fmt.Sprint("k", i), fmt.Sprintf(`{"i":%d}`, i), time.Minute)
-		if _, err := m.Issue(ctx, owner, a, now); err != nil {
+		if _, err := storetest.Issue(ctx, m, owner, a, now); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := m.UseOnce(ctx, fmt.Sprint("jti", i), now.Add(time.Minute), now); err != nil {
 			t.Fatal(err)
 		}
-		maxLen = max(maxLen, m.Len())
+		maxLen = max(maxLen, size())
 	}
 	// About 60 s of live operations, actions and marks, plus what a
 	// minute between sweeps leaves.
@@ -110,7 +114,7 @@ func TestMemoryBounded(t *testing.T) {
 	if _, err := m.UseOnce(ctx, "last", t0, t0.Add(30*24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.Len(); n != 1 {
+	if n := size(); n != 1 {
 		t.Errorf("Len = %d after every record expired, want 1 (the last mark)", n)
 	}
 }
@@ -123,7 +127,7 @@ func TestMemoryContextDone(t *testing.T) {
 	m := store.NewMemory()
 	a := memAction("k", `{}`, time.Minute)
 	errs := map[string]error{}
-	_, errs["Issue"] = m.Issue(ctx, owner, a, t0)
+	_, errs["Issue"] = storetest.Issue(ctx, m, owner, a, t0)
 	_, errs["Take"] = m.Take(ctx, owner, a, t0)
 	errs["Finish"] = m.Finish(ctx, store.Claim{Owner: owner, Token: "x"}, store.Done, t0)
 	_, _, errs["Lookup"] = m.Lookup(ctx, owner, "op_x.1-x", t0)
@@ -197,11 +201,11 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 func TestMemoryAgentCap(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m := &store.Memory{MaxOpenPerAgent: 3}
+	m, _ := memstore.New(memstore.Config{MaxOpenPerAgent: 3})
 	a := memAction("k", `{}`, time.Minute)
 	var first store.Issued
 	for i := range 3 {
-		is, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
+		is, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,10 +213,10 @@ func TestMemoryAgentCap(t *testing.T) {
 			first = is
 		}
 	}
-	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); !errors.Is(err, store.ErrRateLimited) {
+	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); !errors.Is(err, store.ErrRateLimited) {
 		t.Fatalf("fourth: %v, want ErrRateLimited", err)
 	}
-	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-b", User: "u9"}, a, t0); err != nil {
+	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-b", User: "u9"}, a, t0); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	u0 := store.Owner{Agent: "agent-a", User: "u0"}
@@ -224,7 +228,7 @@ func TestMemoryAgentCap(t *testing.T) {
 	if err := m.Finish(ctx, *res.Claim, store.Done, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Issue(ctx, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); err != nil {
+	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); err != nil {
 		t.Fatalf("after one was performed: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package store keeps the records that make a website's operations happen at
 // most once (§6 "Websites", §7), and defines the one interface
-// every implementation satisfies: [Memory] for one process, and the Redis
+// every implementation satisfies: [NewMemory] for one process, and the Redis
 // store in package store/redisstore for every web server that shares a Redis,
 // a Redis Cluster, or miniredis.
 //
@@ -11,7 +11,6 @@
 //     browser's request and claim its operation; when none matches, issue (or
 //     reuse) the operation for the request instead. One step, so the Gate's
 //     403 path and its performing path each start with a single round trip.
-//   - [Store.Issue]: issue (or reuse) the operation for an action.
 //   - [Store.Lookup]: read an operation by its ref, with its state.
 //   - [Store.Record]: make checks 1–3 of §6 and record an approval.
 //   - [Store.Finish]: end a claim as performed, not performed, or unknown.
@@ -64,10 +63,10 @@
 //     the operation does not keep (never returned for it, or dropped beyond
 //     the cap below) is not found, like a made-up one (§4 "Any other
 //     reference", W74).
-//   - An operation keeps at most MaxRevisionsPerOperation revisions,
+//   - An operation keeps at most 32 revisions,
 //     approved ones included; beyond that the oldest never-approved one is
-//     dropped (there always is one: at most MaxApprovalsPerOperation are
-//     approved). An approval beyond MaxApprovalsPerOperation gets
+//     dropped (there always is one: at most 16 are
+//     approved). An approval beyond the 16th gets
 //     RateLimited.
 //   - An owner (agent and User) has at most MaxOpenPerOwner open operations
 //     (waiting: not being performed, not performed, not forgotten), and an
@@ -75,7 +74,7 @@
 //     request that would open one more gets ErrRateLimited (429 with
 //     Retry-After), so one agent can't grow the store without bound.
 //   - Take reads only the approvals that can apply to its request: those of
-//     the action's operation (at most MaxApprovalsPerOperation), so a step
+//     the action's operation (at most 16), so a step
 //     costs the same however many approvals an owner has elsewhere
 //     (webkit/RULES.md "Bounded work").
 //   - While an action's operation is being performed (or its outcome is not
@@ -131,8 +130,8 @@ type Action struct {
 	// ClaimToken is the token a claim Take makes will carry
 	// (Claim.Token), chosen by the caller so that it can Release the claim
 	// even when Take's reply is lost (W144). "" lets Take choose one (and
-	// the claim can then only be released through its Claim). Use
-	// NewToken.
+	// the claim can then only be released through its Claim). Use a
+	// random one, at least 128 bits (the Gate makes one per request).
 	ClaimToken string
 }
 
@@ -223,7 +222,7 @@ const (
 	// answer is invalid_request (W101).
 	OperationExpired
 	// RateLimited: checks 1–3 passed but the operation already has
-	// MaxApprovalsPerOperation approvals: nothing is recorded, and the
+	// 16 approvals: nothing is recorded, and the
 	// answer is 429 {"error":"rate_limited"} with Retry-After.
 	RateLimited
 	// Replayed: RecordOptions.Once was used before: the request is a
@@ -331,23 +330,16 @@ type Issued struct {
 // store itself failing (unreachable, timed out), and a gated request that
 // meets one performs nothing (fail closed).
 type Store interface {
-	// Issue returns the operation for owner's action: the current operation
-	// for the action key until it is performed (W19, W20), then a new
-	// operation_id (W141); its current revision while the terms are equal
-	// and the revision is reusable, else a new revision (W24, W25, W36).
-	// While the operation is being performed (or its outcome is not known)
-	// a new revision is one no approval can use until it is done (§6 check
-	// 2): no second operation of the action is offered for approval while
-	// the first may be taking effect (W145).
-	Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error)
-
 	// Take looks, in one atomic step, for the first-recorded approval (W95)
 	// of owner's action whose revision's terms equal action.Terms, not
 	// expired, whose operation is neither performing nor performed. Found,
 	// it uses the approval up (W96) and moves the operation to performing.
 	// While the action's operation is being performed (or its outcome is
 	// not known) it answers Busy, whatever the terms (W145). Otherwise it
-	// issues as Issue does.
+	// issues the operation for the action: the current operation for the
+	// action key until it is performed (W19, W20), then a new
+	// operation_id (W141); its current revision while the terms are equal
+	// and the revision is reusable, else a new revision (W24, W25, W36).
 	Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error)
 
 	// Finish ends a claim. It returns ErrClaimLost when the claim is no
@@ -385,19 +377,10 @@ type Store interface {
 // operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
 
-// ErrRateLimited is returned (wrapped) by Issue and Take when a new
+// ErrRateLimited is returned (wrapped) by Take when a new
 // operation would pass the owner's or the agent's cap of open operations:
 // the Gate answers 429 with Retry-After and performs nothing.
 var ErrRateLimited = errors.New("store: too many open operations")
-
-// The caps that bound what one agent can make a store hold (webkit/RULES.md
-// "Bounded work").
-const (
-	MaxRevisionsPerOperation = 32
-	MaxApprovalsPerOperation = 16
-	DefaultMaxOpenPerOwner   = 100
-	DefaultMaxOpenPerAgent   = 10000
-)
 
 // ErrClaimReleased is returned by Take for a token that was released: the
 // caller gave up on that request, and nothing is claimed for it.
@@ -444,7 +427,3 @@ type Stuck struct {
 	// (Finish(Unknown)); false when nothing was reported at all.
 	Unknown bool
 }
-
-// DefaultRetention is how long a performed operation is remembered at least,
-// beyond its approved revision's expires_at (§7 W137).
-const DefaultRetention = 24 * time.Hour

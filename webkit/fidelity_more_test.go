@@ -3,6 +3,7 @@ package webkit
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -191,8 +192,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 // waiting operations computed (their refs sealed), the status route of an
 // approved ref says approved.
 func TestSealedRefsRevision(t *testing.T) {
-	m := store.NewMemory()
-	m.ComputeWaiting = true
+	m, _ := memstore.New(memstore.Config{ComputeWaiting: true})
 	e := newGateEnv(t, m, newClock())
 	page := e.do(e.request(joinedIn, formM, "text/html"))
 	_, ref := refOf(t, page)

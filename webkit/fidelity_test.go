@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -236,6 +237,11 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 type flakyStore struct {
 	store.Store
 	down atomic.Bool
+}
+
+// Issue passes storetest.Issue on to the wrapped store.
+func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+	return storetest.Issue(ctx, f.Store, o, a, now)
 }
 
 func (f *flakyStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {

@@ -2,6 +2,7 @@ package webkit
 
 import (
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"io"
 	"log/slog"
 	"net/http"
@@ -73,8 +74,7 @@ func benchBackends() []benchBackend {
 		// for one owner and agent, beyond the default caps of open
 		// operations (b.N can pass the agent's 10,000).
 		{"memory", func(*testing.B) store.Store {
-			m := store.NewMemory()
-			m.MaxOpenPerOwner, m.MaxOpenPerAgent = -1, -1
+			m, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			return m
 		}},
 		{"redis", func(b *testing.B) store.Store {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/testclock"
+	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -228,7 +229,7 @@ func (e *gateEnv) issue(s Session, order, size string) store.Issued {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	iss, err := e.kit.Store.Issue(context.Background(), s.Owner(), sa, e.clock.Now())
+	iss, err := storetest.Issue(context.Background(), e.kit.Store, s.Owner(), sa, e.clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -871,7 +872,7 @@ func TestContinueFidelity(t *testing.T) {
 }
 
 func (e *gateEnv) issueForm(s Session, form string) store.Issued {
-	iss, err := e.kit.Store.Issue(context.Background(), s.Owner(), mustAction(e.t, e.kit, form), e.clock.Now())
+	iss, err := storetest.Issue(context.Background(), e.kit.Store, s.Owner(), mustAction(e.t, e.kit, form), e.clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -1180,10 +1181,6 @@ func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.Action,
 func (c *countingStore) Finish(ctx context.Context, cl store.Claim, out store.Outcome, now time.Time) error {
 	c.calls.Add(1)
 	return c.Store.Finish(ctx, cl, out, now)
-}
-func (c *countingStore) Issue(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.Issued, error) {
-	c.calls.Add(1)
-	return c.Store.Issue(ctx, o, a, now)
 }
 func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (store.Record, bool, error) {
 	c.calls.Add(1)

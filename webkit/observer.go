@@ -25,7 +25,7 @@ type Observer interface {
 	// route (see Event).
 	Observe(ctx context.Context, e Event)
 	// StoreStep: one call of the store (step is its method in lower case:
-	// "take", "finish", "issue", "lookup", "record", "use_once"), how long
+	// "take", "finish", "lookup", "record", "use_once"), how long
 	// it took, and its error (nil when it worked). A "take" that failed
 	// performed nothing (fail closed).
 	StoreStep(ctx context.Context, step string, took time.Duration, err error)
@@ -125,13 +125,6 @@ func (t observedStore) BoundByContext() bool {
 
 func (t observedStore) step(ctx context.Context, name string, start time.Time, err error) {
 	t.o.StoreStep(ctx, name, time.Since(start), err)
-}
-
-func (t observedStore) Issue(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.Issued, error) {
-	start := time.Now()
-	r, err := t.s.Issue(ctx, owner, a, now)
-	t.step(ctx, "issue", start, err)
-	return r, err
 }
 
 func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {

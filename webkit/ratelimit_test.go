@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestGateRateLimited(t *testing.T) {
 func TestGateOwnerCap(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, store.NewMemory(), newClock())
-	for i := range store.DefaultMaxOpenPerOwner {
+	for i := range storekit.DefaultMaxOpenPerOwner {
 		if rec := e.do(e.request(joinedIn, fmt.Sprintf("order=ord_%d&size=M", i), "text/html")); rec.Code != 403 {
 			t.Fatalf("operation %d: %d", i, rec.Code)
 		}

@@ -117,13 +117,6 @@ func bounded[T any](ctx context.Context, d time.Duration, name string, f func(co
 	}
 }
 
-func (t timedStore) Issue(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.Issued, error) {
-	if t.how == inProcess {
-		return t.s.Issue(ctx, owner, a, now)
-	}
-	return call(t, ctx, "issue", func(ctx context.Context) (store.Issued, error) { return t.s.Issue(ctx, owner, a, now) })
-}
-
 func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
 	if t.how == inProcess {
 		return t.s.Take(ctx, owner, a, now)

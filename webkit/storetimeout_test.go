@@ -2,6 +2,7 @@ package webkit
 
 import (
 	"context"
+	"github.com/opsgate/opsgate/store/storetest"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -29,6 +30,11 @@ type stallStore struct {
 
 func newStallStore(s store.Store, runFirst bool) *stallStore {
 	return &stallStore{Store: s, runFirst: runFirst, gate: make(chan struct{}), done: make(chan error, 1), released: make(chan bool, 8)}
+}
+
+// Issue passes storetest.Issue on to the wrapped store.
+func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 
 func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/store/storetest"
 	"log/slog"
 	"math/big"
 	"net/http"
@@ -736,7 +737,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	reqs := make([]one, 2*n+1)
 	run := time.Now().UnixNano()
 	for i := range reqs {
-		iss, err := st.Issue(ctx, owner, store.Action{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
+		iss, err := storetest.Issue(ctx, st, owner, store.Action{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
 		if err != nil {
 			return ac, err
 		}

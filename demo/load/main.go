@@ -264,7 +264,7 @@ func run(ctx context.Context, c config) error {
 func storeName(c config) string {
 	switch {
 	case c.store == "memory":
-		return "memory (store.Memory, in process)"
+		return "memory (store.NewMemory, in process)"
 	case c.redisURL == "":
 		return "embedded miniredis"
 	}

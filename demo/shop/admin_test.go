@@ -2,6 +2,7 @@ package shop
 
 import (
 	"context"
+	"github.com/opsgate/opsgate/store/storetest"
 	"net/http"
 	"net/url"
 	"strings"
@@ -21,7 +22,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	claim := func(key string) store.Issued {
 		t.Helper()
 		a := store.Action{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
-		iss, err := st.Issue(ctx, owner, a, c.Now())
+		iss, err := storetest.Issue(ctx, st, owner, a, c.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -83,7 +84,7 @@ func (f *fixture) advance(d time.Duration) {
 // issue returns an operation the website returned to session tok's browser.
 func (f *fixture) issue(tok, key, terms string) store.Issued {
 	f.t.Helper()
-	iss, err := f.store.Issue(context.Background(), sessions[tok].Owner(), store.Action{
+	iss, err := storetest.Issue(context.Background(), f.store, sessions[tok].Owner(), store.Action{
 		Key: key, Terms: []byte(terms), Summary: "Exchange the jacket for $70.00 more.", Lifetime: 10 * time.Minute,
 	}, f.clock())
 	if err != nil {
@@ -590,7 +591,7 @@ func FuzzEndpoint(f *testing.F) {
 	f.Add(`[]`, ``, `"operations";v="3.1", "other";v="9"`, "1.2")
 	mem := store.NewMemory()
 	ep := &Endpoint{Store: mem, Auth: sessions, Clock: func() time.Time { return t0 }, Logger: quiet}
-	iss, _ := mem.Issue(context.Background(), sessions["out"].Owner(), store.Action{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
+	iss, _ := storetest.Issue(context.Background(), mem, sessions["out"].Owner(), store.Action{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
 	f.Add(`{"ref":"`+iss.Ref+`"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="agent"`, iss.Operation.ID, iss.Operation.Revision), `"operations";v="3"`, "1.0")
 	f.Fuzz(func(t *testing.T, body, approval, extensions, version string) {
 		r := httptest.NewRequest(http.MethodPost, "/poppy/operations", strings.NewReader(body))

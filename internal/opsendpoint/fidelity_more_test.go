@@ -2,6 +2,7 @@ package opsendpoint_test
 
 import (
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -276,8 +277,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 // terms asks for their approval while an older revision's approval waits,
 // rather than answering that older approval's status.
 func TestSealedRefOfNewerTerms(t *testing.T) {
-	m := store.NewMemory()
-	m.ComputeWaiting = true
+	m, _ := memstore.New(memstore.Config{ComputeWaiting: true})
 	s := newOutcomeSite(t, m)
 	ses := s.site.NewAgent().Session("usr_1")
 	b, err := ses.Join()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/opsgate/opsgate/store/storetest"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -251,7 +252,7 @@ func TestAnotherInterfacesOperation(t *testing.T) {
 	f := newFixture(t)
 	api := store.NewMemory()
 	owner := sessions["out"].Owner()
-	apiOp, err := api.Issue(context.Background(), owner, store.Action{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
+	apiOp, err := storetest.Issue(context.Background(), api, owner, store.Action{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"math/big"
@@ -547,9 +549,7 @@ func BenchmarkApproval(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			// One operation per request for one owner and agent: no cap of
 			// open ones (b.N can pass the agent's default 10,000).
-			m := store.NewMemory()
-			m.MaxOpenPerOwner, m.MaxOpenPerAgent = -1, -1
-			var st store.Store = m
+			st, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			if name == "redis" {
 				rs := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 				if err := rs.Load(context.Background()); err != nil { // FCALL, as a site that calls Load runs
@@ -566,7 +566,7 @@ func BenchmarkApproval(b *testing.B) {
 			type one struct{ jwt, body, approval string }
 			reqs := make([]one, b.N)
 			for i := range reqs {
-				iss, err := st.Issue(ctx, owner, store.Action{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
+				iss, err := storetest.Issue(ctx, st, owner, store.Action{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -3,6 +3,7 @@ package opsendpoint
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
 
@@ -10,16 +11,16 @@ import (
 	"github.com/opsgate/opsgate/webkit"
 )
 
-// An operation takes at most store.MaxApprovalsPerOperation approvals
+// An operation takes at most storekit.MaxApprovalsPerOperation approvals
 // (webkit/RULES.md "Bounded work"): one more gets 429
 // {"error":"rate_limited"} with Retry-After, and nothing is recorded.
 func TestApprovalsCapped(t *testing.T) {
 	f := newFixture(t)
 	var last store.Issued
-	for i := range store.MaxApprovalsPerOperation + 1 {
+	for i := range storekit.MaxApprovalsPerOperation + 1 {
 		last = f.issue("in", "exchange:ord_7Hk2", fmt.Sprintf(`{"n":%d}`, i))
 		res := f.post("in", last.Ref, approvalOf(last.Operation.ID, last.Operation.Revision, ""))
-		if i < store.MaxApprovalsPerOperation {
+		if i < storekit.MaxApprovalsPerOperation {
 			res.expect(t, 204, "")
 			continue
 		}
@@ -29,8 +30,8 @@ func TestApprovalsCapped(t *testing.T) {
 		}
 	}
 	rec, _, err := f.store.Lookup(t.Context(), sessions["in"].Owner(), last.Ref, f.clock())
-	if err != nil || len(rec.Approvals) != store.MaxApprovalsPerOperation {
-		t.Errorf("approvals = %d (%v), want %d", len(rec.Approvals), err, store.MaxApprovalsPerOperation)
+	if err != nil || len(rec.Approvals) != storekit.MaxApprovalsPerOperation {
+		t.Errorf("approvals = %d (%v), want %d", len(rec.Approvals), err, storekit.MaxApprovalsPerOperation)
 	}
 }
 

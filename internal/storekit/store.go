@@ -6,7 +6,7 @@ package storekit
 import "time"
 
 // InProcess is implemented by a store whose calls never wait on I/O and
-// return at once when their context is done, such as store.Memory. A caller
+// return at once when their context is done, such as store.NewMemory's. A caller
 // that bounds every call with a deadline (the kit's StoreTimeout) calls
 // such a store directly, without a goroutine to abandon a stalled call.
 type InProcess interface {
@@ -52,3 +52,30 @@ func SplitOnceKey(key string) (slot, id string, ok bool) {
 // repeated Take, or to refuse one after Release). A Release later than this
 // after its Take is too late, and the operation is left for Resolve.
 const ClaimTokenTTL = 10 * time.Minute
+
+// The caps that bound what one agent can make a store hold (webkit/RULES.md
+// "Bounded work"), and the defaults of the stores' caps of open operations
+// and of their retention (§7 W137).
+const (
+	MaxRevisionsPerOperation = 32
+	MaxApprovalsPerOperation = 16
+	DefaultMaxOpenPerOwner   = 100
+	DefaultMaxOpenPerAgent   = 10000
+	DefaultRetention         = 24 * time.Hour
+)
+
+// MemoryConfig is what a test may set on a store of store.NewMemory: its
+// retention (zero: DefaultRetention), its caps of open operations (zero:
+// the defaults; negative: none), and whether it computes waiting
+// operations rather than store them (internal/computed).
+type MemoryConfig struct {
+	Retention                        time.Duration
+	MaxOpenPerOwner, MaxOpenPerAgent int
+	ComputeWaiting                   bool
+}
+
+// NewMemory, set by package store, returns a store of store.NewMemory
+// with cfg (a store.Store and a store.Reconciler), and a function that
+// reports how many records it holds, so that a test can show that nothing
+// grows without bound.
+var NewMemory func(cfg MemoryConfig) (st any, size func() int)

@@ -83,7 +83,7 @@
 // judged as always by when it is forgotten (an approved operation never
 // claimed is forgotten at its expires_at), so only memory differs: an
 // approval never claimed holds its few hundred bytes for Retention more.
-// store.Memory.ComputeWaiting does the same in one process
+// The memory store (store.NewMemory) does the same in one process for tests (internal/memstore)
 // (TestSameAsMemory compares the two). The secret is 32 random bytes the
 // store keeps in Redis ("<prefix>seal"), made by the first server that
 // needs it.
@@ -135,7 +135,7 @@
 //   - DurableDisk (the default): on the server's disk. WAITAOF 1 0 on Redis
 //     7.2 and later; before that, appendfsync always, which the store
 //     verifies (CONFIG GET, INFO persistence) when it first claims on a
-//     server and every AOFRecheck after. Protects against a crash or
+//     server and every 10 seconds after. Protects against a crash or
 //     restart of that server. Measured on loopback with an ext4 disk
 //     (BenchmarkClaimDurability, Take then Finish, Redis 7.0): about
 //     1–1.3 ms per claim against 0.13–0.17 ms without (two fsyncs).

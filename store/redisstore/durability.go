@@ -28,7 +28,7 @@ const (
 	// as Debian 12 ships it) only appendfsync always gives that, because
 	// Redis then fsyncs before it replies, and the store verifies it: it
 	// reads the server's appendfsync and AOF state when it first claims on a
-	// server and every AOFRecheck after. It protects against a restart of
+	// server and every 10 seconds after. It protects against a restart of
 	// that server (a crash, an OS crash, a power cut), not against losing
 	// its disk or a failover to a replica.
 	DurableDisk DurabilityMode = iota
@@ -57,7 +57,7 @@ func (m DurabilityMode) String() string {
 }
 
 // Durability says what a claim must reach before Take returns it. The zero
-// value is DurableDisk with DefaultDurabilityTimeout: safe, not fast.
+// value is DurableDisk with a timeout of 300 ms: safe, not fast.
 type Durability struct {
 	Mode DurabilityMode
 	// Replicas is how many replicas must acknowledge a claim
@@ -67,23 +67,23 @@ type Durability struct {
 	// come in time, Take releases the claim and fails with
 	// store.ErrNotDurable: nothing is performed, and the Gate answers 503
 	// with Retry-After. Keep it under the kit's StoreTimeout. 0 is
-	// DefaultDurabilityTimeout.
+	// 300 ms.
 	Timeout time.Duration
 }
 
-// DefaultDurabilityTimeout is Durability.Timeout when 0.
-const DefaultDurabilityTimeout = 300 * time.Millisecond
+// defaultDurabilityTimeout is Durability.Timeout when 0.
+const defaultDurabilityTimeout = 300 * time.Millisecond
 
-// AOFRecheck is how often, per server, DurableDisk on Redis before 7.2
+// aofRecheck is how often, per server, DurableDisk on Redis before 7.2
 // checks again that appendfsync is always and AOF is on, so that a change
 // of configuration at run time fails closed within this long.
-const AOFRecheck = 10 * time.Second
+const aofRecheck = 10 * time.Second
 
 func (d Durability) timeout() time.Duration {
 	if d.Timeout > 0 {
 		return d.Timeout
 	}
-	return DefaultDurabilityTimeout
+	return defaultDurabilityTimeout
 }
 
 func (d Durability) replicas() int {
@@ -124,7 +124,7 @@ func (s *Store) node(addr string) *nodeState {
 
 // ready makes sure the server can confirm claims as the mode asks: it reads
 // the server's version once, and for DurableDisk before 7.2 that AOF is on
-// with appendfsync always, again every AOFRecheck.
+// with appendfsync always, again every aofRecheck.
 func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error {
 	// One caller at a time reads the server; the others wait for it no
 	// longer than their own deadline (BoundByContext).
@@ -148,9 +148,9 @@ func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error 
 	if s.durability.Mode != DurableDisk || n.waitAOF() {
 		return nil
 	}
-	// A good verdict holds for AOFRecheck; a bad one for a second, so that
+	// A good verdict holds for aofRecheck; a bad one for a second, so that
 	// claims resume soon after the configuration is fixed.
-	if !n.checked.IsZero() && (n.checkErr == nil && time.Since(n.checked) < AOFRecheck ||
+	if !n.checked.IsZero() && (n.checkErr == nil && time.Since(n.checked) < aofRecheck ||
 		n.checkErr != nil && time.Since(n.checked) < time.Second) {
 		return n.checkErr
 	}

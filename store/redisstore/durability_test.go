@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/store/storetest"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 func approvedAction(t testing.TB, st store.Store, key string) (store.Action, store.Issued) {
 	t.Helper()
 	a := action(key, `{}`, time.Hour)
-	is, err := st.Issue(t.Context(), owner, a, at(0))
+	is, err := storetest.Issue(t.Context(), st, owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}

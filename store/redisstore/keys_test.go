@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store/storetest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -67,7 +68,7 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 	longest := 2 * time.Hour
 	for i, out := range []store.Outcome{0, store.Done, store.NotDone, store.Unknown} {
 		a := action(fmt.Sprint("k", i), `{"v":1}`, longest)
-		is, err := st.Issue(ctx, owner, a, now)
+		is, err := storetest.Issue(ctx, st, owner, a, now)
 		must(err)
 		record(is)
 		if out != 0 {
@@ -76,21 +77,21 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 	}
 	// A busy action: two approvals, one taken.
 	a := action("busy", `{}`, time.Minute)
-	r1, err := st.Issue(ctx, owner, a, now)
+	r1, err := storetest.Issue(ctx, st, owner, a, now)
 	must(err)
 	record(r1)
 	a.ExpiresAt = at(2 * time.Minute)
-	r2, err := st.Issue(ctx, owner, a, now)
+	r2, err := storetest.Issue(ctx, st, owner, a, now)
 	must(err)
 	record(r2)
 	take(a)
 	// 40 revisions of one operation (capped at 32).
 	for i := range 40 {
-		_, err := st.Issue(ctx, owner, action("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
+		_, err := storetest.Issue(ctx, st, owner, action("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
 		must(err)
 	}
 	// A signed-out owner and a waiting operation.
-	_, err = st.Issue(ctx, store.Owner{Agent: "agent-a", User: "user-1"}, action("out", `{}`, time.Minute), now)
+	_, err = storetest.Issue(ctx, st, store.Owner{Agent: "agent-a", User: "user-1"}, action("out", `{}`, time.Minute), now)
 	must(err)
 	_, err = st.UseOnce(ctx, "jti-1", at(5*time.Minute), now)
 	must(err)

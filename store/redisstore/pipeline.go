@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultPipelines is Options.Pipelines when zero.
-const DefaultPipelines = 4
+// defaultPipelines is Options.Pipelines when zero.
+const defaultPipelines = 4
 
 // maxBatch bounds the steps one round trip carries.
 const maxBatch = 64

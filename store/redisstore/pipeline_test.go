@@ -507,7 +507,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 				})
 			}
 			if shared {
-				queuedCalls(t, st.pipe, n-DefaultPipelines) // the first ones are held on their way
+				queuedCalls(t, st.pipe, n-defaultPipelines) // the first ones are held on their way
 				close(h.hold)
 			}
 			wg.Wait()
@@ -529,7 +529,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 				t.Errorf("%d steps in round trips %v, %d operations; want %d", total, got, len(seen), n)
 			}
 			switch {
-			case shared && (len(got) > 2*DefaultPipelines || most < 2):
+			case shared && (len(got) > 2*defaultPipelines || most < 2):
 				t.Errorf("round trips %v: the waiting steps did not share them", got)
 			case !shared && most != 1:
 				t.Errorf("round trips %v with Pipelines -1", got)

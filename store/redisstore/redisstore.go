@@ -21,21 +21,21 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// DefaultPrefix starts every key the store writes.
-const DefaultPrefix = "opsgate:"
+// defaultPrefix starts every key the store writes.
+const defaultPrefix = "opsgate:"
 
 // Options configure a Store. The zero value works.
 type Options struct {
-	// Prefix starts every key; DefaultPrefix when "".
+	// Prefix starts every key; "opsgate:" when "".
 	Prefix string
 	// Retention is how long a performed operation is remembered at least
 	// beyond its approved revision's expires_at (W137);
-	// store.DefaultRetention when zero.
+	// storekit.DefaultRetention when zero.
 	Retention time.Duration
 	// MaxOpenPerOwner caps the operations open (waiting: not being
 	// performed, not performed, not forgotten) for one agent and User: a
 	// request that would open one more gets store.ErrRateLimited. 0 is
-	// store.DefaultMaxOpenPerOwner; negative, no cap.
+	// storekit.DefaultMaxOpenPerOwner; negative, no cap.
 	MaxOpenPerOwner int
 	// MaxOpenPerAgent caps the operations open (as MaxOpenPerOwner) for
 	// one agent across all its Users. Its count has a key of its own: on a
@@ -46,7 +46,7 @@ type Options struct {
 	// command, and the count is an approximation: an operation being
 	// performed still counts, and one leaves the count when its first
 	// revision expires (early, when later revisions outlive it). 0 is
-	// store.DefaultMaxOpenPerAgent; negative is no cap.
+	// storekit.DefaultMaxOpenPerAgent; negative is no cap.
 	MaxOpenPerAgent int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
@@ -57,7 +57,7 @@ type Options struct {
 	// steps other goroutines call wait and then share the next round trip,
 	// each still its own atomic step. At high concurrency this is most of
 	// the store's throughput (demo/load/PERFORMANCE.md); a goroutine alone is
-	// never delayed. 0 is DefaultPipelines; negative sends every call on a
+	// never delayed. 0 is 4; negative sends every call on a
 	// connection of its own, as go-redis does. A Cluster client always
 	// does. The client's hooks (tracing, metrics) see a shared round trip
 	// as one pipeline of FCALLs.
@@ -141,29 +141,29 @@ var _ store.Store = (*Store)(nil)
 func New(client redis.UniversalClient, opts Options) *Store {
 	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability, compute: opts.ComputeWaiting}
 	if s.prefix == "" {
-		s.prefix = DefaultPrefix
+		s.prefix = defaultPrefix
 	}
 	switch s.maxOpenOwner = opts.MaxOpenPerOwner; {
 	case s.maxOpenOwner == 0:
-		s.maxOpenOwner = store.DefaultMaxOpenPerOwner
+		s.maxOpenOwner = storekit.DefaultMaxOpenPerOwner
 	case s.maxOpenOwner < 0:
 		s.maxOpenOwner = math.MaxInt32 // no cap
 	}
 	s.maxOpenAgent = opts.MaxOpenPerAgent
 	if s.maxOpenAgent == 0 {
-		s.maxOpenAgent = store.DefaultMaxOpenPerAgent
+		s.maxOpenAgent = storekit.DefaultMaxOpenPerAgent
 	}
 	c, single := client.(*redis.Client)
 	s.agentInStep.Store(single && s.maxOpenAgent > 0)
 	if single && opts.Pipelines >= 0 {
 		n := opts.Pipelines
 		if n == 0 {
-			n = DefaultPipelines
+			n = defaultPipelines
 		}
 		s.pipe = newPipeliner(c, n)
 	}
 	if s.retention <= 0 {
-		s.retention = store.DefaultRetention
+		s.retention = storekit.DefaultRetention
 	}
 	return s
 }

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"slices"
 	"strconv"
 	"strings"
@@ -399,7 +400,7 @@ func TestSameAsMemory(t *testing.T) {
 		// up to days, across epochs of 24 hours).
 		t.Parallel()
 		storetest.Differential(t, 1000, 60, func(t testing.TB) storetest.Harness {
-			return storetest.Harness{Store: &store.Memory{ComputeWaiting: true}}
+			return storetest.Harness{Store: computingMemory()}
 		}, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
@@ -414,8 +415,7 @@ func TestSameAsMemory(t *testing.T) {
 		// forgotten operations leave and rejoin.
 		t.Parallel()
 		storetest.Differential(t, 200, 60, func(t testing.TB) storetest.Harness {
-			m := store.NewMemory()
-			m.MaxOpenPerOwner, m.MaxOpenPerAgent = 2, 3
+			m, _ := memstore.New(memstore.Config{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3})
 			return storetest.Harness{Store: m}
 		}, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
@@ -466,7 +466,7 @@ func TestSameAsMemory(t *testing.T) {
 		c := redistest.Server(t)
 		var n atomic.Int64
 		storetest.Differential(t, 20, 60, func(t testing.TB) storetest.Harness {
-			return storetest.Harness{Store: &store.Memory{ComputeWaiting: true}}
+			return storetest.Harness{Store: computingMemory()}
 		}, func(t testing.TB) storetest.Harness {
 			opts := redisstore.Options{Prefix: fmt.Sprintf("diffc%d:", n.Add(1)), ComputeWaiting: true}
 			forgetPrefix(t, c, opts.Prefix)
@@ -477,4 +477,11 @@ func TestSameAsMemory(t *testing.T) {
 			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}
 		})
 	})
+}
+
+// computingMemory is the memory store computing waiting operations, as
+// Options.ComputeWaiting does.
+func computingMemory() store.Store {
+	m, _ := memstore.New(memstore.Config{ComputeWaiting: true})
+	return m
 }

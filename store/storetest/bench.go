@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := h.Store.Issue(ctx, owner, actions[i%len(actions)], now); err != nil {
+			if _, err := Issue(ctx, h.Store, owner, actions[i%len(actions)], now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -141,7 +142,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 // "order:target", the rest MaxApprovalsPerOperation per other action.
 func benchOthers(b *testing.B, ctx context.Context, h Harness, n int, now time.Time) {
 	b.Helper()
-	per := store.MaxApprovalsPerOperation
+	per := storekit.MaxApprovalsPerOperation
 	for i := range n {
 		key := "order:target"
 		if i >= per-1 {
@@ -149,7 +150,7 @@ func benchOthers(b *testing.B, ctx context.Context, h Harness, n int, now time.T
 		}
 		a := action(b, key, fmt.Sprintf(`{"size":"XL","n":%d}`, i))
 		a.Lifetime = time.Hour
-		is, err := h.Store.Issue(ctx, signedIn, a, now)
+		is, err := Issue(ctx, h.Store, signedIn, a, now)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time
 	out := make([]store.Issued, len(actions))
 	for i, a := range actions {
 		o := benchOwner(from + i)
-		is, err := h.Store.Issue(ctx, o, a, now)
+		is, err := Issue(ctx, h.Store, o, a, now)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -233,7 +233,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			a.ExpiresAt = base.Add(3 * time.Hour) // one expires_at for every request of it
 		}
 		if c.kind == "issue" {
-			is, err := st.Issue(ctx, o, a, now)
+			is, err := Issue(ctx, st, o, a, now)
 			if err != nil {
 				return errClass(t, err)
 			}

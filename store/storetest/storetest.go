@@ -109,7 +109,7 @@ func (e *env) client(i int) store.Store {
 
 func (e *env) issue(o store.Owner, a store.Action, now time.Time) store.Issued {
 	e.t.Helper()
-	is, err := e.h.Store.Issue(e.ctx(), o, a, now)
+	is, err := Issue(e.ctx(), e.h.Store, o, a, now)
 	if err != nil {
 		e.t.Fatalf("Issue: %v", err)
 	}
@@ -1307,7 +1307,7 @@ var _ = add("W145 W142 an outcome not known keeps its action busy past the actio
 // ---- Finish (§7) ----
 
 var _ = addRemembered(lifetime, "expires_at before now+retention")
-var _ = addRemembered(3*store.DefaultRetention, "expires_at after now+retention")
+var _ = addRemembered(3*storekit.DefaultRetention, "expires_at after now+retention")
 
 func addRemembered(life time.Duration, what string) struct{} {
 	return add("W137 W109 a performed operation is remembered until max(expires_at, now+retention): "+what, func(t *testing.T, e *env) {
@@ -1317,7 +1317,7 @@ func addRemembered(life time.Duration, what string) struct{} {
 		e.approve(signedIn, is, at(time.Second))
 		c := e.claim(signedIn, a, at(2*time.Second))
 		e.finish(c, store.Done, at(3*time.Second))
-		until := at(3 * time.Second).Add(store.DefaultRetention)
+		until := at(3 * time.Second).Add(storekit.DefaultRetention)
 		if is.Operation.ExpiresAt.After(until) {
 			until = is.Operation.ExpiresAt
 		}
@@ -1365,7 +1365,7 @@ var _ = add("W138 W142 unknown: the operation stays performing, even past expire
 	e.status(signedIn, is.Ref, late, store.Performing)
 	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), late, store.IsPerforming)
 	e.finish(c, store.Unknown, late) // renews how long it is kept
-	later := late.Add(store.DefaultRetention - time.Second)
+	later := late.Add(storekit.DefaultRetention - time.Second)
 	e.status(signedIn, is.Ref, later, store.Performing)
 	// The claim is still held, so the outcome can be reported once known.
 	e.finish(c, store.Done, later)
@@ -1540,7 +1540,7 @@ var _ = add("W139 everything expires: nothing grows without bound", func(t *test
 			t.Fatalf("Size = 0 with 20 operations")
 		}
 	}
-	jump := 3*store.DefaultRetention + time.Hour
+	jump := 3*storekit.DefaultRetention + time.Hour
 	if e.h.Advance != nil {
 		e.h.Advance(jump)
 	}
@@ -1580,7 +1580,7 @@ var _ = add("W144 a store that is down fails every call quickly, without a hang 
 	e.h.Down()
 	calls := map[string]func(ctx context.Context, s store.Store) error{
 		"Issue": func(ctx context.Context, s store.Store) error {
-			_, err := s.Issue(ctx, signedIn, a, at(2*time.Second))
+			_, err := Issue(ctx, s, signedIn, a, at(2*time.Second))
 			return err
 		},
 		"Take": func(ctx context.Context, s store.Store) error {
@@ -1649,7 +1649,7 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 	e.approve(signedOut, is, at(time.Minute))
 	e.finish(e.claim(signedOut, a, at(2*time.Minute)), store.Done, at(2*time.Minute))
 	// Far past expires_at and the retention: the store may have forgotten it.
-	later := at(2*time.Minute + store.DefaultRetention + lifetime + time.Hour)
+	later := at(2*time.Minute + storekit.DefaultRetention + lifetime + time.Hour)
 	if e.h.Advance != nil {
 		e.h.Advance(later.Sub(base))
 	}
@@ -1881,14 +1881,14 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 		t.Errorf("after resolving: still performing %v", got)
 	}
 	// W137: performed is remembered for the retention at least.
-	e.status(signedIn, isA.Ref, at(21*time.Second).Add(store.DefaultRetention-time.Second), store.Performed)
+	e.status(signedIn, isA.Ref, at(21*time.Second).Add(storekit.DefaultRetention-time.Second), store.Performed)
 })
 
 // ---- Bounded work: caps (webkit/RULES.md "Bounded work") ----
 
 var _ = add("an operation records at most MaxApprovalsPerOperation approvals, and keeps them among its revisions", func(t *testing.T, e *env) {
 	var approved []store.Issued
-	for i := range store.MaxApprovalsPerOperation {
+	for i := range storekit.MaxApprovalsPerOperation {
 		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(0))
 		e.approve(signedIn, is, at(0))
 		approved = append(approved, is)
@@ -1899,11 +1899,11 @@ var _ = add("an operation records at most MaxApprovalsPerOperation approvals, an
 	if err != nil || rep.Result != store.RateLimited {
 		t.Errorf("CheckOnly over the cap: %v, %v", rep.Result, err)
 	}
-	if rec := e.status(signedIn, over.Ref, at(2*time.Second), store.Approved); len(rec.Approvals) != store.MaxApprovalsPerOperation {
-		t.Errorf("approvals = %d, want %d", len(rec.Approvals), store.MaxApprovalsPerOperation)
+	if rec := e.status(signedIn, over.Ref, at(2*time.Second), store.Approved); len(rec.Approvals) != storekit.MaxApprovalsPerOperation {
+		t.Errorf("approvals = %d, want %d", len(rec.Approvals), storekit.MaxApprovalsPerOperation)
 	}
 	// Ever new terms drop never-approved revisions, never an approved one.
-	for i := range 2 * store.MaxRevisionsPerOperation {
+	for i := range 2 * storekit.MaxRevisionsPerOperation {
 		e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"m":%d}`, i)), at(3*time.Second))
 	}
 	for _, is := range approved {
@@ -1924,7 +1924,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(
 		}
 	}
 	var first store.Issued
-	for i := range store.DefaultMaxOpenPerOwner {
+	for i := range storekit.DefaultMaxOpenPerOwner {
 		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
 		if i == 0 {
 			first = is
@@ -1932,7 +1932,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(
 	}
 	// A signed-out or another account's operation is the same agent and
 	// User's: it counts too.
-	_, err := e.h.Store.Issue(e.ctx(), signedOut, action(t, "more", `{}`), at(time.Second))
+	_, err := Issue(e.ctx(), e.h.Store, signedOut, action(t, "more", `{}`), at(time.Second))
 	limited("Issue", err)
 	_, err = e.client(1).Take(e.ctx(), signedIn, action(t, "more", `{}`), at(time.Second))
 	limited("Take", err)
@@ -1947,7 +1947,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(
 	c := e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second))
 	e.finish(c, store.Done, at(4*time.Second))
 	e.issue(signedIn, action(t, "more", `{}`), at(5*time.Second))
-	_, err = e.h.Store.Issue(e.ctx(), signedIn, action(t, "more2", `{}`), at(5*time.Second))
+	_, err = Issue(e.ctx(), e.h.Store, signedIn, action(t, "more2", `{}`), at(5*time.Second))
 	limited("Issue after one was performed and another opened", err)
 	// Forgotten ones are not open either.
 	e.issue(signedIn, action(t, "later", `{}`), at(lifetime+time.Minute))
