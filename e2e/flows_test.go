@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -481,13 +482,13 @@ fetch("/test/plain").then(r => r.text()).then(t => document.body.insertAdjacentH
 		w.Write([]byte("Poppy-Operation: " + planted))
 	})
 	e.mux.HandleFunc("GET /test/foreign-sid", func(w http.ResponseWriter, r *http.Request) {
-		v, _ := webkit.FormatOperationHeader(other.SID, "exc_foreign.1.abc")
+		v, _ := headers.FormatOperation(other.SID, "exc_foreign.1.abc")
 		w.Header().Set(webkit.HeaderOperation, v)
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte("waiting"))
 	})
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, _ := webkit.FormatOperationHeader(s.SID, "exc_elsewhere.1.abc")
+		v, _ := headers.FormatOperation(s.SID, "exc_elsewhere.1.abc")
 		w.Header().Set(webkit.HeaderOperation, v)
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte("waiting"))

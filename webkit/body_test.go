@@ -20,6 +20,7 @@ import (
 	"github.com/justinas/nosurf"
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -202,7 +203,7 @@ func (fs *formSite) post(t *testing.T, fields [][2]string, multipartForm bool) *
 
 func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
 	t.Helper()
-	_, ref, err := ParseOperationHeader(res.Header.Values(HeaderOperation))
+	_, ref, err := headers.ParseOperation(res.Header.Values(HeaderOperation))
 	if err != nil {
 		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(HeaderOperation), err)
 	}

@@ -20,7 +20,7 @@ type Claim struct {
 func claimFrom(c store.Claim) Claim {
 	a := c.Approval
 	return Claim{
-		Operation: OperationFrom(c.Operation),
+		Operation: operationFrom(c.Operation),
 		Approval: Approval{
 			OperationID: a.OperationID,
 			Revision:    a.Revision,

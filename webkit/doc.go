@@ -47,14 +47,9 @@
 //
 // # Headers
 //
-// The three Structured Field headers (RFC 9651) have codecs that never panic
-// and refuse anything longer than [MaxHeaderBytes]:
-//
-//   - Poppy-Operation (§4, W57): [FormatOperationHeader], [ParseOperationHeader].
-//   - Poppy-Approval (§6, W84): [ParseApproval], [Approval.Header].
-//   - Poppy-Extensions (RULES.md choice 4): [ParseExtensions], [Extensions.Header].
-//
-// Every parse error is a [*HeaderError] naming the header and member, and
-// wraps one of [ErrMalformed], [ErrMissingMember], [ErrWrongType] or
-// [ErrBadValue].
+// The kit reads and writes the Poppy headers itself: the Gate writes
+// Poppy-Operation on its 403 (§4, W57), and the endpoint reads
+// Poppy-Approval (§6, W84) and Poppy-Extensions (RULES.md choice 4). A
+// website needs only their names ([HeaderOperation] and the others), for
+// example to let its own scripts read Poppy-Operation.
 package webkit

@@ -61,9 +61,9 @@ func ExampleKit_Gate() {
 		Extensions: webkit.Extensions{"operations": "3"},
 	})
 	w = post(join.Result().Cookies()[0])
-	sid, _, _ := webkit.ParseOperationHeader(w.Header().Values(webkit.HeaderOperation))
-	fmt.Println(w.Code, sid, w.Header().Get("Cache-Control"), w.Body.String())
+	op := w.Header().Get(webkit.HeaderOperation) // the Session's sid and the operation's ref
+	fmt.Println(w.Code, strings.HasPrefix(op, `sid="ses_1", ref="`), w.Header().Get("Cache-Control"), w.Body.String())
 	// Output:
 	// 200 exchanged
-	// 403 ses_1 no-store {"error":"approval_required"}
+	// 403 true no-store {"error":"approval_required"}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
@@ -277,7 +278,7 @@ func (k *Kit) storeFailed(r *http.Request, op string, err error) {
 // askApproval answers 403 with the operation's ref (§4 W53): the waiting
 // page or {"error":"approval_required"}, never the operation (W64).
 func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.Issued, body []byte, kind string) {
-	hdr, err := FormatOperationHeader(s.ID, iss.Ref)
+	hdr, err := headers.FormatOperation(s.ID, iss.Ref)
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: can't write Poppy-Operation",
 			slog.String("error", err.Error()))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -28,7 +29,7 @@ func TestSIDOfAnyVerifiedSession(t *testing.T) {
 		r.AddCookie(rec.Result().Cookies()[0])
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		got, _, err := ParseOperationHeader(w.Result().Header.Values(HeaderOperation))
+		got, _, err := headers.ParseOperation(w.Result().Header.Values(HeaderOperation))
 		if w.Code != http.StatusForbidden || err != nil || got != sid {
 			t.Errorf("sid %q: status %d, Poppy-Operation sid %q, err %v", sid, w.Code, got, err)
 		}
@@ -44,7 +45,7 @@ func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	e := newGateEnv(t, store.NewMemory(), newClock())
 	iss := e.issue(sesOut, "ord_1", "M")
 	r := e.request(joinedOut, "order=ord_1&size=M", "application/json")
-	hdr, err := Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: ApproverUser}.Header()
+	hdr, err := headers.FormatApproval(store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: headers.ApproverUser})
 	if err != nil {
 		t.Fatal(err)
 	}

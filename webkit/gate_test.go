@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/internal/testclock"
-	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -26,10 +23,14 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/opsgate/opsgate/internal/browsertest"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // ---- fixtures ----
@@ -261,7 +262,7 @@ func refOf(t testing.TB, rec *httptest.ResponseRecorder) (sid, ref string) {
 	if len(v) == 0 {
 		return "", ""
 	}
-	sid, ref, err := ParseOperationHeader(v)
+	sid, ref, err := headers.ParseOperation(v)
 	if err != nil {
 		t.Fatalf("Poppy-Operation %q: %v", v, err)
 	}

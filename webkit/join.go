@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -170,7 +171,7 @@ func knownExtensions(claim string) Extensions {
 	if claim == "" {
 		return nil
 	}
-	ext, err := ParseExtensions([]string{claim})
+	ext, err := headers.ParseExtensions([]string{claim})
 	if err != nil {
 		return nil
 	}

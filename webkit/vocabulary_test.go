@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -31,7 +32,7 @@ func TestOperationJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(specOperation), &op); err != nil {
 			t.Fatal(err)
 		}
-		if err := op.Validate(); err != nil {
+		if err := headers.ValidateOperation(store.Operation{ID: op.OperationID, Revision: op.Revision, Terms: op.Terms, ExpiresAt: op.ExpiresAt}); err != nil {
 			t.Fatal(err)
 		}
 		want := time.Date(2026, 10, 8, 19, 20, 0, 0, time.UTC)
@@ -67,66 +68,6 @@ func TestOperationJSON(t *testing.T) {
 	})
 }
 
-func TestOperationValidate(t *testing.T) {
-	good := Operation{OperationID: "op_1", Revision: "1791487200-abc", Terms: json.RawMessage(`{"x":1}`),
-		ExpiresAt: time.Unix(1791487200, 0)}
-	tests := []struct {
-		name   string
-		edit   func(*Operation)
-		member string
-		is     error
-	}{
-		{"valid", func(*Operation) {}, "", nil},
-		{"W15 operation_id missing", func(o *Operation) { o.OperationID = "" }, "operation_id", ErrMissingMember},
-		{"W22 operation_id with a dot", func(o *Operation) { o.OperationID = "op.1" }, "operation_id", ErrBadValue},
-		{"W22 operation_id of 256 characters", func(o *Operation) { o.OperationID = strings.Repeat("a", 256) }, "operation_id", ErrBadValue},
-		{"W15 revision missing", func(o *Operation) { o.Revision = "" }, "revision", ErrMissingMember},
-		{"W23 revision with a space", func(o *Operation) { o.Revision = "r 1" }, "revision", ErrBadValue},
-		{"W15 terms missing", func(o *Operation) { o.Terms = nil }, "terms", ErrMissingMember},
-		{"W16 terms an array", func(o *Operation) { o.Terms = json.RawMessage(`[1]`) }, "terms", ErrBadValue},
-		{"W16 terms a string", func(o *Operation) { o.Terms = json.RawMessage(`"x"`) }, "terms", ErrBadValue},
-		{"W16 terms not JSON", func(o *Operation) { o.Terms = json.RawMessage(`{x}`) }, "terms", ErrBadValue},
-		{"W16 terms an empty object", func(o *Operation) { o.Terms = json.RawMessage(`{}`) }, "", nil},
-		{"W15 expires_at missing", func(o *Operation) { o.ExpiresAt = time.Time{} }, "expires_at", ErrMissingMember},
-		{"summary optional", func(o *Operation) { o.Summary = "" }, "", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			op := good
-			tt.edit(&op)
-			err := op.Validate()
-			if tt.is == nil {
-				if err != nil {
-					t.Fatalf("unexpected error %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, tt.is) {
-				t.Fatalf("error %v, want %v", err, tt.is)
-			}
-			if !strings.Contains(err.Error(), `"`+tt.member+`"`) {
-				t.Fatalf("error %q does not name %s", err, tt.member)
-			}
-		})
-	}
-}
-
-func TestOperationFrom(t *testing.T) {
-	stored := store.Operation{ID: "op_1", Revision: "r1", Summary: "S", Terms: []byte(`{"a":1}`),
-		ExpiresAt: time.Unix(1791487200, 0)}
-	op := OperationFrom(stored)
-	if op.OperationID != "op_1" || op.Revision != "r1" || op.Summary != "S" || string(op.Terms) != `{"a":1}` || !op.ExpiresAt.Equal(stored.ExpiresAt) {
-		t.Fatalf("converted %+v", op)
-	}
-	stored.Terms[1] = 'X'
-	if string(op.Terms) != `{"a":1}` {
-		t.Fatal("Operation shares the store's terms bytes")
-	}
-	if err := op.Validate(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestApprovalJSON(t *testing.T) {
 	// §6 "MCP" and "Conversations": the approval object, verbatim.
 	const spec = `{
@@ -146,7 +87,8 @@ func TestApprovalJSON(t *testing.T) {
 		if a != want {
 			t.Fatalf("got %+v\nwant %+v", a, want)
 		}
-		if err := a.Validate(); err != nil {
+		st := store.Approval{OperationID: a.OperationID, Revision: a.Revision, Approver: string(a.Approver), ApprovedAt: a.ApprovedAt, InputType: a.InputType}
+		if err := headers.ValidateApproval(st); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -177,7 +119,7 @@ func TestApprovalJSON(t *testing.T) {
 		for _, v := range []string{`"1791487260"`, `1791487260.5`, `true`} {
 			var a Approval
 			err := json.Unmarshal([]byte(`{"approved_at":`+v+`}`), &a)
-			if !errors.Is(err, ErrWrongType) || !strings.Contains(err.Error(), `"approved_at"`) {
+			if !errors.Is(err, headers.ErrWrongType) || !strings.Contains(err.Error(), `"approved_at"`) {
 				t.Errorf("approved_at %s: error %v", v, err)
 			}
 		}
@@ -186,72 +128,6 @@ func TestApprovalJSON(t *testing.T) {
 		var a Approval
 		if err := json.Unmarshal([]byte(`[1]`), &a); err == nil {
 			t.Fatal("an array decoded")
-		}
-	})
-}
-
-func TestApprovalValidate(t *testing.T) {
-	good := Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v", Approver: ApproverUser,
-		ApprovedAt: time.Unix(1791487260, 0), InputType: "tap", Reference: "apr_01JD8ZK3Q9"}
-	tests := []struct {
-		name   string
-		edit   func(*Approval)
-		member string
-		is     error
-	}{
-		{"valid", func(*Approval) {}, "", nil},
-		{"W78 operation_id missing", func(a *Approval) { a.OperationID = "" }, "operation_id", ErrMissingMember},
-		{"W78 operation_id bad", func(a *Approval) { a.OperationID = "é" }, "operation_id", ErrBadValue},
-		{"W78 revision missing", func(a *Approval) { a.Revision = "" }, "revision", ErrMissingMember},
-		{"W78 revision bad", func(a *Approval) { a.Revision = "a.b" }, "revision", ErrBadValue},
-		{"W78 approver missing", func(a *Approval) { a.Approver = "" }, "approver", ErrMissingMember},
-		{"W78 approver other", func(a *Approval) { a.Approver = "User" }, "approver", ErrBadValue},
-		{"W82 optional members missing", func(a *Approval) { a.ApprovedAt, a.InputType, a.Reference = time.Time{}, "", "" }, "", nil},
-		{"W83 unknown input_type", func(a *Approval) { a.InputType = "blink" }, "", nil},
-		{"input_type not printable", func(a *Approval) { a.InputType = "ta\np" }, "input_type", ErrBadValue},
-		{"W80 input_type with agent ignored", func(a *Approval) { a.Approver, a.InputType = ApproverAgent, "ta\np" }, "", nil},
-		{"reference bad", func(a *Approval) { a.Reference = "apr 1" }, "reference", ErrBadValue},
-		{"approved_at before 1970", func(a *Approval) { a.ApprovedAt = time.Unix(-1, 0) }, "approved_at", ErrBadValue},
-		{"W79 approved_at long ago", func(a *Approval) { a.ApprovedAt = time.Unix(0, 0) }, "", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := good
-			tt.edit(&a)
-			err := a.Validate()
-			if tt.is == nil {
-				if err != nil {
-					t.Fatalf("unexpected error %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), `"`+tt.member+`"`) {
-				t.Fatalf("error %v, want %v naming %s", err, tt.is, tt.member)
-			}
-			// Header refuses it the same way, as a HeaderError.
-			_, herr := a.Header()
-			var he *HeaderError
-			if !errors.As(herr, &he) || he.Member != tt.member || !errors.Is(herr, tt.is) {
-				t.Fatalf("Header error %v, want member %s", herr, tt.member)
-			}
-		})
-	}
-}
-
-func TestApprovalStatement(t *testing.T) {
-	at := time.Unix(1791487260, 0)
-	t.Run("W81 keeps the statements", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, ApprovedAt: at, InputType: "voice", Reference: "apr_1"}
-		got := a.Statement()
-		want := store.Approval{OperationID: "o", Revision: "r", Approver: "user", ApprovedAt: at, InputType: "voice", Reference: "apr_1"}
-		if got != want {
-			t.Fatalf("got %+v\nwant %+v", got, want)
-		}
-	})
-	t.Run("W80 input_type dropped with agent", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverAgent, InputType: "tap"}
-		if got := a.Statement(); got.InputType != "" || got.Approver != "agent" {
-			t.Fatalf("got %+v", got)
 		}
 	})
 }

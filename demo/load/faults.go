@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,7 +25,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
@@ -275,7 +276,7 @@ func (r *rig) request(ctx context.Context, srv, b int, order string) (int, strin
 	var ref string
 	start := time.Now()
 	status, err := post(ctx, r.client, r.urls[srv], order, r.cookies[b], func(h http.Header) {
-		_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+		_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
 	})
 	r.mu.Lock()
 	r.gated = append(r.gated, wait{start, time.Since(start)})

@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
@@ -317,7 +318,7 @@ func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, ag
 				t := time.Now()
 				var ref string
 				status, err := post(ctx, client, srv, order, cookie, func(h http.Header) {
-					_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+					_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
 				})
 				note(time.Since(t), status, err)
 				if err != nil || status != 403 || ref == "" {
@@ -684,7 +685,7 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int)
 		"many approvals, one operation": func(ctx context.Context, n int) int {
 			var ref string
 			status, _ := postSKU(ctx, client, base(n), "ord_hoard", fmt.Sprintf("sku-%d", n), hoard, func(h http.Header) {
-				_, ref, _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+				_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
 			})
 			if status != 403 || ref == "" {
 				return status

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -46,6 +45,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
@@ -217,7 +218,7 @@ func run(ctx context.Context, c config) error {
 	refs := make([]string, c.browsers)
 	res = phase(ctx, c.workers, c.browsers, func(i int) (int, error) {
 		return post(ctx, client, pick(), fmt.Sprintf("ord_%d", i), cookies[i], func(h http.Header) {
-			_, refs[i], _ = webkit.ParseOperationHeader(h.Values(webkit.HeaderOperation))
+			_, refs[i], _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
 		})
 	})
 	res.print("joined: 403 + ref")

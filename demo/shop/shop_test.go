@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -393,7 +394,7 @@ func TestSignedInJoinCancelIsAccountOperation(t *testing.T) {
 	sess := agentSession
 	sess.Account = shopdb.DemoAccount
 	res, _ := do(t, s, "POST", "/account/subscription/cancel", nil, formHeader, join(t, s, sess)...)
-	_, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation))
+	_, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation))
 	if res.StatusCode != http.StatusForbidden || err != nil {
 		t.Fatalf("signed-in cancel: %d, %v", res.StatusCode, err)
 	}

@@ -19,7 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"log/slog"
 	"mime"
@@ -28,6 +27,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -125,8 +127,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// W14: a request that doesn't declare operations v3 gets no operation.
-	ext, err := webkit.ParseExtensions(r.Header.Values(webkit.HeaderExtensions))
-	if err != nil || !ext.Operations() {
+	ext, err := headers.ParseExtensions(r.Header.Values(headers.Extensions))
+	if err != nil || !headers.DeclaresOperations(ext) {
 		note(w, "extension_required", "")
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
 		return
@@ -158,7 +160,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	values := r.Header.Values(webkit.HeaderApproval)
-	approval, ignored, err := webkit.ParseApprovalReport(values)
+	approval, ignored, err := headers.ParseApprovalReport(values)
 	if len(values) == 0 || err != nil {
 		// A lookup, or a malformed approval: the token is used up first,
 		// in a step of its own (an approval's is used up with its record).
@@ -288,9 +290,9 @@ func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
 
 // approve makes checks 1–3 and records the approval (§6 "What the Company
 // checks"): the store answers as the first failing check says (W111).
-func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a webkit.Approval, replay Replay) {
+func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, replay Replay) {
 	owner := session.Owner()
-	statement := a.Statement()
+	statement := a // as ParseApproval read it: input_type dropped with agent (W80)
 	now := e.now()
 	// The request's single-use key is used up by the first Record, before
 	// its checks: a replay records nothing.
@@ -306,7 +308,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 		if reply.Result == store.Recorded {
-			d := e.Decline(ctx, DeclineRequest{Operation: webkit.OperationFrom(reply.Operation), Approval: a, Session: session})
+			d := e.Decline(ctx, DeclineRequest{Operation: vocab.Operation(reply.Operation), Approval: vocab.Approval(a), Session: session})
 			if d != nil {
 				note(w, "declined", "")
 				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
@@ -331,7 +333,7 @@ func refOperationID(ref string) string {
 	return id
 }
 
-func (e *Endpoint) answer(w http.ResponseWriter, ref string, a webkit.Approval, reply store.RecordReply) {
+func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, reply store.RecordReply) {
 	switch reply.Result { // for the Observer: which check of §6 failed
 	case store.IsPerforming, store.IsPerformed:
 		note(w, "refused", "check2")
@@ -491,14 +493,14 @@ func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
 	writeJSON(w, http.StatusForbidden, struct {
 		Error     string        `json:"error"`
 		Operation operationJSON `json:"operation"`
-	}{"approval_required", webkit.OperationFrom(op)})
+	}{"approval_required", vocab.Operation(op)})
 }
 
 func writeStatus(w http.ResponseWriter, operationID string, s store.Status) {
 	writeJSON(w, http.StatusOK, map[string]string{"operation_id": operationID, "status": string(s)})
 }
 
-func writeDecline(w http.ResponseWriter, a webkit.Approval, d *webkit.Decline) {
+func writeDecline(w http.ResponseWriter, a store.Approval, d *webkit.Decline) {
 	// W127: the approval's operation_id and revision, whatever the hook set.
 	d.OperationID, d.Revision = a.OperationID, a.Revision
 	writeJSON(w, http.StatusForbidden, struct { // W133

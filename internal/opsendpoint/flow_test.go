@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
@@ -202,7 +203,7 @@ func ref(t testing.TB, res *http.Response, sid string) string {
 	if res.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", res.StatusCode)
 	}
-	gotSID, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation))
+	gotSID, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation))
 	if err != nil || gotSID != sid {
 		t.Fatalf("Poppy-Operation: sid %q ref %q err %v; want sid %q", gotSID, ref, err, sid)
 	}

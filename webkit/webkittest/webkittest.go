@@ -67,6 +67,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -513,7 +515,7 @@ func (b *Browser) send(r *request) *Response {
 	raw, err := io.ReadAll(res.Body)
 	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, URL: r.url, browser: b, req: r}
 	if b.Session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
-		if sid, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.Session.SID {
+		if sid, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.Session.SID {
 			out.Ref = ref
 		}
 	}
@@ -565,7 +567,7 @@ func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Answer {
 
 // Send sends the ref with the approval a in Poppy-Approval.
 func (s *Session) Send(ref string, a webkit.Approval) *Answer {
-	h, err := a.Header()
+	h, err := headers.FormatApproval(vocab.Statement(a))
 	if err != nil {
 		return &Answer{Err: err}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
@@ -15,7 +16,7 @@ import (
 func TestRefOnlyForOwnSession(t *testing.T) {
 	site := webkittest.New("https://shop.example")
 	site.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, _ := webkit.FormatOperationHeader("ses_someone_else", "op_1.1-a")
+		v, _ := headers.FormatOperation("ses_someone_else", "op_1.1-a")
 		w.Header().Set(webkit.HeaderOperation, v)
 		w.WriteHeader(http.StatusForbidden)
 	})

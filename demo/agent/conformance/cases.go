@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
@@ -262,7 +263,7 @@ func (f *flow) the403(ctx context.Context) {
 	defer k.end()
 	p := f.pHTML
 	k.check(p.first().status == http.StatusForbidden, "W53: status %d, want 403", p.first().status)
-	sid, ref, err := webkit.ParseOperationHeader(p.opHeader())
+	sid, ref, err := headers.ParseOperation(p.opHeader())
 	if !k.check(err == nil, "W57: Poppy-Operation %q is not a Dictionary with the Strings sid and ref: %v", p.opHeader(), err) {
 		return
 	}
@@ -380,7 +381,7 @@ func (f *flow) pageAndJSON(ctx context.Context) {
 	_, has := body["operation"]
 	k.check(!has, "W64: the script's 403 body carries the operation")
 	k.check(strings.Contains(j.first().header.Get("Cache-Control"), "no-store"), "W68: the script's 403 has Cache-Control %q", j.first().header.Get("Cache-Control"))
-	if _, ref, err := webkit.ParseOperationHeader(j.opHeader()); err == nil && f.haveOp {
+	if _, ref, err := headers.ParseOperation(j.opHeader()); err == nil && f.haveOp {
 		a := f.lookup(ctx, f.sA, ref)
 		if op, ok := a.operation(); k.check(ok, "W19: the script's ref answered %s", a) {
 			k.check(op.OperationID == f.op.OperationID, "W19: the same request again got operation %s, then %s", f.op.OperationID, op.OperationID)
@@ -625,7 +626,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		nt.skip("the gated form offers no other value to ask for other terms")
 	} else {
 		pB := f.bA.do(ctx, f.main.request(f.main.others[0], ""))
-		_, refB, err := webkit.ParseOperationHeader(pB.opHeader())
+		_, refB, err := headers.ParseOperation(pB.opHeader())
 		if nt.check(pB.gated() && err == nil, "W34: other terms (%s=%s) answered %s, want 403 with Poppy-Operation", f.main.choice, f.main.others[0], pB) {
 			a := f.lookup(ctx, f.sA, refB)
 			if got, ok := a.operation(); nt.check(ok, "W34: the new ref answered %s", a) {
@@ -638,7 +639,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		// Ask for the first terms again: they are the ones approved.
 		reqA := f.main.request("", "")
 		pA := f.bA.do(ctx, reqA)
-		if _, ref, err := webkit.ParseOperationHeader(pA.opHeader()); nt.check(pA.gated() && err == nil, "the first terms again answered %s", pA) {
+		if _, ref, err := headers.ParseOperation(pA.opHeader()); nt.check(pA.gated() && err == nil, "the first terms again answered %s", pA) {
 			f.ref = ref
 			f.wait = waiting{pA, reqA}
 		}
@@ -677,7 +678,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		}
 		// Approve the other terms too: whichever revision is approved,
 		// the operation is performed at most once (W37).
-		if _, refB2, err := webkit.ParseOperationHeader(pB.opHeader()); err == nil {
+		if _, refB2, err := headers.ParseOperation(pB.opHeader()); err == nil {
 			if got, ok := f.lookup(ctx, f.sA, refB2).operation(); ok {
 				a := c.endpoint(ctx, f.sA, post{ref: refB2, approval: approval(got.OperationID, got.Revision, "user")})
 				if a.status == http.StatusNoContent {
@@ -707,7 +708,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		con.skip("the waiting page's Continue can't be pressed")
 		return
 	}
-	if _, newRef, perr := webkit.ParseOperationHeader(next.p.opHeader()); performed == 0 && perr == nil && next.p.gated() {
+	if _, newRef, perr := headers.ParseOperation(next.p.opHeader()); performed == 0 && perr == nil && next.p.gated() {
 		// The site may treat an approval of a revision it has since
 		// replaced as failing check 3 (W120): approve the new one, and
 		// press the new waiting page's Continue.
@@ -763,7 +764,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	}
 	p := f.bA.do(ctx, f.main.request("", ""))
 	rec.check(!p.performedLike(), "W141 W135: the request made again after the action was performed again: %s", p)
-	if _, ref2, err := webkit.ParseOperationHeader(p.opHeader()); p.gated() && err == nil {
+	if _, ref2, err := headers.ParseOperation(p.opHeader()); p.gated() && err == nil {
 		a := f.lookup(ctx, f.sA, ref2)
 		if got, ok := a.operation(); ok {
 			rec.check(got.OperationID != op.OperationID, "W141: the request after the action got the performed operation %s again", got.OperationID)
@@ -907,7 +908,7 @@ func (f *flow) signedIn(ctx context.Context) {
 		return
 	}
 	acc.note("signed-in action: %s", act)
-	sid, ref, err := webkit.ParseOperationHeader(p.opHeader())
+	sid, ref, err := headers.ParseOperation(p.opHeader())
 	if !acc.check(err == nil && sid == s.sid, "W54: Poppy-Operation %q, want the signed-in Session's sid %s", p.opHeader(), s.sid) {
 		return
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
@@ -359,7 +360,7 @@ func (s *toy) breakGate(gated http.Handler) http.Handler {
 			if res.StatusCode == http.StatusForbidden {
 				if s.fault == faultNoStore {
 					w.Header().Del("Cache-Control")
-				} else if _, ref, err := webkit.ParseOperationHeader(res.Header.Values(webkit.HeaderOperation)); err == nil {
+				} else if _, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil {
 					op, rev, _ := strings.Cut(ref, ".")
 					body = fmt.Appendf(nil, `{"error":"approval_required","operation":{"operation_id":%q,"revision":%q}}`, op, rev)
 					w.Header().Set("Content-Type", "application/json")
@@ -383,7 +384,7 @@ func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 		switch s.fault {
 		case fault500OnBadHeader:
 			if v := r.Header.Values(webkit.HeaderApproval); len(v) > 0 {
-				if _, err := webkit.ParseApproval(v); err != nil {
+				if _, err := headers.ParseApproval(v); err != nil {
 					http.Error(w, "internal error", http.StatusInternalServerError)
 					return
 				}
@@ -406,7 +407,7 @@ func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 		status := res.StatusCode
 		switch s.fault {
 		case faultRecordsDeclined:
-			if ap, err := webkit.ParseApproval(r.Header.Values(webkit.HeaderApproval)); err == nil && status == http.StatusNoContent && ap.Approver == webkit.ApproverAgent {
+			if ap, err := headers.ParseApproval(r.Header.Values(webkit.HeaderApproval)); err == nil && status == http.StatusNoContent && ap.Approver == headers.ApproverAgent {
 				status = http.StatusForbidden
 				w.Header().Set("Content-Type", "application/json")
 				body = fmt.Appendf(nil, `{"error":"approval_declined","operation_id":%q,"revision":%q}`, ap.OperationID, ap.Revision)

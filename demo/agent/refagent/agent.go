@@ -50,7 +50,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/internal/agentside"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/internal/headers"
 )
 
 // Config configures an Agent.
@@ -531,7 +531,7 @@ func (a *Agent) joinForm(ctx context.Context, opts JoinOptions) (s *Session, for
 	}
 	ext := ""
 	if a.disc.Operations && !opts.NoExtension {
-		ext = webkit.Extensions{"operations": "3"}.Header() // A02
+		ext = headers.FormatExtensions(map[string]string{"operations": "3"}) // A02
 	}
 	returnTo := a.origin + "/"
 	if opts.ReturnTo != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -167,7 +168,7 @@ func (a *Agent) takeHeaderLocked(t *tab, id string, req request, status int, res
 		ignore("the Company does not list operations v3 (A03)")
 		return
 	}
-	sid, ref, err := webkit.ParseOperationHeader(strings.Split(headerValue(h, webkit.HeaderOperation), "\n"))
+	sid, ref, err := headers.ParseOperation(strings.Split(headerValue(h, webkit.HeaderOperation), "\n"))
 	if err != nil {
 		ignore("malformed: " + err.Error())
 		return

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -76,13 +78,13 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	h.Set("Content-Type", "application/json")
 	h.Set(webkit.HeaderSession, jwt) // a credential: never printed
 	h.Set(webkit.HeaderVersion, "1.0")
-	h.Set(webkit.HeaderExtensions, webkit.Extensions{"operations": "3"}.Header()) // A01
+	h.Set(webkit.HeaderExtensions, headers.FormatExtensions(map[string]string{"operations": "3"})) // A01
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token) // A14
 	}
 	what := "lookup"
 	if ap != nil {
-		v, err := ap.Header()
+		v, err := headers.FormatApproval(vocab.Statement(*ap))
 		if err != nil {
 			return Answer{}, err
 		}
@@ -93,7 +95,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 		a.step("→ POST %s {\"ref\": %q} (%s, Session %s, signed in: %v)", a.disc.Endpoint, ref, what, s.SID, s.SignedIn)
 	}
 	if ap != nil {
-		v, _ := ap.Header()
+		v, _ := headers.FormatApproval(vocab.Statement(*ap))
 		a.step("  Poppy-Approval: %s", v)
 	}
 	res, err := a.cfg.HTTPClient.Do(req)
@@ -117,7 +119,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	ans.Error, ans.Status, ans.OperationID = b.Error, b.Status, b.OperationID
 	if b.Operation != nil {
-		if err := b.Operation.Validate(); err != nil {
+		if err := headers.ValidateOperation(vocab.StoreOperation(*b.Operation)); err != nil {
 			return ans, fmt.Errorf("refagent: the endpoint returned a bad operation: %w", err)
 		}
 		ans.Operation = b.Operation

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -129,15 +131,15 @@ func TestA33A39Approval(t *testing.T) {
 		t.Errorf("A36: references %q %q", ag.Reference, us.Reference)
 	}
 	for _, ap := range []webkit.Approval{ag, us} {
-		if err := ap.Validate(); err != nil {
+		if err := headers.ValidateApproval(vocab.Statement(ap)); err != nil {
 			t.Errorf("A32, A40: %+v: %v", ap, err)
 		}
-		h, err := ap.Header()
+		h, err := headers.FormatApproval(vocab.Statement(ap))
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := webkit.ParseApproval([]string{h})
-		if err != nil || back.Approver != ap.Approver || back.Reference != ap.Reference {
+		back, err := headers.ParseApproval([]string{h})
+		if err != nil || back.Approver != string(ap.Approver) || back.Reference != ap.Reference {
 			t.Errorf("A40: %q parses as %+v, %v", h, back, err)
 		}
 	}

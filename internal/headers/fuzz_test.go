@@ -1,10 +1,12 @@
-package webkit
+package headers
 
 import (
 	"errors"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // Fuzz targets: the parsers never panic, and whatever they accept is valid
@@ -29,20 +31,20 @@ func FuzzParseApproval(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseApproval(fieldLines(s))
 		if err != nil {
-			if a != (Approval{}) {
+			if a != (store.Approval{}) {
 				t.Fatalf("error %v with approval %+v", err, a)
 			}
 			return
 		}
-		if err := a.Validate(); err != nil {
+		if err := ValidateApproval(a); err != nil {
 			t.Fatalf("accepted %q but Validate: %v", s, err)
 		}
 		if a.Approver == ApproverAgent && a.InputType != "" {
 			t.Fatalf("W80: input_type kept with agent: %q", s)
 		}
-		h, err := a.Header()
+		h, err := FormatApproval(a)
 		if errors.Is(err, ErrMalformed) {
-			return // canonical spacing made a huge input_type longer than MaxHeaderBytes
+			return // canonical spacing made a huge input_type longer than MaxBytes
 		}
 		if err != nil {
 			t.Fatalf("accepted %q but Header: %v", s, err)
@@ -54,7 +56,7 @@ func FuzzParseApproval(f *testing.F) {
 	})
 }
 
-func FuzzParseOperationHeader(f *testing.F) {
+func FuzzParseOperation(f *testing.F) {
 	for _, s := range []string{
 		specOperationHeader,
 		`ref="a.b", sid="s"`,
@@ -65,18 +67,18 @@ func FuzzParseOperationHeader(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		sid, ref, err := ParseOperationHeader(fieldLines(s))
+		sid, ref, err := ParseOperation(fieldLines(s))
 		if err != nil {
 			if sid != "" || ref != "" {
 				t.Fatalf("error %v with %q %q", err, sid, ref)
 			}
 			return
 		}
-		h, err := FormatOperationHeader(sid, ref)
+		h, err := FormatOperation(sid, ref)
 		if err != nil {
 			t.Fatalf("accepted %q but Format: %v", s, err)
 		}
-		sid2, ref2, err := ParseOperationHeader([]string{h})
+		sid2, ref2, err := ParseOperation([]string{h})
 		if err != nil || sid2 != sid || ref2 != ref {
 			t.Fatalf("%q → %q → %q %q %v", s, h, sid2, ref2, err)
 		}
@@ -97,13 +99,13 @@ func FuzzParseExtensions(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		ext, err := ParseExtensions(fieldLines(s))
 		if err != nil {
-			if ext.Operations() {
+			if DeclaresOperations(ext) {
 				t.Fatalf("error %v declares operations", err)
 			}
 			return
 		}
-		h := ext.Header()
-		if len(h) > MaxHeaderBytes {
+		h := FormatExtensions(ext)
+		if len(h) > MaxBytes {
 			return // canonical quoting and spacing can outgrow the input
 		}
 		back, err := ParseExtensions([]string{h})
@@ -141,11 +143,11 @@ func FuzzRef(f *testing.F) {
 			!strings.HasPrefix(ref, named) || (len(ref) > len(named) && ref[len(named)] != '.') {
 			t.Fatalf("accepted %q as %q %q", ref, id, rev)
 		}
-		h, err := FormatOperationHeader("ses_1", ref)
+		h, err := FormatOperation("ses_1", ref)
 		if err != nil {
-			t.Fatalf("accepted %q but FormatOperationHeader: %v", ref, err)
+			t.Fatalf("accepted %q but FormatOperation: %v", ref, err)
 		}
-		sid, back, err := ParseOperationHeader([]string{h})
+		sid, back, err := ParseOperation([]string{h})
 		if err != nil || sid != "ses_1" || back != ref {
 			t.Fatalf("%q → %q → %q %q %v", ref, h, sid, back, err)
 		}

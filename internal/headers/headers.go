@@ -1,36 +1,58 @@
-package webkit
+// Package headers reads and writes the Poppy headers of the operations
+// extension: Poppy-Operation (§4, W57), Poppy-Approval (§6, W84) and
+// Poppy-Extensions (webkit/RULES.md choice 4). Every parser reads all of a
+// header's field lines, as RFC 9651 Structured Fields, and refuses anything
+// longer than MaxBytes before parsing it. Every parse error is an *Error
+// naming the header and member, and wraps one of ErrMalformed,
+// ErrMissingMember, ErrWrongType or ErrBadValue.
+//
+// A website never parses these headers itself: the Gate (package webkit),
+// the endpoint, webkittest, the checker and the reference agent do, from
+// here. An approval is read into the record the store keeps
+// (store.Approval), which is what the endpoint records.
+package headers
 
 import (
+	"bytes"
 	"errors"
-	"github.com/opsgate/opsgate/internal/storekit"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dunglas/httpsfv"
+
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
 )
 
-// The Poppy headers the kit reads and writes.
+// The Poppy headers' names.
 const (
-	HeaderOperation  = "Poppy-Operation"  // §4: the website's 403 names the operation's ref
-	HeaderApproval   = "Poppy-Approval"   // §6: the approval sent to endpoint
-	HeaderExtensions = "Poppy-Extensions" // §2, RULES.md choice 4: declared extensions
-	HeaderSession    = "Poppy-Session"    // RULES.md choice 1: the Session JWT, a credential never logged
-	HeaderVersion    = "Poppy-Version"    // RULES.md choice 4: "1.0"
+	Operation  = "Poppy-Operation"  // §4: the website's 403 names the operation's ref
+	Approval   = "Poppy-Approval"   // §6: the approval sent to endpoint
+	Extensions = "Poppy-Extensions" // §2, RULES.md choice 4: declared extensions
+	Session    = "Poppy-Session"    // RULES.md choice 1: the Session JWT, a credential never logged
+	Version    = "Poppy-Version"    // RULES.md choice 4: "1.0"
 )
 
-// MaxHeaderBytes is the longest header value (all its field lines joined)
+// The two approvers of §6, as store.Approval.Approver holds them.
+const (
+	ApproverUser  = "user"
+	ApproverAgent = "agent"
+)
+
+// MaxBytes is the longest header value (all its field lines joined)
 // that a parser reads. A longer one is refused with ErrMalformed before any
 // parsing, so that a hostile header costs nothing. A valid Poppy-Operation
 // (a 2048-character ref) or Poppy-Approval fits easily.
-const MaxHeaderBytes = 8192
+const MaxBytes = 8192
 
-// Sentinels for errors.Is: every HeaderError (and every member error from
-// Validate) wraps exactly one of them.
+// Sentinels for errors.Is: every Error (and every member error from
+// ValidateApproval and ValidateOperation) wraps exactly one of them.
 var (
 	// ErrMalformed: the value is not the Structured Field it must be (W84),
-	// or is longer than MaxHeaderBytes.
+	// or is longer than MaxBytes.
 	ErrMalformed = errors.New("malformed header")
 	// ErrMissingMember: a required member is absent (W78).
 	ErrMissingMember = errors.New("missing member")
@@ -42,27 +64,27 @@ var (
 	ErrBadValue = errors.New("bad member value")
 )
 
-// HeaderError says which header, and which member of it, is wrong.
-type HeaderError struct {
+// Error says which header, and which member of it, is wrong.
+type Error struct {
 	Header string // e.g. "Poppy-Approval"
 	Member string // e.g. "approver"; "" when the header as a whole is wrong
 	Err    error  // wraps ErrMalformed, ErrMissingMember, ErrWrongType or ErrBadValue
 }
 
-func (e *HeaderError) Error() string {
+func (e *Error) Error() string {
 	if e.Member == "" {
 		return e.Header + ": " + e.Err.Error()
 	}
 	return e.Header + ": member " + strconv.Quote(e.Member) + ": " + e.Err.Error()
 }
 
-func (e *HeaderError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// errTooLong is refused before parsing (MaxHeaderBytes).
-var errTooLong = memberReason{ErrMalformed, "longer than " + strconv.Itoa(MaxHeaderBytes) + " bytes"}
+// errTooLong is refused before parsing (MaxBytes).
+var errTooLong = memberReason{ErrMalformed, "longer than " + strconv.Itoa(MaxBytes) + " bytes"}
 
 // headerTooLong reports whether values, joined as RFC 9651 joins field lines
-// (", "), are longer than MaxHeaderBytes. It stops counting early, so it
+// (", "), are longer than MaxBytes. It stops counting early, so it
 // never overflows.
 func headerTooLong(values []string) bool {
 	n := 0
@@ -71,7 +93,7 @@ func headerTooLong(values []string) bool {
 			n += 2
 		}
 		n += len(v)
-		if n > MaxHeaderBytes {
+		if n > MaxBytes {
 			return true
 		}
 	}
@@ -82,11 +104,11 @@ func headerTooLong(values []string) bool {
 // too long or malformed.
 func parseHeaderDictionary(header string, values []string) (*httpsfv.Dictionary, error) {
 	if headerTooLong(values) {
-		return nil, &HeaderError{Header: header, Err: errTooLong}
+		return nil, &Error{Header: header, Err: errTooLong}
 	}
 	dict, err := httpsfv.UnmarshalDictionary(values)
 	if err != nil || dict == nil {
-		return nil, &HeaderError{Header: header, Err: malformed("a Structured Field Dictionary", err)}
+		return nil, &Error{Header: header, Err: malformed("a Structured Field Dictionary", err)}
 	}
 	return dict, nil
 }
@@ -136,21 +158,21 @@ func requiredID(dict *httpsfv.Dictionary, name string, valid func(string) bool, 
 	return s, nil
 }
 
-// FormatOperationHeader returns the Poppy-Operation value for the website's
+// FormatOperation returns the Poppy-Operation value for the website's
 // 403 (§4, W53, W57): a Dictionary with the Strings sid and ref. ref must be
 // 1 to 2048 characters of A–Z a–z 0–9 - _ . (W59), and sid ValidSID.
-func FormatOperationHeader(sid, ref string) (string, error) {
+func FormatOperation(sid, ref string) (string, error) {
 	switch {
 	case sid == "":
-		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: errMemberMissing}
+		return "", &Error{Header: Operation, Member: "sid", Err: errMemberMissing}
 	case !ValidSID(sid):
-		return "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: errSIDValue}
+		return "", &Error{Header: Operation, Member: "sid", Err: errSIDValue}
 	}
 	if ref == "" {
-		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errMemberMissing}
+		return "", &Error{Header: Operation, Member: "ref", Err: errMemberMissing}
 	}
 	if !storekit.ValidRef(ref) {
-		return "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: errRefValue}
+		return "", &Error{Header: Operation, Member: "ref", Err: errRefValue}
 	}
 	// Written directly: both members were validated above, and this is on
 	// every 403 the Gate answers (httpsfv is kept for parsing). A ref has no
@@ -176,20 +198,20 @@ func FormatOperationHeader(sid, ref string) (string, error) {
 	return b.String(), nil
 }
 
-// ParseOperationHeader reads a Poppy-Operation header (§4, W57), given every
+// ParseOperation reads a Poppy-Operation header (§4, W57), given every
 // field line (r.Header.Values). Members other than sid and ref are ignored.
 // A ref that breaks W59 is refused, so the reference agent never sends one
 // to endpoint.
-func ParseOperationHeader(values []string) (sid, ref string, err error) {
-	dict, err := parseHeaderDictionary(HeaderOperation, values)
+func ParseOperation(values []string) (sid, ref string, err error) {
+	dict, err := parseHeaderDictionary(Operation, values)
 	if err != nil {
 		return "", "", err
 	}
 	if sid, err = requiredID(dict, "sid", ValidSID, errSIDValue); err != nil {
-		return "", "", &HeaderError{Header: HeaderOperation, Member: "sid", Err: err}
+		return "", "", &Error{Header: Operation, Member: "sid", Err: err}
 	}
 	if ref, err = requiredID(dict, "ref", storekit.ValidRef, errRefValue); err != nil {
-		return "", "", &HeaderError{Header: HeaderOperation, Member: "ref", Err: err}
+		return "", "", &Error{Header: Operation, Member: "ref", Err: err}
 	}
 	return sid, ref, nil
 }
@@ -209,7 +231,7 @@ func ParseOperationHeader(values []string) (sid, ref string, err error) {
 // because an optional member is missing"): [ParseApprovalReport] says which.
 // With "agent", input_type is dropped whatever it holds, because the Company
 // ignores it there (W80).
-func ParseApproval(values []string) (Approval, error) {
+func ParseApproval(values []string) (store.Approval, error) {
 	a, _, err := ParseApprovalReport(values)
 	return a, err
 }
@@ -217,16 +239,16 @@ func ParseApproval(values []string) (Approval, error) {
 // ParseApprovalReport is [ParseApproval] that also returns the optional
 // members it treated as absent because they were malformed, so that the
 // endpoint can say so in its log.
-func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, err error) {
-	dict, err := parseHeaderDictionary(HeaderApproval, values)
+func ParseApprovalReport(values []string) (a store.Approval, ignored []*Error, err error) {
+	dict, err := parseHeaderDictionary(Approval, values)
 	if err != nil {
-		return Approval{}, nil, err
+		return store.Approval{}, nil, err
 	}
-	fail := func(member string, err error) (Approval, []*HeaderError, error) {
-		return Approval{}, nil, &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+	fail := func(member string, err error) (store.Approval, []*Error, error) {
+		return store.Approval{}, nil, &Error{Header: Approval, Member: member, Err: err}
 	}
 	ignore := func(member string, err error) {
-		ignored = append(ignored, &HeaderError{Header: HeaderApproval, Member: member, Err: err})
+		ignored = append(ignored, &Error{Header: Approval, Member: member, Err: err})
 	}
 
 	if a.OperationID, err = requiredID(dict, "operation_id", storekit.ValidID, errIDValue); err != nil {
@@ -241,10 +263,10 @@ func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, e
 		return fail("approver", err)
 	case !present:
 		return fail("approver", errMemberMissing)
-	case approver != string(ApproverUser) && approver != string(ApproverAgent):
+	case approver != ApproverUser && approver != ApproverAgent:
 		return fail("approver", errApproverValue)
 	}
-	a.Approver = Approver(approver)
+	a.Approver = approver
 
 	// W82: the optional members below are read when well formed and
 	// otherwise treated as absent.
@@ -279,18 +301,18 @@ func ParseApprovalReport(values []string) (a Approval, ignored []*HeaderError, e
 	return a, ignored, nil
 }
 
-// Header returns the Poppy-Approval value for this approval (§6), in the
+// FormatApproval returns the Poppy-Approval value for a (§6), in the
 // spec's member order. approved_at is written only when set, and input_type
-// only with "user" (A35, W80). A value longer than MaxHeaderBytes, which no
+// only with "user" (A35, W80). A value longer than MaxBytes, which no
 // parser would read, is refused with ErrMalformed.
-func (a Approval) Header() (string, error) {
-	if member, err := a.check(); err != nil {
-		return "", &HeaderError{Header: HeaderApproval, Member: member, Err: err}
+func FormatApproval(a store.Approval) (string, error) {
+	if member, err := checkApproval(a); err != nil {
+		return "", &Error{Header: Approval, Member: member, Err: err}
 	}
 	dict := httpsfv.NewDictionary()
 	dict.Add("operation_id", httpsfv.NewItem(a.OperationID))
 	dict.Add("revision", httpsfv.NewItem(a.Revision))
-	dict.Add("approver", httpsfv.NewItem(string(a.Approver)))
+	dict.Add("approver", httpsfv.NewItem(a.Approver))
 	if !a.ApprovedAt.IsZero() {
 		dict.Add("approved_at", httpsfv.NewItem(a.ApprovedAt.Unix()))
 	}
@@ -300,9 +322,9 @@ func (a Approval) Header() (string, error) {
 	if a.Reference != "" {
 		dict.Add("reference", httpsfv.NewItem(a.Reference))
 	}
-	h, err := marshalHeader(HeaderApproval, dict)
-	if err == nil && len(h) > MaxHeaderBytes { // only a huge input_type gets here
-		return "", &HeaderError{Header: HeaderApproval, Err: errTooLong}
+	h, err := marshalHeader(Approval, dict)
+	if err == nil && len(h) > MaxBytes { // only a huge input_type gets here
+		return "", &Error{Header: Approval, Err: errTooLong}
 	}
 	return h, err
 }
@@ -310,7 +332,7 @@ func (a Approval) Header() (string, error) {
 func marshalHeader(header string, v httpsfv.StructuredFieldValue) (string, error) {
 	s, err := httpsfv.Marshal(v)
 	if err != nil { // unreachable: every member was checked first
-		return "", &HeaderError{Header: header, Err: malformed("serializable", err)}
+		return "", &Error{Header: header, Err: malformed("serializable", err)}
 	}
 	return s, nil
 }
@@ -320,19 +342,19 @@ func marshalHeader(header string, v httpsfv.StructuredFieldValue) (string, error
 // extension, with a `v` parameter giving its version, e.g.
 // `"operations";v="3"`. A `v` that is a Token, Integer or Decimal is kept as
 // its text; any other `v`, or none, gives the version "". Other extensions and
-// versions are kept, for Extensions.Operations to ignore (§2, W13), and
+// versions are kept, for DeclaresOperations to ignore (§2, W13), and
 // members that are neither Token nor String are skipped. When a name is
 // declared twice, the first declaration is kept, unless a later one declares
 // operations v3: an agent that declares it supports it.
-func ParseExtensions(values []string) (Extensions, error) {
+func ParseExtensions(values []string) (map[string]string, error) {
 	if headerTooLong(values) {
-		return nil, &HeaderError{Header: HeaderExtensions, Err: errTooLong}
+		return nil, &Error{Header: Extensions, Err: errTooLong}
 	}
 	list, err := httpsfv.UnmarshalList(values)
 	if err != nil {
-		return nil, &HeaderError{Header: HeaderExtensions, Err: malformed("a Structured Field List", err)}
+		return nil, &Error{Header: Extensions, Err: malformed("a Structured Field List", err)}
 	}
-	ext := Extensions{}
+	ext := map[string]string{}
 	for _, m := range list {
 		item, ok := m.(httpsfv.Item)
 		if !ok {
@@ -382,12 +404,12 @@ func versionText(params *httpsfv.Params) string {
 	return ""
 }
 
-// Header returns the Poppy-Extensions value declaring e (RULES.md choice
-// 4), sorted by name, each name a String with its version in `v`, e.g.
+// FormatExtensions returns the Poppy-Extensions value declaring e (RULES.md
+// choice 4), sorted by name, each name a String with its version in `v`, e.g.
 // `"operations";v="3"`. A version "" is written without `v`. A name or
 // version that cannot be a String (not printable ASCII) is left out. The
-// result is not limited to MaxHeaderBytes: the caller declares what it chose.
-func (e Extensions) Header() string {
+// result is not limited to MaxBytes: the caller declares what it chose.
+func FormatExtensions(e map[string]string) string {
 	names := make([]string, 0, len(e))
 	for name := range e {
 		names = append(names, name)
@@ -410,4 +432,152 @@ func (e Extensions) Header() string {
 		return ""
 	}
 	return s
+}
+
+// operationsExtension is this extension's name in Poppy-Extensions and poppy.json.
+const operationsExtension = "operations"
+
+// DeclaresOperations reports whether the declarations (as ParseExtensions
+// returns them) count as declaring operations v3 (§2): the major version
+// must be 3, so "3" and "3.1" count, and "2", "4" and "" don't (W13).
+func DeclaresOperations(ext map[string]string) bool {
+	return majorVersionIs3(ext[operationsExtension])
+}
+
+func majorVersionIs3(v string) bool {
+	major, _, _ := strings.Cut(v, ".")
+	return major == "3"
+}
+
+// ValidateOperation reports the first member of o that breaks §3 in its
+// wire form: operation_id and revision use the spec 8.2 ID characters (W22,
+// W23), terms is a JSON object (W16), and expires_at is set (W15).
+func ValidateOperation(o store.Operation) error {
+	if err := checkIDMember(o.ID, true); err != nil {
+		return objectMemberError("operation", "operation_id", err)
+	}
+	if err := checkIDMember(o.Revision, true); err != nil {
+		return objectMemberError("operation", "revision", err)
+	}
+	if len(bytes.TrimSpace(o.Terms)) == 0 {
+		return objectMemberError("operation", "terms", errMemberMissing)
+	}
+	if _, err := storekit.CanonicalTerms(o.Terms); err != nil {
+		return objectMemberError("operation", "terms", memberReason{ErrBadValue, "must be a JSON object"})
+	}
+	if o.ExpiresAt.IsZero() {
+		return objectMemberError("operation", "expires_at", errMemberMissing)
+	}
+	return nil
+}
+
+// ValidateApproval reports the first member of a that breaks §6:
+// operation_id and revision are IDs, approver is user or agent (W78),
+// approved_at fits an Integer of Unix seconds, input_type fits a String,
+// and reference, when present, is an ID. Missing optional members are never
+// an error (W82), nor is an input_type the kit doesn't know (W83); an
+// input_type with agent is ignored (W80), never an error.
+func ValidateApproval(a store.Approval) error {
+	if member, err := checkApproval(a); err != nil {
+		return objectMemberError("approval", member, err)
+	}
+	return nil
+}
+
+// checkApproval is ValidateApproval's work, shared with FormatApproval so
+// that both name the same member.
+func checkApproval(a store.Approval) (member string, err error) {
+	if err := checkIDMember(a.OperationID, true); err != nil {
+		return "operation_id", err
+	}
+	if err := checkIDMember(a.Revision, true); err != nil {
+		return "revision", err
+	}
+	switch a.Approver {
+	case ApproverUser, ApproverAgent:
+	case "":
+		return "approver", errMemberMissing
+	default:
+		return "approver", errApproverValue
+	}
+	if !a.ApprovedAt.IsZero() {
+		if sec := a.ApprovedAt.Unix(); sec < 0 || sec > sfMaxInteger {
+			return "approved_at", errApprovedAtValue
+		}
+	}
+	if a.Approver == ApproverUser && !sfPrintable(a.InputType) {
+		return "input_type", memberReason{ErrBadValue, "must be printable ASCII"}
+	}
+	if err := checkIDMember(a.Reference, false); err != nil {
+		return "reference", err
+	}
+	return "", nil
+}
+
+// sfMaxInteger is the largest RFC 9651 Integer (15 digits).
+const sfMaxInteger = 999_999_999_999_999
+
+var (
+	errMemberMissing   = memberReason{ErrMissingMember, "missing"}
+	errApproverValue   = memberReason{ErrBadValue, `must be "user" or "agent"`}
+	errApprovedAtValue = memberReason{ErrBadValue, "must be Unix seconds from 0 to 999999999999999"}
+	errIDValue         = memberReason{ErrBadValue, "must be 1 to 255 characters of A-Z a-z 0-9 - _"}
+	errRefValue        = memberReason{ErrBadValue, "must be 1 to 2048 characters of A-Z a-z 0-9 - _ ."}
+	errSIDValue        = memberReason{ErrBadValue, "must be 1 to 255 characters of visible ASCII"}
+)
+
+// ValidSID reports whether s can be a Session's sid in Poppy-Operation: 1 to
+// 255 characters of visible ASCII (the kit's choice, matching what
+// webkit/identity accepts in a Session JWT, so that every Session it
+// verifies can be named in an RFC 9651 String).
+func ValidSID(s string) bool {
+	if len(s) == 0 || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// checkIDMember checks an ID of spec 8.2 (RULES.md choice 6); "" is missing when
+// required and absent otherwise.
+func checkIDMember(s string, required bool) error {
+	switch {
+	case s == "" && required:
+		return errMemberMissing
+	case s == "":
+		return nil
+	case !storekit.ValidID(s):
+		return errIDValue
+	}
+	return nil
+}
+
+// sfPrintable reports whether s fits an RFC 9651 String.
+func sfPrintable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// memberReason is a reason a member is wrong, worded for people, that still
+// matches its sentinel with errors.Is.
+type memberReason struct {
+	kind error
+	text string
+}
+
+func (r memberReason) Error() string { return r.text }
+func (r memberReason) Unwrap() error { return r.kind }
+
+// objectMemberError names the object and member a reason is about, outside a
+// header (JSON, or a value about to be written).
+func objectMemberError(object, member string, err error) error {
+	return fmt.Errorf("%s: member %q: %w", object, member, err)
 }

@@ -1,4 +1,4 @@
-package webkit
+package headers
 
 import (
 	"math/rand/v2"
@@ -7,10 +7,10 @@ import (
 	"github.com/dunglas/httpsfv"
 )
 
-// FormatOperationHeader writes Poppy-Operation directly; it must write
+// FormatOperation writes Poppy-Operation directly; it must write
 // exactly what an RFC 9651 serializer writes, for every sid the kit accepts
 // (any visible ASCII, '"' and '\' included) and every valid ref (W53, W57).
-func TestFormatOperationHeaderMatchesHTTPSFV(t *testing.T) {
+func TestFormatOperationMatchesHTTPSFV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const refChars = "ABCXYZabcxyz0189-_."
 	random := func(min, max int, char func() byte) string {
@@ -26,7 +26,7 @@ func TestFormatOperationHeaderMatchesHTTPSFV(t *testing.T) {
 	}
 	for i, sid := range sids {
 		ref := random(1, 300, func() byte { return refChars[rng.IntN(len(refChars))] })
-		got, err := FormatOperationHeader(sid, ref)
+		got, err := FormatOperation(sid, ref)
 		if err != nil {
 			t.Fatalf("%q %q: %v", sid, ref, err)
 		}
@@ -40,7 +40,7 @@ func TestFormatOperationHeaderMatchesHTTPSFV(t *testing.T) {
 		if got != want {
 			t.Fatalf("#%d: got %s\nwant %s", i, got, want)
 		}
-		if s, r, err := ParseOperationHeader([]string{got}); err != nil || s != sid || r != ref {
+		if s, r, err := ParseOperation([]string{got}); err != nil || s != sid || r != ref {
 			t.Fatalf("#%d round trip: %q %q %v", i, s, r, err)
 		}
 	}

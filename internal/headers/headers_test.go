@@ -1,4 +1,4 @@
-package webkit
+package headers
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/store"
 )
 
 // The spec's own example headers, verbatim (§4, §6, §2).
@@ -19,24 +21,24 @@ const (
 
 func TestSpecExampleHeaders(t *testing.T) {
 	t.Run("W57 §4 Poppy-Operation parses and formats back", func(t *testing.T) {
-		sid, ref, err := ParseOperationHeader([]string{specOperationHeader})
+		sid, ref, err := ParseOperation([]string{specOperationHeader})
 		if err != nil || sid != "ses_Hq3vT8nW2kLm9xRb" || ref != "exc_5Rt2.1791487200.k3Jd9Qx2mW8v" {
 			t.Fatalf("got %q %q %v", sid, ref, err)
 		}
-		if got, err := FormatOperationHeader(sid, ref); err != nil || got != specOperationHeader {
+		if got, err := FormatOperation(sid, ref); err != nil || got != specOperationHeader {
 			t.Fatalf("formatted %q, %v", got, err)
 		}
 	})
 	approvals := []struct {
 		name   string
 		header string
-		want   Approval
+		want   store.Approval
 	}{
-		{"W84 §6 APIs user approval", specApprovalUser, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+		{"W84 §6 APIs user approval", specApprovalUser, store.Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
 			Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 0).UTC(), InputType: "tap", Reference: "apr_01JD8ZK3Q9"}},
-		{"W84 §6 APIs agent approval", specApprovalAgent, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+		{"W84 §6 APIs agent approval", specApprovalAgent, store.Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
 			Approver: ApproverAgent, ApprovedAt: time.Unix(1791487255, 0).UTC(), Reference: "apr_01JD8ZK3R4"}},
-		{"W84 W89 §6 Websites approval", specApprovalWebsite, Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
+		{"W84 W89 §6 Websites approval", specApprovalWebsite, store.Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v",
 			Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 0).UTC(), InputType: "tap"}},
 	}
 	for _, tt := range approvals {
@@ -48,28 +50,28 @@ func TestSpecExampleHeaders(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
 			}
-			if h, err := got.Header(); err != nil || h != tt.header {
+			if h, err := FormatApproval(got); err != nil || h != tt.header {
 				t.Fatalf("formatted %q, %v", h, err)
 			}
 		})
 	}
 	t.Run("A01 §2 Poppy-Extensions parses and formats back", func(t *testing.T) {
 		ext, err := ParseExtensions([]string{specExtensions})
-		if err != nil || !ext.Operations() || len(ext) != 1 {
+		if err != nil || !DeclaresOperations(ext) || len(ext) != 1 {
 			t.Fatalf("got %v, %v", ext, err)
 		}
-		if got := ext.Header(); got != specExtensions {
+		if got := FormatExtensions(ext); got != specExtensions {
 			t.Fatalf("formatted %q", got)
 		}
 	})
 }
 
-// wantErr checks err is a *HeaderError for header and member wrapping is.
+// wantErr checks err is a *Error for header and member wrapping is.
 func wantErr(t *testing.T, err error, header, member string, is error) {
 	t.Helper()
-	var he *HeaderError
+	var he *Error
 	if !errors.As(err, &he) {
-		t.Fatalf("error %v (%T), want *HeaderError", err, err)
+		t.Fatalf("error %v (%T), want *Error", err, err)
 	}
 	if he.Header != header || he.Member != member {
 		t.Fatalf("error names %s member %q, want %s member %q (%v)", he.Header, he.Member, header, member, err)
@@ -81,11 +83,11 @@ func wantErr(t *testing.T, err error, header, member string, is error) {
 
 func TestParseApproval(t *testing.T) {
 	const base = `operation_id="op_1", revision="r1", approver="user"`
-	minimal := Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
+	minimal := store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
 	tests := []struct {
 		name   string
 		values []string
-		want   Approval // checked when is == nil
+		want   store.Approval // checked when is == nil
 		member string
 		is     error
 	}{
@@ -94,53 +96,53 @@ func TestParseApproval(t *testing.T) {
 		{"W85 unknown members of every type ignored", []string{base + `, a=1, b=?0, c=(1 2), d=tok, e=@1, f=%"x", g=1.5, h`}, minimal, "", nil},
 		{"W85 parameters on known members ignored", []string{`operation_id="op_1";x=1, revision="r1";y, approver="user";z="q"`}, minimal, "", nil},
 		{"W83 unknown input_type", []string{base + `, input_type="blink"`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: "blink"}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: "blink"}, "", nil},
 		{"W83 empty input_type", []string{base + `, input_type=""`}, minimal, "", nil},
 		{"W80 input_type dropped with agent", []string{`operation_id="op_1", revision="r1", approver="agent", input_type="tap"`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
 		{"W80 input_type of any type ignored with agent", []string{`operation_id="op_1", revision="r1", approver="agent", input_type=(1)`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
 		{"W79 approved_at long ago", []string{base + `, approved_at=0`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(0, 0).UTC()}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(0, 0).UTC()}, "", nil},
 		{"W84 members in any order", []string{`approver="user", approved_at=5, revision="r1", operation_id="op_1"`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(5, 0).UTC()}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, ApprovedAt: time.Unix(5, 0).UTC()}, "", nil},
 		{"W84 several field lines", []string{`operation_id="op_1"`, `revision="r1", approver="user"`}, minimal, "", nil},
 		{"W84 a repeated member: the last wins", []string{base + `, approver="agent"`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverAgent}, "", nil},
 		{"W84 escaped String", []string{base + `, input_type="a\"b\\c"`},
-			Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: `a"b\c`}, "", nil},
+			store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser, InputType: `a"b\c`}, "", nil},
 
-		{"W84 no header", nil, Approval{}, "operation_id", ErrMissingMember},
-		{"W84 empty header", []string{""}, Approval{}, "operation_id", ErrMissingMember},
-		{"W84 not a Dictionary", []string{`"op_1", "r1"`}, Approval{}, "", ErrMalformed},
-		{"W84 bare keys are Booleans, not the members", []string{`op_1, r1, user`}, Approval{}, "operation_id", ErrMissingMember},
-		{"W84 trailing comma", []string{base + `,`}, Approval{}, "", ErrMalformed},
-		{"W84 unterminated String", []string{`operation_id="op_1`}, Approval{}, "", ErrMalformed},
-		{"W84 non-ASCII", []string{`operation_id="opé"`}, Approval{}, "", ErrMalformed},
-		{"W84 JSON is not a Dictionary", []string{`{"operation_id":"op_1"}`}, Approval{}, "", ErrMalformed},
-		{"W84 operation_id a Token", []string{`operation_id=op_1, revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
-		{"W84 operation_id an Inner List", []string{`operation_id=("op_1"), revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
-		{"W84 operation_id a Boolean", []string{`operation_id, revision="r1", approver="user"`}, Approval{}, "operation_id", ErrWrongType},
-		{"W84 revision an Integer", []string{`operation_id="op_1", revision=1, approver="user"`}, Approval{}, "revision", ErrWrongType},
-		{"W84 approver a Token", []string{`operation_id="op_1", revision="r1", approver=user`}, Approval{}, "approver", ErrWrongType},
-		{"W78 operation_id missing", []string{`revision="r1", approver="user"`}, Approval{}, "operation_id", ErrMissingMember},
-		{"W78 revision missing", []string{`operation_id="op_1", approver="user"`}, Approval{}, "revision", ErrMissingMember},
-		{"W78 approver missing", []string{`operation_id="op_1", revision="r1"`}, Approval{}, "approver", ErrMissingMember},
-		{"W78 approver other than user or agent", []string{`operation_id="op_1", revision="r1", approver="signed"`}, Approval{}, "approver", ErrBadValue},
-		{"W78 approver is case-sensitive", []string{`operation_id="op_1", revision="r1", approver="User"`}, Approval{}, "approver", ErrBadValue},
-		{"W78 approver empty", []string{`operation_id="op_1", revision="r1", approver=""`}, Approval{}, "approver", ErrBadValue},
-		{"W22 operation_id empty", []string{`operation_id="", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
-		{"W22 operation_id with a space", []string{`operation_id="op 1", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
-		{"W22 operation_id of 256 characters", []string{`operation_id="` + strings.Repeat("a", 256) + `", revision="r1", approver="user"`}, Approval{}, "operation_id", ErrBadValue},
-		{"W23 revision with a dot", []string{`operation_id="op_1", revision="r.1", approver="user"`}, Approval{}, "revision", ErrBadValue},
-		{"too long", []string{base + `, x="` + strings.Repeat("a", MaxHeaderBytes) + `"`}, Approval{}, "", ErrMalformed},
+		{"W84 no header", nil, store.Approval{}, "operation_id", ErrMissingMember},
+		{"W84 empty header", []string{""}, store.Approval{}, "operation_id", ErrMissingMember},
+		{"W84 not a Dictionary", []string{`"op_1", "r1"`}, store.Approval{}, "", ErrMalformed},
+		{"W84 bare keys are Booleans, not the members", []string{`op_1, r1, user`}, store.Approval{}, "operation_id", ErrMissingMember},
+		{"W84 trailing comma", []string{base + `,`}, store.Approval{}, "", ErrMalformed},
+		{"W84 unterminated String", []string{`operation_id="op_1`}, store.Approval{}, "", ErrMalformed},
+		{"W84 non-ASCII", []string{`operation_id="opé"`}, store.Approval{}, "", ErrMalformed},
+		{"W84 JSON is not a Dictionary", []string{`{"operation_id":"op_1"}`}, store.Approval{}, "", ErrMalformed},
+		{"W84 operation_id a Token", []string{`operation_id=op_1, revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrWrongType},
+		{"W84 operation_id an Inner List", []string{`operation_id=("op_1"), revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrWrongType},
+		{"W84 operation_id a Boolean", []string{`operation_id, revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrWrongType},
+		{"W84 revision an Integer", []string{`operation_id="op_1", revision=1, approver="user"`}, store.Approval{}, "revision", ErrWrongType},
+		{"W84 approver a Token", []string{`operation_id="op_1", revision="r1", approver=user`}, store.Approval{}, "approver", ErrWrongType},
+		{"W78 operation_id missing", []string{`revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrMissingMember},
+		{"W78 revision missing", []string{`operation_id="op_1", approver="user"`}, store.Approval{}, "revision", ErrMissingMember},
+		{"W78 approver missing", []string{`operation_id="op_1", revision="r1"`}, store.Approval{}, "approver", ErrMissingMember},
+		{"W78 approver other than user or agent", []string{`operation_id="op_1", revision="r1", approver="signed"`}, store.Approval{}, "approver", ErrBadValue},
+		{"W78 approver is case-sensitive", []string{`operation_id="op_1", revision="r1", approver="User"`}, store.Approval{}, "approver", ErrBadValue},
+		{"W78 approver empty", []string{`operation_id="op_1", revision="r1", approver=""`}, store.Approval{}, "approver", ErrBadValue},
+		{"W22 operation_id empty", []string{`operation_id="", revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrBadValue},
+		{"W22 operation_id with a space", []string{`operation_id="op 1", revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrBadValue},
+		{"W22 operation_id of 256 characters", []string{`operation_id="` + strings.Repeat("a", 256) + `", revision="r1", approver="user"`}, store.Approval{}, "operation_id", ErrBadValue},
+		{"W23 revision with a dot", []string{`operation_id="op_1", revision="r.1", approver="user"`}, store.Approval{}, "revision", ErrBadValue},
+		{"too long", []string{base + `, x="` + strings.Repeat("a", MaxBytes) + `"`}, store.Approval{}, "", ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseApproval(tt.values)
 			if tt.is != nil {
-				wantErr(t, err, HeaderApproval, tt.member, tt.is)
-				if got != (Approval{}) {
+				wantErr(t, err, Approval, tt.member, tt.is)
+				if got != (store.Approval{}) {
 					t.Fatalf("an error returned the approval %+v", got)
 				}
 				return
@@ -151,7 +153,7 @@ func TestParseApproval(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
 			}
-			if err := got.Validate(); err != nil {
+			if err := ValidateApproval(got); err != nil {
 				t.Fatalf("parsed approval does not validate: %v", err)
 			}
 		})
@@ -167,7 +169,7 @@ func TestHeaderErrorText(t *testing.T) {
 	if want := `Poppy-Approval: member "operation_id": missing`; err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
-	_, _, err = ParseOperationHeader([]string{strings.Repeat("a", MaxHeaderBytes+1)})
+	_, _, err = ParseOperation([]string{strings.Repeat("a", MaxBytes+1)})
 	if want := `Poppy-Operation: longer than 8192 bytes`; err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
@@ -175,51 +177,51 @@ func TestHeaderErrorText(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), `Poppy-Extensions: not a Structured Field List (`) {
 		t.Fatalf("got %v", err)
 	}
-	he := &HeaderError{Header: HeaderOperation, Member: "ref", Err: ErrBadValue}
+	he := &Error{Header: Operation, Member: "ref", Err: ErrBadValue}
 	if errors.Unwrap(he) != ErrBadValue {
 		t.Fatal("Unwrap does not return Err")
 	}
 }
 
-func TestMaxHeaderBytes(t *testing.T) {
+func TestMaxBytes(t *testing.T) {
 	// Joined as RFC 9651 joins field lines: with ", ".
 	valid := `sid="s", ref="` + strings.Repeat("a", 2048) + `"`
 	pad := func(n int) string { return strings.Repeat(" ", n) }
 	t.Run("at the limit parses", func(t *testing.T) {
-		v := valid + pad(MaxHeaderBytes-len(valid))
-		if _, _, err := ParseOperationHeader([]string{v}); err != nil {
+		v := valid + pad(MaxBytes-len(valid))
+		if _, _, err := ParseOperation([]string{v}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("one byte over is refused", func(t *testing.T) {
-		v := valid + pad(MaxHeaderBytes-len(valid)+1)
-		_, _, err := ParseOperationHeader([]string{v})
-		wantErr(t, err, HeaderOperation, "", ErrMalformed)
+		v := valid + pad(MaxBytes-len(valid)+1)
+		_, _, err := ParseOperation([]string{v})
+		wantErr(t, err, Operation, "", ErrMalformed)
 	})
 	t.Run("field lines count with their separators", func(t *testing.T) {
-		a := `sid="s"` + pad(MaxHeaderBytes/2)
-		b := `ref="r"` + pad(MaxHeaderBytes-len(a)-len(`ref="r"`)-1) // joined: a + ", " + b = limit + 1
-		_, _, err := ParseOperationHeader([]string{a, b})
-		wantErr(t, err, HeaderOperation, "", ErrMalformed)
+		a := `sid="s"` + pad(MaxBytes/2)
+		b := `ref="r"` + pad(MaxBytes-len(a)-len(`ref="r"`)-1) // joined: a + ", " + b = limit + 1
+		_, _, err := ParseOperation([]string{a, b})
+		wantErr(t, err, Operation, "", ErrMalformed)
 		b = b[:len(b)-1]
-		if _, _, err := ParseOperationHeader([]string{a, b}); err != nil {
+		if _, _, err := ParseOperation([]string{a, b}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("every parser refuses", func(t *testing.T) {
-		long := []string{strings.Repeat("x", MaxHeaderBytes+1)}
+		long := []string{strings.Repeat("x", MaxBytes+1)}
 		_, err := ParseApproval(long)
-		wantErr(t, err, HeaderApproval, "", ErrMalformed)
+		wantErr(t, err, Approval, "", ErrMalformed)
 		_, err = ParseExtensions(long)
-		wantErr(t, err, HeaderExtensions, "", ErrMalformed)
+		wantErr(t, err, Extensions, "", ErrMalformed)
 	})
 	t.Run("many empty field lines", func(t *testing.T) {
-		_, err := ParseExtensions(make([]string, MaxHeaderBytes))
-		wantErr(t, err, HeaderExtensions, "", ErrMalformed)
+		_, err := ParseExtensions(make([]string, MaxBytes))
+		wantErr(t, err, Extensions, "", ErrMalformed)
 	})
 }
 
-func TestParseOperationHeader(t *testing.T) {
+func TestParseOperation(t *testing.T) {
 	tests := []struct {
 		name    string
 		values  []string
@@ -249,9 +251,9 @@ func TestParseOperationHeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sid, ref, err := ParseOperationHeader(tt.values)
+			sid, ref, err := ParseOperation(tt.values)
 			if tt.is != nil {
-				wantErr(t, err, HeaderOperation, tt.member, tt.is)
+				wantErr(t, err, Operation, tt.member, tt.is)
 				if sid != "" || ref != "" {
 					t.Fatalf("an error returned %q %q", sid, ref)
 				}
@@ -264,7 +266,7 @@ func TestParseOperationHeader(t *testing.T) {
 	}
 }
 
-func TestFormatOperationHeader(t *testing.T) {
+func TestFormatOperation(t *testing.T) {
 	tests := []struct {
 		name     string
 		sid, ref string
@@ -282,9 +284,9 @@ func TestFormatOperationHeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := FormatOperationHeader(tt.sid, tt.ref)
+			got, err := FormatOperation(tt.sid, tt.ref)
 			if tt.is != nil {
-				wantErr(t, err, HeaderOperation, tt.member, tt.is)
+				wantErr(t, err, Operation, tt.member, tt.is)
 				return
 			}
 			if err != nil || got != tt.want {
@@ -296,29 +298,29 @@ func TestFormatOperationHeader(t *testing.T) {
 
 func TestApprovalHeader(t *testing.T) {
 	t.Run("A35 W80 input_type never written with agent", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverAgent, InputType: "tap"}
-		got, err := a.Header()
+		a := store.Approval{OperationID: "o", Revision: "r", Approver: ApproverAgent, InputType: "tap"}
+		got, err := FormatApproval(a)
 		if err != nil || got != `operation_id="o", revision="r", approver="agent"` {
 			t.Fatalf("got %q, %v", got, err)
 		}
 	})
 	t.Run("W82 optional members not written when missing", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser}
-		got, err := a.Header()
+		a := store.Approval{OperationID: "o", Revision: "r", Approver: ApproverUser}
+		got, err := FormatApproval(a)
 		if err != nil || got != `operation_id="o", revision="r", approver="user"` {
 			t.Fatalf("got %q, %v", got, err)
 		}
 	})
 	t.Run("A34 approved_at in whole seconds", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 999_000_000)}
-		got, err := a.Header()
+		a := store.Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, ApprovedAt: time.Unix(1791487260, 999_000_000)}
+		got, err := FormatApproval(a)
 		if err != nil || got != `operation_id="o", revision="r", approver="user", approved_at=1791487260` {
 			t.Fatalf("got %q, %v", got, err)
 		}
 	})
 	t.Run("input_type escaped", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: `say "yes"`}
-		got, err := a.Header()
+		a := store.Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: `say "yes"`}
+		got, err := FormatApproval(a)
 		if err != nil || got != `operation_id="o", revision="r", approver="user", input_type="say \"yes\""` {
 			t.Fatalf("got %q, %v", got, err)
 		}
@@ -329,30 +331,30 @@ func TestParseExtensions(t *testing.T) {
 	tests := []struct {
 		name   string
 		values []string
-		want   Extensions
+		want   map[string]string
 		ops    bool
 	}{
-		{"A01 the spec's declaration", []string{`"operations";v="3"`}, Extensions{"operations": "3"}, true},
-		{"a Token name", []string{`operations;v="3"`}, Extensions{"operations": "3"}, true},
-		{"v a Token", []string{`operations;v=v3`}, Extensions{"operations": "v3"}, false},
-		{"v an Integer keeps its text", []string{`operations;v=3`}, Extensions{"operations": "3"}, true},
-		{"v a Decimal keeps its text", []string{`operations;v=3.1`}, Extensions{"operations": "3.1"}, true},
-		{"v a Decimal with a zero", []string{`operations;v=3.0`}, Extensions{"operations": "3.0"}, true},
-		{"W13 minor version counts", []string{`"operations";v="3.2"`}, Extensions{"operations": "3.2"}, true},
-		{"W13 other major version", []string{`"operations";v="2"`}, Extensions{"operations": "2"}, false},
-		{"W13 other major version 4", []string{`"operations";v="4"`}, Extensions{"operations": "4"}, false},
-		{"W13 no version", []string{`"operations"`}, Extensions{"operations": ""}, false},
-		{"W13 v a Boolean is no version", []string{`"operations";v`}, Extensions{"operations": ""}, false},
-		{"W13 v a Byte Sequence is no version", []string{`"operations";v=:Mw==:`}, Extensions{"operations": ""}, false},
-		{"other parameters ignored", []string{`"operations";x=1;v="3";y`}, Extensions{"operations": "3"}, true},
-		{"other extensions kept", []string{`"payments";v="1", "operations";v="3"`}, Extensions{"payments": "1", "operations": "3"}, true},
-		{"W11 only other extensions", []string{`"payments";v="3"`}, Extensions{"payments": "3"}, false},
-		{"two field lines", []string{`"payments";v="1"`, `"operations";v="3"`}, Extensions{"payments": "1", "operations": "3"}, true},
-		{"a repeated name: the first is kept", []string{`"x";v="1", "x";v="2"`}, Extensions{"x": "1"}, false},
-		{"W13 a repeated operations: v3 wins", []string{`"operations";v="2", "operations";v="3", "operations";v="4"`}, Extensions{"operations": "3"}, true},
-		{"Inner Lists and other items skipped", []string{`("operations";v="3"), 3;v="3", ?1, "operations";v="3"`}, Extensions{"operations": "3"}, true},
-		{"W11 no header", nil, Extensions{}, false},
-		{"W11 empty header", []string{""}, Extensions{}, false},
+		{"A01 the spec's declaration", []string{`"operations";v="3"`}, map[string]string{"operations": "3"}, true},
+		{"a Token name", []string{`operations;v="3"`}, map[string]string{"operations": "3"}, true},
+		{"v a Token", []string{`operations;v=v3`}, map[string]string{"operations": "v3"}, false},
+		{"v an Integer keeps its text", []string{`operations;v=3`}, map[string]string{"operations": "3"}, true},
+		{"v a Decimal keeps its text", []string{`operations;v=3.1`}, map[string]string{"operations": "3.1"}, true},
+		{"v a Decimal with a zero", []string{`operations;v=3.0`}, map[string]string{"operations": "3.0"}, true},
+		{"W13 minor version counts", []string{`"operations";v="3.2"`}, map[string]string{"operations": "3.2"}, true},
+		{"W13 other major version", []string{`"operations";v="2"`}, map[string]string{"operations": "2"}, false},
+		{"W13 other major version 4", []string{`"operations";v="4"`}, map[string]string{"operations": "4"}, false},
+		{"W13 no version", []string{`"operations"`}, map[string]string{"operations": ""}, false},
+		{"W13 v a Boolean is no version", []string{`"operations";v`}, map[string]string{"operations": ""}, false},
+		{"W13 v a Byte Sequence is no version", []string{`"operations";v=:Mw==:`}, map[string]string{"operations": ""}, false},
+		{"other parameters ignored", []string{`"operations";x=1;v="3";y`}, map[string]string{"operations": "3"}, true},
+		{"other extensions kept", []string{`"payments";v="1", "operations";v="3"`}, map[string]string{"payments": "1", "operations": "3"}, true},
+		{"W11 only other extensions", []string{`"payments";v="3"`}, map[string]string{"payments": "3"}, false},
+		{"two field lines", []string{`"payments";v="1"`, `"operations";v="3"`}, map[string]string{"payments": "1", "operations": "3"}, true},
+		{"a repeated name: the first is kept", []string{`"x";v="1", "x";v="2"`}, map[string]string{"x": "1"}, false},
+		{"W13 a repeated operations: v3 wins", []string{`"operations";v="2", "operations";v="3", "operations";v="4"`}, map[string]string{"operations": "3"}, true},
+		{"Inner Lists and other items skipped", []string{`("operations";v="3"), 3;v="3", ?1, "operations";v="3"`}, map[string]string{"operations": "3"}, true},
+		{"W11 no header", nil, map[string]string{}, false},
+		{"W11 empty header", []string{""}, map[string]string{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,8 +365,8 @@ func TestParseExtensions(t *testing.T) {
 			if !equalExtensions(got, tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
-			if got.Operations() != tt.ops {
-				t.Fatalf("Operations() = %v, want %v", got.Operations(), tt.ops)
+			if DeclaresOperations(got) != tt.ops {
+				t.Fatalf("Operations() = %v, want %v", DeclaresOperations(got), tt.ops)
 			}
 		})
 	}
@@ -380,8 +382,8 @@ func TestParseExtensions(t *testing.T) {
 	for _, tt := range malformed {
 		t.Run("malformed "+tt.name, func(t *testing.T) {
 			got, err := ParseExtensions(tt.values)
-			wantErr(t, err, HeaderExtensions, "", ErrMalformed)
-			if got.Operations() {
+			wantErr(t, err, Extensions, "", ErrMalformed)
+			if DeclaresOperations(got) {
 				t.Fatal("a malformed header declares operations")
 			}
 		})
@@ -391,27 +393,27 @@ func TestParseExtensions(t *testing.T) {
 func TestExtensionsHeader(t *testing.T) {
 	tests := []struct {
 		name string
-		ext  Extensions
+		ext  map[string]string
 		want string
 	}{
-		{"A01 operations v3", Extensions{"operations": "3"}, `"operations";v="3"`},
-		{"sorted by name", Extensions{"zeta": "1", "operations": "3", "alpha": "2.0"}, `"alpha";v="2.0", "operations";v="3", "zeta";v="1"`},
-		{"no version written without v", Extensions{"x": ""}, `"x"`},
-		{"escaped", Extensions{`a"b`: `1\2`}, `"a\"b";v="1\\2"`},
-		{"not printable left out", Extensions{"é": "1", "ok": "\x7f", "operations": "3"}, `"operations";v="3"`},
-		{"empty", Extensions{}, ``},
+		{"A01 operations v3", map[string]string{"operations": "3"}, `"operations";v="3"`},
+		{"sorted by name", map[string]string{"zeta": "1", "operations": "3", "alpha": "2.0"}, `"alpha";v="2.0", "operations";v="3", "zeta";v="1"`},
+		{"no version written without v", map[string]string{"x": ""}, `"x"`},
+		{"escaped", map[string]string{`a"b`: `1\2`}, `"a\"b";v="1\\2"`},
+		{"not printable left out", map[string]string{"é": "1", "ok": "\x7f", "operations": "3"}, `"operations";v="3"`},
+		{"empty", map[string]string{}, ``},
 		{"nil", nil, ``},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.ext.Header(); got != tt.want {
+			if got := FormatExtensions(tt.ext); got != tt.want {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
 		})
 	}
 }
 
-func equalExtensions(a, b Extensions) bool {
+func equalExtensions(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -456,8 +458,8 @@ func randomID(r *rand.Rand) string {
 	return randomString(r, idChars, 1, 40)
 }
 
-func randomApproval(r *rand.Rand) Approval {
-	a := Approval{OperationID: randomID(r), Revision: randomID(r), Approver: ApproverUser}
+func randomApproval(r *rand.Rand) store.Approval {
+	a := store.Approval{OperationID: randomID(r), Revision: randomID(r), Approver: ApproverUser}
 	if r.IntN(2) == 0 {
 		a.Approver = ApproverAgent
 	}
@@ -479,7 +481,7 @@ func TestApprovalRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(84, 85))
 	for i := range roundTrips {
 		want := randomApproval(r)
-		h, err := want.Header()
+		h, err := FormatApproval(want)
 		if err != nil {
 			t.Fatalf("#%d %+v: Header: %v", i, want, err)
 		}
@@ -501,11 +503,11 @@ func TestOperationHeaderRoundTrip(t *testing.T) {
 		if r.IntN(20) == 0 {
 			ref = randomString(r, refChars, 2000, 2048)
 		}
-		h, err := FormatOperationHeader(sid, ref)
+		h, err := FormatOperation(sid, ref)
 		if err != nil {
 			t.Fatalf("#%d: Format(%q, %q): %v", i, sid, ref, err)
 		}
-		gotSID, gotRef, err := ParseOperationHeader([]string{h})
+		gotSID, gotRef, err := ParseOperation([]string{h})
 		if err != nil || gotSID != sid || gotRef != ref {
 			t.Fatalf("#%d %q: got %q %q %v", i, h, gotSID, gotRef, err)
 		}
@@ -515,14 +517,14 @@ func TestOperationHeaderRoundTrip(t *testing.T) {
 func TestExtensionsRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 13))
 	for i := range roundTrips {
-		want := Extensions{}
+		want := map[string]string{}
 		for range r.IntN(5) {
 			want[randomPrintable(r, 12)] = randomPrintable(r, 6)
 		}
 		if r.IntN(2) == 0 {
 			want["operations"] = []string{"3", "3.1", "2", "4", ""}[r.IntN(5)]
 		}
-		h := want.Header()
+		h := FormatExtensions(want)
 		got, err := ParseExtensions([]string{h})
 		if err != nil {
 			t.Fatalf("#%d %q: %v", i, h, err)
@@ -530,16 +532,16 @@ func TestExtensionsRoundTrip(t *testing.T) {
 		if !equalExtensions(got, want) {
 			t.Fatalf("#%d %q:\ngot  %v\nwant %v", i, h, got, want)
 		}
-		if got.Operations() != want.Operations() {
+		if DeclaresOperations(got) != DeclaresOperations(want) {
 			t.Fatalf("#%d %q: Operations() changed", i, h)
 		}
 	}
 }
 
 func TestApprovalHeaderTooLong(t *testing.T) {
-	a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: strings.Repeat("t", MaxHeaderBytes)}
-	_, err := a.Header()
-	wantErr(t, err, HeaderApproval, "", ErrMalformed)
+	a := store.Approval{OperationID: "o", Revision: "r", Approver: ApproverUser, InputType: strings.Repeat("t", MaxBytes)}
+	_, err := FormatApproval(a)
+	wantErr(t, err, Approval, "", ErrMalformed)
 }
 
 // §6: "MUST NOT reject or decline an approval because an optional member is
@@ -547,7 +549,7 @@ func TestApprovalHeaderTooLong(t *testing.T) {
 // optional member is treated as absent, and reported.
 func TestParseApprovalMalformedOptionalMembers(t *testing.T) {
 	const base = `operation_id="op_1", revision="r1", approver="user"`
-	minimal := Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
+	minimal := store.Approval{OperationID: "op_1", Revision: "r1", Approver: ApproverUser}
 	tests := []struct {
 		name   string
 		header string
@@ -577,7 +579,7 @@ func TestParseApprovalMalformedOptionalMembers(t *testing.T) {
 			if len(ignored) != 1 {
 				t.Fatalf("ignored %v, want one member reported", ignored)
 			}
-			wantErr(t, ignored[0], HeaderApproval, tt.member, tt.is)
+			wantErr(t, ignored[0], Approval, tt.member, tt.is)
 			if a, err := ParseApproval([]string{tt.header}); err != nil || a != minimal {
 				t.Fatalf("ParseApproval = %+v, %v", a, err)
 			}
