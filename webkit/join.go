@@ -102,7 +102,7 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		at, err := j.AccessTokens.VerifyAccessToken(r.Context(), token)
 		if err == nil {
-			err = identity.CheckAccessToken(a.Session, at)
+			err = identity.CheckAccessToken(a.Caller, at)
 		}
 		if err == nil && (at.Account == "" || len(at.Account) > MaxJoinAccount) {
 			err = fmt.Errorf("the access token names no account of 1–%d bytes", MaxJoinAccount)

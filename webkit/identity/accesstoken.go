@@ -31,11 +31,11 @@ type AccessToken struct {
 }
 
 // CheckAccessToken requires the access token to have been issued to the
-// Session's agent (webkit/RULES.md "Agent identity": client_id or azp equals the
-// agent's client_id), so one agent cannot use another's token.
-func CheckAccessToken(session Session, at AccessToken) error {
-	if at.ClientID == "" || at.ClientID != session.ClientID {
-		return invalid("access token was issued to %q, not to the Session's agent %q", at.ClientID, session.ClientID)
+// Caller's agent (webkit/RULES.md "Agent identity": client_id or azp equals
+// the agent's client_id), so one agent cannot use another's token.
+func CheckAccessToken(c Caller, at AccessToken) error {
+	if at.ClientID == "" || at.ClientID != c.ClientID {
+		return invalid("access token was issued to %q, not to the Session's agent %q", at.ClientID, c.ClientID)
 	}
 	return nil
 }

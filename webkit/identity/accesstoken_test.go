@@ -84,7 +84,7 @@ func TestJWTAccessTokens(t *testing.T) {
 
 func TestCheckAccessToken(t *testing.T) {
 	t.Parallel()
-	s := Session{ClientID: "https://agent.example/agent"}
+	s := Caller{ClientID: "https://agent.example/agent"}
 	if err := CheckAccessToken(s, AccessToken{ClientID: s.ClientID, Account: "a"}); err != nil {
 		t.Errorf("same agent: %v", err)
 	}

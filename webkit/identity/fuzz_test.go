@@ -69,13 +69,13 @@ func FuzzVerifySession(f *testing.F) {
 	f.Add("a.b.c", "", false)
 	f.Add("", "", true)
 	f.Fuzz(func(t *testing.T, token, accessToken string, browser bool) {
-		var s Session
+		var s Caller
 		var err error
 		verify := func() {
 			if browser {
 				var b BrowserAssertion
 				b, err = e.v.VerifyBrowserAssertion(t.Context(), token, origin+"/join", accessToken)
-				s = b.Session
+				s = b.Caller
 			} else {
 				s, err = e.v.VerifySession(t.Context(), token, accessToken)
 			}

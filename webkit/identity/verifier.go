@@ -45,12 +45,13 @@ type ReplayStore interface {
 	UseOnce(ctx context.Context, key string, until, now time.Time) (first bool, err error)
 }
 
-// Session is what a verified Session JWT says (webkit/RULES.md choice 1):
-// which agent signed it, for which User and Session ID, and the key its
-// single-use jti is used up under. It is a token's word, not the kit's
-// Session (webkit.Session): whether the Session is signed in takes an
-// access token (see AccessTokens and CheckAccessToken).
-type Session struct {
+// Caller is who a verified Session JWT or browser assertion says is
+// calling (webkit/RULES.md choices 1 and 3): which agent signed it, for
+// which User and Session ID, and the key its single-use jti is used up
+// under. It is a token's word, not the kit's Session (webkit.Session):
+// whether the Session is signed in takes an access token (see AccessTokens
+// and CheckAccessToken).
+type Caller struct {
 	ClientID string // the Personal Agent's client_id (iss)
 	User     string // the pairwise User ID (sub)
 	SID      string // the Session ID (sid)
@@ -58,8 +59,8 @@ type Session struct {
 	AgentName string
 	// ReplayKey is the key the token's jti is used up under, and
 	// ReplayUntil how long. CheckSession and CheckBrowserAssertion leave it
-	// unused: their caller uses it up (UseBrowserAssertion, or the same
-	// store step as what the request does).
+	// unused: whoever called them uses it up (UseBrowserAssertion, or the
+	// same store step as what the request does).
 	ReplayKey   string
 	ReplayUntil time.Time
 }
@@ -67,7 +68,7 @@ type Session struct {
 // BrowserAssertion is what a verified browser join assertion says
 // (webkit/RULES.md choice 3).
 type BrowserAssertion struct {
-	Session
+	Caller
 	// ReturnTo is return_to, checked to be an absolute URL on the
 	// Verifier's Origin without userinfo.
 	ReturnTo string
@@ -136,34 +137,34 @@ func (v *Verifier) now() time.Time {
 // 1). accessToken is the Bearer token sent with it, or "" for none: with
 // one, the JWT must carry its ath; without, it must carry none. The jti is
 // used up, so a token verifies once.
-func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Session, error) {
+func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string) (Caller, error) {
 	s, key, err := v.checkSession(ctx, token, accessToken)
 	if err != nil {
-		return Session{}, err
+		return Caller{}, err
 	}
 	if err := v.useOnceKey(ctx, s.ReplayKey, s.ReplayUntil); err != nil {
 		v.rememberFailure(key, err)
-		return Session{}, fmt.Errorf("Session JWT: %w", err)
+		return Caller{}, fmt.Errorf("session JWT: %w", err)
 	}
 	return s, nil
 }
 
 // CheckSession makes every check of VerifySession but the last: the jti
-// is not used up. The caller must use up s.ReplayKey until s.ReplayUntil
+// is not used up. Whoever calls it must use up ReplayKey until ReplayUntil
 // (store.Store.UseOnce, or store.RecordOptions.Once in the same step as
 // the approval it records) before it acts on the request, or a replayed
 // token would be accepted.
-func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) (Session, error) {
+func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) (Caller, error) {
 	s, _, err := v.checkSession(ctx, token, accessToken)
 	return s, err
 }
 
 // checkSession is CheckSession, also returning the key a failure of these
 // exact credentials is remembered under.
-func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Session, credentials, error) {
+func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) (Caller, credentials, error) {
 	key, err := v.failedBefore(jose.TypSession, v.Origin, accessToken, token)
 	if err != nil {
-		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
+		return Caller{}, key, fmt.Errorf("session JWT: %w", err)
 	}
 	var c agentClaims
 	s, err := v.verify(ctx, token, jose.TypSession, v.Origin, maxSessionLifetime, accessToken, &c)
@@ -172,7 +173,7 @@ func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) 
 	}
 	if err != nil {
 		v.rememberFailure(key, err)
-		return Session{}, key, fmt.Errorf("Session JWT: %w", err)
+		return Caller{}, key, fmt.Errorf("session JWT: %w", err)
 	}
 	return s, key, nil
 }
@@ -254,7 +255,7 @@ func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audienc
 		v.rememberFailure(key, err)
 		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
 	}
-	b := BrowserAssertion{Session: s}
+	b := BrowserAssertion{Caller: s}
 	if c.ReturnTo == nil {
 		return BrowserAssertion{}, invalid("browser assertion: return_to is missing")
 	}
@@ -300,16 +301,16 @@ func (v *Verifier) useOnceKey(ctx context.Context, key string, until time.Time) 
 // verify makes the checks common to a Session JWT and a browser assertion,
 // all but the jti: the caller uses it up last (useOnce), so that a token
 // failing another check does not take room in the replay store.
-func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifetime time.Duration, accessToken string, c *agentClaims) (Session, error) {
+func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifetime time.Duration, accessToken string, c *agentClaims) (Caller, error) {
 	if v.Resolver == nil || v.Replay == nil || aud == "" {
-		return Session{}, fmt.Errorf("identity: Verifier needs Resolver, Replay and an audience")
+		return Caller{}, fmt.Errorf("identity: Verifier needs Resolver, Replay and an audience")
 	}
 	if len(token) > maxTokenBytes {
-		return Session{}, invalid("longer than %d bytes", maxTokenBytes)
+		return Caller{}, invalid("longer than %d bytes", maxTokenBytes)
 	}
 	agent, err := v.verifySigned(ctx, token, typ, aud, v.now(), c)
 	if err != nil {
-		return Session{}, err
+		return Caller{}, err
 	}
 	return checkClaims(c, agent, aud, maxLifetime, accessToken)
 }
@@ -392,39 +393,39 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 
 // checkClaims makes the checks of verify on a signed token's claims: iat,
 // its lifetime, aud exactly, sid, sub and jti, and ath.
-func checkClaims(c *agentClaims, agent *loadedAgent, aud string, maxLifetime time.Duration, accessToken string) (Session, error) {
+func checkClaims(c *agentClaims, agent *loadedAgent, aud string, maxLifetime time.Duration, accessToken string) (Caller, error) {
 	if c.IssuedAt == nil {
-		return Session{}, invalid("iat is missing")
+		return Caller{}, invalid("iat is missing")
 	}
 	iat, exp := c.IssuedAt.Time, c.ExpiresAt.Time
 	if life := exp.Sub(iat); life <= 0 || life > maxLifetime {
-		return Session{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxLifetime)
+		return Caller{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxLifetime)
 	}
 	// The audience is exactly one value, the expected one: a token for
 	// several sites is a token for none.
 	if len(c.Audience) != 1 || c.Audience[0] != aud {
-		return Session{}, invalid("aud is not exactly %q", aud)
+		return Caller{}, invalid("aud is not exactly %q", aud)
 	}
 	if err := checkID("sid", c.SID); err != nil {
-		return Session{}, err
+		return Caller{}, err
 	}
 	if err := checkID("sub", c.Subject); err != nil {
-		return Session{}, err
+		return Caller{}, err
 	}
 	if err := checkID("jti", c.ID); err != nil {
-		return Session{}, err
+		return Caller{}, err
 	}
 	switch {
 	case accessToken != "" && c.ATH == nil:
-		return Session{}, invalid("ath is missing, and an access token was sent")
+		return Caller{}, invalid("ath is missing, and an access token was sent")
 	case accessToken == "" && c.ATH != nil:
-		return Session{}, invalid("ath is present, and no access token was sent")
+		return Caller{}, invalid("ath is present, and no access token was sent")
 	case accessToken != "":
 		if subtle.ConstantTimeCompare([]byte(*c.ATH), []byte(jose.ATH(accessToken))) != 1 {
-			return Session{}, invalid("ath does not match the access token")
+			return Caller{}, invalid("ath does not match the access token")
 		}
 	}
-	return Session{
+	return Caller{
 		ClientID:  c.Issuer,
 		User:      c.Subject,
 		SID:       c.SID,
