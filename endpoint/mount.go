@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -97,7 +98,7 @@ type Config struct {
 }
 
 // Mount serves a website's whole part of the protocol from one origin: the
-// operations endpoint (this package), the browser join (webkit.Join), the
+// operations endpoint (this package), the browser join (webkit.Kit.JoinHandler), the
 // kit's browser-facing routes (waiting.js, fetch.js, opsgate.css, status)
 // and poppy.json. Build it with NewMount; it is an http.Handler that serves
 // those routes only, and [Mount.Handler] puts them in front of the website's
@@ -114,7 +115,7 @@ type Config struct {
 // [Mount.Refused] as their failure handler so that a refused join says why.
 type Mount struct {
 	endpoint *opsendpoint.Endpoint
-	join     *webkit.Join
+	join     http.Handler
 
 	kit                                   *webkit.Kit
 	base                                  string
@@ -169,7 +170,7 @@ func NewMount(c Config) (*Mount, error) {
 	}
 	// The jti check is a store call like the others: it has the kit's
 	// StoreTimeout, so a stalled store answers 503 in bounded time.
-	replay := webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout)
+	replay := storewrap.WithTimeout(kit.Store, kit.StoreTimeout)
 	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
 	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	if c.Decline != nil {
@@ -177,7 +178,8 @@ func NewMount(c Config) (*Mount, error) {
 			return c.Decline(ctx, DeclineRequest(d))
 		}
 	}
-	m.join = &webkit.Join{Kit: kit, URL: origin + m.joinPath, Verifier: verifier, AccessTokens: c.AccessTokens}
+	joinURL := origin + m.joinPath
+	m.join = kit.JoinHandler(joinURL, verifier, c.AccessTokens)
 	m.static = kit.Handler()
 
 	doc := map[string]any{}
@@ -187,7 +189,7 @@ func NewMount(c Config) (*Mount, error) {
 	if c.Name != "" {
 		doc["name"] = c.Name
 	}
-	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: m.join.URL, AllowLocal: c.AllowLocal}
+	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: joinURL, AllowLocal: c.AllowLocal}
 	if err := d.AddTo(doc); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -328,7 +330,9 @@ func (m *Mount) Refused(next http.Handler) http.Handler {
 		if r.URL.Path == m.endpointPath {
 			route = "endpoint"
 		}
-		m.kit.Observe(r.Context(), webkit.Event{Route: route, Outcome: "refused", Reason: "csrf"})
+		if o := m.kit.Observer; o != nil {
+			o.Observe(r.Context(), webkit.Event{Route: route, Outcome: "refused", Reason: "csrf"})
+		}
 		m.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: the website's CSRF protection refused the "+route+" before opsgate saw it; exempt it (endpoint.Mount.Bypass or Mount.Exempt)",
 			slog.String("path", r.URL.Path))
 		joinRefused(w, route)

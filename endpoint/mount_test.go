@@ -419,10 +419,11 @@ func TestMountUnderNosurf(t *testing.T) {
 
 // eventLog is an Observer that keeps every event.
 type eventLog struct {
-	webkit.NopObserver
 	mu  sync.Mutex
 	log []webkit.Event
 }
+
+func (*eventLog) StoreStep(context.Context, string, time.Duration, error) {}
 
 func (o *eventLog) Observe(_ context.Context, e webkit.Event) {
 	o.mu.Lock()

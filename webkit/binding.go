@@ -24,7 +24,7 @@ func (c *CookieSessions) hostOnly() bool {
 }
 
 // CookieName is the join cookie's name as the browser stores it: Name (or
-// JoinCookieName) with the __Host- prefix when the cookie is Secure,
+// "opsgate_join") with the __Host- prefix when the cookie is Secure,
 // host-only and on Path "/". A website that filters cookies (for logs,
 // caches) filters this one.
 func (c *CookieSessions) CookieName() string { return c.name() }

@@ -11,16 +11,26 @@ import (
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
-// Join is the kit's browser_session_endpoint (RULES.md choice 3): the
-// Personal Agent's browser POSTs a form with `assertion` (a
-// poppy-browser+jwt) and, for a signed-in join, `access_token`. Join
-// verifies them (1), records the declared extensions (2: "step 2" of §2,
-// W10) and binds the browser to the Session (3), then answers 303 to
-// return_to.
+// JoinHandler returns the kit's browser_session_endpoint (RULES.md choice
+// 3), as endpoint.NewMount mounts it: the Personal Agent's browser POSTs a
+// form with `assertion` (a poppy-browser+jwt) and, for a signed-in join,
+// `access_token`. It verifies them (1), records the declared extensions
+// (2: "step 2" of §2, W10) and binds the browser to the Session (3), then
+// answers 303 to return_to.
 //
-// A website whose identity provider hosts the join does not mount Join: its
+// url is the join's own absolute URL, the aud of every assertion; v
+// verifies assertions (its Origin is the Company's origin, which return_to
+// must be on); tokens verifies the access token of a signed-in join, and
+// nil refuses signed-in joins.
+//
+// A website whose identity provider hosts the join does not mount it: its
 // login callback calls Kit.Sessions.Bind with the Session it verified.
-type Join struct {
+func (k *Kit) JoinHandler(url string, v *identity.Verifier, tokens identity.AccessTokens) http.Handler {
+	return &joinEndpoint{Kit: k, URL: url, Verifier: v, AccessTokens: tokens}
+}
+
+// joinEndpoint is the join JoinHandler returns.
+type joinEndpoint struct {
 	Kit *Kit
 	// URL is this endpoint's own absolute URL, the aud of every assertion.
 	URL string
@@ -32,28 +42,28 @@ type Join struct {
 	AccessTokens identity.AccessTokens
 }
 
-// MaxJoinBody bounds the join form: an assertion and an access token.
-const MaxJoinBody = 64 << 10
+// maxJoinBody bounds the join form: an assertion and an access token.
+const maxJoinBody = 64 << 10
 
 // Bounds of what a join stores in the browser's binding (issue 10): with
 // them the largest binding fits a cookie (4096 bytes), so no join is
 // refused with a 5xx for its size. sid and sub are bounded to 255 bytes by
 // the identity package (RULES.md choice 1).
 const (
-	// MaxJoinClientID bounds the agent's client_id; longer is 401.
-	MaxJoinClientID = 1024
-	// MaxJoinAccount bounds the account an access token names; longer is
+	// maxJoinClientID bounds the agent's client_id; longer is 401.
+	maxJoinClientID = 1024
+	// maxJoinAccount bounds the account an access token names; longer is
 	// 401.
-	MaxJoinAccount = 255
+	maxJoinAccount = 255
 	// maxJoinVersion bounds the declared operations version kept.
 	maxJoinVersion = 32
 )
 
 // ServeHTTP implements the join.
-func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// For the Observer: what became of the join, and at which step.
 	outcome, reason := "refused", "request"
-	defer func() { j.Kit.Observe(r.Context(), Event{Route: RouteJoin, Outcome: outcome, Reason: reason}) }()
+	defer func() { j.Kit.observe(r.Context(), Event{Route: RouteJoin, Outcome: outcome, Reason: reason}) }()
 	if err := j.Kit.Check(); err != nil { // not wired by NewMount, which checks
 		j.Kit.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))
 		joinError(w, http.StatusInternalServerError, "the join is not configured")
@@ -64,7 +74,7 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		joinError(w, http.StatusMethodNotAllowed, "the join takes a POSTed form")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxJoinBody)
+	r.Body = http.MaxBytesReader(w, r.Body, maxJoinBody)
 	// A form body only: an assertion never travels in a URL (RULES.md 3).
 	if err := r.ParseForm(); err != nil || len(r.URL.Query()) > 0 && r.URL.Query().Has("assertion") {
 		joinError(w, http.StatusBadRequest, "send assertion in an application/x-www-form-urlencoded body")
@@ -83,8 +93,8 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// spent.
 	reason = "assertion"
 	a, err := j.Verifier.CheckBrowserAssertion(r.Context(), assertion, j.URL, token)
-	if err == nil && len(a.ClientID) > MaxJoinClientID {
-		err = fmt.Errorf("client_id is longer than %d bytes", MaxJoinClientID)
+	if err == nil && len(a.ClientID) > maxJoinClientID {
+		err = fmt.Errorf("client_id is longer than %d bytes", maxJoinClientID)
 	}
 	if err != nil {
 		if errors.Is(err, identity.ErrUnavailable) {
@@ -104,8 +114,8 @@ func (j *Join) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = identity.CheckAccessToken(a.Caller, at)
 		}
-		if err == nil && (at.Account == "" || len(at.Account) > MaxJoinAccount) {
-			err = fmt.Errorf("the access token names no account of 1–%d bytes", MaxJoinAccount)
+		if err == nil && (at.Account == "" || len(at.Account) > maxJoinAccount) {
+			err = fmt.Errorf("the access token names no account of 1–%d bytes", maxJoinAccount)
 		}
 		if err != nil {
 			if errors.Is(err, identity.ErrUnavailable) {
@@ -190,7 +200,7 @@ func (w *heldHeader) Header() http.Header         { return w.h }
 func (w *heldHeader) Write(b []byte) (int, error) { return len(b), nil }
 func (w *heldHeader) WriteHeader(int)             {}
 
-func (j *Join) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
+func (j *joinEndpoint) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
 	if errors.Is(err, identity.ErrUnavailable) {
 		log.Warn("opsgate join: cannot verify now", "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(int(j.Kit.retryAfter().Seconds())))

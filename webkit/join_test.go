@@ -29,7 +29,7 @@ const (
 // under /agent/ is an agent whose client_id is that URL.
 type joinEnv struct {
 	kit  *Kit
-	join *Join
+	join *joinEndpoint
 	srv  *httptest.Server
 
 	mu     sync.Mutex
@@ -58,7 +58,7 @@ func newJoinEnv(t testing.TB) *joinEnv {
 	t.Cleanup(e.srv.Close)
 	e.kit = New(testKeys...)
 	e.kit.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.join = &Join{Kit: e.kit, URL: joinURL, Verifier: &identity.Verifier{
+	e.join = &joinEndpoint{Kit: e.kit, URL: joinURL, Verifier: &identity.Verifier{
 		Origin:   joinOrigin,
 		Resolver: &identity.Resolver{HTTPClient: e.srv.Client(), AllowLocal: true},
 		Replay:   store.NewMemory(),
@@ -183,7 +183,7 @@ func TestJoinCookieHostPrefix(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := NewCookieSessions(testKeys...)
+			c := newCookieSessions(testKeys...)
 			tt.set(c)
 			w := httptest.NewRecorder()
 			if err := c.Bind(w, httptest.NewRequest("GET", "/", nil), sesOut); err != nil {
@@ -241,9 +241,9 @@ func TestJoinBounded(t *testing.T) {
 		}
 	})
 	t.Run("the largest binding fits", func(t *testing.T) {
-		d := e.agent(t, strings.Repeat("b", MaxJoinClientID-len(e.srv.URL+"/agent/")))
+		d := e.agent(t, strings.Repeat("b", maxJoinClientID-len(e.srv.URL+"/agent/")))
 		e.join.AccessTokens = accessTokens(func(string) (identity.AccessToken, error) {
-			return identity.AccessToken{ClientID: d.ClientID, Account: strings.Repeat("c", MaxJoinAccount)}, nil
+			return identity.AccessToken{ClientID: d.ClientID, Account: strings.Repeat("c", maxJoinAccount)}, nil
 		})
 		defer func() { e.join.AccessTokens = nil }()
 		w := e.post(assertion(t, d, strings.Repeat("s", 255), strings.Repeat("u", 255), "tok", `"operations";v="3.`+strings.Repeat("9", maxJoinVersion-2)+`"`), "tok")
@@ -271,7 +271,7 @@ func TestJoinBounded(t *testing.T) {
 	t.Run("an account over 255 bytes is 401", func(t *testing.T) {
 		d := e.agent(t, "longaccount")
 		e.join.AccessTokens = accessTokens(func(string) (identity.AccessToken, error) {
-			return identity.AccessToken{ClientID: d.ClientID, Account: strings.Repeat("c", MaxJoinAccount+1)}, nil
+			return identity.AccessToken{ClientID: d.ClientID, Account: strings.Repeat("c", maxJoinAccount+1)}, nil
 		})
 		defer func() { e.join.AccessTokens = nil }()
 		w := e.post(assertion(t, d, "ses_1", "usr_1", "tok", declared), "tok")
@@ -387,11 +387,11 @@ func TestJoinConflict(t *testing.T) {
 		}
 	})
 	t.Run("an expired binding is no conflict", func(t *testing.T) {
-		clk := time.Now().Add(DefaultJoinMaxAge + time.Hour)
+		clk := time.Now().Add(defaultJoinMaxAge + time.Hour)
 		r := httptest.NewRequest("POST", joinURL, nil)
 		r.AddCookie(mark)
 		r.AddCookie(main)
-		later := NewCookieSessions(testKeys...) // the Kit's keys
+		later := newCookieSessions(testKeys...) // the Kit's keys
 		later.Clock = func() time.Time { return clk }
 		if later.boundElsewhere(r, Session{Agent: b.ClientID, User: "usr_1"}) {
 			t.Error("an expired binding still conflicts")

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
 )
@@ -54,9 +55,8 @@ type Kit struct {
 	// Logger gets the kit's logs; nil is slog.Default(). The kit never logs
 	// Poppy-Session, Authorization, the join cookie or a request body.
 	Logger *slog.Logger
-	// Observer sees what the Gate, the status route and (through
-	// Kit.Observe) the endpoint and the join do, and each store step's
-	// latency; nil observes nothing. Set it before endpoint.NewMount,
+	// Observer sees what the Gate, the status route, the endpoint and the
+	// join do, and each store step's latency; nil observes nothing. Set it before endpoint.NewMount,
 	// which hands it to the endpoint. See
 	// webkit/metrics/prometheus and webkit/metrics/otel.
 	Observer Observer
@@ -80,11 +80,10 @@ type Kit struct {
 	// the operation (W64).
 	Chrome templates.Chrome
 	// StoreTimeout is the deadline of each store call the kit makes (the
-	// Gate, the status route, and the endpoint endpoint.NewMount builds): with
-	// the store stalled, a gated request performs nothing and gets 503
-	// with Retry-After within about StoreTimeout, and requests the Gate
-	// doesn't gate never wait on the store. New sets 1 second. See
-	// WithStoreTimeout.
+	// Gate, the status route, and the endpoint endpoint.NewMount builds):
+	// with the store stalled, a gated request performs nothing and gets
+	// 503 with Retry-After within about StoreTimeout, and requests the
+	// Gate doesn't gate never wait on the store. New sets 1 second.
 	StoreTimeout time.Duration
 
 	// Refused answers every gated request the Gate does not hand to the
@@ -167,7 +166,7 @@ func New(keys ...[]byte) *Kit {
 	if k.err = checkKeys(keys...); k.err != nil {
 		return k
 	}
-	k.Sessions = NewCookieSessions(keys...)
+	k.Sessions = newCookieSessions(keys...)
 	k.seal = newHandleSeal(keys)
 	return k
 }
@@ -238,9 +237,9 @@ func (k *Kit) store() store.Store {
 	}
 	w := &wrappedStore{base: s, d: d, o: o}
 	// Each call has its own deadline, so failing closed takes bounded time.
-	w.s = WithStoreTimeout(s, d)
+	w.s = storewrap.WithTimeout(s, d)
 	if o != nil { // each step's latency and errors
-		w.s = observedStore{Store: w.s, s: w.s, o: o}
+		w.s = storewrap.Observe(w.s, o)
 	}
 	k.wrapped.Store(w)
 	return w.s

@@ -2,18 +2,14 @@ package webkit
 
 import (
 	"context"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"time"
-
-	"github.com/opsgate/opsgate/store"
 )
 
 // Observer sees what the kit does, so that Prometheus or OpenTelemetry can
 // be plugged in without the kit depending on either: the adapters are
 // webkit/metrics/prometheus and webkit/metrics/otel. Each method is called
 // on the request's goroutine, with the request's context; implementations
-// must be quick and safe for concurrent use. Embed [NopObserver] to
-// implement only some of them.
+// must be quick and safe for concurrent use.
 //
 // Every label an Observer gets comes from a small fixed set, or is an
 // action's Kind, which the website names (Action.Kind): never a key, an
@@ -76,88 +72,9 @@ type Event struct {
 	Kind string
 }
 
-// NopObserver observes nothing. It is the Kit's default.
-type NopObserver struct{}
-
-func (NopObserver) Observe(context.Context, Event)                          {}
-func (NopObserver) StoreStep(context.Context, string, time.Duration, error) {}
-
-// Observe reports e to the Kit's Observer, if it has one. The endpoint and
-// the Mount report through it, so that one Observer sees the whole website.
-func (k *Kit) Observe(ctx context.Context, e Event) {
+// Observe reports e to the Kit's Observer, if it has one.
+func (k *Kit) observe(ctx context.Context, e Event) {
 	if k.Observer != nil {
 		k.Observer.Observe(ctx, e)
 	}
-}
-
-// ObserveStore returns s with the duration and error of each call reported
-// to o as a StoreStep; s itself when o is nil.
-func ObserveStore(s store.Store, o Observer) store.Store {
-	if o == nil || s == nil {
-		return s
-	}
-	if _, ok := s.(observedStore); ok {
-		return s
-	}
-	return observedStore{s: s, Store: s, o: o}
-}
-
-// observedStore times the store's calls. It embeds the store, so that a
-// method added to store.Store later still reaches it (untimed until listed
-// here).
-type observedStore struct {
-	store.Store
-	s store.Store
-	o Observer
-}
-
-// InProcess and BoundByContext are the observed store's: timing a call
-// adds no waiting, so WithStoreTimeout still calls it directly.
-func (t observedStore) InProcess() bool {
-	p, ok := t.s.(storekit.InProcess)
-	return ok && p.InProcess()
-}
-
-func (t observedStore) BoundByContext() bool {
-	b, ok := t.s.(storekit.ContextBound)
-	return ok && b.BoundByContext()
-}
-
-func (t observedStore) step(ctx context.Context, name string, start time.Time, err error) {
-	t.o.StoreStep(ctx, name, time.Since(start), err)
-}
-
-func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
-	start := time.Now()
-	r, err := t.s.Take(ctx, owner, a, now)
-	t.step(ctx, "take", start, err)
-	return r, err
-}
-
-func (t observedStore) Finish(ctx context.Context, c store.Claim, o store.Outcome, now time.Time) error {
-	start := time.Now()
-	err := t.s.Finish(ctx, c, o, now)
-	t.step(ctx, "finish", start, err)
-	return err
-}
-
-func (t observedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
-	start := time.Now()
-	r, found, err := t.s.Lookup(ctx, owner, ref, now)
-	t.step(ctx, "lookup", start, err)
-	return r, found, err
-}
-
-func (t observedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
-	start := time.Now()
-	r, err := t.s.Record(ctx, owner, ref, a, now, opts)
-	t.step(ctx, "record", start, err)
-	return r, err
-}
-
-func (t observedStore) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
-	start := time.Now()
-	first, err := t.s.UseOnce(ctx, key, until, now)
-	t.step(ctx, "use_once", start, err)
-	return first, err
 }

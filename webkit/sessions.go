@@ -31,8 +31,8 @@ type Sessions interface {
 
 // Defaults of CookieSessions.
 const (
-	JoinCookieName    = "opsgate_join"
-	DefaultJoinMaxAge = 12 * time.Hour
+	joinCookieName    = "opsgate_join"
+	defaultJoinMaxAge = 12 * time.Hour
 )
 
 // CookieSessions keeps a browser's binding in one encrypted and
@@ -45,12 +45,12 @@ const (
 // The cookie's value is a credential of the browser's join: the kit never
 // logs it.
 type CookieSessions struct {
-	// Name is the cookie's name; "" is JoinCookieName. A Secure cookie on
+	// Name is the cookie's name; "" is "opsgate_join". A Secure cookie on
 	// Path "/" without Domain gets the __Host- prefix (see CookieName).
 	Name string
 	// Path and Domain scope the cookie; "" Path is "/".
 	Path, Domain string
-	// MaxAge bounds a binding's life; 0 is DefaultJoinMaxAge. It is checked
+	// MaxAge bounds a binding's life; 0 is 12 hours. It is checked
 	// against the join time inside the cookie as well as by the browser.
 	MaxAge time.Duration
 	// Insecure drops the Secure attribute, for local development over
@@ -63,11 +63,11 @@ type CookieSessions struct {
 	decoded decodedCookies
 }
 
-// NewCookieSessions returns CookieSessions protected by keys: securecookie
+// newCookieSessions returns CookieSessions protected by keys: securecookie
 // pairs of a hash key (32 or 64 bytes) and an encryption key (16, 24 or 32
 // bytes). The first pair protects new cookies; later pairs are old keys
 // still accepted, so keys rotate by putting the new pair first.
-func NewCookieSessions(keys ...[]byte) *CookieSessions {
+func newCookieSessions(keys ...[]byte) *CookieSessions {
 	codecs := securecookie.CodecsFromPairs(keys...)
 	for _, codec := range codecs {
 		if sc, ok := codec.(*securecookie.SecureCookie); ok {
@@ -98,13 +98,13 @@ const maxJoinCookie = 4096
 func (c *CookieSessions) name() string {
 	name := c.Name
 	if name == "" {
-		name = JoinCookieName
+		name = joinCookieName
 	}
 	if !c.hostOnly() || hasHostPrefix(name) {
 		return name
 	}
-	if name == JoinCookieName {
-		return hostPrefix + JoinCookieName // a constant: no allocation per request
+	if name == joinCookieName {
+		return hostPrefix + joinCookieName // a constant: no allocation per request
 	}
 	return hostPrefix + name
 }
@@ -113,7 +113,7 @@ func (c *CookieSessions) maxAge() time.Duration {
 	if c.MaxAge > 0 {
 		return c.MaxAge
 	}
-	return DefaultJoinMaxAge
+	return defaultJoinMaxAge
 }
 
 func (c *CookieSessions) now() time.Time {
@@ -172,8 +172,8 @@ func (c *CookieSessions) SessionOf(r *http.Request) (Session, bool) {
 	return s, true
 }
 
-// JoinedAt returns when the browser was joined to its Session.
-func (c *CookieSessions) JoinedAt(r *http.Request) (time.Time, bool) {
+// joinedAt returns when the browser was joined to its Session.
+func (c *CookieSessions) joinedAt(r *http.Request) (time.Time, bool) {
 	if c == nil || !hasCookie(r, c.name()) {
 		return time.Time{}, false
 	}

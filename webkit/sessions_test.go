@@ -33,7 +33,7 @@ func sessionOf(c *CookieSessions, cookies ...*http.Cookie) (Session, bool) {
 
 func TestCookieSessionsRoundTrip(t *testing.T) {
 	t.Parallel()
-	c := NewCookieSessions(testKeys...)
+	c := newCookieSessions(testKeys...)
 	ck := bindCookie(t, c, sesIn)
 	got, ok := sessionOf(c, ck)
 	if !ok || !reflect.DeepEqual(got, sesIn) {
@@ -41,7 +41,7 @@ func TestCookieSessionsRoundTrip(t *testing.T) {
 	}
 	// The cookie's attributes (issue 3): HttpOnly, Secure, SameSite=Lax,
 	// bounded lifetime; the __Host- prefix (issue 10).
-	if ck.Name != "__Host-"+JoinCookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.MaxAge != int(DefaultJoinMaxAge/time.Second) || ck.Path != "/" {
+	if ck.Name != "__Host-"+joinCookieName || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.MaxAge != int(defaultJoinMaxAge/time.Second) || ck.Path != "/" {
 		t.Errorf("cookie attributes: %+v", ck)
 	}
 	// Encrypted: nothing of the Session is readable in it.
@@ -52,7 +52,7 @@ func TestCookieSessionsRoundTrip(t *testing.T) {
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.AddCookie(ck)
-	if at, ok := c.JoinedAt(r); !ok || time.Since(at) > time.Minute {
+	if at, ok := c.joinedAt(r); !ok || time.Since(at) > time.Minute {
 		t.Errorf("JoinedAt = %v %v", at, ok)
 	}
 }
@@ -60,13 +60,13 @@ func TestCookieSessionsRoundTrip(t *testing.T) {
 func TestCookieSessionsRefuses(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	c := NewCookieSessions(testKeys...)
+	c := newCookieSessions(testKeys...)
 	c.Clock = clk.Now
 	ck := bindCookie(t, c, sesOut)
 
 	tampered := *ck
 	tampered.Value = ck.Value[:len(ck.Value)-2] + "AA"
-	other := NewCookieSessions([]byte("another hash key of 32 bytes...."), []byte("another enc key of 32 bytes....."))
+	other := newCookieSessions([]byte("another hash key of 32 bytes...."), []byte("another enc key of 32 bytes....."))
 
 	tests := []struct {
 		name    string
@@ -77,9 +77,9 @@ func TestCookieSessionsRefuses(t *testing.T) {
 		{"no cookie", c, nil, 0},
 		{"tampered", c, []*http.Cookie{&tampered}, 0},
 		{"other keys", other, []*http.Cookie{ck}, 0},
-		{"empty value", c, []*http.Cookie{{Name: JoinCookieName, Value: ""}}, 0},
-		{"garbage", c, []*http.Cookie{{Name: JoinCookieName, Value: "not-a-cookie"}}, 0},
-		{"past MaxAge on the clock", c, []*http.Cookie{ck}, DefaultJoinMaxAge + time.Second},
+		{"empty value", c, []*http.Cookie{{Name: joinCookieName, Value: ""}}, 0},
+		{"garbage", c, []*http.Cookie{{Name: joinCookieName, Value: "not-a-cookie"}}, 0},
+		{"past MaxAge on the clock", c, []*http.Cookie{ck}, defaultJoinMaxAge + time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,9 +99,9 @@ func TestCookieSessionsKeyRotation(t *testing.T) {
 	t.Parallel()
 	oldPair := testKeys
 	newPair := [][]byte{[]byte("new hash key of thirty-two bytes"), []byte("new encryption key of 32 bytes!!")}
-	old := NewCookieSessions(oldPair...)
+	old := newCookieSessions(oldPair...)
 	ck := bindCookie(t, old, sesIn)
-	rotated := NewCookieSessions(append(append([][]byte{}, newPair...), oldPair...)...)
+	rotated := newCookieSessions(append(append([][]byte{}, newPair...), oldPair...)...)
 	if _, ok := sessionOf(rotated, ck); !ok {
 		t.Fatal("a cookie under the old keys is refused after rotation")
 	}
@@ -109,14 +109,14 @@ func TestCookieSessionsKeyRotation(t *testing.T) {
 	if _, ok := sessionOf(old, fresh); ok {
 		t.Error("new cookies are still written with the old keys")
 	}
-	if _, ok := sessionOf(NewCookieSessions(newPair...), fresh); !ok {
+	if _, ok := sessionOf(newCookieSessions(newPair...), fresh); !ok {
 		t.Error("new cookie not readable with the new keys alone")
 	}
 }
 
 func TestCookieSessionsOptionsAndUnbind(t *testing.T) {
 	t.Parallel()
-	c := NewCookieSessions(testKeys...)
+	c := newCookieSessions(testKeys...)
 	c.Insecure, c.MaxAge, c.Name, c.Path = true, time.Hour, "join", "/shop"
 	ck := bindCookie(t, c, sesOut)
 	if ck.Secure || ck.MaxAge != 3600 || ck.Name != "join" || ck.Path != "/shop" {
@@ -136,7 +136,7 @@ func TestCookieSessionsOptionsAndUnbind(t *testing.T) {
 
 func TestCookieSessionsBindNeedsIDs(t *testing.T) {
 	t.Parallel()
-	c := NewCookieSessions(testKeys...)
+	c := newCookieSessions(testKeys...)
 	for _, s := range []Session{{Agent: "a", User: "u"}, {ID: "s", User: "u"}, {ID: "s", Agent: "a"}} {
 		if err := c.Bind(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), s); err == nil {
 			t.Errorf("Bind(%+v) = nil", s)
@@ -161,13 +161,13 @@ func TestHasCookie(t *testing.T) {
 		if tt.header != "" {
 			r.Header.Set("Cookie", tt.header)
 		}
-		if got := hasCookie(r, JoinCookieName); got != tt.want {
+		if got := hasCookie(r, joinCookieName); got != tt.want {
 			t.Errorf("hasCookie(%q) = %v", tt.header, got)
 		}
 	}
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("Cookie", "a=1; b=2; session=xyz")
-	if n := testing.AllocsPerRun(100, func() { hasCookie(r, JoinCookieName) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { hasCookie(r, joinCookieName) }); n != 0 {
 		t.Errorf("hasCookie allocates %v", n)
 	}
 }

@@ -121,7 +121,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		verifier := &identity.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 		mux := http.NewServeMux()
 		mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier}))
-		mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: hostileOrigin + "/poppy/join", Verifier: verifier})
+		mux.Handle("POST /poppy/join", kit.JoinHandler(hostileOrigin+"/poppy/join", verifier, nil))
 		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "exchanged\n")
 		})))

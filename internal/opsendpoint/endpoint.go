@@ -29,6 +29,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
@@ -102,10 +103,10 @@ type Endpoint struct {
 
 // New returns the endpoint for the kit's store, clock, logger and observer. Each store call
 // has the kit's StoreTimeout, so a stalled store gets a 503 in bounded time
-// (webkit.WithStoreTimeout).
+// (storewrap.WithTimeout).
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
-	st := webkit.WithStoreTimeout(kit.Store, kit.StoreTimeout)
-	return &Endpoint{Store: webkit.ObserveStore(st, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
+	st := storewrap.WithTimeout(kit.Store, kit.StoreTimeout)
+	return &Endpoint{Store: storewrap.Observe(st, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
 }
 
 // ServeHTTP answers one request, in the order of checks the spec gives:

@@ -54,7 +54,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	verifier := s.site.Verifier(st)
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
-	mux.Handle("POST /poppy/join", &webkit.Join{Kit: kit, URL: s.site.JoinURL, Verifier: verifier, AccessTokens: s.site.AccessTokens()})
+	mux.Handle("POST /poppy/join", kit.JoinHandler(s.site.JoinURL, verifier, s.site.AccessTokens()))
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.runs.Add(1)
 		code := int(s.status.Load())

@@ -89,7 +89,7 @@ func (a *agent) clientID() string { return a.keys.ClientID }
 type shop struct {
 	kit      *webkit.Kit
 	ep       *opsendpoint.Endpoint
-	join     *webkit.Join
+	join     http.Handler
 	mux      *http.ServeMux
 	server   *httptest.Server
 	runs     *atomic.Int32
@@ -112,7 +112,7 @@ func newShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomic.
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
 	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
-	s.join = &webkit.Join{Kit: kit, URL: origin + "/poppy/join", Verifier: verifier, AccessTokens: tokens}
+	s.join = kit.JoinHandler(origin+"/poppy/join", verifier, tokens)
 	s.mux.Handle("POST /poppy/operations", s.ep)
 	s.mux.Handle("POST /poppy/join", s.join)
 	s.mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

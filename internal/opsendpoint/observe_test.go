@@ -5,16 +5,18 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/webkit"
 )
 
 // events keeps what the endpoint reports.
 type events struct {
-	webkit.NopObserver
 	mu  sync.Mutex
 	got []webkit.Event
 }
+
+func (*events) StoreStep(context.Context, string, time.Duration, error) {}
 
 func (o *events) Observe(_ context.Context, e webkit.Event) {
 	o.mu.Lock()

@@ -22,7 +22,7 @@ type InProcess interface {
 // client that doesn't apply deadlines to its I/O): the kit then runs each
 // call in a goroutine it can abandon at the deadline. A store that wraps
 // another (to trace or count its calls) should pass on its InProcess and
-// BoundByContext, as webkit.ObserveStore does.
+// BoundByContext, as storewrap.Observe does.
 type ContextBound interface {
 	BoundByContext() bool
 }
