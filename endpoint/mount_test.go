@@ -23,6 +23,7 @@ import (
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -155,11 +156,11 @@ func (s *mounted) agentCall(ref, approval string) (int, map[string]any) {
 	endpointPath, _, _, _ := s.m.Paths()
 	req, _ := http.NewRequest("POST", s.server.URL+endpointPath, strings.NewReader(`{"ref":"`+ref+`"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webkit.HeaderSession, jwt)
-	req.Header.Set(webkit.HeaderVersion, "1.0")
-	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	req.Header.Set(headers.Session, jwt)
+	req.Header.Set(headers.Version, "1.0")
+	req.Header.Set(headers.Extensions, `"operations";v="3"`)
 	if approval != "" {
-		req.Header.Set(webkit.HeaderApproval, approval)
+		req.Header.Set(headers.Approval, approval)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -50,6 +50,6 @@
 // The kit reads and writes the Poppy headers itself: the Gate writes
 // Poppy-Operation on its 403 (§4, W57), and the endpoint reads
 // Poppy-Approval (§6, W84) and Poppy-Extensions (RULES.md choice 4). A
-// website needs only their names ([HeaderOperation] and the others), for
-// example to let its own scripts read Poppy-Operation.
+// website needs at most the name [HeaderOperation], to let its own scripts
+// read Poppy-Operation.
 package webkit

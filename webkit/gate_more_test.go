@@ -49,7 +49,7 @@ func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Header.Set(HeaderApproval, hdr)
+	r.Header.Set(headers.Approval, hdr)
 	rec := e.do(r)
 	if rec.Code != http.StatusForbidden || rec.Header().Get(HeaderOperation) == "" || e.runs.Load() != 0 {
 		t.Fatalf("W86: status %d, Poppy-Operation %q, handler runs %d", rec.Code, rec.Header().Get(HeaderOperation), e.runs.Load())

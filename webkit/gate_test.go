@@ -1071,7 +1071,7 @@ func TestGateLogsNoSecrets(t *testing.T) {
 	e := newGateEnv(t, failingStore{store.NewMemory()}, newClock())
 	e.kit.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := e.request(joinedIn, formM, "text/html")
-	r.Header.Set(HeaderSession, "eyJsecret-session")
+	r.Header.Set(headers.Session, "eyJsecret-session")
 	r.Header.Set("Authorization", "Bearer secret-token")
 	e.do(r)
 	e.kit.Store = store.NewMemory()

@@ -11,16 +11,13 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// The Poppy headers the kit reads and writes. The kit parses and writes
-// them itself (the Gate, the endpoint): a website needs their names only,
-// for example to expose Poppy-Operation to its own scripts.
-const (
-	HeaderOperation  = headers.Operation  // §4: the website's 403 names the operation's ref
-	HeaderApproval   = headers.Approval   // §6: the approval sent to endpoint
-	HeaderExtensions = headers.Extensions // §2, RULES.md choice 4: declared extensions
-	HeaderSession    = headers.Session    // RULES.md choice 1: the Session JWT, a credential never logged
-	HeaderVersion    = headers.Version    // RULES.md choice 4: "1.0"
-)
+// HeaderOperation is the header of the Gate's 403 that names the
+// operation's ref and the Session (§4, W57). The kit writes it, and its
+// scripts read it; a website needs the name only to let its own scripts
+// read it too (Access-Control-Expose-Headers). The kit reads and writes the
+// other Poppy headers (Poppy-Approval, Poppy-Extensions, Poppy-Session,
+// Poppy-Version) itself.
+const HeaderOperation = headers.Operation
 
 // Owner is who an operation belongs to (§3 "Who can approve it").
 type Owner = store.Owner

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/store/storetest"
 	"log/slog"
 	"math/big"
 	"net/http"
@@ -31,11 +30,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -750,10 +751,10 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	do := func(r one) error {
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/poppy/operations", strings.NewReader(r.body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(webkit.HeaderSession, r.jwt)
-		req.Header.Set(webkit.HeaderVersion, "1.0")
-		req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
-		req.Header.Set(webkit.HeaderApproval, r.approval)
+		req.Header.Set(headers.Session, r.jwt)
+		req.Header.Set(headers.Version, "1.0")
+		req.Header.Set(headers.Extensions, `"operations";v="3"`)
+		req.Header.Set(headers.Approval, r.approval)
 		w := httptest.NewRecorder()
 		ep.ServeHTTP(w, req)
 		if w.Code != http.StatusNoContent {

@@ -545,11 +545,11 @@ func sendSession(ctx context.Context, client *http.Client, base, jwt, body, appr
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webkit.HeaderSession, jwt)
-	req.Header.Set(webkit.HeaderVersion, "1.0")
-	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	req.Header.Set(headers.Session, jwt)
+	req.Header.Set(headers.Version, "1.0")
+	req.Header.Set(headers.Extensions, `"operations";v="3"`)
 	if approval != "" {
-		req.Header.Set(webkit.HeaderApproval, approval)
+		req.Header.Set(headers.Approval, approval)
 	}
 	res, err := client.Do(req)
 	if err != nil {

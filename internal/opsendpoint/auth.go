@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -36,7 +37,7 @@ func (a IdentityAuthenticator) AuthenticateDeferred(ctx context.Context, r *http
 }
 
 func (a IdentityAuthenticator) authenticate(ctx context.Context, r *http.Request, deferReplay bool) (webkit.Session, Replay, error) {
-	values := r.Header.Values(webkit.HeaderSession)
+	values := r.Header.Values(headers.Session)
 	if len(values) != 1 || values[0] == "" {
 		return webkit.Session{}, Replay{}, fmt.Errorf("%w: exactly one Poppy-Session header is required", ErrUnauthenticated)
 	}

@@ -123,7 +123,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request", "the operations endpoint takes POST only")
 		return
 	}
-	if err := checkVersion(r.Header.Values(webkit.HeaderVersion)); err != nil {
+	if err := checkVersion(r.Header.Values(headers.Version)); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
@@ -160,7 +160,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		replay.Key = storekit.OnceKey(owner.Agent, owner.User, replay.Key)
 	}
 
-	values := r.Header.Values(webkit.HeaderApproval)
+	values := r.Header.Values(headers.Approval)
 	approval, ignored, err := headers.ParseApprovalReport(values)
 	if len(values) == 0 || err != nil {
 		// A lookup, or a malformed approval: the token is used up first,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -29,7 +30,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type fakeAuth map[string]webkit.Session
 
 func (f fakeAuth) Authenticate(_ context.Context, r *http.Request) (webkit.Session, error) {
-	tok := r.Header.Get(webkit.HeaderSession)
+	tok := r.Header.Get(headers.Session)
 	switch tok {
 	case "":
 		return webkit.Session{}, fmt.Errorf("%w: no Poppy-Session", ErrUnauthenticated)
@@ -111,13 +112,13 @@ func (f *fixture) do(tok, body, approval string, edit func(*http.Request)) respo
 	f.t.Helper()
 	r := httptest.NewRequest(http.MethodPost, "https://shop.example/poppy/operations", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set(webkit.HeaderVersion, "1.0")
-	r.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	r.Header.Set(headers.Version, "1.0")
+	r.Header.Set(headers.Extensions, `"operations";v="3"`)
 	if tok != "" {
-		r.Header.Set(webkit.HeaderSession, tok)
+		r.Header.Set(headers.Session, tok)
 	}
 	if approval != "" {
-		r.Header.Set(webkit.HeaderApproval, approval)
+		r.Header.Set(headers.Approval, approval)
 	}
 	if edit != nil {
 		edit(r)
@@ -171,11 +172,11 @@ func TestRequestChecks(t *testing.T) {
 		code   string
 	}{
 		{"W69 GET is not allowed", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Method = http.MethodGet }, 405, "invalid_request"},
-		{"Poppy-Version missing", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Del(webkit.HeaderVersion) }, 400, "invalid_request"},
-		{"Poppy-Version 2.0", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(webkit.HeaderVersion, "2.0") }, 400, "invalid_request"},
-		{"W14 no Poppy-Extensions", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Del(webkit.HeaderExtensions) }, 403, "extension_required"},
-		{"W14 W13 operations v2", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(webkit.HeaderExtensions, `"operations";v="2"`) }, 403, "extension_required"},
-		{"W14 malformed Poppy-Extensions", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(webkit.HeaderExtensions, `"operations;v=`) }, 403, "extension_required"},
+		{"Poppy-Version missing", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Del(headers.Version) }, 400, "invalid_request"},
+		{"Poppy-Version 2.0", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(headers.Version, "2.0") }, 400, "invalid_request"},
+		{"W14 no Poppy-Extensions", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Del(headers.Extensions) }, 403, "extension_required"},
+		{"W14 W13 operations v2", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(headers.Extensions, `"operations";v="2"`) }, 403, "extension_required"},
+		{"W14 malformed Poppy-Extensions", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(headers.Extensions, `"operations;v=`) }, 403, "extension_required"},
 		{"W74 body not JSON", "out", `ref=a.b`, nil, 400, "invalid_request"},
 		{"W74 body an array", "out", `["a.b"]`, nil, 400, "invalid_request"},
 		{"W74 ref missing", "out", `{"reference":"a.b"}`, nil, 400, "invalid_request"},
@@ -193,7 +194,7 @@ func TestRequestChecks(t *testing.T) {
 		{"access token of another agent", "bad-token", `{"ref":"a.b"}`, nil, 401, "invalid_token"},
 		{"W74 unknown ref", "out", `{"ref":"op_nope.123-abc"}`, nil, 400, "invalid_request"},
 		{"W74 ref not of this kit's form", "out", `{"ref":"nodot"}`, nil, 400, "invalid_request"},
-		{"malformed Poppy-Approval", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(webkit.HeaderApproval, `operation_id=`) }, 400, "invalid_request"},
+		{"malformed Poppy-Approval", "out", `{"ref":"a.b"}`, func(r *http.Request) { r.Header.Set(headers.Approval, `operation_id=`) }, 400, "invalid_request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -595,11 +596,11 @@ func FuzzEndpoint(f *testing.F) {
 	f.Add(`{"ref":"`+iss.Ref+`"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="agent"`, iss.Operation.ID, iss.Operation.Revision), `"operations";v="3"`, "1.0")
 	f.Fuzz(func(t *testing.T, body, approval, extensions, version string) {
 		r := httptest.NewRequest(http.MethodPost, "/poppy/operations", strings.NewReader(body))
-		r.Header.Set(webkit.HeaderSession, "out")
-		r.Header.Set(webkit.HeaderVersion, version)
-		r.Header.Set(webkit.HeaderExtensions, extensions)
+		r.Header.Set(headers.Session, "out")
+		r.Header.Set(headers.Version, version)
+		r.Header.Set(headers.Extensions, extensions)
 		if approval != "" {
-			r.Header.Set(webkit.HeaderApproval, approval)
+			r.Header.Set(headers.Approval, approval)
 		}
 		w := httptest.NewRecorder()
 		ep.ServeHTTP(w, r)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -83,10 +84,10 @@ func TestForgedSessionJWT(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/poppy/operations", strings.NewReader(`{"ref":"`+r+`"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webkit.HeaderSession, jwt)
-	req.Header.Set(webkit.HeaderVersion, "1.0")
-	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
-	req.Header.Set(webkit.HeaderApproval, userApproval(op))
+	req.Header.Set(headers.Session, jwt)
+	req.Header.Set(headers.Version, "1.0")
+	req.Header.Set(headers.Extensions, `"operations";v="3"`)
+	req.Header.Set(headers.Approval, userApproval(op))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -208,10 +209,10 @@ func TestApprovalOnlyAtEndpoint(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/orders/ord_7Hk2/exchange", strings.NewReader("size=L"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set(webkit.HeaderSession, jwt)
-		req.Header.Set(webkit.HeaderVersion, "1.0")
-		req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
-		req.Header.Set(webkit.HeaderApproval, userApproval(op))
+		req.Header.Set(headers.Session, jwt)
+		req.Header.Set(headers.Version, "1.0")
+		req.Header.Set(headers.Extensions, `"operations";v="3"`)
+		req.Header.Set(headers.Approval, userApproval(op))
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -5,14 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/store/storetest"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -219,7 +220,7 @@ type endedAuth struct {
 }
 
 func (e endedAuth) Authenticate(ctx context.Context, r *http.Request) (webkit.Session, error) {
-	if e.ended[r.Header.Get(webkit.HeaderSession)] {
+	if e.ended[r.Header.Get(headers.Session)] {
 		return webkit.Session{}, fmt.Errorf("%w: the Session has ended", ErrUnauthenticated)
 	}
 	return e.fakeAuth.Authenticate(ctx, r)

@@ -10,8 +10,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
-	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"math/big"
@@ -28,10 +26,12 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/jose"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -236,9 +236,9 @@ func (a *agent) call(t testing.TB, s *shop, ref string, q agentRequest) (int, ma
 	}
 	req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/poppy/operations", strings.NewReader(`{"ref":"`+ref+`"}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webkit.HeaderSession, jwt)
-	req.Header.Set(webkit.HeaderVersion, "1.0")
-	req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`) // A01
+	req.Header.Set(headers.Session, jwt)
+	req.Header.Set(headers.Version, "1.0")
+	req.Header.Set(headers.Extensions, `"operations";v="3"`) // A01
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -246,7 +246,7 @@ func (a *agent) call(t testing.TB, s *shop, ref string, q agentRequest) (int, ma
 		req.Header.Set("Authorization", q.authorization)
 	}
 	if q.approval != "" {
-		req.Header.Set(webkit.HeaderApproval, q.approval)
+		req.Header.Set(headers.Approval, q.approval)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -406,9 +406,9 @@ func TestAttacks(t *testing.T) {
 		tok := other.accessToken(t, s, "acct_1")
 		jwt, _ := a.dlg.SessionJWT(agentside.SessionClaims{Audience: origin, SID: "ses_1", User: "usr_1", AccessToken: tok})
 		req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/poppy/operations", strings.NewReader(`{"ref":"`+r+`"}`))
-		req.Header.Set(webkit.HeaderSession, jwt)
-		req.Header.Set(webkit.HeaderVersion, "1.0")
-		req.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+		req.Header.Set(headers.Session, jwt)
+		req.Header.Set(headers.Version, "1.0")
+		req.Header.Set(headers.Extensions, `"operations";v="3"`)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -594,11 +594,11 @@ func BenchmarkApproval(b *testing.B) {
 func sessionRequest(jwt, body, approval string) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, "/poppy/operations", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set(webkit.HeaderSession, jwt)
-	r.Header.Set(webkit.HeaderVersion, "1.0")
-	r.Header.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+	r.Header.Set(headers.Session, jwt)
+	r.Header.Set(headers.Version, "1.0")
+	r.Header.Set(headers.Extensions, `"operations";v="3"`)
 	if approval != "" {
-		r.Header.Set(webkit.HeaderApproval, approval)
+		r.Header.Set(headers.Approval, approval)
 	}
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -57,7 +58,7 @@ func TestEndpointEvents(t *testing.T) {
 		{"W70 bad token", func() response { return f.post("bad-token", iss.Ref, "") }, webkit.Event{Outcome: "unauthenticated", Reason: "token"}, 401},
 		{"keys unavailable", func() response { return f.post("keys-down", iss.Ref, "") }, webkit.Event{Outcome: "unavailable", Reason: "verification"}, 503},
 		{"W14 undeclared", func() response {
-			return f.do("out", `{"ref":"`+iss.Ref+`"}`, "", func(r *http.Request) { r.Header.Del(webkit.HeaderExtensions) })
+			return f.do("out", `{"ref":"`+iss.Ref+`"}`, "", func(r *http.Request) { r.Header.Del(headers.Extensions) })
 		}, webkit.Event{Outcome: "extension_required"}, 403},
 		{"W78 malformed approval", func() response { return f.post("out", iss.Ref, "operation_id=") }, webkit.Event{Outcome: "invalid_request"}, 400},
 		{"W77 check 1", func() response { return f.post("otheruser", iss.Ref, approve) }, webkit.Event{Outcome: "refused", Reason: "check1"}, 400},

@@ -586,14 +586,14 @@ func (s *Session) send(ref, approval string) *Answer {
 		return &Answer{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webkit.HeaderSession, jwt)
-	req.Header.Set(webkit.HeaderVersion, "1.0")
-	req.Header.Set(webkit.HeaderExtensions, Declared) // A01
+	req.Header.Set(headers.Session, jwt)
+	req.Header.Set(headers.Version, "1.0")
+	req.Header.Set(headers.Extensions, Declared) // A01
 	if s.AccessToken != "" {
 		req.Header.Set("Authorization", "Bearer "+s.AccessToken)
 	}
 	if approval != "" {
-		req.Header.Set(webkit.HeaderApproval, approval)
+		req.Header.Set(headers.Approval, approval)
 	}
 	res, err := (&http.Client{Transport: siteTransport{site}}).Do(req)
 	if err != nil {

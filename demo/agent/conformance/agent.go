@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -317,9 +318,9 @@ func (c *checker) endpointOnce(ctx context.Context, s *session, p post) answer {
 	}
 	h := req.Header
 	h.Set("Content-Type", "application/json")
-	h.Set(webkit.HeaderVersion, "1.0")
+	h.Set(headers.Version, "1.0")
 	if !p.noExtension {
-		h.Set(webkit.HeaderExtensions, `"operations";v="3"`)
+		h.Set(headers.Extensions, `"operations";v="3"`)
 	}
 	token := p.token
 	if s != nil && s.signedIn && token == "" && !p.noToken {
@@ -338,10 +339,10 @@ func (c *checker) endpointOnce(ctx context.Context, s *session, p post) answer {
 				return answer{err: err}
 			}
 		}
-		h.Set(webkit.HeaderSession, jwt)
+		h.Set(headers.Session, jwt)
 	}
 	if p.approval != "" {
-		h.Set(webkit.HeaderApproval, p.approval)
+		h.Set(headers.Approval, p.approval)
 	}
 	if p.cookies != nil {
 		for _, ck := range p.cookies.jar.Cookies(req.URL) {

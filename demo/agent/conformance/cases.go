@@ -608,7 +608,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	if req.header == nil {
 		req.header = http.Header{}
 	}
-	req.header[webkit.HeaderApproval] = []string{approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}
+	req.header[headers.Approval] = []string{approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}
 	pb := f.bA.do(ctx, req)
 	br.check(!pb.performedLike() && pb.gated(), "W86: the browser's request with Poppy-Approval answered %s, want 403 with Poppy-Operation", pb)
 	if ok, why := f.unchanged(ctx); !ok {

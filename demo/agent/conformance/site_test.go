@@ -336,7 +336,7 @@ func (s *toy) breakGate(gated http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch s.fault {
 		case faultBrowserApproval:
-			if r.Header.Get(webkit.HeaderApproval) != "" {
+			if r.Header.Get(headers.Approval) != "" {
 				r.ParseForm()
 				s.exchange(w, r)
 				return
@@ -384,7 +384,7 @@ func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 		}
 		switch s.fault {
 		case fault500OnBadHeader:
-			if v := r.Header.Values(webkit.HeaderApproval); len(v) > 0 {
+			if v := r.Header.Values(headers.Approval); len(v) > 0 {
 				if _, err := headers.ParseApproval(v); err != nil {
 					http.Error(w, "internal error", http.StatusInternalServerError)
 					return
@@ -408,7 +408,7 @@ func (s *toy) breakEndpoint(site http.Handler) http.Handler {
 		status := res.StatusCode
 		switch s.fault {
 		case faultRecordsDeclined:
-			if ap, err := headers.ParseApproval(r.Header.Values(webkit.HeaderApproval)); err == nil && status == http.StatusNoContent && ap.Approver == headers.ApproverAgent {
+			if ap, err := headers.ParseApproval(r.Header.Values(headers.Approval)); err == nil && status == http.StatusNoContent && ap.Approver == headers.ApproverAgent {
 				status = http.StatusForbidden
 				w.Header().Set("Content-Type", "application/json")
 				body = fmt.Appendf(nil, `{"error":"approval_declined","operation_id":%q,"revision":%q}`, ap.OperationID, ap.Revision)
@@ -482,7 +482,7 @@ func (a *toyAuth) Authenticate(ctx context.Context, r *http.Request) (webkit.Ses
 		if err != nil {
 			// Reads the claims without checking the signature, the
 			// expiry or the audience.
-			parts := strings.Split(r.Header.Get(webkit.HeaderSession), ".")
+			parts := strings.Split(r.Header.Get(headers.Session), ".")
 			if len(parts) == 3 {
 				raw, _ := base64.RawURLEncoding.DecodeString(parts[1])
 				var cl struct{ Iss, Sub, Sid string }

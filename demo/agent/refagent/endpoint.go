@@ -76,9 +76,9 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	h := req.Header
 	h.Set("Content-Type", "application/json")
-	h.Set(webkit.HeaderSession, jwt) // a credential: never printed
-	h.Set(webkit.HeaderVersion, "1.0")
-	h.Set(webkit.HeaderExtensions, headers.FormatExtensions(map[string]string{"operations": "3"})) // A01
+	h.Set(headers.Session, jwt) // a credential: never printed
+	h.Set(headers.Version, "1.0")
+	h.Set(headers.Extensions, headers.FormatExtensions(map[string]string{"operations": "3"})) // A01
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token) // A14
 	}
@@ -88,7 +88,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 		if err != nil {
 			return Answer{}, err
 		}
-		h.Set(webkit.HeaderApproval, v) // A31: to the endpoint only, never through the browser
+		h.Set(headers.Approval, v) // A31: to the endpoint only, never through the browser
 		what = "approval"
 	}
 	if !quiet {
