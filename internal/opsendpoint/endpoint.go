@@ -290,10 +290,11 @@ func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
 }
 
 // approve makes checks 1–3 and records the approval (§6 "What the Company
-// checks"): the store answers as the first failing check says (W111).
+// checks"): the store answers as the first failing check says (W111). a is
+// the approval as headers.ParseApproval read it, the record the store keeps
+// (input_type already dropped with agent, W80; W81).
 func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, replay Replay) {
 	owner := session.Owner()
-	statement := a // as ParseApproval read it: input_type dropped with agent (W80)
 	now := e.now()
 	// The request's single-use key is used up by the first Record, before
 	// its checks: a replay records nothing.
@@ -303,7 +304,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		checks := once
 		checks.CheckOnly = true
 		once = store.RecordOptions{}
-		reply, err := e.Store.Record(ctx, owner, ref, statement, now, checks)
+		reply, err := e.Store.Record(ctx, owner, ref, a, now, checks)
 		if err != nil {
 			e.storeDown(w, err)
 			return
@@ -320,7 +321,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 	}
-	reply, err := e.Store.Record(ctx, owner, ref, statement, now, once)
+	reply, err := e.Store.Record(ctx, owner, ref, a, now, once)
 	if err != nil {
 		e.storeDown(w, err)
 		return
