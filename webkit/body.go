@@ -125,7 +125,7 @@ func (k *Kit) bodySpent(w http.ResponseWriter, r *http.Request) {
 		"opsgate: a middleware in front of the Gate read the request body and did not restore it, so the Gate can't know what the browser sent; nothing was performed. "+
 			"Put that middleware inside the Gate, have it restore r.Body, or have it parse the form (r.ParseForm, r.FormValue): the Gate then uses r.PostForm",
 		slog.String("path", r.URL.Path), slog.String("method", r.Method), slog.Int64("content_length", r.ContentLength))
-	k.observe(r.Context(), Event{Route: RouteGate, Outcome: "misconfigured", Reason: "body_read"})
+	k.observe(r.Context(), Event{Route: routeGate, Outcome: "misconfigured", Reason: "body_read"})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")

@@ -88,12 +88,12 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, joined := k.Sessions.SessionOf(r)
 			if !joined { // an ordinary browser: no store, no body read (W07)
-				k.observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "not_joined"})
+				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined"})
 				next.ServeHTTP(w, r)
 				return
 			}
 			if k.OwnLogin != nil && k.OwnLogin(r, s) { // §4 W56: own approval flow
-				k.observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "own_login"})
+				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "own_login"})
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -111,7 +111,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		return
 	}
 	if err != nil {
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		if errors.Is(err, errBodyTooLarge) {
 			pages.WriteTooLarge(w)
 			return
@@ -123,14 +123,14 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	act, err := describe(r)
 	restoreBody(r, body) // describe may have read it: the handler reads it again
 	if errors.Is(err, ErrNotGated) {
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: "not_gated"})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_gated"})
 		next.ServeHTTP(w, r)
 		return
 	}
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request"})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
@@ -140,7 +140,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		if err != nil {
 			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
 				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-			k.observe(r.Context(), Event{Route: RouteGate, Outcome: "invalid_request", Kind: act.kind()})
+			k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request", Kind: act.kind()})
 			pages.WriteBadRequest(w, err.Error())
 			return
 		}
@@ -159,10 +159,10 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	}
 	switch d.do {
 	case doPass:
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "passed", Reason: d.outcome, Kind: act.kind()})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: d.outcome, Kind: act.kind()})
 		next.ServeHTTP(w, r)
 	case doRefuse:
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: d.outcome, Kind: act.kind()})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: d.outcome, Kind: act.kind()})
 		k.refuse(w, r, d.reason, nil)
 	case doPerform:
 		k.perform(w, r, next, d.claim, act.kind())
@@ -285,7 +285,7 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		http.Error(w, "server error", http.StatusInternalServerError)
 		return
 	}
-	k.observe(r.Context(), Event{Route: RouteGate, Outcome: "waiting", Kind: kind})
+	k.observe(r.Context(), Event{Route: routeGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(HeaderOperation, hdr)
 	if k.Refused == nil && pages.WantsJSON(r) {
 		// A script gets {"error":"approval_required"} (W66): no Continue
@@ -405,11 +405,11 @@ func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, 
 	// An approval was used up (§6 W96); the outcome says what it became.
 	switch outcome {
 	case store.Done:
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "performed", Kind: kind})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "performed", Kind: kind})
 	case store.NotDone:
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "not_performed", Kind: kind})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "not_performed", Kind: kind})
 	default:
-		k.observe(r.Context(), Event{Route: RouteGate, Outcome: "unknown", Kind: kind})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unknown", Kind: kind})
 	}
 }
 

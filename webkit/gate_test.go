@@ -128,7 +128,6 @@ func newGateEnv(t testing.TB, st store.Store, c *clock) *gateEnv {
 		_, err := r.Cookie("site_login")
 		return err == nil
 	}
-	k.Sessions.(*CookieSessions).Clock = c.Now
 	e.kit = k
 	e.h = k.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.runs.Add(1)
@@ -1114,7 +1113,7 @@ func (o *countingObserver) snapshot() string {
 // Observe counts the Gate's issued operations and used-up approvals by
 // what they became; other events are another test's.
 func (o *countingObserver) Observe(_ context.Context, e Event) {
-	if e.Route != RouteGate {
+	if e.Route != routeGate {
 		return
 	}
 	switch e.Outcome {

@@ -392,7 +392,7 @@ func TestJoinConflict(t *testing.T) {
 		r.AddCookie(mark)
 		r.AddCookie(main)
 		later := newCookieSessions(testKeys...) // the Kit's keys
-		later.Clock = func() time.Time { return clk }
+		later.clock = func() time.Time { return clk }
 		if later.boundElsewhere(r, Session{Agent: b.ClientID, User: "usr_1"}) {
 			t.Error("an expired binding still conflicts")
 		}

@@ -50,7 +50,8 @@ type Kit struct {
 	// Session and gets the website's own approval flow: the wrapped handler
 	// (§4 W56). nil: no browser has one.
 	OwnLogin func(r *http.Request, s Session) bool
-	// Clock is the time; nil is time.Now. Tests move it instead of sleeping.
+	// Clock is the time, of the Gate and of the join cookies; nil is
+	// time.Now. Tests move it instead of sleeping.
 	Clock func() time.Time
 	// Logger gets the kit's logs; nil is slog.Default(). The kit never logs
 	// Poppy-Session, Authorization, the join cookie or a request body.
@@ -166,7 +167,9 @@ func New(keys ...[]byte) *Kit {
 	if k.err = checkKeys(keys...); k.err != nil {
 		return k
 	}
-	k.Sessions = newCookieSessions(keys...)
+	cs := newCookieSessions(keys...)
+	cs.clock = k.now // the join cookies read Kit.Clock
+	k.Sessions = cs
 	k.seal = newHandleSeal(keys)
 	return k
 }

@@ -27,12 +27,11 @@ type Observer interface {
 	StoreStep(ctx context.Context, step string, took time.Duration, err error)
 }
 
-// Routes an Event comes from.
+// Routes an Event comes from (Event.Route).
 const (
-	RouteGate     = "gate"     // the Gate, around a website's handler (§4)
-	RouteEndpoint = "endpoint" // the operations endpoint, for agents (§4, §6)
-	RouteJoin     = "join"     // the browser join (browser_session_endpoint)
-	RouteStatus   = "status"   // the waiting page's status route (W93)
+	routeGate   = "gate"   // the Gate, around a website's handler (§4)
+	routeJoin   = "join"   // the browser join (browser_session_endpoint)
+	routeStatus = "status" // the waiting page's status route (W93)
 )
 
 // Event is one answer of the kit. Outcome and Reason come from the fixed
@@ -65,6 +64,11 @@ const (
 // Status outcomes: the status answered ("waiting", "approved",
 // "performing", "performed"), "not_found" or "unavailable".
 type Event struct {
+	// Route is where the answer came from: "gate" (the Gate, around a
+	// website's handler, §4), "endpoint" (the operations endpoint, for
+	// agents, §4, §6), "join" (the browser join,
+	// browser_session_endpoint) or "status" (the waiting page's status
+	// route, W93).
 	Route   string
 	Outcome string
 	Reason  string

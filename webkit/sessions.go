@@ -56,8 +56,8 @@ type CookieSessions struct {
 	// Insecure drops the Secure attribute, for local development over
 	// plain http only.
 	Insecure bool
-	// Clock is the time; nil is time.Now.
-	Clock func() time.Time
+	// clock is the time: the Kit's Clock (New sets it); nil is time.Now.
+	clock func() time.Time
 
 	codecs  []securecookie.Codec
 	decoded decodedCookies
@@ -117,8 +117,8 @@ func (c *CookieSessions) maxAge() time.Duration {
 }
 
 func (c *CookieSessions) now() time.Time {
-	if c.Clock != nil {
-		return c.Clock()
+	if c.clock != nil {
+		return c.clock()
 	}
 	return time.Now()
 }

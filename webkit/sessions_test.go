@@ -61,7 +61,7 @@ func TestCookieSessionsRefuses(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
 	c := newCookieSessions(testKeys...)
-	c.Clock = clk.Now
+	c.clock = clk.Now
 	ck := bindCookie(t, c, sesOut)
 
 	tampered := *ck

@@ -88,7 +88,7 @@ func (k *Kit) Handler() http.Handler {
 func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	pages.NoStore(w.Header())
 	notFound := func() {
-		k.observe(r.Context(), Event{Route: RouteStatus, Outcome: "not_found"})
+		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "not_found"})
 		pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
 	}
 	s, joined := k.Sessions.SessionOf(r)
@@ -114,7 +114,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
 			slog.String("op", "lookup"), slog.String("error", err.Error()))
-		k.observe(r.Context(), Event{Route: RouteStatus, Outcome: "unavailable"})
+		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "unavailable"})
 		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
 		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
 		return
@@ -134,7 +134,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	switch status {
 	case store.Waiting, store.Approved, store.Performing, store.Performed:
-		k.observe(r.Context(), Event{Route: RouteStatus, Outcome: string(status)})
+		k.observe(r.Context(), Event{Route: routeStatus, Outcome: string(status)})
 		pages.WriteJSON(w, http.StatusOK, map[string]string{"status": string(status)})
 	default:
 		notFound()

@@ -147,7 +147,6 @@ func NewServer(cfg Config) (*Server, error) {
 	s.kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { return s.ownLogin(r) != "" }
 	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
-		cs.Clock = cfg.Clock
 	}
 
 	// The shop's own login: a signed, encrypted cookie naming the account.

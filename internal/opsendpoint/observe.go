@@ -42,7 +42,7 @@ func note(w http.ResponseWriter, outcome, reason string) {
 // event is the answer as the Observer sees it: the note, or what the
 // status says when nothing was noted.
 func (w *observedWriter) event() webkit.Event {
-	e := webkit.Event{Route: webkit.RouteEndpoint, Outcome: w.outcome, Reason: w.reason}
+	e := webkit.Event{Route: "endpoint", Outcome: w.outcome, Reason: w.reason}
 	if e.Outcome != "" {
 		return e
 	}

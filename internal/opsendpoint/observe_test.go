@@ -73,7 +73,7 @@ func TestEndpointEvents(t *testing.T) {
 			if res.status != tc.code {
 				t.Fatalf("status %d, want %d: %s", res.status, tc.code, res.raw)
 			}
-			tc.want.Route = webkit.RouteEndpoint
+			tc.want.Route = "endpoint"
 			if got := obs.last(t); got != tc.want {
 				t.Fatalf("observed %+v, want %+v", got, tc.want)
 			}
@@ -86,14 +86,14 @@ func TestEndpointEvents(t *testing.T) {
 	if res := f.post("out", other.Ref, approvalOf(other.Operation.ID, other.Operation.Revision, "")); res.status != 403 {
 		t.Fatalf("decline: %d %s", res.status, res.raw)
 	}
-	if got := obs.last(t); got != (webkit.Event{Route: webkit.RouteEndpoint, Outcome: "declined"}) {
+	if got := obs.last(t); got != (webkit.Event{Route: "endpoint", Outcome: "declined"}) {
 		t.Fatalf("decline observed %+v", got)
 	}
 	f.ep.Store = downStore{}
 	if res := f.post("out", other.Ref, ""); res.status != 503 {
 		t.Fatalf("store down: %d", res.status)
 	}
-	if got := obs.last(t); got != (webkit.Event{Route: webkit.RouteEndpoint, Outcome: "unavailable", Reason: "store"}) {
+	if got := obs.last(t); got != (webkit.Event{Route: "endpoint", Outcome: "unavailable", Reason: "store"}) {
 		t.Fatalf("store down observed %+v", got)
 	}
 }

@@ -29,9 +29,9 @@ func Example() {
 	// What the kit reports while a website runs (the Gate, the endpoint
 	// and the store call these).
 	ctx := context.Background()
-	obs.Observe(ctx, webkit.Event{Route: webkit.RouteGate, Outcome: "waiting", Kind: "exchange"})
-	obs.Observe(ctx, webkit.Event{Route: webkit.RouteEndpoint, Outcome: "recorded"})
-	obs.Observe(ctx, webkit.Event{Route: webkit.RouteEndpoint, Outcome: "refused", Reason: "check3"})
+	obs.Observe(ctx, webkit.Event{Route: "gate", Outcome: "waiting", Kind: "exchange"})
+	obs.Observe(ctx, webkit.Event{Route: "endpoint", Outcome: "recorded"})
+	obs.Observe(ctx, webkit.Event{Route: "endpoint", Outcome: "refused", Reason: "check3"})
 	obs.StoreStep(ctx, "take", 2*time.Millisecond, nil)
 	obs.StoreStep(ctx, "take", time.Second, errors.New("connection refused"))
 

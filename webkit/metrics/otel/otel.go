@@ -77,13 +77,13 @@ func (o *Observer) Observe(ctx context.Context, e webkit.Event) {
 	}
 	outcome, reason := attribute.String("outcome", e.Outcome), attribute.String("reason", e.Reason)
 	switch e.Route {
-	case webkit.RouteGate:
+	case "gate":
 		o.gate.Add(ctx, 1, metric.WithAttributes(outcome, reason, attribute.String("kind", o.kinds.Of(e.Kind))))
-	case webkit.RouteEndpoint:
+	case "endpoint":
 		o.endpoint.Add(ctx, 1, metric.WithAttributes(outcome, reason))
-	case webkit.RouteJoin:
+	case "join":
 		o.join.Add(ctx, 1, metric.WithAttributes(outcome, reason))
-	case webkit.RouteStatus:
+	case "status":
 		o.status.Add(ctx, 1, metric.WithAttributes(outcome))
 	}
 }

@@ -97,13 +97,13 @@ func (o *Observer) collectors() []prom.Collector {
 // Observe implements webkit.Observer.
 func (o *Observer) Observe(_ context.Context, e webkit.Event) {
 	switch e.Route {
-	case webkit.RouteGate:
+	case "gate":
 		o.gate.WithLabelValues(e.Outcome, e.Reason, o.kinds.Of(e.Kind)).Inc()
-	case webkit.RouteEndpoint:
+	case "endpoint":
 		o.endpoint.WithLabelValues(e.Outcome, e.Reason).Inc()
-	case webkit.RouteJoin:
+	case "join":
 		o.join.WithLabelValues(e.Outcome, e.Reason).Inc()
-	case webkit.RouteStatus:
+	case "status":
 		o.status.WithLabelValues(e.Outcome).Inc()
 	}
 }

@@ -2,11 +2,7 @@
 // website names its action kinds, a metric gets at most MaxKinds of them.
 package labels
 
-import (
-	"sync"
-
-	"github.com/opsgate/opsgate/webkit"
-)
+import "sync"
 
 // MaxKinds bounds the distinct action kinds a metric is labelled with;
 // the kinds seen after it are counted as "other".
@@ -39,11 +35,11 @@ func (k *Kinds) Of(kind string) string {
 	return kind
 }
 
-// Known reports whether route is one of the kit's routes, so an adapter
-// never makes a metric for anything else.
+// Known reports whether route is one of the kit's routes (webkit.Event's
+// Route), so an adapter never makes a metric for anything else.
 func Known(route string) bool {
 	switch route {
-	case webkit.RouteGate, webkit.RouteEndpoint, webkit.RouteJoin, webkit.RouteStatus:
+	case "gate", "endpoint", "join", "status":
 		return true
 	}
 	return false
