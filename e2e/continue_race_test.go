@@ -12,8 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/testenv"
-	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/webkit"
 )
 

@@ -1,7 +1,9 @@
 // Package templates holds the kit's browser-facing pages as a-h/templ
-// components (§4 "Websites"; see webkit/RULES.md). Package pages fills the views
-// and writes the responses; these components only render them, and templ
-// escapes every value they print.
+// components (§4 "Websites"; see webkit/RULES.md), and their views: the
+// kit fills the views and writes the responses; these components only
+// render them, and templ escapes every value they print. A website uses
+// Chrome (Kit.Chrome) and, in its own Kit.Refused, the Waiting view that
+// webkit.WaitingOf returns.
 package templates
 
 import "github.com/a-h/templ"

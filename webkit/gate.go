@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
 )

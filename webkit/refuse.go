@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/templates"
 )
 
@@ -25,7 +25,8 @@ type waitingKey struct{}
 
 // WaitingOf returns the waiting page's view while the Gate refuses with
 // ErrApprovalRequired: the Continue control and the status route for
-// auto-continue (W62, W93). false for any other request.
+// auto-continue (W62, W93). false for any other request. A Kit.Refused
+// that changes the view renders it with templates.WaitingPage, status 403.
 func WaitingOf(r *http.Request) (templates.Waiting, bool) {
 	v, ok := r.Context().Value(waitingKey{}).(*templates.Waiting)
 	if !ok {

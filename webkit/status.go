@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/store"
 )
 

@@ -28,10 +28,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/vocab"
-	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )

@@ -18,7 +18,7 @@ import (
 	"github.com/justinas/nosurf"
 
 	"github.com/opsgate/opsgate/endpoint"
-	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
