@@ -70,12 +70,18 @@ var ErrNotGated = errors.New("webkit: request not gated")
 //     whatever its method (W07, W56).
 //   - describe says which action the request asks for; ErrNotGated passes
 //     it through.
-//   - A Session that did not declare operations v3 gets extension_required
-//     or the website's own flow (W11, W12).
+//   - A Session that did not declare operations v3 gets extension_required,
+//     or the website's own flow with Kit.OwnFlowOnMissingExtension (W11,
+//     W12).
 //   - Otherwise one store.Take: the first-recorded matching approval is
 //     used up and the handler runs once, its status deciding the outcome
 //     (W94–W97); or, with none, the operation is issued and the answer is
 //     403 with Poppy-Operation (W52, W53, W99).
+//
+// decide makes each of these decisions; serveSession carries them out.
+// Every refusal (approval required, extension required, store down, busy,
+// outcome unknown, rate limited) is answered by Kit.Refused, whose default
+// is Kit.Refuse.
 //
 // A gated route still needs CSRF protection of its own (such as
 // net/http.CrossOriginProtection); the Gate does not provide it.
@@ -83,7 +89,7 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 	if describe == nil {
 		panic("webkit: Gate: describe is nil")
 	}
-	k.mustCheck() // keys New refused: stop the website while it is wired
+	k.mustCheck() // a Kit that can't work: stop the website while it is wired
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s, joined := k.Sessions.SessionOf(r)

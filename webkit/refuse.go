@@ -46,10 +46,14 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *te
 	if status := refusedStatus(reason); status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		h.Set("Retry-After", pages.RetryAfter(k.retryAfter()))
 	}
-	if k.Refused == nil && v == nil {
+	if k.Refused == nil {
 		// The kit's own answer reads no context value: spare the
 		// allocations of one.
-		k.refuseFor(w, r, reason, templates.Waiting{})
+		var view templates.Waiting
+		if v != nil {
+			view = *v
+		}
+		k.refuseFor(w, r, reason, view)
 		return
 	}
 	ctx := context.WithValue(r.Context(), failureKey{}, reason)
