@@ -39,7 +39,7 @@ const churnJS = `<script>(function () {
 // the kit's own.
 func replaceWaiting(k *webkit.Kit, h http.HandlerFunc) {
 	k.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := webkit.WaitingOf(r); !ok {
+		if _, ok := pages.WaitingOf(r); !ok {
 			k.Refuse(w, r)
 			return
 		}
@@ -49,7 +49,7 @@ func replaceWaiting(k *webkit.Kit, h http.HandlerFunc) {
 
 // churningWaiting is the kit's own waiting page with churnJS added.
 func churningWaiting(w http.ResponseWriter, r *http.Request) {
-	v, _ := webkit.WaitingOf(r)
+	v, _ := pages.WaitingOf(r)
 	rec := httptest.NewRecorder()
 	pages.WriteWaiting(rec, r, v)
 	for k, vs := range rec.Header() {

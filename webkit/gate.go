@@ -16,7 +16,6 @@ import (
 	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/templates"
 )
 
 // Action is what a gated request asks for, as the website describes it
@@ -300,7 +299,7 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		return
 	}
 	base := k.basePath()
-	v := templates.Waiting{
+	v := pages.Waiting{
 		Continue:  continueOf(r, body),
 		ScriptURL: base + "waiting.js",
 		StyleURL:  base + "opsgate.css",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/pages"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -1483,7 +1484,7 @@ func TestGateReplaceablePages(t *testing.T) {
 	e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reason := FailureReason(r)
 		reasons <- reason
-		if v, ok := WaitingOf(r); ok != errors.Is(reason, ErrApprovalRequired) || ok && v.Continue.Method != "POST" {
+		if v, ok := pages.WaitingOf(r); ok != errors.Is(reason, ErrApprovalRequired) || ok && v.Continue.Method != "POST" {
 			t.Errorf("WaitingOf: %+v %v", v, ok)
 		}
 		if w.Header().Get("Cache-Control") != "no-store" {

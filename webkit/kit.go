@@ -97,8 +97,9 @@ type Kit struct {
 	// names the operation (W64):
 	//
 	//	ErrApprovalRequired   403, the waiting page (W65) or, for a script,
-	//	                      {"error":"approval_required"} (W66); WaitingOf
-	//	                      gives the page's view
+	//	                      {"error":"approval_required"} (W66); kit.Refuse
+	//	                      writes the kit's, whose Continue repeats the
+	//	                      request (W62), in Chrome
 	//	ErrExtensionRequired  403 {"error":"extension_required",
 	//	                      "extension":"operations"} (§2 W11, W12)
 	//	ErrStoreUnavailable   503: nothing was performed (§7 W143)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/opsgate/opsgate/internal/pages"
-	"github.com/opsgate/opsgate/templates"
 )
 
 // failureKey is the context value that carries why the Gate refused.
@@ -21,26 +20,12 @@ func FailureReason(r *http.Request) error {
 	return err
 }
 
-type waitingKey struct{}
-
-// WaitingOf returns the waiting page's view while the Gate refuses with
-// ErrApprovalRequired: the Continue control and the status route for
-// auto-continue (W62, W93). false for any other request. A Kit.Refused
-// that changes the view renders it with templates.WaitingPage, status 403.
-func WaitingOf(r *http.Request) (templates.Waiting, bool) {
-	v, ok := r.Context().Value(waitingKey{}).(*templates.Waiting)
-	if !ok {
-		return templates.Waiting{}, false
-	}
-	return *v, true
-}
-
 // refuse answers a request the Gate does not hand to the handler, for
 // reason (which wraps one of the Err… of FailureReason): it sets the
 // headers the protocol needs whoever answers (no-store, W68; Retry-After
 // of a 503 or 429, W143), then calls Kit.Refused, or Kit.Refuse when it is
 // nil. v is the waiting page's view, for ErrApprovalRequired only.
-func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *templates.Waiting) {
+func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *pages.Waiting) {
 	h := w.Header()
 	pages.NoStore(h)
 	if status := refusedStatus(reason); status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
@@ -49,7 +34,7 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *te
 	if k.Refused == nil {
 		// The kit's own answer reads no context value: spare the
 		// allocations of one.
-		var view templates.Waiting
+		var view pages.Waiting
 		if v != nil {
 			view = *v
 		}
@@ -58,7 +43,7 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *te
 	}
 	ctx := context.WithValue(r.Context(), failureKey{}, reason)
 	if v != nil {
-		ctx = context.WithValue(ctx, waitingKey{}, v)
+		ctx = pages.WithWaiting(ctx, v)
 	}
 	r = r.WithContext(ctx)
 	if k.Refused != nil {
@@ -91,12 +76,12 @@ func (k *Kit) Refuse(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "webkit: Kit.Refuse outside a refusal", http.StatusInternalServerError)
 		return
 	}
-	v, _ := WaitingOf(r)
+	v, _ := pages.WaitingOf(r)
 	k.refuseFor(w, r, reason, v)
 }
 
-func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v templates.Waiting) {
-	page := templates.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome}
+func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v pages.Waiting) {
+	page := pages.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome}
 	switch {
 	case errors.Is(reason, ErrApprovalRequired):
 		// A script gets {"error":"approval_required"} (W66).

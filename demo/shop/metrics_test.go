@@ -17,7 +17,7 @@ func newMetricsShop(t *testing.T, metrics bool) (*Server, *webkittest.Site) {
 	c := testclock.At(t0)
 	site := webkittest.New("https://shop.test")
 	site.Clock = c.Now
-	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.AgentClient(), Metrics: metrics})
+	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.Resolver().HTTPClient, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +35,12 @@ func newMetricsShop(t *testing.T, metrics bool) (*Server, *webkittest.Site) {
 func TestMetricsAfterFlows(t *testing.T) {
 	t.Parallel()
 	s, site := newMetricsShop(t, true)
+	var issued []string // the access tokens of the signed-in Sessions
+	site.IssueAccessToken = func(clientID, account string) (string, error) {
+		tok, err := s.IssueAccessToken(clientID, account)
+		issued = append(issued, tok)
+		return tok, err
+	}
 	agent := site.NewAgent()
 	out := agent.Session("usr_metrics_1")
 	in := agent.SignedInSession("usr_metrics_1", shopdb.DemoAccount)
@@ -71,7 +77,7 @@ func TestMetricsAfterFlows(t *testing.T) {
 
 	// No Session, token, operation_id or ref, nor the agent or its User.
 	never := map[string]string{
-		"signed-out sid": out.SID, "signed-in sid": in.SID, "access token": in.AccessToken,
+		"signed-out sid": out.SID, "signed-in sid": in.SID, "access token": issued[0],
 		"exchange ref": first.Ref, "cancel ref": second.Ref,
 		"exchange operation_id": opExchange, "cancel operation_id": opCancel,
 		"client_id": agent.ClientID(), "User": "usr_metrics_1", "account": shopdb.DemoAccount,

@@ -19,7 +19,7 @@ func newHarnessShop(t *testing.T) (*Server, *webkittest.Site, *clock) {
 	c := testclock.At(t0)
 	site := webkittest.New("https://shop.test")
 	site.Clock = c.Now
-	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.AgentClient()})
+	s, err := NewServer(Config{BaseURL: site.Origin, Clock: c.Now, Logger: quiet, HTTPClient: site.Resolver().HTTPClient})
 	if err != nil {
 		t.Fatal(err)
 	}

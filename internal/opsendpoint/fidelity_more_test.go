@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -51,7 +52,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	kit.Store = st
 	kit.Clock = s.clock.Now
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := s.site.Verifier(st)
+	verifier := &identity.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
 	mux.Handle("POST /poppy/join", kit.JoinHandler(s.site.JoinURL, verifier, s.site.AccessTokens()))
@@ -189,7 +190,7 @@ func TestNotPerformedThenExpiredIsInvalid(t *testing.T) {
 			}
 			s.clock.Add(last.Sub(s.clock.Now()) + time.Second)
 			for _, ref := range []string{first.Ref, repeat.Ref} {
-				for what, a := range map[string]*webkittest.Answer{
+				for what, a := range map[string]*webkittest.Response{
 					"lookup":                    ses.Lookup(ref),
 					"the used-up approval":      ses.Send(ref, approval(op)),
 					"an approval of the latest": ses.Send(ref, approval(again)),
@@ -239,7 +240,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 			refused := func(state string) {
 				t.Helper()
 				for _, near := range nearRefs(first.Ref) {
-					for what, a := range map[string]*webkittest.Answer{
+					for what, a := range map[string]*webkittest.Response{
 						"lookup":   ses.Lookup(near),
 						"approval": ses.Send(near, approval(op)),
 					} {

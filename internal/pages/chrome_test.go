@@ -31,22 +31,22 @@ func TestChromeFramesThePages(t *testing.T) {
 	pagesOf := map[string]func() string{
 		"waiting": func() string {
 			rec := httptest.NewRecorder()
-			WriteWaiting(rec, r, templates.Waiting{Continue: templates.Continue{Method: "POST", Action: "/x"}, StyleURL: "/_opsgate/opsgate.css", StatusURL: "/_opsgate/status?w=sealed", Chrome: chrome})
+			WriteWaiting(rec, r, Waiting{Continue: Continue{Method: "POST", Action: "/x"}, StyleURL: "/_opsgate/opsgate.css", StatusURL: "/_opsgate/status?w=sealed", Chrome: chrome})
 			return rec.Body.String()
 		},
 		"unavailable": func() string {
 			rec := httptest.NewRecorder()
-			WriteUnavailable(rec, r, time.Second, templates.Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
+			WriteUnavailable(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
 			return rec.Body.String()
 		},
 		"rate limited": func() string {
 			rec := httptest.NewRecorder()
-			WriteRateLimited(rec, r, time.Second, templates.Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
+			WriteRateLimited(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
 			return rec.Body.String()
 		},
 		"outcome unknown": func() string {
 			rec := httptest.NewRecorder()
-			WriteOutcomeUnknown(rec, r, time.Second, templates.Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
+			WriteOutcomeUnknown(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
 			return rec.Body.String()
 		},
 	}
@@ -78,7 +78,7 @@ func TestChromeFramesThePages(t *testing.T) {
 	}
 	// Without chrome: the kit's plain card, no frame.
 	rec := httptest.NewRecorder()
-	WriteWaiting(rec, r, templates.Waiting{StyleURL: "/s.css"})
+	WriteWaiting(rec, r, Waiting{StyleURL: "/s.css"})
 	if strings.Contains(rec.Body.String(), "opsgate-framed") || !strings.Contains(rec.Body.String(), "<title>Waiting for approval</title>") {
 		t.Errorf("plain page: %s", rec.Body)
 	}

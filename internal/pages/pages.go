@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/a-h/templ"
-	"github.com/opsgate/opsgate/templates"
 )
 
 // NoStore marks a response as never to be stored (§4 W68) and varies it on
@@ -129,13 +128,13 @@ func qvalue(params string) int {
 // WriteWaiting answers a gated request that waits for approval: 403 with the
 // waiting page (W65) or {"error":"approval_required"} (W66). The caller sets
 // Poppy-Operation before; this sets Cache-Control and Vary (W68).
-func WriteWaiting(w http.ResponseWriter, r *http.Request, v templates.Waiting) {
+func WriteWaiting(w http.ResponseWriter, r *http.Request, v Waiting) {
 	NoStore(w.Header())
 	if WantsJSON(r) {
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "approval_required"})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusForbidden, templates.WaitingPage(v))
+	writeHTML(w, r.Context(), http.StatusForbidden, WaitingPage(v))
 }
 
 // WriteExtensionRequired refuses a gated request whose Session did not
@@ -150,8 +149,8 @@ func WriteExtensionRequired(w http.ResponseWriter) {
 // WriteUnavailable answers 503 with Retry-After (§7 W143): the store is
 // down or the operation is being performed. Nothing was performed, and the
 // answer never says the action failed (W142).
-func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
-	write503(w, r, retryAfter, "temporarily_unavailable", templates.UnavailablePage(v))
+func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+	write503(w, r, retryAfter, "temporarily_unavailable", UnavailablePage(v))
 }
 
 // WriteOutcomeUnknown answers 503 with Retry-After for an action whose
@@ -159,15 +158,15 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 // performing it (§7 W142, W143). It may have taken effect, so the answer
 // never says it failed; the operation stays performing until the website
 // knows, and a retry never performs it twice.
-func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
-	write503(w, r, retryAfter, "outcome_unknown", templates.OutcomeUnknownPage(v))
+func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+	write503(w, r, retryAfter, "outcome_unknown", OutcomeUnknownPage(v))
 }
 
 // WriteRateLimited answers 429 with Retry-After for a gated request that
 // would open one operation more than the owner's or the agent's cap
 // (webkit/RULES.md "Bounded work"): nothing was performed or issued.
-func WriteRateLimited(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v templates.Unavailable) {
-	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", templates.RateLimitedPage(v))
+func WriteRateLimited(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
+	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", RateLimitedPage(v))
 }
 
 // write503 answers 503 with Retry-After: see writeRetry.

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/opsgate/opsgate/templates"
 )
 
 func TestWantsJSON(t *testing.T) {
@@ -49,8 +47,8 @@ func TestWantsJSON(t *testing.T) {
 
 func TestWriteWaitingW64W68(t *testing.T) {
 	t.Parallel()
-	v := templates.Waiting{
-		Continue:  templates.Continue{Method: "POST", Action: "/x", Fields: []templates.Field{{Name: "a", Value: `"><script>alert(1)</script>`}}},
+	v := Waiting{
+		Continue:  Continue{Method: "POST", Action: "/x", Fields: []Field{{Name: "a", Value: `"><script>alert(1)</script>`}}},
 		StatusURL: "/_opsgate/status?w=h",
 		ScriptURL: "/_opsgate/waiting.js",
 		StyleURL:  "/_opsgate/opsgate.css",
@@ -84,7 +82,7 @@ func TestWriteUnavailableAndExtensionRequired(t *testing.T) {
 	t.Parallel()
 	r := httptest.NewRequest("POST", "/x", nil)
 	rec := httptest.NewRecorder()
-	WriteUnavailable(rec, r, 1500*time.Millisecond, templates.Unavailable{StyleURL: "/s.css"})
+	WriteUnavailable(rec, r, 1500*time.Millisecond, Unavailable{StyleURL: "/s.css"})
 	if rec.Code != 503 || rec.Header().Get("Retry-After") != "1" || !strings.Contains(rec.Body.String(), "Try again") {
 		t.Errorf("%d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
@@ -102,9 +100,9 @@ func TestPagesWhenTheClientHasGone(t *testing.T) {
 	r := httptest.NewRequestWithContext(ctx, "POST", "/exchange", nil)
 	r.Header.Set("Accept", "text/html")
 	for name, write := range map[string]func(http.ResponseWriter){
-		"unavailable": func(w http.ResponseWriter) { WriteUnavailable(w, r, time.Second, templates.Unavailable{}) },
-		"unknown":     func(w http.ResponseWriter) { WriteOutcomeUnknown(w, r, time.Second, templates.Unavailable{}) },
-		"waiting":     func(w http.ResponseWriter) { WriteWaiting(w, r, templates.Waiting{}) },
+		"unavailable": func(w http.ResponseWriter) { WriteUnavailable(w, r, time.Second, Unavailable{}) },
+		"unknown":     func(w http.ResponseWriter) { WriteOutcomeUnknown(w, r, time.Second, Unavailable{}) },
+		"waiting":     func(w http.ResponseWriter) { WriteWaiting(w, r, Waiting{}) },
 	} {
 		w := httptest.NewRecorder()
 		write(w)

@@ -35,8 +35,13 @@
 // does.
 //
 // The Mount verifies with the harness's agents through Resolver:
-// site.Resolver() and AccessTokens: site.AccessTokens(); a website that
-// wires the join on its own verifies with site.Verifier(kit.Store).
+// site.Resolver() and AccessTokens: site.AccessTokens(). A website that
+// builds its own identity.Resolver gives it site.Resolver().HTTPClient,
+// which reaches the harness's agents and nothing else.
+//
+// Every answer is a *Response: the site's to a browser (Ref, Continue)
+// or the operations endpoint's to the agent (Error, Operation, Status,
+// Decline). Check its Err first.
 //
 // The harness lives under webkit because it needs only the kit's protocol
 // vocabulary and agent identity: it reaches the operations endpoint over
@@ -67,16 +72,11 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
-)
-
-// Default paths of the join and the operations endpoint on the site.
-const (
-	DefaultJoinPath     = "/poppy/join"
-	DefaultEndpointPath = "/poppy/operations"
 )
 
 // Site is the website under test, as the harness's agents and browsers
@@ -88,15 +88,14 @@ type Site struct {
 	// Secure cookie over https only.
 	Origin string
 	// JoinURL and EndpointURL are where the site mounts the browser join
-	// and the operations endpoint; New sets them to the default paths on
-	// Origin.
+	// and the operations endpoint; New sets them to the default paths,
+	// /poppy/join and /poppy/operations on Origin.
 	JoinURL, EndpointURL string
 	// Handler serves the whole site. Set it before the first request.
 	Handler http.Handler
 	// Clock is the time of the agents' tokens and of the verifiers the
 	// harness makes; nil is time.Now. Set it before calling Resolver,
-	// Verifier, AccessTokens or NewAgent, and give the site's Kit the same
-	// clock.
+	// AccessTokens or NewAgent, and give the site's Kit the same clock.
 	Clock func() time.Time
 	// IssueAccessToken issues the access token of a signed-in Session: by
 	// default an RFC 9068 token from the harness's own issuer, which
@@ -122,8 +121,8 @@ func New(origin string) *Site {
 	}
 	s := &Site{
 		Origin:      origin,
-		JoinURL:     origin + DefaultJoinPath,
-		EndpointURL: origin + DefaultEndpointPath,
+		JoinURL:     origin + "/poppy/join",
+		EndpointURL: origin + "/poppy/operations",
 		issuerKey:   key,
 		issuerKID:   "webkittest",
 		agents:      map[string]*Agent{},
@@ -141,11 +140,13 @@ func (s *Site) now() time.Time {
 	return time.Now()
 }
 
-// Resolver is the agent-identity resolver for the site's Verifier: it
-// fetches the harness's agents' metadata and keys in-process. Their
-// client_ids are https URLs on hosts under .webkittest.invalid, so no
-// address check is relaxed (the Resolver's AllowLocal stays off). The
-// same Resolver is returned on every call, so its cache is shared.
+// Resolver is the agent-identity resolver for the site's endpoint and
+// join: it fetches the harness's agents' metadata and keys in-process.
+// Their client_ids are https URLs on hosts under .webkittest.invalid, so
+// no address check is relaxed (the Resolver's AllowLocal stays off). The
+// same Resolver is returned on every call, so its cache is shared. Its
+// HTTPClient reaches the harness's agents and nothing else, for a site
+// that builds its own Resolver.
 func (s *Site) Resolver() *identity.Resolver {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,23 +154,9 @@ func (s *Site) Resolver() *identity.Resolver {
 		// A RoundTripper that is not an *http.Transport is used as it is:
 		// the Resolver's hook for a transport that does its own checks.
 		// This one reaches only the harness's agents.
-		s.resolver = &identity.Resolver{HTTPClient: s.AgentClient(), Clock: s.Clock}
+		s.resolver = &identity.Resolver{HTTPClient: &http.Client{Transport: agentTransport{s}}, Clock: s.Clock}
 	}
 	return s.resolver
-}
-
-// AgentClient is the HTTP client that fetches the harness's agents'
-// metadata and keys in-process, for a site that builds its own Resolver
-// (identity.Resolver's HTTPClient). It reaches nothing else.
-func (s *Site) AgentClient() *http.Client {
-	return &http.Client{Transport: agentTransport{s}}
-}
-
-// Verifier is a Session JWT and join assertion verifier for the site:
-// Origin as the audience, the harness's Resolver, replay on st (such as
-// the site's store.Store).
-func (s *Site) Verifier(st identity.ReplayStore) *identity.Verifier {
-	return &identity.Verifier{Origin: s.Origin, Resolver: s.Resolver(), Replay: st, Clock: s.Clock}
 }
 
 // AccessTokens verifies the access tokens the default IssueAccessToken
@@ -220,12 +207,6 @@ type Agent struct {
 // ClientID is the agent's client_id.
 func (a *Agent) ClientID() string { return a.keys.ClientID }
 
-// RotateKey replaces the agent's long-term key with a new one under a new
-// kid, to test a key change: the old key leaves its JWKS, and the
-// delegation it signed (the agent's tokens until it expires) stops
-// verifying once the site's Resolver reloads the JWKS.
-func (a *Agent) RotateKey() error { return a.keys.Rotate() }
-
 func (a *Agent) delegation() *agentside.Delegation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -242,7 +223,7 @@ func (a *Agent) delegation() *agentside.Delegation {
 // Session starts a signed-out Session for the pairwise User ID user, with
 // a new random sid.
 func (a *Agent) Session(user string) *Session {
-	return &Session{Agent: a, SID: "ses_" + rand.Text()[:16], User: user}
+	return &Session{agent: a, SID: "ses_" + rand.Text()[:16], user: user}
 }
 
 // SignedInSession starts a Session for user signed in to account: it
@@ -253,35 +234,37 @@ func (a *Agent) SignedInSession(user, account string) *Session {
 	if err != nil {
 		panic(fmt.Sprintf("webkittest: access token: %v", err))
 	}
-	s.Account, s.AccessToken = account, tok
+	s.accessToken = tok
 	return s
 }
 
-// Session is one of an agent's Sessions.
+// Session is one of an agent's Sessions, signed in (an access token goes
+// with its requests) or out.
 type Session struct {
-	Agent *Agent
-	SID   string
-	User  string
-	// Account and AccessToken are set for a signed-in Session.
-	Account     string
-	AccessToken string
+	// SID is the Session's sid, which the site's Poppy-Operation names.
+	SID string
+
+	agent       *Agent
+	user        string
+	accessToken string // a signed-in Session's
 }
 
-// Declared is what a join declares by default: the operations extension,
+// declared is what a join declares by default: the operations extension,
 // version 3.
-const Declared = `"operations";v="3"`
+const declared = `"operations";v="3"`
 
 // Join joins a new browser to the Session through the site's join,
 // declaring the operations extension (version 3). It returns an error when
 // the site refuses the join.
-func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(Declared) }
+func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(declared) }
 
 // JoinDeclaring joins a new browser declaring extensions (a
-// Poppy-Extensions value; "" declares none).
+// Poppy-Extensions value; "" declares none), to test what the site does
+// for a Session without the operations extension (W11, W12).
 func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
-	site := s.Agent.site
-	assertion, err := s.Agent.delegation().BrowserAssertion(agentside.BrowserClaims{
-		SessionClaims: agentside.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.User, AccessToken: s.AccessToken, Lifetime: 30 * time.Second},
+	site := s.agent.site
+	assertion, err := s.agent.delegation().BrowserAssertion(agentside.BrowserClaims{
+		SessionClaims: agentside.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.user, AccessToken: s.accessToken, Lifetime: 30 * time.Second},
 		ReturnTo:      site.Origin + "/",
 		Extensions:    extensions,
 	})
@@ -289,11 +272,11 @@ func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 		panic(fmt.Sprintf("webkittest: join assertion: %v", err))
 	}
 	form := url.Values{"assertion": {assertion}}
-	if s.AccessToken != "" {
-		form.Set("access_token", s.AccessToken)
+	if s.accessToken != "" {
+		form.Set("access_token", s.accessToken)
 	}
 	b := site.Browser()
-	b.Session = s
+	b.session = s
 	// Posted from the agent's own page, so with no same-origin headers.
 	res := b.send(&request{method: http.MethodPost, url: site.JoinURL, contentType: "application/x-www-form-urlencoded", accept: "text/html", body: []byte(form.Encode())})
 	if res.Err != nil {
@@ -309,9 +292,6 @@ func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 // Browser is a browser with its own cookies: ordinary (Site.Browser) or
 // joined to a Session (Session.Join).
 type Browser struct {
-	// Session is the Session the browser is joined to; nil for an ordinary
-	// browser.
-	Session *Session
 	// Header is added to every request the browser sends: what a real
 	// page's request carries and the site checks, such as a CSRF token
 	// header. Set it before sending. Its fields replace those the browser
@@ -320,10 +300,11 @@ type Browser struct {
 	// them.
 	Header http.Header
 
-	site   *Site
-	client *http.Client
-	mu     sync.Mutex
-	last   *request
+	session *Session // the Session it is joined to; nil for an ordinary browser
+	site    *Site
+	client  *http.Client
+	mu      sync.Mutex
+	last    *request
 }
 
 type request struct {
@@ -332,22 +313,36 @@ type request struct {
 	header                           http.Header // set by the browser; Browser.Header replaces them
 }
 
-// Response is the site's answer to a browser's request.
+// Response is the site's answer: to a browser's request (Browser's
+// methods, Continue), or the operations endpoint's to the agent
+// (Session's methods).
 type Response struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
-	// Ref is the ref of a Poppy-Operation naming the browser's own
-	// Session's sid (an agent ignores any other, A10); "" when there is
-	// none.
-	Ref string
-	// URL is the address of the request: the page's, against which its
-	// links and forms resolve.
-	URL string
 	// Err is set when the request could not be sent, or the handler
-	// panicked, or Continue could not press the page's Continue.
+	// panicked, or Continue could not press the page's Continue. Check it
+	// first.
 	Err error
 
+	// Ref, in a browser's answer, is the ref of a Poppy-Operation naming
+	// the browser's own Session's sid (an agent ignores any other, A10);
+	// "" when there is none.
+	Ref string
+
+	// Error, in the agent's answer, is the body's "error":
+	// "approval_required", "approval_declined", "invalid_request",
+	// "sign_in_required", …; "" for none.
+	Error string
+	// Operation is the operation of an approval_required answer.
+	Operation *webkit.Operation
+	// Status is the status answer's "status": "approved", "performing" or
+	// "performed".
+	Status string
+	// Decline is the body of an approval_declined answer.
+	Decline *webkit.Decline
+
+	url     string // the request's, against which the page's links and forms resolve
 	browser *Browser
 	req     *request
 }
@@ -417,22 +412,22 @@ func (b *Browser) AgainConcurrently(n int) []*Response {
 	return out
 }
 
-// ContinueControl reads the waiting page's Continue control, to look at
-// what pressing it would send. It fails with ErrNotWaitingPage when the
-// answer is not a waiting page (403, text/html, with Poppy-Operation:
-// a script's JSON 403 is not one), and as ParseContinue does.
-func (r *Response) ContinueControl() (*ContinueControl, error) {
+// continueControl reads the waiting page's Continue control. It fails
+// when the answer is not a waiting page (403, text/html, with
+// Poppy-Operation: a script's JSON 403 is not one), and as
+// continueform.Parse does.
+func (r *Response) continueControl() (*continueform.Control, error) {
 	switch {
 	case r == nil || r.browser == nil:
-		return nil, fmt.Errorf("%w: no page was loaded", ErrNotWaitingPage)
+		return nil, fmt.Errorf("%w: no page was loaded", errNotWaitingPage)
 	case r.Err != nil:
-		return nil, fmt.Errorf("%w: the request failed: %w", ErrNotWaitingPage, r.Err)
+		return nil, fmt.Errorf("%w: the request failed: %w", errNotWaitingPage, r.Err)
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
 	switch {
 	case r.StatusCode == http.StatusForbidden && len(r.Header.Values(webkit.HeaderOperation)) > 0 && mt == "application/json":
-		return nil, fmt.Errorf("%w: the answer is a script's JSON 403, which has no Continue: a page script repeats its request (opsgate.fetch), as Browser.Again does", ErrNotWaitingPage)
+		return nil, fmt.Errorf("%w: the answer is a script's JSON 403, which has no Continue: a page script repeats its request (opsgate.fetch), as Browser.Again does", errNotWaitingPage)
 	case r.StatusCode != http.StatusForbidden || len(r.Header.Values(webkit.HeaderOperation)) == 0 || mt != "text/html":
 		op := "no Poppy-Operation"
 		if len(r.Header.Values(webkit.HeaderOperation)) > 0 {
@@ -442,9 +437,9 @@ func (r *Response) ContinueControl() (*ContinueControl, error) {
 		if mt == "text/plain" { // such as a CSRF library's refusal; a page may carry a token, so is not shown
 			why = fmt.Sprintf(": %.200q", bytes.TrimSpace(r.Body))
 		}
-		return nil, fmt.Errorf("%w: %s %s answered %d %q with %s, not 403 text/html with Poppy-Operation%s", ErrNotWaitingPage, r.req.method, r.URL, r.StatusCode, ct, op, why)
+		return nil, fmt.Errorf("%w: %s %s answered %d %q with %s, not 403 text/html with Poppy-Operation%s", errNotWaitingPage, r.req.method, r.url, r.StatusCode, ct, op, why)
 	}
-	return ParseContinue(r.URL, r.Body)
+	return continueform.Parse(r.url, r.Body)
 }
 
 // Continue presses the waiting page's Continue, as the person (or the
@@ -454,13 +449,16 @@ func (r *Response) ContinueControl() (*ContinueControl, error) {
 // cookies and the headers a browser sends (Referer: the page).
 //
 // It first checks that the control makes the request that got the page
-// again (ContinueControl.Repeats): when it does not, as when a middleware
-// read the body before the Gate and the form lost its fields, nothing is
-// sent and Err says which fields are missing or changed. Err is also set
-// when r is not a waiting page, or the page has no Continue or says its
-// request can't be repeated; StatusCode is then 0. Check Err.
+// again: the same method and URL, and for a POST the same fields encoded
+// the same way (a field named like a CSRF token may get a fresh value).
+// When it does not, as when a middleware read the body before the Gate
+// and the form lost its fields, nothing is sent and Err says which fields
+// are missing, added or changed (never a token's value). Err is also set
+// when r is not a waiting page, or the page has no Continue, or says its
+// request can't be repeated (ErrNotRepeatable); StatusCode is then 0.
+// Check Err.
 func (r *Response) Continue() *Response {
-	c, err := r.ContinueControl()
+	c, err := r.continueControl()
 	if err != nil {
 		return &Response{Err: fmt.Errorf("webkittest: Continue: %w", err)}
 	}
@@ -472,7 +470,7 @@ func (r *Response) Continue() *Response {
 	if c.Method == http.MethodGet {
 		h.Del("Origin") // a navigation's GET carries none
 	}
-	h.Set("Referer", r.URL)
+	h.Set("Referer", r.url)
 	return r.browser.send(&request{method: c.Method, url: c.URL, contentType: ct, accept: "text/html", body: body, header: h})
 }
 
@@ -495,7 +493,7 @@ func (b *Browser) send(r *request) *Response {
 	b.mu.Unlock()
 	req, err := http.NewRequest(r.method, r.url, bytes.NewReader(r.body))
 	if err != nil {
-		return &Response{Err: err, URL: r.url, browser: b, req: r}
+		return &Response{Err: err, url: r.url, browser: b, req: r}
 	}
 	for k, v := range r.header {
 		req.Header[k] = v
@@ -509,99 +507,82 @@ func (b *Browser) send(r *request) *Response {
 	req.Header.Set("Accept", r.accept)
 	res, err := b.client.Do(req)
 	if err != nil {
-		return &Response{Err: err, URL: r.url, browser: b, req: r}
+		return &Response{Err: err, url: r.url, browser: b, req: r}
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, URL: r.url, browser: b, req: r}
-	if b.Session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
-		if sid, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.Session.SID {
+	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: r.url, browser: b, req: r}
+	if b.session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
+		if sid, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.session.SID {
 			out.Ref = ref
 		}
 	}
 	return out
 }
 
-// Answer is the operations endpoint's answer to the agent.
-type Answer struct {
-	StatusCode int
-	Header     http.Header
-	Body       []byte
-	// Error is the body's "error": "approval_required", "approval_declined",
-	// "invalid_request", "sign_in_required", …; "" for none.
-	Error string
-	// Operation is the operation of an approval_required answer.
-	Operation *webkit.Operation
-	// Status is the status answer's "status": "approved", "performing" or
-	// "performed".
-	Status string
-	// Decline is the body of an approval_declined answer.
-	Decline *webkit.Decline
-	// Err is set when the request could not be sent.
-	Err error
-}
-
 // Lookup sends the ref to the endpoint with no approval (§6 "Looking up").
-func (s *Session) Lookup(ref string) *Answer { return s.send(ref, "") }
+func (s *Session) Lookup(ref string) *Response { return s.send(ref, "") }
 
 // Approve looks the ref up and approves the revision it returns as the
 // user: the whole of what an agent does once its user says yes. It returns
 // the lookup's answer when that is not approval_required (already
 // approved, performed, refused), else the approval's answer.
-func (s *Session) Approve(ref string) *Answer { return s.ApproveAs(ref, webkit.ApproverUser) }
+func (s *Session) Approve(ref string) *Response { return s.ApproveAs(ref, webkit.ApproverUser) }
 
 // ApproveAs is Approve with the approver given: webkit.ApproverAgent for
 // an approval the agent gives under a standing instruction, which a site
 // may decline.
-func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Answer {
+func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Response {
 	look := s.Lookup(ref)
 	if look.Err != nil || look.Operation == nil {
 		return look
 	}
-	a := webkit.Approval{OperationID: look.Operation.OperationID, Revision: look.Operation.Revision, Approver: approver, ApprovedAt: s.Agent.site.now()}
+	a := webkit.Approval{OperationID: look.Operation.OperationID, Revision: look.Operation.Revision, Approver: approver, ApprovedAt: s.agent.site.now()}
 	if approver == webkit.ApproverUser {
 		a.InputType = "tap"
 	}
 	return s.Send(ref, a)
 }
 
-// Send sends the ref with the approval a in Poppy-Approval.
-func (s *Session) Send(ref string, a webkit.Approval) *Answer {
+// Send sends the ref with the approval a in Poppy-Approval, as given: to
+// test what the site answers to an approval of another revision, or one
+// the agent altered.
+func (s *Session) Send(ref string, a webkit.Approval) *Response {
 	h, err := headers.FormatApproval(vocab.Statement(a))
 	if err != nil {
-		return &Answer{Err: err}
+		return &Response{Err: err}
 	}
 	return s.send(ref, h)
 }
 
-func (s *Session) send(ref, approval string) *Answer {
-	site := s.Agent.site
-	jwt, err := s.Agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.User, AccessToken: s.AccessToken})
+func (s *Session) send(ref, approval string) *Response {
+	site := s.agent.site
+	jwt, err := s.agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.user, AccessToken: s.accessToken})
 	if err != nil {
 		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
 	}
 	body, _ := json.Marshal(map[string]string{"ref": ref})
 	req, err := http.NewRequest(http.MethodPost, site.EndpointURL, bytes.NewReader(body))
 	if err != nil {
-		return &Answer{Err: err}
+		return &Response{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headers.Session, jwt)
 	req.Header.Set(headers.Version, "1.0")
-	req.Header.Set(headers.Extensions, Declared) // A01
-	if s.AccessToken != "" {
-		req.Header.Set("Authorization", "Bearer "+s.AccessToken)
+	req.Header.Set(headers.Extensions, declared) // A01
+	if s.accessToken != "" {
+		req.Header.Set("Authorization", "Bearer "+s.accessToken)
 	}
 	if approval != "" {
 		req.Header.Set(headers.Approval, approval)
 	}
 	res, err := (&http.Client{Transport: siteTransport{site}}).Do(req)
 	if err != nil {
-		return &Answer{Err: err}
+		return &Response{Err: err}
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	ans := &Answer{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err}
+	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.EndpointURL}
 	var v struct {
 		Error     string            `json:"error"`
 		Operation *webkit.Operation `json:"operation"`
@@ -618,6 +599,15 @@ func (s *Session) send(ref, approval string) *Answer {
 	}
 	return ans
 }
+
+// ErrNotRepeatable is Continue's error, for errors.Is, when the waiting
+// page says its request can't be repeated from the page (a form with
+// files, a script's request): the person goes back and sends it again.
+var ErrNotRepeatable = continueform.ErrNotRepeatable
+
+// errNotWaitingPage is Continue's error when the answer is not a waiting
+// page.
+var errNotWaitingPage = errors.New("not a waiting page")
 
 // siteTransport serves requests to the site's origin with its Handler,
 // in-process.

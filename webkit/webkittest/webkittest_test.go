@@ -2,31 +2,11 @@ package webkittest_test
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
-
-// TestRefOnlyForOwnSession: a Poppy-Operation naming another Session's sid
-// gives the browser no ref (A10), as a real agent would ignore it.
-func TestRefOnlyForOwnSession(t *testing.T) {
-	site := webkittest.New("https://shop.example")
-	site.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, _ := headers.FormatOperation("ses_someone_else", "op_1.1-a")
-		w.Header().Set(webkit.HeaderOperation, v)
-		w.WriteHeader(http.StatusForbidden)
-	})
-	s := site.NewAgent().Session("usr_1")
-	b := site.Browser()
-	b.Session = s
-	if res := b.PostForm("/x", url.Values{}); res.StatusCode != 403 || res.Ref != "" {
-		t.Fatalf("A10: status %d, ref %q", res.StatusCode, res.Ref)
-	}
-}
 
 // TestJoinRefused: a site that refuses the join gives an error, not a
 // browser that looks joined.
@@ -63,12 +43,12 @@ func TestOtherHostsUnreachable(t *testing.T) {
 	if r.HTTPClient == nil || r.AllowLocal {
 		t.Fatalf("the Resolver does not fetch through the harness: %+v", r)
 	}
-	if res, err := site.AgentClient().Get("https://agent.example/client"); err == nil {
+	if res, err := r.HTTPClient.Get("https://agent.example/client"); err == nil {
 		res.Body.Close()
 		t.Error("the harness fetched an agent it does not have")
 	}
 	a := site.NewAgent()
-	res, err := site.AgentClient().Get(a.ClientID())
+	res, err := r.HTTPClient.Get(a.ClientID())
 	if err != nil {
 		t.Fatalf("the harness's agent: %v", err)
 	}

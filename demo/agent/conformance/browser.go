@@ -18,8 +18,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
 // browser is the Personal Agent's browser without Chromium: an HTTP client
@@ -280,7 +280,7 @@ func redactedFields(fields url.Values) string {
 	f := url.Values{}
 	for k, vs := range fields {
 		f[k] = slices.Clone(vs)
-		if webkittest.LooksLikeToken(k) {
+		if continueform.LooksLikeToken(k) {
 			for i := range f[k] {
 				f[k][i] = "…"
 			}
@@ -333,13 +333,13 @@ func (w waiting) script() bool {
 // form or a link on the page making the same method and URL. It fails
 // when there is no such control, the page says the request can't be
 // repeated, or the control's fields differ from the request's
-// (*webkittest.DiffError, which never shows a token's value).
+// (*continueform.DiffError, which never shows a token's value).
 func continueOf(w waiting) (request, error) {
 	if w.script() {
 		return w.req, nil
 	}
-	c, err := webkittest.ParseContinue(w.p.url, w.p.body)
-	if errors.Is(err, webkittest.ErrNoContinue) {
+	c, err := continueform.Parse(w.p.url, w.p.body)
+	if errors.Is(err, continueform.ErrNoContinue) {
 		if own := sameRequestControl(w); own != nil {
 			c, err = own, nil
 		}
@@ -357,25 +357,25 @@ func continueOf(w waiting) (request, error) {
 // sameRequestControl is a site's own Continue without the kit's id: a
 // form on the page posting to the request's URL with its method, or, for
 // a GET, a link to it; nil when there is none.
-func sameRequestControl(w waiting) *webkittest.ContinueControl {
+func sameRequestControl(w waiting) *continueform.Control {
 	links, forms := parseHTML(w.p.url, w.p.body)
 	for _, f := range forms {
 		if f.method != w.req.method || f.url != w.req.url {
 			continue
 		}
-		c := &webkittest.ContinueControl{Method: f.method, URL: f.url}
+		c := &continueform.Control{Method: f.method, URL: f.url}
 		if f.method == http.MethodPost {
 			c.Enctype = "application/x-www-form-urlencoded"
 			for _, k := range slices.Sorted(maps.Keys(f.fields)) {
 				for _, v := range f.fields[k] {
-					c.Fields = append(c.Fields, webkittest.Field{Name: k, Value: v})
+					c.Fields = append(c.Fields, continueform.Field{Name: k, Value: v})
 				}
 			}
 		}
 		return c
 	}
 	if w.req.method == http.MethodGet && slices.Contains(links, w.req.url) {
-		return &webkittest.ContinueControl{Method: http.MethodGet, URL: w.req.url, Link: true}
+		return &continueform.Control{Method: http.MethodGet, URL: w.req.url, Link: true}
 	}
 	return nil
 }

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
 // discovery is what the checker read in poppy.json (§2).
@@ -824,7 +824,7 @@ func (f *flow) repeat(ctx context.Context) (performed int, answers []string, nex
 // changed, never a token's value), there is none, or the page says the
 // request can't be repeated.
 func continueFailure(a *action, err error) string {
-	var diff *webkittest.DiffError
+	var diff *continueform.DiffError
 	switch {
 	case errors.As(err, &diff):
 		s := diff.Error()
@@ -832,9 +832,9 @@ func continueFailure(a *action, err error) string {
 			s += ". If a middleware reads the form before the Gate (a CSRF library's r.PostFormValue, a logger's r.ParseForm), the Gate must repeat the form it parsed, not the spent body"
 		}
 		return s
-	case errors.Is(err, webkittest.ErrNotRepeatable):
+	case errors.Is(err, continueform.ErrNotRepeatable):
 		return fmt.Sprintf("the waiting page of %s %s offers no Continue: %v", a.method, a.url, err)
-	case errors.Is(err, webkittest.ErrNoContinue):
+	case errors.Is(err, continueform.ErrNoContinue):
 		return fmt.Sprintf("the waiting page of %s %s has no control that makes the same request again (#opsgate-continue, or a form or link with the same method and URL)", a.method, a.url)
 	}
 	return err.Error()

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/opsgate/opsgate/webkit/webkittest"
+	"github.com/opsgate/opsgate/internal/continueform"
 )
 
 // redacted stands for a value the checker never prints.
@@ -21,7 +21,7 @@ var tokenText = regexp.MustCompile(`(?i)([\w.\-]*(?:csrf|xsrf|token|authenticity
 
 // redactBody is a body fit for the log: the value of every input, meta
 // tag or attribute of an HTML page, and every member of a JSON object,
-// named like a CSRF token or another token (webkittest.LooksLikeToken),
+// named like a CSRF token or another token (continueform.LooksLikeToken),
 // blanked out, and any name=value of that kind left in the text too.
 func redactBody(contentType string, body []byte) string {
 	mt, _, _ := mime.ParseMediaType(contentType)
@@ -51,7 +51,7 @@ func redactHTML(n *html.Node) {
 		named := ""
 		for _, a := range n.Attr {
 			if a.Key == "name" || a.Key == "property" || a.Key == "id" {
-				if webkittest.LooksLikeToken(a.Val) {
+				if continueform.LooksLikeToken(a.Val) {
 					named = a.Val
 				}
 			}
@@ -60,7 +60,7 @@ func redactHTML(n *html.Node) {
 			switch {
 			case named != "" && (a.Key == "value" || a.Key == "content"):
 				n.Attr[i].Val = redacted
-			case webkittest.LooksLikeToken(a.Key):
+			case continueform.LooksLikeToken(a.Key):
 				n.Attr[i].Val = redacted
 			}
 		}
@@ -74,7 +74,7 @@ func redactJSON(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, x := range t {
-			if webkittest.LooksLikeToken(k) {
+			if continueform.LooksLikeToken(k) {
 				t[k] = redacted
 			} else {
 				t[k] = redactJSON(x)

@@ -107,7 +107,7 @@ func newToy(t *testing.T, fault string) *toy {
 		// The kit's waiting page with its Continue form emptied: what the
 		// Gate rendered when a middleware had read the body (issue 22).
 		kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			v, ok := webkit.WaitingOf(r)
+			v, ok := pages.WaitingOf(r)
 			if !ok {
 				kit.Refuse(w, r)
 				return

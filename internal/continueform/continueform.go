@@ -1,4 +1,8 @@
-package webkittest
+// Package continueform reads a waiting page's Continue control as a
+// browser submits it (§4 W62), and checks that it makes the original
+// request again. webkittest's Response.Continue and the conformance
+// checker press Continue with it.
+package continueform
 
 import (
 	"bytes"
@@ -17,39 +21,34 @@ import (
 	"golang.org/x/net/html/atom"
 )
 
-// The waiting page's Continue (W62): a browser that pressed it sends what
-// the page's control says, not what it sent the first time. Continue here
-// does the same: it reads the control from the page and submits it, and
-// first checks that the control makes the request it repeats, so that a
-// waiting page whose Continue lost the request's fields (a middleware read
-// the body before the Gate) fails the website's test instead of passing
-// it.
+// A browser that pressed the waiting page's Continue (W62) sends what the
+// page's control says, not what it sent the first time. Parse reads the
+// control from the page as a browser does, and Repeats checks that it
+// makes the request it repeats, so that a waiting page whose Continue lost
+// the request's fields (a middleware read the body before the Gate) is
+// caught.
 
-// ContinueID is the id of a waiting page's Continue control: a form or a
-// link. The kit's waiting page and its auto-continue (waiting.js) use it;
-// a waiting page of a replacement Kit.Refused gives its control the same id.
-const ContinueID = "opsgate-continue"
+// ID is the id of a waiting page's Continue control: a form or a link.
+// The kit's waiting page and its auto-continue (waiting.js) use it.
+const ID = "opsgate-continue"
 
-// Errors of Continue, for errors.Is.
+// Errors of Parse, for errors.Is.
 var (
-	// ErrNotWaitingPage: the answer is not a waiting page (403, text/html,
-	// with Poppy-Operation).
-	ErrNotWaitingPage = errors.New("webkittest: not a waiting page")
 	// ErrNoContinue: the waiting page has no Continue control (no element
-	// with id ContinueID).
-	ErrNoContinue = errors.New("webkittest: the waiting page has no Continue control")
+	// with id ID).
+	ErrNoContinue = errors.New("the waiting page has no Continue control")
 	// ErrNotRepeatable: the waiting page says its request can't be
 	// repeated from the page (a body with files, a script's request, …):
-	// the person goes back and sends it again (Browser.Again).
-	ErrNotRepeatable = errors.New("webkittest: the waiting page says the request can't be repeated")
+	// the person goes back and sends it again.
+	ErrNotRepeatable = errors.New("the waiting page says the request can't be repeated")
 )
 
 // Field is one entry of a form submission: a name and its value.
 type Field struct{ Name, Value string }
 
-// ContinueControl is a waiting page's Continue control as a browser
+// Control is a waiting page's Continue control as a browser
 // submits it.
-type ContinueControl struct {
+type Control struct {
 	// Method is GET (a link, or a form with method get) or POST.
 	Method string
 	// URL is where the browser goes: the link's href, or the form's
@@ -70,35 +69,35 @@ type ContinueControl struct {
 	Link bool
 }
 
-// ParseContinue reads the Continue control of the waiting page page,
+// Parse reads the Continue control of the waiting page page,
 // loaded from pageURL. It returns ErrNoContinue when there is none, and
 // ErrNotRepeatable, with the page's own words, when the page says the
 // request can't be repeated.
-func ParseContinue(pageURL string, page []byte) (*ContinueControl, error) {
+func Parse(pageURL string, page []byte) (*Control, error) {
 	base, err := url.Parse(pageURL)
 	if err != nil || !base.IsAbs() {
-		return nil, fmt.Errorf("webkittest: the page's URL %q is not absolute", pageURL)
+		return nil, fmt.Errorf("continueform: the page's URL %q is not absolute", pageURL)
 	}
 	doc, err := html.Parse(bytes.NewReader(page))
 	if err != nil {
-		return nil, fmt.Errorf("webkittest: the waiting page is not HTML: %w", err)
+		return nil, fmt.Errorf("continueform: the waiting page is not HTML: %w", err)
 	}
 	if b := find(doc, func(n *html.Node) bool { return n.DataAtom == atom.Base && has(n, "href") }); b != nil {
 		if u, err := base.Parse(attr(b, "href")); err == nil {
 			base = u
 		}
 	}
-	ctl := find(doc, func(n *html.Node) bool { return attr(n, "id") == ContinueID })
+	ctl := find(doc, func(n *html.Node) bool { return attr(n, "id") == ID })
 	if ctl == nil {
 		if msg := notRepeatable(doc); msg != "" {
 			return nil, fmt.Errorf("%w: %q", ErrNotRepeatable, msg)
 		}
-		return nil, fmt.Errorf("%w (an element with id %q)", ErrNoContinue, ContinueID)
+		return nil, fmt.Errorf("%w (an element with id %q)", ErrNoContinue, ID)
 	}
 	resolve := func(ref string) (*url.URL, error) {
 		u, err := base.Parse(strings.TrimSpace(ref))
 		if err != nil {
-			return nil, fmt.Errorf("webkittest: the Continue control's URL %q: %w", ref, err)
+			return nil, fmt.Errorf("continueform: the Continue control's URL %q: %w", ref, err)
 		}
 		u.Fragment, u.RawFragment = "", ""
 		return u, nil
@@ -112,10 +111,10 @@ func ParseContinue(pageURL string, page []byte) (*ContinueControl, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &ContinueControl{Method: http.MethodGet, URL: u.String(), Link: true}, nil
+		return &Control{Method: http.MethodGet, URL: u.String(), Link: true}, nil
 	case atom.Form:
 	default:
-		return nil, fmt.Errorf("%w: #%s is a <%s>, not a form or a link", ErrNoContinue, ContinueID, ctl.Data)
+		return nil, fmt.Errorf("%w: #%s is a <%s>, not a form or a link", ErrNoContinue, ID, ctl.Data)
 	}
 
 	submitter := firstSubmitter(doc, ctl)
@@ -131,7 +130,7 @@ func ParseContinue(pageURL string, page []byte) (*ContinueControl, error) {
 			enctype = attr(submitter, "formenctype")
 		}
 	}
-	c := &ContinueControl{}
+	c := &Control{}
 	switch strings.ToLower(strings.TrimSpace(method)) {
 	case "post":
 		c.Method = http.MethodPost
@@ -147,7 +146,7 @@ func ParseContinue(pageURL string, page []byte) (*ContinueControl, error) {
 		}
 	}
 	if cs := strings.Fields(attr(ctl, "accept-charset")); len(cs) > 0 && !slices.ContainsFunc(cs, func(s string) bool { return strings.EqualFold(s, "utf-8") }) {
-		return nil, fmt.Errorf("webkittest: the Continue form's accept-charset is %q; webkittest sends UTF-8 only", attr(ctl, "accept-charset"))
+		return nil, fmt.Errorf("continueform: the Continue form's accept-charset is %q; only UTF-8 is sent", attr(ctl, "accept-charset"))
 	}
 	fields := entries(doc, ctl, submitter)
 	if c.Method == http.MethodGet {
@@ -170,7 +169,7 @@ func ParseContinue(pageURL string, page []byte) (*ContinueControl, error) {
 
 // Body encodes the control's fields as its form would: the Content-Type
 // and the body. A GET has neither.
-func (c *ContinueControl) Body() (contentType string, body []byte) {
+func (c *Control) Body() (contentType string, body []byte) {
 	if c.Method == http.MethodGet {
 		return "", nil
 	}
@@ -199,7 +198,7 @@ func (c *ContinueControl) Body() (contentType string, body []byte) {
 
 // String is the control in a line: the method, the URL and, for a form,
 // the field names (never their values: one may be a CSRF token).
-func (c *ContinueControl) String() string {
+func (c *Control) String() string {
 	s := c.Method + " " + c.URL
 	if c.Method == http.MethodPost {
 		names := make([]string, len(c.Fields))
@@ -218,7 +217,7 @@ func (c *ContinueControl) String() string {
 // request it should repeat.
 type DiffError struct {
 	// Control is the Continue control.
-	Control *ContinueControl
+	Control *Control
 	// Differences say what differs, one each: the method, the URL, the
 	// encoding, or a field missing, added or changed. Values are quoted,
 	// except those of fields named like a CSRF token, which are never
@@ -241,7 +240,7 @@ func (e *DiffError) Error() string {
 // like a CSRF token may get a fresh value, or be added, since it checks
 // the submission rather than describes the action; but one that is
 // missing is a difference. It returns nil or a *DiffError.
-func (c *ContinueControl) Repeats(method, target, contentType string, body []byte) error {
+func (c *Control) Repeats(method, target, contentType string, body []byte) error {
 	e := &DiffError{Control: c}
 	if method == http.MethodHead {
 		method = http.MethodGet
