@@ -31,8 +31,6 @@ func TestConformanceOfTheDemo(t *testing.T) {
 		// As `go run ./demo` configures its embedded store.
 		{"miniredis", func(t *testing.T) *redis.Client { _, c := redistest.Mini(t); return c }, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}},
 		{"redis-server", func(t *testing.T) *redis.Client { return redistest.Server(t) }, redisstore.Options{}},
-		// Waiting operations computed, not stored (§3).
-		{"redis-server computing waiting operations", func(t *testing.T) *redis.Client { return redistest.Server(t) }, redisstore.Options{ComputeWaiting: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -51,7 +51,7 @@ type memory struct {
 	cfg storekit.MemoryConfig
 
 	mu         sync.Mutex
-	sealer     *computed.Sealer                 // ComputeWaiting's, made on first use
+	sealer     *computed.Sealer                 // made on first use
 	ops        shrinkMap[memKey, *memOperation] // (slot, operation_id)
 	actions    shrinkMap[memKey, *memAction]    // (slot, storekit.ActionDigest(account, key))
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
@@ -113,9 +113,9 @@ type memOperation struct {
 	claimedAt time.Time
 	unknown   bool
 
-	// With ComputeWaiting: computed (its id was computed, and an approval
-	// stored it) or ka (stored by a store that computes others: its action
-	// keeps naming it once it is performed, as redisstore's action key).
+	// computed (its id was computed, and an approval stored it) or ka
+	// (stored by Take, its operation not computable: its action keeps
+	// naming it once it is performed, as redisstore's action key).
 	computed, ka bool
 }
 
@@ -343,16 +343,17 @@ func (m *memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 	// performs (§6 check 2), so that no second operation of the action is
 	// offered for approval while the first may be taking effect (W145).
 	if op == nil || op.state == memPerformed {
-		if m.cfg.ComputeWaiting {
-			// As redisstore: nothing is stored for a new operation while
-			// neither the action's (performed and marked ka) nor the one
-			// computed is remembered; the caller gets it sealed in its ref.
-			if c, ok := m.computable(owner, ak.id, action, now); ok {
-				k := m.sealerLocked()
-				c.ID = k.ID(slot, c)
-				if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
-					return computedIssued(k, slot, c), nil
-				}
+		// As redisstore (§3: a Company doesn't have to store operations
+		// that haven't been performed): nothing is stored for a new
+		// operation while neither the action's (performed and marked ka)
+		// nor the one computed is remembered; the caller gets it sealed in
+		// its ref, and its first approval stores it. Terms too long for a
+		// ref, or a lifetime beyond the retention, are stored.
+		if c, ok := m.computable(owner, ak.id, action, now); ok {
+			k := m.sealerLocked()
+			c.ID = k.ID(slot, c)
+			if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
+				return computedIssued(k, slot, c), nil
 			}
 		}
 		if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
@@ -366,7 +367,7 @@ func (m *memory) issue(owner Owner, action Action, now time.Time) (Issued, error
 		a.current = storekit.NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: m.cfg.ComputeWaiting}
+		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: true}
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -801,7 +802,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	return RecordReply{Result: Recorded, Operation: r.op}, nil
 }
 
-// sealerLocked returns the sealer of ComputeWaiting, made on first use
+// sealerLocked returns the store's sealer, made on first use
 // with a secret of its own (the store is one process). m.mu is held.
 func (m *memory) sealerLocked() *computed.Sealer {
 	if m.sealer == nil {

@@ -70,9 +70,13 @@
 //     RateLimited.
 //   - An owner (agent and User) has at most MaxOpenPerOwner open operations
 //     (waiting: not being performed, not performed, not forgotten), and an
-//     agent MaxOpenPerAgent: a
-//     request that would open one more gets ErrRateLimited (429 with
-//     Retry-After), so one agent can't grow the store without bound.
+//     agent MaxOpenPerAgent, so one agent can't grow the store without
+//     bound. The kit's stores count an operation when they store it: a
+//     waiting operation is computed into its ref and stored by its first
+//     approval, which gets RateLimited past a cap (429 with Retry-After
+//     from the endpoint); one stored when its ref is returned (terms too
+//     long for a ref, a lifetime beyond the retention) makes the request
+//     that would open it get ErrRateLimited (429 with Retry-After).
 //   - Take reads only the approvals that can apply to its request: those of
 //     the action's operation (at most 16), so a step
 //     costs the same however many approvals an owner has elsewhere
@@ -222,7 +226,8 @@ const (
 	// answer is invalid_request (W101).
 	OperationExpired
 	// RateLimited: checks 1–3 passed but the operation already has
-	// 16 approvals: nothing is recorded, and the
+	// 16 approvals, or storing it would pass the owner's or the agent's
+	// cap of open operations: nothing is recorded, and the
 	// answer is 429 {"error":"rate_limited"} with Retry-After.
 	RateLimited
 	// Replayed: RecordOptions.Once was used before: the request is a
@@ -377,7 +382,7 @@ type Store interface {
 // operation's, and by Take for a token whose claim has been finished.
 var ErrClaimLost = errors.New("store: claim is no longer held")
 
-// ErrRateLimited is returned (wrapped) by Take when a new
+// ErrRateLimited is returned (wrapped) by Take when a new stored
 // operation would pass the owner's or the agent's cap of open operations:
 // the Gate answers 429 with Retry-After and performs nothing.
 var ErrRateLimited = errors.New("store: too many open operations")

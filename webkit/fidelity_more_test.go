@@ -192,7 +192,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 // waiting operations computed (their refs sealed), the status route of an
 // approved ref says approved.
 func TestSealedRefsRevision(t *testing.T) {
-	m, _ := memstore.New(memstore.Config{ComputeWaiting: true})
+	m, _ := memstore.New(memstore.Config{})
 	e := newGateEnv(t, m, newClock())
 	page := e.do(e.request(joinedIn, formM, "text/html"))
 	_, ref := refOf(t, page)

@@ -68,10 +68,6 @@ type ceilingResult struct {
 	approvalFloorRatio float64
 	// takeUsec is the server CPU per Take at 50 goroutines.
 	takeUsec float64
-	// computed are the same figures with Options.ComputeWaiting.
-	computed struct {
-		takeRatio, cycleRatio, bytesPerOp, takeUsec float64
-	}
 }
 
 // returnOne is the script redis-benchmark runs: Redis's ceiling for one
@@ -134,30 +130,12 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	// same step on a single Redis. Its 64 agents have a prefix of their own.
 	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
-	// The same with ComputeWaiting: the 403 step stores nothing, and the
-	// first approval stores the operation (redisstore computed.go). On a
-	// redis-server of its own when the tool started one, so that its
-	// records don't enlarge the keyspace the default's figures are
-	// measured in (rounds that compare with the runs before it).
-	computedClient := client
-	if procs != nil {
-		srv, err := redistest.StartArgs(procs)
-		if err != nil {
-			return res, fmt.Errorf("start a second redis-server: %w", err)
-		}
-		o := *opts
-		o.Addr = srv.Addr
-		computedClient = redis.NewClient(&o)
-		defer computedClient.Close()
-	}
-	computedSt := redisstore.New(computedClient, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "w:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines, ComputeWaiting: true})
 	pipes := "Options.Pipelines default"
 	if c.pipelines != 0 {
 		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)
 	}
 	say("the store: functions where the server has them, durability none, %s\n", pipes)
-	for _, s := range []*redisstore.Store{st, capped, computedSt} {
+	for _, s := range []*redisstore.Store{st, capped} {
 		if err := s.Load(ctx); err != nil {
 			return res, err
 		}
@@ -216,16 +194,6 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	cycle := func(ctx context.Context, g, i int) (int, error) {
 		return cycleSteps(ctx, st, owner(g, i), action(g, i))
 	}
-	takeComputed := func(ctx context.Context, g, i int) (int, error) {
-		r, err := computedSt.Take(ctx, owner(g, i), action(g, i), time.Now())
-		if err == nil && r.Issued == nil {
-			err = fmt.Errorf("take of a new action: %+v", r)
-		}
-		return 1, err
-	}
-	cycleComputed := func(ctx context.Context, g, i int) (int, error) {
-		return cycleSteps(ctx, computedSt, owner(g, i), action(g, i))
-	}
 	type figure struct {
 		rate, usec float64 // best rate, and the server CPU per step in that round
 		rates      []float64
@@ -263,20 +231,6 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	memOps, memBytes := n/4, after-before
 	res.bytesPerOp = float64(memBytes) / float64(memOps)
-	// The same with ComputeWaiting, whose performed operations keep their
-	// action key too.
-	phase.Add(1)
-	if before, err = usedMemory(ctx, computedClient); err != nil {
-		return res, err
-	}
-	if _, n, err = stepRate(ctx, 50, 0, 4*c.memoryOps, cycleComputed); err != nil {
-		return res, fmt.Errorf("memory: %w", err)
-	}
-	if after, err = usedMemory(ctx, computedClient); err != nil {
-		return res, err
-	}
-	memOpsComputed, memBytesComputed := n/4, after-before
-	res.computed.bytesPerOp = float64(memBytesComputed) / float64(memOpsComputed)
 
 	// The approval request against the two bare signature checks,
 	// measured before the throughput rounds too: they leave over a million
@@ -320,7 +274,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 			name   string
 			step   func(context.Context, int, int) (int, error)
 			server *redis.Client
-		}{{"take", take, client}, {"cycle", cycle, client}, {"take+cap", takeCapped, client}, {"take*", takeComputed, computedClient}, {"cycle*", cycleComputed, computedClient}} {
+		}{{"take", take, client}, {"cycle", cycle, client}, {"take+cap", takeCapped, client}} {
 			for _, g := range []int{1, 50} {
 				phase.Add(1)
 				before := scriptStats(ctx, m.server)
@@ -350,8 +304,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		say("floor             50 clients    %9.0f calls/s  %5.1f µs server CPU per call  (%.2f× evalsha; redis-benchmark; %s)\n", f.rate, f.usec, f.rate/evalsha[50], spread(f))
 		say("(floor: a function that reads an action's 2 keys and writes 2 new keys with a TTL, an operation and its action's pointer, and nothing else: the least a step that opens an operation does)\n")
 	}
-	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}, "take*": {}, "cycle*": {}}
-	for _, name := range []string{"take", "cycle", "take+cap", "take*", "cycle*"} {
+	steps := map[string]map[int]float64{"take": {}, "cycle": {}, "take+cap": {}}
+	for _, name := range []string{"take", "cycle", "take+cap"} {
 		for _, g := range []int{1, 50} {
 			f := figures[fmt.Sprint(name, g)]
 			steps[name][g] = f.rate
@@ -360,20 +314,14 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 	say("(take+cap: a Take that opens an operation with the agent's cap counting it, as by default; take and cycle run without it)\n")
-	say("(take*, cycle*: the same with Options.ComputeWaiting: the 403 step stores nothing, the first approval stores the operation; on a redis-server of their own when this tool started one)\n")
 	res.takeRatio = steps["take"][50] / evalsha[50]
 	res.cycleRatio = steps["cycle"][50] / evalsha[50]
-	res.computed.takeRatio = steps["take*"][50] / evalsha[50]
-	res.computed.cycleRatio = steps["cycle*"][50] / evalsha[50]
-	res.computed.takeUsec = figures["take*50"].usec
 	res.takeUsec = figures["take50"].usec
 	say("beside this tool's own client ceiling (50 goroutines): take %.2f×, cycle %.2f×; the client ceiling is %.2f× redis-benchmark's\n",
 		steps["take"][50]/client50, steps["cycle"][50]/client50, client50/evalsha[50])
 
 	say("memory            %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
 		memOps, float64(memBytes)/1e6, res.bytesPerOp)
-	say("memory*           %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
-		memOpsComputed, float64(memBytesComputed)/1e6, res.computed.bytesPerOp)
 
 	res.approvalRatio = float64(ac.latency) / float64(ac.bare)
 	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
@@ -395,13 +343,11 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 
-	// The summary: the server CPU per Take, then one line per store
-	// configuration, the default's last and in the exact form
+	// The summary: the server CPU per Take, then the last line in the
+	// exact form
 	// "ceiling: take/evalsha=R1 cycle/evalsha=R2 approval/bare=R3 bytes/op=B"
 	// that scripts read.
-	say("server CPU per Take (50 goroutines): %.1f µs, with ComputeWaiting %.1f µs\n", res.takeUsec, res.computed.takeUsec)
-	say("ceiling with ComputeWaiting: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
-		res.computed.takeRatio, res.computed.cycleRatio, res.approvalRatio, res.computed.bytesPerOp)
+	say("server CPU per Take (50 goroutines): %.1f µs\n", res.takeUsec)
 	say("ceiling: take/evalsha=%.2f cycle/evalsha=%.2f approval/bare=%.2f bytes/op=%.0f\n",
 		res.takeRatio, res.cycleRatio, res.approvalRatio, res.bytesPerOp)
 	return res, nil

@@ -34,11 +34,9 @@ import (
 )
 
 type faultsConfig struct {
-	only  string // run only the scenarios whose name contains it ("" all)
-	short bool   // the CI version: fewer browsers, shorter phases
-	// computeWaiting runs the stores with redisstore.Options.ComputeWaiting.
-	computeWaiting bool
-	out            io.Writer // where the lines go
+	only  string    // run only the scenarios whose name contains it ("" all)
+	short bool      // the CI version: fewer browsers, shorter phases
+	out   io.Writer // where the lines go
 }
 
 // faultResult is one scenario's line.
@@ -779,9 +777,7 @@ func faultLaggingReplica(mode string) func(context.Context, *redistest.Procs, fa
 
 // durability returns the store options of a durability mode.
 func (c faultsConfig) durability(mode string) (redisstore.Options, string) {
-	opts, why := durabilityOptions(mode)
-	opts.ComputeWaiting = c.computeWaiting
-	return opts, why
+	return durabilityOptions(mode)
 }
 
 // durabilityOptions returns the store options of a durability mode.

@@ -74,7 +74,6 @@ func main() {
 		port       = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
 		pipelines  = flag.Int("pipelines", 0, "-ceiling: the store's Options.Pipelines (0: its default; negative: none)")
 		redisAddr  = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
-		compute    = flag.Bool("compute-waiting", false, "the store computes waiting operations rather than storing them (redisstore.Options.ComputeWaiting)")
 	)
 	flag.Parse()
 	// Ctrl-C cancels the run, so that every server it started is stopped.
@@ -88,7 +87,7 @@ func main() {
 			ctx, cancel = context.WithTimeout(sigCtx, 10*time.Minute)
 			defer cancel()
 		}
-		_, doubles, err := runFaults(ctx, faultsConfig{only: *only, short: *short, out: os.Stdout, computeWaiting: *compute})
+		_, doubles, err := runFaults(ctx, faultsConfig{only: *only, short: *short, out: os.Stdout})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "load -faults:", err)
 			os.Exit(1)
@@ -121,7 +120,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, config{*storeKind, *redisURL, *durable, *servers, *browsers, *repeats, *ordinary, *workers, *port, *redisAddr, *compute}); err != nil {
+	if err := run(ctx, config{*storeKind, *redisURL, *durable, *servers, *browsers, *repeats, *ordinary, *workers, *port, *redisAddr}); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
@@ -135,8 +134,6 @@ type config struct {
 	// a profiler or redis-cli attach to a run.
 	port      int
 	redisAddr string
-	// computeWaiting sets redisstore.Options.ComputeWaiting.
-	computeWaiting bool
 }
 
 var keys = [][]byte{[]byte("load-tool-hash-key-0123456789abc"), []byte("load-tool-encryption-key-0123456")}
@@ -316,7 +313,6 @@ func openStores(c config) ([]store.Store, func(), error) {
 		mode = map[bool]string{true: "none", false: "disk"}[c.redisURL == ""]
 	}
 	storeOpts, why := durabilityOptions(mode)
-	storeOpts.ComputeWaiting = c.computeWaiting
 	if why != "" {
 		return nil, nil, fmt.Errorf("-durability: %s", why)
 	}

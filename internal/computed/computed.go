@@ -1,8 +1,7 @@
 // Package computed computes a waiting operation from the request and seals
 // it into its ref, for a store that doesn't store operations that haven't
 // been performed (§3: "A Company doesn't have to store operations that
-// haven't been performed"): redisstore.Options.ComputeWaiting and
-// the memory store (internal/memstore.Config.ComputeWaiting) share it.
+// haven't been performed"): redisstore and the memory store share it.
 //
 //   - operation_id: "op_" and 20 characters of an HMAC of the owner's
 //     key base, the action digest and the epoch, so a repeated request

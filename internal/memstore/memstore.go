@@ -1,6 +1,6 @@
 // Package memstore builds the memory store of store.NewMemory with the
-// settings a test needs: a retention, caps of open operations, and
-// computed waiting operations (storekit.MemoryConfig). A website gets the
+// settings a test needs: a retention and caps of open operations
+// (storekit.MemoryConfig). A website gets the
 // defaults from store.NewMemory.
 package memstore
 

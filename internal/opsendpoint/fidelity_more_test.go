@@ -278,7 +278,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 // terms asks for their approval while an older revision's approval waits,
 // rather than answering that older approval's status.
 func TestSealedRefOfNewerTerms(t *testing.T) {
-	m, _ := memstore.New(memstore.Config{ComputeWaiting: true})
+	m, _ := memstore.New(memstore.Config{})
 	s := newOutcomeSite(t, m)
 	ses := s.site.NewAgent().Session("usr_1")
 	b, err := ses.Join()

@@ -111,9 +111,8 @@ func ParseRef(ref string) (operationID string, ok bool) {
 
 // SplitRef returns the operation_id and the revision a ref names. ok is
 // false for a ref that is malformed or not of this kit's form. A ref may
-// go on after its revision with a "." and more (a store with
-// ComputeWaiting seals the operation there, and opens the seal to judge
-// it); SplitRef ignores what follows, but not an empty part or a further
+// go on after its revision with a "." and more (a store that computed a
+// waiting operation seals it there, and opens the seal to judge it); SplitRef ignores what follows, but not an empty part or a further
 // ".": "<ref>." and "<ref>..x" are not "<ref>" (W74). A store answers a well-formed ref whose revision it
 // never returned for that operation as not found too: §4 gives "any other
 // reference" the same 400 as a made-up one, so `<real operation_id>.madeUp`

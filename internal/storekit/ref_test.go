@@ -7,8 +7,8 @@ import (
 
 // W74: a ref names its operation and revision only in this kit's exact
 // form, "<operation_id>.<revision>", or followed by "." and a non-empty
-// seal without a ".", which the store that sealed it judges
-// (ComputeWaiting). Anything
+// seal without a ".", which the store that sealed it judges (a computed
+// waiting operation, internal/computed). Anything
 // else, a real ref with a "." appended included, names nothing, so a store
 // never takes it for the real one.
 func TestSplitRef(t *testing.T) {

@@ -66,12 +66,11 @@ const (
 
 // MemoryConfig is what a test may set on a store of store.NewMemory: its
 // retention (zero: DefaultRetention), its caps of open operations (zero:
-// the defaults; negative: none), and whether it computes waiting
+// the defaults; negative: none). Like redisstore, it computes waiting
 // operations rather than store them (internal/computed).
 type MemoryConfig struct {
 	Retention                        time.Duration
 	MaxOpenPerOwner, MaxOpenPerAgent int
-	ComputeWaiting                   bool
 }
 
 // NewMemory, set by package store, returns a store of store.NewMemory

@@ -41,22 +41,6 @@ func BenchmarkRedis(b *testing.B) {
 	})
 }
 
-// BenchmarkRedisComputed is BenchmarkRedis with ComputeWaiting: TakeOpens
-// stores nothing, and Record stores the operation with its approval.
-func BenchmarkRedisComputed(b *testing.B) {
-	c := redistest.Server(b)
-	storetest.Bench(b, func(b testing.TB) storetest.Harness {
-		if err := c.FlushAll(b.Context()).Err(); err != nil {
-			b.Fatal(err)
-		}
-		st := redisstore.New(c, redisstore.Options{ComputeWaiting: true})
-		if err := st.Load(b.Context()); err != nil {
-			b.Fatal(err)
-		}
-		return storetest.Harness{Store: st, ComputesWaiting: true}
-	})
-}
-
 // go test -run '^$' -bench ClaimDurability -benchtime 2000x ./store/redisstore/
 // What each durability mode adds to a claim (Take that claims, then
 // Finish) on a real redis-server on loopback: none (no AOF), disk (AOF,

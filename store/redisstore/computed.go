@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/internal/computed"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// Computed waiting operations (Options.ComputeWaiting).
+// Computed waiting operations.
 //
 // §3: "A Company doesn't have to store operations that haven't been
-// performed." With ComputeWaiting, the 403 step stores nothing for an
+// performed." The 403 step stores nothing for an
 // action that has no live operation: Take only reads (its token's key,
 // the action key and the computed operation's key) and answers "compute".
 // The operation is then computed from the request, and its ref carries it,
@@ -34,8 +34,8 @@ import (
 // Only operations whose expires_at is at most Retention away are computed:
 // a ref then expires before the operation it names can have been performed
 // and forgotten, so it can never bring back a performed operation_id.
-// Terms too long for a 2048-character ref are stored, as without
-// ComputeWaiting. An approval stores a computed operation only while no
+// Terms too long for a 2048-character ref are stored by Take, and so is
+// a new operation of an action whose operation is remembered. An approval stores a computed operation only while no
 // other operation of its action is remembered (record.lua; lib.lua
 // neighbours_allow): the package doc says why.
 
@@ -100,12 +100,10 @@ func (s *Store) computable(owner store.Owner, digest string, action store.Action
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it.
 func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.Action, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
-	if !s.compute {
-		return c, nil, nil
-	}
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
-		// Stored, by a store that computes others (lib.lua issue: ka).
+		// Stored (terms too long for a ref, a lifetime beyond Retention):
+		// the seed ends with "." alone (lib.lua issue: ka).
 		args[7] = args[7].(string) + "."
 		return c, nil, nil
 	}

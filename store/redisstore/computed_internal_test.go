@@ -1,11 +1,11 @@
 package redisstore
 
 import (
-	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -13,7 +13,7 @@ import (
 // the operation's id and revision, and its sealed ref.
 func BenchmarkComputeRef(b *testing.B) {
 	_, c := redistest.Mini(b)
-	s := New(c, Options{ComputeWaiting: true})
+	s := New(c, Options{})
 	k, err := s.sealer(b.Context())
 	if err != nil {
 		b.Fatal(err)

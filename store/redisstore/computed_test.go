@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"strings"
 	"testing"
 	"time"
@@ -10,39 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
-// On a redis-server, with four web servers' stores sharing it (W135 across
-// clients, and one seal key for all).
-func TestComputedRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the computing suite on a redis-server (TestMiniredis runs it on miniredis)")
-	}
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		srv := redistest.Start(t)
-		opts := redisstore.Options{ComputeWaiting: true}
-		first := redisstore.New(srv.Client(t), opts)
-		if err := first.Load(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		h := storetest.Harness{Store: first, Down: srv.Stop, ComputesWaiting: true}
-		for range 3 {
-			h.Clients = append(h.Clients, redisstore.New(srv.Client(t), opts))
-		}
-		return h
-	})
-}
-
-// computedStore is a store with ComputeWaiting on miniredis, with its
-// client and clock control.
+// computedStore is a store on miniredis, with its client and clock
+// control.
 func computedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client, func(time.Duration)) {
 	mr, c := redistest.Mini(t)
 	opts.Durability = redisstore.Durability{Mode: redisstore.DurableNone}
-	opts.ComputeWaiting = true
 	return redisstore.New(c, opts), c, mr.FastForward
 }
 
@@ -355,19 +331,19 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
-	t.Run("a store without the option takes the refs of one with it, so it can be turned off", func(t *testing.T) {
+	t.Run("another web server's store takes the refs this one computed (one seal key)", func(t *testing.T) {
 		st, c, _ := computedStore(t, redisstore.Options{})
 		a := action("k", `{}`, 10*time.Minute)
 		is := issued(t, st, owner, a, at(0))
-		off := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
-		if rec, found, err := off.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
-			t.Errorf("Lookup without the option: %+v %v %v", rec, found, err)
+		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		if rec, found, err := other.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
+			t.Errorf("Lookup on the other server: %+v %v %v", rec, found, err)
 		}
-		if got := record(t, off, owner, is, at(time.Second)); got != store.Recorded {
-			t.Errorf("Record without the option: %v", got)
+		if got := record(t, other, owner, is, at(time.Second)); got != store.Recorded {
+			t.Errorf("Record on the other server: %v", got)
 		}
-		if r := mustTake(t, off, owner, a, at(2*time.Second)); r.Claim == nil || r.Claim.Operation.ID != is.Operation.ID {
-			t.Errorf("Take without the option: %+v", r)
+		if r := mustTake(t, other, owner, a, at(2*time.Second)); r.Claim == nil || r.Claim.Operation.ID != is.Operation.ID {
+			t.Errorf("Take on the other server: %+v", r)
 		}
 	})
 
@@ -388,7 +364,7 @@ func TestComputed(t *testing.T) {
 		if err := c.Set(ctx, "opsgate:seal", "short", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, ComputeWaiting: true})
+		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
 		if _, err := other.Take(ctx, owner, action("k2", `{}`, 10*time.Minute), at(0)); err == nil || !strings.Contains(err.Error(), "seal key") {
 			t.Errorf("Take with a damaged seal key: %v", err)
 		}
@@ -397,7 +373,7 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
-	t.Run("stored as before: a lifetime beyond Retention, or terms too long for a ref", func(t *testing.T) {
+	t.Run("stored when its ref is returned: a lifetime beyond Retention, or terms too long for a ref", func(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
 		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
 		big := issued(t, st, owner, action("b", `{"x":"`+strings.Repeat("x", 2000)+`"}`, time.Minute), at(0))
@@ -413,7 +389,7 @@ func TestComputed(t *testing.T) {
 	})
 }
 
-// W138 with ComputeWaiting: the first approval keeps a computed operation's
+// W138: the first approval keeps a computed operation's
 // key until its expires_at plus the retention (kt), so the claim, which
 // must keep it for the retention, makes no PEXPIRE of it (only of its
 // action key); and whether the operation is remembered is still judged by
@@ -423,7 +399,7 @@ func TestComputedKeptFromTheApproval(t *testing.T) {
 	ctx := t.Context()
 	c := redistest.Server(t)
 	const retention = time.Hour
-	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt:", ComputeWaiting: true})
+	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt:"})
 	a := action("k", `{"v":1}`, 10*time.Minute)
 	r := takeIssued(t, st, a, at(0))
 	recordOK(t, st, r, at(0))
@@ -501,7 +477,7 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 	ctx := t.Context()
 	c := redistest.Server(t)
 	const retention = time.Hour
-	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt2:", ComputeWaiting: true})
+	st := redisstore.New(c, redisstore.Options{Retention: retention, Prefix: "kt2:"})
 	first := takeIssued(t, st, action("k", `{"v":1}`, 10*time.Minute), at(0))
 	recordOK(t, st, first, at(0))
 	// Other terms six minutes later: a revision expiring at 16 minutes,

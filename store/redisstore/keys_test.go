@@ -30,6 +30,15 @@ func action(key, terms string, life time.Duration) store.Action {
 	return store.Action{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
 }
 
+// storedAction is action with a summary too long for a 2048-character
+// ref: the store can't compute its operation into its ref, and stores it
+// when the ref is returned (the stored fallback, computed.go).
+func storedAction(key, terms string, life time.Duration) store.Action {
+	a := action(key, terms, life)
+	a.Summary += strings.Repeat(" and then some more", 120)
+	return a
+}
+
 func approval(is store.Issued) store.Approval {
 	return store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}
 }
@@ -85,13 +94,14 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 	must(err)
 	record(r2)
 	take(a)
-	// 40 revisions of one operation (capped at 32).
+	// 40 revisions of one stored operation (capped at 32).
 	for i := range 40 {
-		_, err := storetest.Issue(ctx, st, owner, action("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
+		_, err := storetest.Issue(ctx, st, owner, storedAction("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
 		must(err)
 	}
-	// A signed-out owner and a waiting operation.
-	_, err = storetest.Issue(ctx, st, store.Owner{Agent: "agent-a", User: "user-1"}, action("out", `{}`, time.Minute), now)
+	// A signed-out owner and a waiting operation, stored (a waiting
+	// operation computed into its ref stores nothing).
+	_, err = storetest.Issue(ctx, st, store.Owner{Agent: "agent-a", User: "user-1"}, storedAction("out", `{}`, time.Minute), now)
 	must(err)
 	_, err = st.UseOnce(ctx, "jti-1", at(5*time.Minute), now)
 	must(err)
@@ -119,6 +129,10 @@ func TestTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if k == "ttl:seal" {
+			// The seal key (computed.go) is one key, made once and kept.
+			continue
+		}
 		if ttl <= 0 || ttl > longest+grace {
 			t.Errorf("%s: PTTL %v, want in (0, %v]", k, ttl, longest+grace)
 		}
@@ -133,10 +147,12 @@ func TestTTL(t *testing.T) {
 			}
 		}
 	}
-	// 4 + 1 + 1 + 1 operations; 7 actions, less the one performed (its
-	// next request gets a new operation, W141); the tokens of the claims
-	// not performed (not done, unknown, busy); 1 marker.
-	want := map[string]int{":op:": 7, ":act:": 6, ":tok:": 3, "jti:": 1}
+	// 4 + 1 + 1 + 1 operations; 7 actions (the one performed, stored
+	// when its ref was returned since its lifetime is beyond the
+	// retention, keeps its action key while it is remembered: ka,
+	// lib.lua issue); the tokens of the claims not performed (not done,
+	// unknown, busy); 1 marker.
+	want := map[string]int{":op:": 7, ":act:": 7, ":tok:": 3, "jti:": 1}
 	for kind, n := range want {
 		if kinds[kind] != n {
 			t.Errorf("%d %s keys, want %d (keys: %q)", kinds[kind], kind, n, keys)
@@ -173,10 +189,13 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // TestOneRoundTrip: each method is one round trip, so the Gate's 403 path and
 // its performing path each start with a single round trip (store package
-// doc). With Load, the first call of each is one too. On a single Redis,
-// opening a new operation counts it against its agent's cap in the same
-// step; where that count is kept apart (a Cluster, where it is in a slot of
-// its own), it costs one more.
+// doc), for an operation computed into its ref (stored by its first
+// approval) and for one stored when its ref is returned (storedAction).
+// With Load, the first call of each is one too; the store's seal key is
+// read once, by the first call that needs it. On a single Redis, storing
+// a new operation counts it against its agent's cap in the same step;
+// where that count is kept apart (a Cluster, where it is in a slot of its
+// own), it costs one more.
 func TestOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t)
@@ -187,7 +206,6 @@ func TestOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	a := action("k", `{}`, time.Hour)
 	countN := func(want int64, name string, f func() error) {
 		t.Helper()
 		before := hook.n.Load()
@@ -199,38 +217,53 @@ func TestOneRoundTrip(t *testing.T) {
 		}
 	}
 	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
-	var is store.Issued
-	var claim *store.Claim
-	count("Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
-	count("Issue (the same)", func() (err error) { _, err = st.Issue(ctx, owner, a, at(0)); return err })
-	count("Take (issues)", func() error {
-		res, err := st.Take(ctx, owner, a, at(0))
-		if err == nil && res.Issued == nil {
-			err = fmt.Errorf("want issued, got %+v", res)
-		}
+	countN(3, "the first Issue (reads the seal key: SETNX, GET)", func() error {
+		_, err := st.Issue(ctx, owner, action("first", `{}`, time.Hour), at(0))
 		return err
 	})
-	count("Lookup", func() error { _, _, err := st.Lookup(ctx, owner, is.Ref, at(0)); return err })
-	count("Record", func() error {
-		_, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
-		return err
-	})
-	count("Take (claims)", func() error {
-		res, err := st.Take(ctx, owner, a, at(0))
-		if err == nil && res.Claim == nil {
-			err = fmt.Errorf("want a claim, got %+v", res)
-		}
-		claim = res.Claim
-		return err
-	})
-	// Finish also takes the operation off its agent's count, pipelined.
-	count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
+	for _, a := range []store.Action{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
+		var is store.Issued
+		var claim *store.Claim
+		count("Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
+		count("Issue (the same)", func() (err error) { _, err = st.Issue(ctx, owner, a, at(0)); return err })
+		count("Take (issues)", func() error {
+			res, err := st.Take(ctx, owner, a, at(0))
+			if err == nil && res.Issued == nil {
+				err = fmt.Errorf("want issued, got %+v", res)
+			}
+			return err
+		})
+		count("Lookup", func() error { _, _, err := st.Lookup(ctx, owner, is.Ref, at(0)); return err })
+		count("Record", func() error {
+			_, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
+			return err
+		})
+		count("Take (claims)", func() error {
+			res, err := st.Take(ctx, owner, a, at(0))
+			if err == nil && res.Claim == nil {
+				err = fmt.Errorf("want a claim, got %+v", res)
+			}
+			claim = res.Claim
+			return err
+		})
+		// Finish also takes the operation off its agent's count, pipelined.
+		count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
+	}
 	count("UseOnce", func() error { _, err := st.UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
 
 	apart := redisstore.New(c, redisstore.Options{})
 	redisstore.CountAgentApart(apart)
-	countN(2, "Issue (a new operation, the agent's count kept apart)", func() error {
-		_, err := apart.Issue(ctx, owner, action("apart", `{}`, time.Hour), at(0))
+	countN(2, "Issue (a new stored operation, the agent's count kept apart)", func() error {
+		_, err := apart.Issue(ctx, owner, storedAction("apart", `{}`, time.Hour), at(0))
+		return err
+	})
+	var is store.Issued
+	countN(3, "the first Issue of a computed one (reads the seal key)", func() (err error) {
+		is, err = apart.Issue(ctx, owner, action("apart2", `{}`, time.Hour), at(0))
+		return err
+	})
+	countN(2, "Record storing a computed one, the agent's count kept apart", func() error {
+		_, err := apart.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
 		return err
 	})
 }
@@ -354,7 +387,9 @@ func TestOddData(t *testing.T) {
 }
 
 // The agent's cap of open operations spans its Users (and their Cluster
-// slots): over it, the new operation is refused and forgotten, so the
+// slots). For operations stored when their ref is returned (storedAction;
+// TestComputed has those an approval stores): over it, the new operation
+// is refused and forgotten, so the
 // repeated request is refused too; another agent is not counted.
 func TestAgentCap(t *testing.T) {
 	t.Parallel()
@@ -374,7 +409,7 @@ func testAgentCap(t *testing.T, apart bool) {
 		redisstore.CountAgentApart(st)
 	}
 	ctx := t.Context()
-	a := action("k", `{}`, time.Hour)
+	a := storedAction("k", `{}`, time.Hour)
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)} }
 	for i := range 3 {
 		if _, err := st.Issue(ctx, user(i), a, at(0)); err != nil {
@@ -471,7 +506,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	ctx := t.Context()
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-p", User: fmt.Sprint("u", i)} }
 	for i := range 2 {
-		res, err := st.Take(ctx, user(i), action("k", `{}`, time.Hour), at(0))
+		res, err := st.Take(ctx, user(i), storedAction("k", `{}`, time.Hour), at(0))
 		if err != nil || res.Issued == nil {
 			t.Fatalf("Take %d behind the proxy: %+v, %v", i, res, err)
 		}
@@ -479,7 +514,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	if n := proxy.refused.Load(); n != 1 {
 		t.Errorf("the proxy refused %d steps, want only the first", n)
 	}
-	if _, err := st.Issue(ctx, user(2), action("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
+	if _, err := st.Issue(ctx, user(2), storedAction("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
 		t.Errorf("a third operation for an agent capped at 2: %v, want ErrRateLimited", err)
 	}
 
@@ -488,7 +523,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	// performed operation off the agent's count all the same.
 	mr, direct := redistest.Mini(t)
 	opts := redisstore.Options{MaxOpenPerAgent: 1, Durability: redisstore.Durability{Mode: redisstore.DurableNone}}
-	a := action("k", `{}`, time.Hour)
+	a := storedAction("k", `{}`, time.Hour)
 	before := redisstore.New(direct, opts)
 	redisstore.CountAgentApart(before) // claimed with the count apart: still counted
 	is, err := before.Issue(ctx, user(0), a, at(0))

@@ -216,8 +216,8 @@ local function reopen(base, opID, k, now, agentKey, agentMember)
 end
 
 -- new_operation opens operation opID for an action (its digest akey, its
--- key actKey) with revision rev as its first (and extra fields, when given:
--- its first approval and c, record.lua; ka, issue), unless the owner's cap of
+-- key actKey) with revision rev as its first, and extra fields (its first
+-- approval and c, record.lua; ka, issue), unless the owner's cap of
 -- open operations (maxOpen) is reached, or, when agentKey is given, the
 -- agent's (maxAgent; its count's members are agentMember .. opID): then it
 -- returns false. prev is an operation of the action still being performed
@@ -242,13 +242,8 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   end
   local op = base .. 'op:' .. opID
   local t = xttl
-  if extra then
-    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
-      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev, unpack(extra))
-  else
-    redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
-      't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev)
-  end
+  redis.call('HSET', op, 'state', 'open', 'acct', acct, 'akey', akey, 'ag', agent, 'us', user, 'k', x,
+    't:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x, 'cur', rev, 'order', rev, unpack(extra))
   redis.call('PEXPIRE', op, keepTTL or t)
   -- The action key lives as long as its operation, so a repeated request
   -- keeps its operation_id (W19).
@@ -263,7 +258,7 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
 end
 
 -- neighbours_allow reports whether an approval may store a computed
--- operation minted at minted (Options.ComputeWaiting), given its
+-- operation minted at minted (computed.go), given its
 -- neighbours ids ('.'-separated: the operation_ids its action gets in the
 -- epochs before and after, internal/computed): none is remembered by now,
 -- except one performed before it was minted (it is then the action's next
@@ -333,9 +328,9 @@ end
 -- summary, fixed expires_at ('' for none), x (a fresh revision's
 -- expires_at), half (the least expires_at a reused revision may have,
 -- W39), now, seed (random: a new operation_id, then a revision's suffix),
--- compute (with Options.ComputeWaiting, the seed ends with '.' and the
--- operation_id the caller computes for a new operation, which is then not
--- stored: '' when it can't be computed; false without the option),
+-- compute (the seed ends with '.' and the operation_id the caller
+-- computes for a new operation, which is then not stored: '' when it
+-- can't be computed),
 -- agent, user, maxOpen, xttl (the TTL in ms that keeps a key until x).
 local function issue(a)
   local f, c, now = a.f, a.c, a.now
@@ -360,24 +355,21 @@ local function issue(a)
     add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev, a.agentKey, a.agentMember)
     return {a.opID, rev, a.summary, a.terms, a.x}
   end
-  -- With Options.ComputeWaiting nothing is stored for a new operation
-  -- (§3: a Company doesn't have to store operations that haven't been
-  -- performed): the caller computes it, and its first approval stores it
-  -- (record.lua). While the action's operation is remembered (performed),
-  -- or the one the caller would compute is (performed: its action key
-  -- went with its claim), the new one is stored as before, with a random
-  -- operation_id (W141), and marked (ka) so that
-  -- its action key outlives its performance (finish.lua): a computed ref
-  -- handed out before it then can't store another operation of the
-  -- action (record.lua).
-  local extra = nil
-  if a.compute then
-    if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
-        gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
-      return {'compute'}
-    end
-    extra = {'ka', '1'}
+  -- Nothing is stored for a new operation (§3: a Company doesn't have to
+  -- store operations that haven't been performed): the caller computes
+  -- it, and its first approval stores it (record.lua). When it can't be
+  -- computed (compute '': terms too long for a ref, a lifetime beyond the
+  -- retention), or while the action's operation is remembered
+  -- (performed), or the one the caller would compute is (performed: its
+  -- action key went with its claim), the new one is stored, with a random
+  -- operation_id (W141), and marked (ka) so that its action key outlives
+  -- its performance (finish.lua): a computed ref handed out before it
+  -- then can't store another operation of the action (record.lua).
+  if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
+      gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
+    return {'compute'}
   end
+  local extra = {'ka', '1'}
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
   if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember, extra) then
@@ -424,9 +416,10 @@ end
 -- once rather than grown (about 0.7 µs of server CPU per Take).
 local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
-  -- The seed ends with '.' and an operation_id with ComputeWaiting (a
-  -- plain find: a pattern would scan the seed at every position).
-  local dot, compute = string.find(ARGV[8], '.', 1, true), false
+  -- The seed ends with '.' and the operation_id to compute ('' when it
+  -- can't be; a plain find: a pattern would scan the seed at every
+  -- position).
+  local dot, compute = string.find(ARGV[8], '.', 1, true), ''
   if dot then compute = string.sub(ARGV[8], dot + 1) end
   return {
     base = base, actKey = KEYS[1], akey = akey,

@@ -8,7 +8,7 @@
 --       5 approval JSON, 6 check only ('1' or '0'), 7 random suffix of a
 --       fresh revision (see W122 below), 8 the ref's revision, 9 the
 --       single-use key's until ('' for none), 10 the TTL in ms that keeps a
---       key until then, and for a computed ref (Options.ComputeWaiting):
+--       key until then, and for a computed ref (computed.go):
 --       11 'c', 12 its account, 13 terms, 14 summary, 15 expires_at,
 --       16 agent, 17 user, 18 the owner's cap of open operations, 19 the
 --       TTL in ms that keeps a key until 15, 20 its neighbours'

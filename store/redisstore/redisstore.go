@@ -62,33 +62,6 @@ type Options struct {
 	// does. The client's hooks (tracing, metrics) see a shared round trip
 	// as one pipeline of FCALLs.
 	Pipelines int
-	// ComputeWaiting makes the 403 step store nothing for an action with
-	// no live operation (§3: "A Company doesn't have to store operations
-	// that haven't been performed"): the operation is computed from the
-	// request and sealed in its ref, and the first approval sent for it
-	// stores it. The 403 step then only reads, which is most of the
-	// store's cost under load, and a flood of requests that are never
-	// approved stores nothing. What changes (computed.go):
-	//   - the caps of open operations count stored ones: an operation
-	//     is counted, and an approval may get RateLimited, when its first
-	//     approval stores it, not when its ref is returned;
-	//   - refs are longer (about 165 characters plus 4/3 of the terms,
-	//     summary and account), and sealed with a key the store keeps in Redis
-	//     ("<prefix>seal", made by the first server that needs it);
-	//   - a waiting operation's Lookup answers with the ref's own
-	//     revision until an approval stores it;
-	//   - a repeated request gets a new revision whenever its expires_at
-	//     moves (each second) rather than reusing a waiting one;
-	//   - the operation_id is computed per epoch (Retention long), and an
-	//     approval that would store a second operation of an action (the
-	//     other side of an epoch's turn) is answered not found (the package
-	//     doc says why).
-	// Operations whose expires_at is more than Retention away, or whose
-	// ref would pass 2048 characters, are stored as without it. All
-	// servers sharing the Redis must agree on Retention. A store without
-	// the option still opens the computed refs of those with it, so it can
-	// be turned off while refs are out.
-	ComputeWaiting bool
 }
 
 // Store is the at-most-once store on Redis. It is safe for concurrent use,
@@ -117,9 +90,8 @@ type Store struct {
 	nodesMu sync.Mutex
 	nodes   map[string]*nodeState // by server address
 
-	// compute is Options.ComputeWaiting; seal holds its sealer.
-	compute bool
-	seal    sealerState
+	// seal holds the sealer of computed waiting operations (computed.go).
+	seal sealerState
 }
 
 var _ store.Store = (*Store)(nil)
@@ -139,7 +111,7 @@ var _ store.Store = (*Store)(nil)
 // Call Check at start-up: it says what the Redis can promise, and names
 // the risk when that falls short of the chosen durability.
 func New(client redis.UniversalClient, opts Options) *Store {
-	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability, compute: opts.ComputeWaiting}
+	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix
 	}

@@ -11,9 +11,8 @@
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
 -- or {'released'} or {'lost'} or {'limited'}, or {'compute'} when the
--- seed asks for it and the caller is to compute a new operation
--- (Options.ComputeWaiting, computed.go).
--- The 403 step with Options.ComputeWaiting, in its most common case: no
+-- caller is to compute a new operation (computed.go).
+-- The 403 step in its most common case: no
 -- claim with this token, nothing stored for the action, and the operation
 -- the caller computes (its id ends the seed) not kept either: one EXISTS
 -- says so, and this is what issue (lib.lua) would answer then, without

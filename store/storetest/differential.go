@@ -92,7 +92,12 @@ type call struct {
 var (
 	diffOwners = []store.Owner{signedIn, signedOut, otherUser, otherAccount}
 	diffKeys   = []string{"k1", "k2"}
-	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`}
+	// The last terms' action gets a summary too long for a ref
+	// (storedAction): a store that computes waiting operations stores it
+	// when its ref is returned, so sequences mix computed and stored
+	// operations, in one action too.
+	diffTerms  = []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`, diffStored}
+	diffStored = `{"size":"XL"}`
 	diffWaits  = []time.Duration{time.Second, time.Minute, 6 * time.Minute, 11 * time.Minute, 2 * time.Hour}
 )
 
@@ -229,6 +234,9 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 	switch c.kind {
 	case "take", "issue":
 		a := action(t, c.key, c.terms)
+		if c.terms == diffStored {
+			a = storedAction(t, c.key, c.terms)
+		}
 		if c.fixed {
 			a.ExpiresAt = base.Add(3 * time.Hour) // one expires_at for every request of it
 		}

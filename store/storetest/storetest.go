@@ -38,12 +38,6 @@ type Harness struct {
 	// Down makes the backend unreachable; nil if the backend cannot be
 	// stopped.
 	Down func()
-	// ComputesWaiting is set for a store that computes waiting operations
-	// rather than storing them (redisstore.Options.ComputeWaiting): the
-	// cases that rest on a waiting operation's stored revisions (reuse,
-	// the latest one, the caps counted when a ref is returned) are
-	// skipped, and that store's own tests cover what it does instead.
-	ComputesWaiting bool
 }
 
 // base is the suite's clock: every call passes base plus an offset.
@@ -253,12 +247,24 @@ type testCase struct {
 
 var cases []testCase
 
-// stored skips a case on a store that computes waiting operations
-// (Harness.ComputesWaiting), saying which stored behaviour it rests on.
-func (e *env) stored(t *testing.T, what string) {
+// storedAction is action with a summary too long for a 2048-character
+// ref: a store that computes waiting operations into their refs can't
+// compute this one, and stores it when its ref is returned (the stored
+// fallback, internal/computed), so the case judges stored revisions. Its
+// cases call wantStored on the first ref.
+func storedAction(t testing.TB, key, terms string) store.Action {
 	t.Helper()
-	if e.h.ComputesWaiting {
-		t.Skip("waiting operations are computed, not stored: " + what)
+	a := action(t, key, terms)
+	a.Summary += strings.Repeat(" and then some more", 120)
+	return a
+}
+
+// wantStored fails the case unless is's ref is of the stored form,
+// "<operation_id>.<revision>" and nothing after.
+func wantStored(t testing.TB, is store.Issued) {
+	t.Helper()
+	if strings.Count(is.Ref, ".") != 1 {
+		t.Fatalf("ref %.60s… is sealed: the case needs a stored operation", is.Ref)
 	}
 }
 
@@ -270,14 +276,14 @@ func add(name string, run func(t *testing.T, e *env)) struct{} {
 // ---- Issue (§3, §4) ----
 
 var _ = add("W19 W20 W24 W34 new terms keep the operation_id and get a new revision", func(t *testing.T, e *env) {
-	e.stored(t, "a repeated request reuses the stored revision")
-	a := action(t, "exchange:ord_1", `{"size":"M"}`)
+	a := storedAction(t, "exchange:ord_1", `{"size":"M"}`)
 	first := e.issue(signedIn, a, at(0))
+	wantStored(t, first)
 	again := e.issue(signedIn, a, at(time.Minute))
 	if again.Operation.ID != first.Operation.ID || again.Operation.Revision != first.Operation.Revision {
 		t.Fatalf("same terms: got %+v, want reuse of %+v", again.Operation, first.Operation)
 	}
-	changed := e.issue(signedIn, action(t, "exchange:ord_1", `{"size":"L"}`), at(2*time.Minute))
+	changed := e.issue(signedIn, storedAction(t, "exchange:ord_1", `{"size":"L"}`), at(2*time.Minute))
 	if changed.Operation.ID != first.Operation.ID {
 		t.Errorf("W20: new terms changed operation_id %s → %s", first.Operation.ID, changed.Operation.ID)
 	}
@@ -298,9 +304,9 @@ var _ = add("W19 W20 W24 W34 new terms keep the operation_id and get a new revis
 })
 
 var _ = add("W39 same terms reuse the revision while half its lifetime is left", func(t *testing.T, e *env) {
-	e.stored(t, "a repeated request reuses the stored revision")
-	a := action(t, "k", `{"n":1}`)
+	a := storedAction(t, "k", `{"n":1}`)
 	first := e.issue(signedOut, a, at(0))
+	wantStored(t, first)
 	if again := e.issue(signedOut, a, at(lifetime/2)); again.Operation.Revision != first.Operation.Revision {
 		t.Errorf("at half the lifetime: new revision %s, want %s", again.Operation.Revision, first.Operation.Revision)
 	}
@@ -369,14 +375,14 @@ var _ = add("W19 W21 different actions and owners get different operation_ids", 
 })
 
 var _ = add("W26 a revision keeps its terms and expires_at", func(t *testing.T, e *env) {
-	e.stored(t, "Lookup answers the latest stored revision")
-	a1 := action(t, "k", `{"v":1}`)
+	a1 := storedAction(t, "k", `{"v":1}`)
 	r1 := e.issue(signedIn, a1, at(0))
+	wantStored(t, r1)
 	rec1 := e.status(signedIn, r1.Ref, at(time.Second), store.Waiting)
 	if !sameOperation(rec1.Current, r1.Operation) {
 		t.Fatalf("Lookup current %+v, want %+v", rec1.Current, r1.Operation)
 	}
-	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(2*time.Second))
+	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(2*time.Second))
 	// The first revision is unchanged: its approval is recorded for it,
 	// and a request with its terms takes exactly it.
 	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(3*time.Second), store.Recorded)
@@ -547,9 +553,9 @@ var _ = add("W74 W136 once performed, every revision it returned is still found,
 })
 
 var _ = add("W74 W34 every revision returned for an operation makes a ref that is found", func(t *testing.T, e *env) {
-	e.stored(t, "Lookup answers the latest stored revision")
-	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
-	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(time.Second))
+	r1 := e.issue(signedIn, storedAction(t, "k", `{"v":1}`), at(0))
+	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(time.Second))
+	wantStored(t, r2)
 	for _, is := range []store.Issued{r1, r2} {
 		rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
 		if !sameOperation(rec.Current, r2.Operation) {
@@ -620,9 +626,9 @@ var _ = add("W100 W114 W122 a revision never returned: mismatch with the current
 })
 
 var _ = add("W115 an expired revision while a newer one is current: mismatch", func(t *testing.T, e *env) {
-	e.stored(t, "the newer revision is stored")
-	r1 := e.issue(signedIn, action(t, "k", `{"v":1}`), at(0))
-	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(6*time.Minute))
+	r1 := e.issue(signedIn, storedAction(t, "k", `{"v":1}`), at(0))
+	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(6*time.Minute))
+	wantStored(t, r2)
 	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), r1.Operation.ExpiresAt.Add(time.Second), store.RevisionMismatch)
 	if !sameOperation(rep.Operation, r2.Operation) {
 		t.Errorf("answered %+v, want the current %+v", rep.Operation, r2.Operation)
@@ -630,14 +636,14 @@ var _ = add("W115 an expired revision while a newer one is current: mismatch", f
 })
 
 var _ = add("W120 a replaced revision still passes check 3 (the MAY is not taken), and only its own terms take it", func(t *testing.T, e *env) {
-	e.stored(t, "Lookup answers the latest stored revision")
 	// The kit does not take §6 check 3's option to fail a replaced revision:
 	// an agent may approve the terms it showed the User while the page
 	// already asks for others, and each approval applies only to requests
 	// with its own terms, once (W37).
-	a1, a2 := action(t, "k", `{"size":"M"}`), action(t, "k", `{"size":"L"}`)
+	a1, a2 := storedAction(t, "k", `{"size":"M"}`), storedAction(t, "k", `{"size":"L"}`)
 	r1 := e.issue(signedIn, a1, at(0))
 	r2 := e.issue(signedIn, a2, at(time.Second))
+	wantStored(t, r2)
 	if r2.Operation.ID != r1.Operation.ID || r2.Operation.Revision == r1.Operation.Revision {
 		t.Fatalf("r2 %+v does not replace r1 %+v", r2.Operation, r1.Operation)
 	}
@@ -948,9 +954,9 @@ func sameApproval(a, b store.Approval) bool {
 // ---- Take (§6 "Websites") ----
 
 var _ = add("W94 W99 with no matching approval Take issues as Issue does", func(t *testing.T, e *env) {
-	e.stored(t, "a repeated request reuses the stored revision")
-	a := action(t, "k", `{}`)
+	a := storedAction(t, "k", `{}`)
 	took := e.noClaim(signedIn, a, at(0))
+	wantStored(t, took)
 	is := e.issue(signedIn, a, at(time.Second))
 	if !sameOperation(took.Operation, is.Operation) || took.Ref != is.Ref {
 		t.Errorf("Take issued %+v, Issue %+v: want the same", took, is)
@@ -1103,19 +1109,32 @@ var _ = add("W102 W103 an approval applies until its revision's expires_at", fun
 // or after the approval is recorded. Each store is judged by the rule here,
 // not by agreeing with another store (TestSameAsMemory). Everything goes
 // through Take, the Gate's step.
-var _ = addLaterRevision("other terms, after the approval", `{"v":2}`, true)
-var _ = addLaterRevision("other terms, before the approval", `{"v":2}`, false)
-var _ = addLaterRevision("the same terms renewed, before the approval", `{"v":1}`, false)
+// Each runs with the operation computed into its refs and with it stored
+// (storedAction): a store that never stored the later revision may have
+// forgotten the operation by then (W38), one that stored it may not.
+var _ = addLaterRevision("other terms, after the approval", `{"v":2}`, true, false)
+var _ = addLaterRevision("other terms, before the approval", `{"v":2}`, false, false)
+var _ = addLaterRevision("the same terms renewed, before the approval", `{"v":1}`, false, false)
+var _ = addLaterRevision("other terms, after the approval, stored", `{"v":2}`, true, true)
+var _ = addLaterRevision("other terms, before the approval, stored", `{"v":2}`, false, true)
+var _ = addLaterRevision("the same terms renewed, before the approval, stored", `{"v":1}`, false, true)
 
-func addLaterRevision(what, laterTerms string, approveFirst bool) struct{} {
+func addLaterRevision(what, laterTerms string, approveFirst, stored bool) struct{} {
 	return add("W103 W115 an expired approval stays expired after a later revision of its operation: "+what, func(t *testing.T, e *env) {
-		a1 := action(t, "k", `{"v":1}`)
+		act := action
+		if stored {
+			act = storedAction
+		}
+		a1 := act(t, "k", `{"v":1}`)
 		r1 := e.noClaim(signedIn, a1, at(0))
+		if stored {
+			wantStored(t, r1)
+		}
 		if approveFirst {
 			e.approve(signedIn, r1, at(time.Second))
 		}
 		// Past half the lifetime, so that the same terms are renewed too.
-		r2 := e.noClaim(signedIn, action(t, "k", laterTerms), at(lifetime/2+time.Second))
+		r2 := e.noClaim(signedIn, act(t, "k", laterTerms), at(lifetime/2+time.Second))
 		if r2.Operation.ID != r1.Operation.ID || r2.Operation.Revision == r1.Operation.Revision {
 			t.Fatalf("later request: %+v, want a new revision of %s", r2.Operation, r1.Operation.ID)
 		}
@@ -1129,14 +1148,14 @@ func addLaterRevision(what, laterTerms string, approveFirst bool) struct{} {
 		// up, not taken, so that it is there for the step after.
 		e.status(signedIn, r1.Ref, r1.Operation.ExpiresAt, store.Approved)
 		// One second later, the later revision still live: it no longer
-		// applies. (A store that computes waiting operations never stored
-		// the later one, so it may have forgotten the operation, W38.)
+		// applies. (Computed, the later revision was never stored, so the
+		// store may have forgotten the operation, W38.)
 		late := r1.Operation.ExpiresAt.Add(time.Second)
 		if rec, found := e.lookup(signedIn, r1.Ref, late); found {
 			if rec.Status != store.Waiting || len(rec.Approvals) > 1 || len(rec.Approvals) == 1 && !rec.Approvals[0].UsedAt.IsZero() {
 				t.Errorf("Lookup: %s with approvals %+v, want waiting, the expired one unused (or forgotten)", rec.Status, rec.Approvals)
 			}
-		} else if !e.h.ComputesWaiting {
+		} else if stored {
 			t.Errorf("Lookup: not found, though its revision %s is live until %v", r2.Operation.Revision, r2.Operation.ExpiresAt)
 		}
 		res := e.take(signedIn, a1, late)
@@ -1151,15 +1170,15 @@ func addLaterRevision(what, laterTerms string, approveFirst bool) struct{} {
 			t.Errorf("issued %+v, want a live revision other than the expired %s", got, r1.Operation.Revision)
 		}
 		// The approval sent again fails check 3 (W115), answered with a
-		// live revision, never the one it names (W122). A store that never
-		// stored the later revision may have forgotten the operation, or
-		// find it expired (W101).
+		// live revision, never the one it names (W122). Computed, the later
+		// revision was never stored: the store may have forgotten the
+		// operation, or find it expired (W101).
 		switch rep := e.record(signedIn, r1.Ref, approvalOf(r1.Operation), late); {
 		case rep.Result == store.RevisionMismatch:
 			if rep.Operation.Revision == r1.Operation.Revision || !rep.Operation.ExpiresAt.After(late) {
 				t.Errorf("re-approval answered %+v, want a live revision other than %s", rep.Operation, r1.Operation.Revision)
 			}
-		case e.h.ComputesWaiting && (rep.Result == store.NotFound || rep.Result == store.OperationExpired):
+		case !stored && (rep.Result == store.NotFound || rep.Result == store.OperationExpired):
 		default:
 			t.Errorf("re-approval of the expired revision: %v, want revision mismatch", rep.Result)
 		}
@@ -1629,10 +1648,10 @@ var _ = add("W144 a store that is down fails every call quickly, without a hang 
 // ---- Additions: W27 and W140 ----
 
 var _ = add("W26 W27 a reworded summary keeps the revision and its words", func(t *testing.T, e *env) {
-	e.stored(t, "a repeated request reuses the stored revision")
-	a := action(t, "exchange:ord_9", `{"size":"M"}`)
+	a := storedAction(t, "exchange:ord_9", `{"size":"M"}`)
 	first := e.issue(signedOut, a, at(0))
-	a.Summary = "Exchange it, reworded."
+	wantStored(t, first)
+	a.Summary = "Exchange it, reworded." + strings.Repeat(" and then some more", 120)
 	again := e.issue(signedOut, a, at(time.Minute))
 	if again.Operation.Revision != first.Operation.Revision {
 		t.Fatalf("W27: a reworded summary made revision %s from %s", again.Operation.Revision, first.Operation.Revision)
@@ -1915,8 +1934,10 @@ var _ = add("an operation records at most MaxApprovalsPerOperation approvals, an
 	}
 })
 
-var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(t *testing.T, e *env) {
-	e.stored(t, "operations are counted when a ref is returned")
+// The caps count stored operations: one stored when its ref is returned
+// (storedAction) counts from then, and the request that would open one
+// more gets ErrRateLimited.
+var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored ones count when their ref is returned", func(t *testing.T, e *env) {
 	limited := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, store.ErrRateLimited) {
@@ -1925,30 +1946,75 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations", func(
 	}
 	var first store.Issued
 	for i := range storekit.DefaultMaxOpenPerOwner {
-		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
+		is := e.issue(signedIn, storedAction(t, fmt.Sprint("k", i), `{}`), at(0))
 		if i == 0 {
 			first = is
+			wantStored(t, first)
 		}
 	}
 	// A signed-out or another account's operation is the same agent and
 	// User's: it counts too.
-	_, err := Issue(e.ctx(), e.h.Store, signedOut, action(t, "more", `{}`), at(time.Second))
+	_, err := Issue(e.ctx(), e.h.Store, signedOut, storedAction(t, "more", `{}`), at(time.Second))
 	limited("Issue", err)
-	_, err = e.client(1).Take(e.ctx(), signedIn, action(t, "more", `{}`), at(time.Second))
+	_, err = e.client(1).Take(e.ctx(), signedIn, storedAction(t, "more", `{}`), at(time.Second))
 	limited("Take", err)
 	// Reusing an open operation opens nothing; another User is not counted.
-	again := e.issue(signedIn, action(t, "k0", `{}`), at(time.Second))
+	again := e.issue(signedIn, storedAction(t, "k0", `{}`), at(time.Second))
 	if again.Operation.ID != first.Operation.ID {
 		t.Errorf("k0 again: %s, want its operation %s", again.Operation.ID, first.Operation.ID)
 	}
-	e.issue(otherUser, action(t, "more", `{}`), at(time.Second))
+	e.issue(otherUser, storedAction(t, "more", `{}`), at(time.Second))
 	// A performed operation is no longer open.
 	e.approve(signedIn, first, at(2*time.Second))
-	c := e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second))
+	c := e.claim(signedIn, storedAction(t, "k0", `{}`), at(3*time.Second))
 	e.finish(c, store.Done, at(4*time.Second))
-	e.issue(signedIn, action(t, "more", `{}`), at(5*time.Second))
-	_, err = Issue(e.ctx(), e.h.Store, signedIn, action(t, "more2", `{}`), at(5*time.Second))
+	e.issue(signedIn, storedAction(t, "more", `{}`), at(5*time.Second))
+	_, err = Issue(e.ctx(), e.h.Store, signedIn, storedAction(t, "more2", `{}`), at(5*time.Second))
 	limited("Issue after one was performed and another opened", err)
 	// Forgotten ones are not open either.
-	e.issue(signedIn, action(t, "later", `{}`), at(lifetime+time.Minute))
+	e.issue(signedIn, storedAction(t, "later", `{}`), at(lifetime+time.Minute))
+})
+
+// A waiting operation computed into its ref is stored, and counted, by its
+// first approval: past the cap, that approval gets RateLimited (429 from
+// the endpoint) and records nothing. (A store that stores every waiting
+// operation counts it when its ref is returned, as above.)
+var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: a computed one counts when its first approval stores it", func(t *testing.T, e *env) {
+	var first store.Issued
+	for i := range storekit.DefaultMaxOpenPerOwner {
+		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
+		e.approve(signedIn, is, at(time.Second))
+		if i == 0 {
+			first = is
+		}
+	}
+	overCap := func(key string, now time.Time) {
+		t.Helper()
+		is, err := Issue(e.ctx(), e.h.Store, signedIn, action(t, key, `{}`), now)
+		if errors.Is(err, store.ErrRateLimited) {
+			return // counted when its ref would have been returned
+		}
+		if err != nil {
+			t.Fatalf("Issue %s over the cap: %v", key, err)
+		}
+		if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), now); rep.Result != store.RateLimited {
+			t.Errorf("the approval of %s over the cap: %v, want RateLimited", key, rep.Result)
+		}
+		if rec, found := e.lookup(signedIn, is.Ref, now); found && rec.Status != store.Waiting {
+			t.Errorf("%s after its refused approval: %s, want waiting (nothing recorded)", key, rec.Status)
+		}
+	}
+	overCap("more", at(2*time.Second))
+	// Approving a stored one again opens nothing.
+	e.wantRecord(signedIn, first.Ref, approvalOf(first.Operation), at(2*time.Second), store.AlreadyRecorded)
+	// A performed operation is no longer open: one more may be stored,
+	// and no second.
+	e.finish(e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second)), store.Done, at(4*time.Second))
+	e.approve(signedIn, e.issue(signedIn, action(t, "more", `{}`), at(5*time.Second)), at(5*time.Second))
+	overCap("more2", at(6*time.Second))
+	// Another User is not counted.
+	e.approve(otherUser, e.issue(otherUser, action(t, "more", `{}`), at(6*time.Second)), at(6*time.Second))
+	// Forgotten ones are not open either.
+	later := at(lifetime + time.Minute)
+	e.approve(signedIn, e.issue(signedIn, action(t, "later", `{}`), later), later)
 })
