@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -205,8 +206,10 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 			if refL == refM {
 				t.Fatalf("W26: L and M share the ref %s", refL)
 			}
-			// The agent approves L, the terms of the first page.
-			id, rev, _ := strings.Cut(refL, ".")
+			// The agent approves L, the terms of the first page. (The ref
+			// may go on after its revision with a seal: storekit.SplitRef
+			// reads it as the store does.)
+			id, rev, _ := storekit.SplitRef(refL)
 			e.record(sesIn, store.Issued{Operation: store.Operation{ID: id, Revision: rev}, Ref: refL})
 
 			if got := ask(urlL); got != "approved" {

@@ -43,20 +43,40 @@ func TestGateRateLimited(t *testing.T) {
 	}
 }
 
-// A real store over the cap: the 101st open operation of one agent and
-// User is refused, and the first hundred still work.
+// A real store over the cap of open operations (webkit/RULES.md "Bounded
+// work"), which counts an operation when it stores it. A waiting one is
+// computed into its ref and stored by its first approval: past the cap
+// the Gate still answers 403 with a ref (nothing is stored), and that
+// approval is refused (RateLimited: the endpoint's 429). One stored when
+// its ref is returned (terms too long for a ref) gets the Gate's 429. The
+// first hundred still work.
 func TestGateOwnerCap(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, store.NewMemory(), newClock())
-	for i := range storekit.DefaultMaxOpenPerOwner {
-		if rec := e.do(e.request(joinedIn, fmt.Sprintf("order=ord_%d&size=M", i), "text/html")); rec.Code != 403 {
-			t.Fatalf("operation %d: %d", i, rec.Code)
+	gated := func(form string) store.Issued {
+		t.Helper()
+		rec := e.do(e.request(joinedIn, form, "text/html"))
+		if rec.Code != 403 {
+			t.Fatalf("%.40s: %d, want 403", form, rec.Code)
 		}
+		_, ref := refOf(t, rec)
+		return store.Issued{Operation: e.lookup(sesIn, ref).Current, Ref: ref}
 	}
-	if rec := e.do(e.request(joinedIn, "order=ord_over&size=M", "text/html")); rec.Code != 429 {
-		t.Errorf("over the cap: %d, want 429", rec.Code)
+	for i := range storekit.DefaultMaxOpenPerOwner {
+		e.record(sesIn, gated(fmt.Sprintf("order=ord_%d&size=M", i)))
 	}
-	if rec := e.do(e.request(joinedIn, "order=ord_0&size=M", "text/html")); rec.Code != 403 {
-		t.Errorf("an open operation again: %d, want 403", rec.Code)
+	over := gated("order=ord_over&size=M")
+	rep, err := e.kit.Store.Record(context.Background(), sesIn.Owner(), over.Ref, store.Approval{
+		OperationID: over.Operation.ID, Revision: over.Operation.Revision, Approver: "user",
+	}, e.clock.Now(), store.RecordOptions{})
+	if err != nil || rep.Result != store.RateLimited {
+		t.Errorf("the approval over the cap: %v %v, want rate limited", rep.Result, err)
+	}
+	long := "order=ord_" + strings.Repeat("x", storekit.MaxRefLength) + "&size=M"
+	if rec := e.do(e.request(joinedIn, long, "text/html")); rec.Code != 429 || e.runs.Load() != 0 {
+		t.Errorf("over the cap, stored when its ref is returned: %d (runs %d), want 429", rec.Code, e.runs.Load())
+	}
+	if rec := e.do(e.request(joinedIn, "order=ord_0&size=M", "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
+		t.Errorf("an approved operation again: %d (runs %d), want 200, performed", rec.Code, e.runs.Load())
 	}
 }

@@ -161,6 +161,11 @@ func (res response) operation(t *testing.T) map[string]any {
 
 const jacket = `{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"70.00","currency":"USD"}}`
 
+// longJacket is jacket with a note too long for a 2048-character ref: the
+// store can't compute its operation into the ref, and stores it at the 403
+// (the stored fallback).
+var longJacket = `{"note":"` + strings.Repeat("x", 2100) + `",` + jacket[1:]
+
 func TestRequestChecks(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -382,11 +387,18 @@ func TestApproval(t *testing.T) {
 			t.Errorf("revision = %v, want the current %s", rev, iss.Operation.Revision)
 		}
 	})
-	t.Run("W115 W122 an expired revision replaced by a newer one", func(t *testing.T) {
+	// Stored (terms too long for a ref, so the store keeps the operation's
+	// revisions from the 403 on): the operation has not expired, its newer
+	// revision is live, so the expired one fails check 3 with the §4
+	// answer for its ref (W100), never naming itself (W122).
+	t.Run("W115 W100 W122 an expired stored revision replaced by a newer one", func(t *testing.T) {
 		f := newFixture(t)
-		old := f.issue("out", "k", jacket)
+		old := f.issue("out", "k", longJacket)
+		if strings.Count(old.Ref, ".") != 1 {
+			t.Fatalf("ref %.60s… is sealed: want a stored operation", old.Ref)
+		}
 		f.advance(6 * time.Minute) // under half its lifetime left: a new revision
-		cur := f.issue("out", "k", jacket)
+		cur := f.issue("out", "k", longJacket)
 		f.advance(5 * time.Minute) // the old one has expired, the new one not
 		if cur.Operation.ID != old.Operation.ID || cur.Operation.Revision == old.Operation.Revision {
 			t.Fatalf("reissue: %+v then %+v", old.Operation, cur.Operation)
@@ -396,6 +408,29 @@ func TestApproval(t *testing.T) {
 		if rev := res.operation(t)["revision"]; rev != cur.Operation.Revision {
 			t.Errorf("revision = %v, want %s", rev, cur.Operation.Revision)
 		}
+	})
+	// Computed (the default, W38: an operation not performed need not be
+	// stored): nothing was stored at either 403, and a sealed ref is the
+	// operation as the store knows it, with its own revision (W72, the
+	// ref's own revision). That revision has expired, so the operation has
+	// as far as the ref can tell: 400 invalid_request (W101), and the agent
+	// asks the page again. Once an approval stored the operation, the
+	// stored case above applies.
+	t.Run("W115 W101 W38 an expired computed revision replaced by a newer one", func(t *testing.T) {
+		f := newFixture(t)
+		old := f.issue("out", "k", jacket)
+		if strings.Count(old.Ref, ".") != 2 {
+			t.Fatalf("ref %q is not sealed: want a computed operation", old.Ref)
+		}
+		f.advance(6 * time.Minute)
+		cur := f.issue("out", "k", jacket)
+		f.advance(5 * time.Minute)
+		if cur.Operation.ID != old.Operation.ID || cur.Operation.Revision == old.Operation.Revision {
+			t.Fatalf("reissue: %+v then %+v", old.Operation, cur.Operation)
+		}
+		f.post("out", old.Ref, approvalOf(old.Operation.ID, old.Operation.Revision, "")).expect(t, 400, "invalid_request")
+		// The newer revision's ref still takes its approval.
+		f.post("out", cur.Ref, approvalOf(cur.Operation.ID, cur.Operation.Revision, "")).expect(t, 204, "")
 	})
 	t.Run("W116 operation_id of another operation", func(t *testing.T) {
 		f := newFixture(t)
