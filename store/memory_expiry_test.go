@@ -33,7 +33,10 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 	defer done()
 	t0 := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	empty = heapMiB()
-	m, size := memstore.New(memstore.Config{MaxOpenPerAgent: n}) // one agent, n Users
+	// One agent, n Users; a retention shorter than the operations'
+	// lifetime, so that each is stored at its 403 rather than computed
+	// into its ref (the stored fallback).
+	m, size := memstore.New(memstore.Config{MaxOpenPerAgent: n, Retention: 30 * time.Second})
 	a := store.Action{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
 		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}
