@@ -30,7 +30,7 @@ import (
 	"github.com/opsgate/opsgate/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/internal/testenv"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -343,7 +343,7 @@ func (u *userApproves) Decide(_ context.Context, q refagent.Question) (refagent.
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.asked = append(u.asked, q)
-	return refagent.Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "tap"}, nil
+	return refagent.Decision{Approve: true, Approver: store.ApproverUser, InputType: "tap"}, nil
 }
 
 func (u *userApproves) questions() []refagent.Question {
@@ -354,7 +354,7 @@ func (u *userApproves) questions() []refagent.Question {
 
 func noDecider(t *testing.T) refagent.Decider {
 	return refagent.DeciderFunc(func(_ context.Context, q refagent.Question) (refagent.Decision, error) {
-		t.Errorf("the agent asked about %s revision %s; it must not approve or ask here", q.Operation.OperationID, q.Operation.Revision)
+		t.Errorf("the agent asked about %s revision %s; it must not approve or ask here", q.Operation.ID, q.Operation.Revision)
 		return refagent.Decision{}, nil
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -87,7 +88,7 @@ func TestExchangeByForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result != refagent.Performed || out.Approver != webkit.ApproverAgent || len(out.Refs) != 1 {
+	if out.Result != refagent.Performed || out.Approver != store.ApproverAgent || len(out.Refs) != 1 {
 		t.Fatalf("outcome %+v", out)
 	}
 	if len(out.Asked) != 1 || out.Asked[0].Company != "Ridgeline Outfitters" || !strings.Contains(out.Asked[0].Summary, "$70.00 more") || len(out.Asked[0].Differences) != 0 {
@@ -159,7 +160,7 @@ func TestDeliveryDateFromFetchPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Result != refagent.Performed || out.Approver != webkit.ApproverUser {
+	if out.Result != refagent.Performed || out.Approver != store.ApproverUser {
 		t.Fatalf("outcome %+v", out)
 	}
 	if q := user.questions(); len(q) != 1 || len(q[0].Differences) != 0 || !strings.Contains(q[0].Summary, newDay.Format("2 January 2006")) {
@@ -266,7 +267,7 @@ func TestNewTermsNewRevision(t *testing.T) {
 	// M request once it is approved.
 	in(t, tab, chromedp.Navigate(e.url+"/orders/"+order))
 	first, err := a.Approve(ctxTimeout(t, 30*time.Second), exchangeOnce(t), refagent.NoRepeat())
-	if err != nil || first.Result != refagent.Approved || first.Approver != webkit.ApproverAgent {
+	if err != nil || first.Result != refagent.Approved || first.Approver != store.ApproverAgent {
 		t.Fatalf("first approval: %+v, %v", first, err)
 	}
 
@@ -278,7 +279,7 @@ func TestNewTermsNewRevision(t *testing.T) {
 	// The operation keeps its id and gets a new revision for the L terms
 	// (W20, W34), as the shop's store shows.
 	ref2 := lastRef(t, a)
-	owner := webkit.Owner{Agent: a.ClientID(), User: a.User()}
+	owner := store.Owner{Agent: a.ClientID(), User: a.User()}
 	rec, found, err := e.shop.Kit().Store.Lookup(t.Context(), owner, ref2.Ref, e.clock.Now())
 	if err != nil || !found || rec.Current.ID != first.OperationID || rec.Current.Revision == first.Revision || !strings.Contains(string(rec.Current.Terms), insulL) {
 		t.Fatalf("W20, W34: the shop's operation for the L request: %+v (found %v, %v); first %s/%s", rec.Current, found, err, first.OperationID, first.Revision)
@@ -300,7 +301,7 @@ func TestNewTermsNewRevision(t *testing.T) {
 	if second.OperationID != first.OperationID || second.Revision == first.Revision {
 		t.Errorf("W20, W36: L approved as %s/%s after M's %s/%s", second.OperationID, second.Revision, first.OperationID, first.Revision)
 	}
-	if second.Result != refagent.Performed || second.Approver != webkit.ApproverUser {
+	if second.Result != refagent.Performed || second.Approver != store.ApproverUser {
 		t.Fatalf("second outcome %+v", second)
 	}
 	// L is performed once, and the M approval never performs (W37). The
@@ -366,7 +367,7 @@ func TestCancelSubscription(t *testing.T) {
 	}
 
 	agentApproves := refagent.DeciderFunc(func(context.Context, refagent.Question) (refagent.Decision, error) {
-		return refagent.Decision{Approve: true, Approver: webkit.ApproverAgent}, nil
+		return refagent.Decision{Approve: true, Approver: store.ApproverAgent}, nil
 	})
 	out, err := a.Approve(ctxTimeout(t, 30*time.Second), agentApproves)
 	if err != nil {
@@ -390,7 +391,7 @@ func TestCancelSubscription(t *testing.T) {
 	if q := user.questions(); len(q) != 1 || q[0].AgentMayApprove {
 		t.Errorf("A43: after a decline the user decides; questions %+v", q)
 	}
-	if out.Result != refagent.Performed || out.Approver != webkit.ApproverUser {
+	if out.Result != refagent.Performed || out.Approver != store.ApproverUser {
 		t.Fatalf("the user approval: %+v", out)
 	}
 	sub, _ := e.db(t).Subscription(shopdb.DemoAccount)
@@ -535,7 +536,7 @@ func TestWithdrawnBeforeSending(t *testing.T) {
 	ref := lastRef(t, a)
 	before := e.endpointCalls.Load()
 	withdrawn := refagent.DeciderFunc(func(_ context.Context, q refagent.Question) (refagent.Decision, error) {
-		return refagent.Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "tap", Withdrawn: func() bool { return true }}, nil
+		return refagent.Decision{Approve: true, Approver: store.ApproverUser, InputType: "tap", Withdrawn: func() bool { return true }}, nil
 	})
 	out, err := a.Approve(ctxTimeout(t, 30*time.Second), withdrawn)
 	if err != nil || out.Result != refagent.NotApproved || len(out.Asked) != 1 {

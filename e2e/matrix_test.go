@@ -43,6 +43,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/testenv"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -469,7 +470,7 @@ func (u *mxApprover) Decide(_ context.Context, q refagent.Question) (refagent.De
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.asked = append(u.asked, q)
-	return refagent.Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "tap"}, nil
+	return refagent.Decision{Approve: true, Approver: store.ApproverUser, InputType: "tap"}, nil
 }
 
 // approve runs the agent's Approve (which presses Continue, or waits for

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -55,7 +56,7 @@ func Example() {
 		Kit:          kit,
 		AccessTokens: &identity.JWTAccessTokens{Issuer: "https://shop.example", Keys: map[string]crypto.PublicKey{"k1": issuerKey.Public()}},
 		Decline: func(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline {
-			if d.Approval.Approver == webkit.ApproverAgent && strings.HasPrefix(d.Operation.OperationID, "never-") {
+			if d.Approval.Approver == store.ApproverAgent && strings.HasPrefix(d.Operation.ID, "never-") {
 				return &webkit.Decline{Reason: "Only you can approve this."}
 			}
 			return nil

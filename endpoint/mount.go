@@ -27,6 +27,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/storewrap"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -49,8 +50,8 @@ const (
 // that decided it, nor another account's or User's data. Give no reason
 // code (W131): none is sent.
 type DeclineRequest struct {
-	Operation webkit.Operation
-	Approval  webkit.Approval
+	Operation store.Operation
+	Approval  store.Approval
 	Session   webkit.Session
 }
 

@@ -317,7 +317,7 @@ func (m *memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.t
 //
 // It is Take without the approvals: the conformance suite sets up
 // operations with it (storetest.Issue).
-func (m *memory) Issue(ctx context.Context, owner Owner, action Action, now time.Time) (Issued, error) {
+func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (Issued, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return Issued{}, err
 	}
@@ -329,7 +329,7 @@ func (m *memory) Issue(ctx context.Context, owner Owner, action Action, now time
 // (W19, W20, W39) and making new ones only when it must (W24, W25, W141).
 // A new operation beyond the owner's or the agent's cap of open ones is
 // ErrRateLimited.
-func (m *memory) issue(owner Owner, action Action, now time.Time) (Issued, error) {
+func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (Issued, error) {
 	slot := storekit.Slot(owner.Agent, owner.User)
 	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
 	a, _ := m.actions.get(ak)
@@ -413,7 +413,7 @@ func over(n, limit, def int) bool {
 // terms (W24), same fixed expires_at (W25) or at least half its lifetime left
 // (W39), not expired, and never approved, so that an operation whose approval
 // was used up without performing can be approved again (W98).
-func reusable(r *memRevision, action Action, now time.Time) bool {
+func reusable(r *memRevision, action TakeRequest, now time.Time) bool {
 	if r.approved || now.After(r.op.ExpiresAt) || !bytes.Equal(r.op.Terms, action.Terms) {
 		return false
 	}
@@ -441,7 +441,7 @@ func (op *memOperation) add(r *memRevision) {
 	}
 }
 
-func (m *memory) Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error) {
+func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return TakeResult{}, err
 	}
@@ -814,7 +814,7 @@ func (m *memory) sealerLocked() *computed.Sealer {
 // computable reports whether the operation for action (its digest) can be
 // computed rather than stored, and returns what it would be, as
 // redisstore computes it (computed.New).
-func (m *memory) computable(owner Owner, digest string, action Action, now time.Time) (computed.Op, bool) {
+func (m *memory) computable(owner Owner, digest string, action TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 

@@ -37,7 +37,7 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 	// lifetime, so that each is stored at its 403 rather than computed
 	// into its ref (the stored fallback).
 	m, size := memstore.New(memstore.Config{MaxOpenPerAgent: n, Retention: 30 * time.Second})
-	a := store.Action{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
+	a := store.TakeRequest{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
 		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}
 		start := clock()

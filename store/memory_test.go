@@ -43,14 +43,14 @@ var (
 	owner = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
 )
 
-func memAction(key, terms string, life time.Duration) store.Action {
-	return store.Action{Key: key, Terms: []byte(terms), Lifetime: life}
+func memAction(key, terms string, life time.Duration) store.TakeRequest {
+	return store.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: life}
 }
 
 // memStoredAction is memAction with a summary too long for a
 // 2048-character ref: its operation is stored when its ref is returned
 // (the stored fallback, internal/computed), not computed into the ref.
-func memStoredAction(key, terms string, life time.Duration) store.Action {
+func memStoredAction(key, terms string, life time.Duration) store.TakeRequest {
 	a := memAction(key, terms, life)
 	a.Summary = strings.Repeat("and then some more ", 120)
 	return a

@@ -22,7 +22,7 @@
 // [Reconciler.Resolve]).
 //
 // Claims are never stranded (W144): the caller chooses the claim's token
-// (Action.ClaimToken) before Take, so that even when Take's reply is lost
+// (TakeRequest.ClaimToken) before Take, so that even when Take's reply is lost
 // (a timeout, a dropped connection, a store that ran the step after the
 // caller gave up) the caller can Release what Take may have claimed, and
 // a Take that arrives after its Release claims nothing. A Take repeated
@@ -98,9 +98,13 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 // Owner is who an operation belongs to (§3 "Who can approve it"): the
@@ -113,8 +117,8 @@ type Owner struct {
 	Account string // the signed-in account; "" when signed out
 }
 
-// Action is what a request asks for, as the website describes it.
-type Action struct {
+// TakeRequest is what a request asks for, as the website describes it.
+type TakeRequest struct {
 	// Key says which action this is: the same key (for the same owner) is the
 	// same action and keeps its operation_id (§3 W19, W35).
 	Key string
@@ -139,13 +143,21 @@ type Action struct {
 	ClaimToken string
 }
 
-// Operation is one revision of an operation (§3): what the endpoint returns.
+// Operation is one revision of an operation (§3): what the endpoint
+// returns to the Personal Agent, what a Claim performs, and what the store
+// keeps. Its JSON is exactly the spec's table (§3, §4), with expires_at in
+// RFC 3339 (W17).
 type Operation struct {
-	ID        string    // operation_id
-	Revision  string    // revision
-	Summary   string    // summary; "" for none
-	Terms     []byte    // terms, canonical JSON object
-	ExpiresAt time.Time // expires_at: the last instant an approval is accepted
+	ID       string `json:"operation_id"`
+	Revision string `json:"revision"`
+	// Summary is the terms in plain language; "" for none (W28).
+	Summary string `json:"summary,omitempty"`
+	// Terms is the terms object in canonical JSON (sorted keys, no
+	// insignificant space, W118).
+	Terms json.RawMessage `json:"terms"`
+	// ExpiresAt is the last instant an approval is accepted, in whole
+	// seconds (W18).
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Status is an operation's state as §6 "Looking up an approved operation"
@@ -160,18 +172,86 @@ const (
 	Performed  Status = "performed"
 )
 
-// Approval is a recorded approval: the Personal Agent's statements (§6,
-// §8.1), kept for the website's records, and when it was recorded.
+// Approver says how an approval was given (§5, §6).
+type Approver string
+
+// The two approvers of §6. A later version may add a third (§5).
+const (
+	ApproverUser  Approver = "user"  // the User approved
+	ApproverAgent Approver = "agent" // the Personal Agent approved on the User's instruction
+)
+
+// Approval is the Personal Agent's statement that a revision is approved
+// (§6, §8.1), as the Poppy-Approval header carries it, and, once the store
+// has recorded it, when it was recorded and used up. Its JSON is the MCP
+// and conversation form: approved_at in Unix seconds, omitted when not
+// sent; RecordedAt and UsedAt are not part of it.
 type Approval struct {
 	OperationID string
 	Revision    string
-	Approver    string    // "user" or "agent"
-	ApprovedAt  time.Time // zero when not sent
-	InputType   string    // only with "user"
-	Reference   string
-	RecordedAt  time.Time
+	Approver    Approver
+	// ApprovedAt is when it was approved; zero when not sent (W82).
+	ApprovedAt time.Time
+	// InputType is how the User answered; only with ApproverUser (W80).
+	InputType string
+	// Reference is the Personal Agent's own record of the approval.
+	Reference string
+	// RecordedAt is when the store recorded it; zero before.
+	RecordedAt time.Time
 	// UsedAt is when a browser request used it up; zero while it waits.
 	UsedAt time.Time
+}
+
+// approvalJSON is Approval on the wire: approved_at is an integer of Unix
+// seconds (§6), omitted when not sent.
+type approvalJSON struct {
+	OperationID string   `json:"operation_id"`
+	Revision    string   `json:"revision"`
+	Approver    Approver `json:"approver"`
+	ApprovedAt  *int64   `json:"approved_at,omitempty"`
+	InputType   string   `json:"input_type,omitempty"`
+	Reference   string   `json:"reference,omitempty"`
+}
+
+// MarshalJSON writes the approval's statements, approved_at as Unix
+// seconds (§6).
+func (a Approval) MarshalJSON() ([]byte, error) {
+	w := approvalJSON{
+		OperationID: a.OperationID,
+		Revision:    a.Revision,
+		Approver:    a.Approver,
+		InputType:   a.InputType,
+		Reference:   a.Reference,
+	}
+	if !a.ApprovedAt.IsZero() {
+		sec := a.ApprovedAt.Unix()
+		w.ApprovedAt = &sec
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads approved_at as Unix seconds (§6); an approved_at that
+// is not an integer is an error naming it.
+func (a *Approval) UnmarshalJSON(data []byte) error {
+	var w approvalJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return fmt.Errorf("approval: member %q: wrong JSON type: %w", typeErr.Field, storekit.ErrWrongType)
+		}
+		return fmt.Errorf("approval: %w", err)
+	}
+	*a = Approval{
+		OperationID: w.OperationID,
+		Revision:    w.Revision,
+		Approver:    w.Approver,
+		InputType:   w.InputType,
+		Reference:   w.Reference,
+	}
+	if w.ApprovedAt != nil {
+		a.ApprovedAt = time.Unix(*w.ApprovedAt, 0).UTC()
+	}
+	return nil
 }
 
 // Record is an operation as Lookup finds it.
@@ -271,11 +351,15 @@ type RecordReply struct {
 }
 
 // Claim is an operation taken for performing: the browser's request used up
-// an approval and the operation is now performing. Finish ends it.
+// an approval and the operation is now performing. Finish ends it. A
+// handler gets it from webkit.ClaimOf and performs exactly what
+// Operation.Terms say (§3).
 type Claim struct {
-	Owner     Owner
+	// Owner is whom the operation belongs to (§3 "Who can approve it"):
+	// Agent, User and Account.
+	Owner
 	Operation Operation // the approved revision
-	Approval  Approval
+	Approval  Approval  // the approval the browser's request used up (W96)
 	// Token identifies this claim, so that only its holder finishes it.
 	Token string
 }
@@ -345,7 +429,7 @@ type Store interface {
 	// action key until it is performed (W19, W20), then a new
 	// operation_id (W141); its current revision while the terms are equal
 	// and the revision is reusable, else a new revision (W24, W25, W36).
-	Take(ctx context.Context, owner Owner, action Action, now time.Time) (TakeResult, error)
+	Take(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (TakeResult, error)
 
 	// Finish ends a claim. It returns ErrClaimLost when the claim is no
 	// longer the operation's (forgotten, or finished already).

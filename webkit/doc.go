@@ -39,11 +39,14 @@
 //
 // # Vocabulary
 //
-// The protocol's nouns are plain Go types with the spec's JSON shapes:
-// [Operation] (§3), [Approval] and [Decline] (§6), the declared
-// [Extensions] (§2, RULES.md choice 4) and the verified [Session] a request
-// is handled as, whose [Session.Owner] says which operations it can approve
-// (§3 "Who can approve it").
+// The protocol's nouns are plain Go types with the spec's JSON shapes, each
+// defined once: the records the store keeps and the endpoint sends are
+// package store's ([store.Operation] §3, [store.Approval] §6,
+// [store.Claim], [store.Owner]); this package adds what the store never
+// sees: [Decline] (§6), the declared [Extensions] (§2, RULES.md choice 4)
+// and the verified [Session] a request is handled as, whose
+// [Session.Owner] says which operations it can approve (§3 "Who can
+// approve it").
 //
 // # Headers
 //

@@ -243,11 +243,11 @@ type flakyStore struct {
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.Issued, error) {
 	return storetest.Issue(ctx, f.Store, o, a, now)
 }
 
-func (f *flakyStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (f *flakyStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if f.down.Load() {
 		return store.TakeResult{}, errDown
 	}

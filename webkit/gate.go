@@ -1,6 +1,7 @@
 package webkit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -243,14 +244,14 @@ func decide(s Session, ownFlow bool, t *taken) decision {
 
 // storeAction checks an Action and canonicalises its terms (§6 check 3
 // compares meaning: W118).
-func (k *Kit) storeAction(a Action) (store.Action, error) {
+func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 	if a.Key == "" {
-		return store.Action{}, errors.New("describe: Action.Key is empty")
+		return store.TakeRequest{}, errors.New("describe: Action.Key is empty")
 	}
 	var raw []byte
 	switch t := a.Terms.(type) {
 	case nil:
-		return store.Action{}, errors.New("describe: Action.Terms is nil; terms must be a JSON object")
+		return store.TakeRequest{}, errors.New("describe: Action.Terms is nil; terms must be a JSON object")
 	case json.RawMessage:
 		raw = t
 	case []byte:
@@ -258,19 +259,19 @@ func (k *Kit) storeAction(a Action) (store.Action, error) {
 	default:
 		b, err := json.Marshal(t)
 		if err != nil {
-			return store.Action{}, fmt.Errorf("describe: Action.Terms: %w", err)
+			return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
 		}
 		raw = b
 	}
 	terms, err := storekit.CanonicalTerms(raw)
 	if err != nil {
-		return store.Action{}, fmt.Errorf("describe: Action.Terms: %w", err)
+		return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
 	}
 	lifetime := a.Lifetime
 	if lifetime <= 0 {
 		lifetime = k.lifetime()
 	}
-	return store.Action{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
+	return store.TakeRequest{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
 }
 
 // storeFailed logs a store failure; the Observer has seen it as a
@@ -320,15 +321,19 @@ type performing struct {
 
 type performingKey struct{}
 
-// ClaimOf returns the approved operation the handler is performing: its
-// approved revision and the approval used up (see Claim). false outside a
-// performance.
-func ClaimOf(r *http.Request) (Claim, bool) {
+// ClaimOf returns the approved operation the handler is performing: the
+// approved revision (Operation: ID, Revision, Terms, Summary, ExpiresAt),
+// the approval the browser's request used up (§6 W96), and whom the
+// operation belongs to (Agent, User, Account). The handler performs exactly
+// what Operation.Terms say (§3). false outside a performance.
+func ClaimOf(r *http.Request) (store.Claim, bool) {
 	p, ok := r.Context().Value(performingKey{}).(*performing)
 	if !ok {
-		return Claim{}, false
+		return store.Claim{}, false
 	}
-	return claimFrom(p.claim), true
+	c := p.claim
+	c.Operation.Terms = bytes.Clone(c.Operation.Terms) // the handler may keep or change its copy
+	return c, true
 }
 
 // SetOutcome states how the action ended, instead of the handler's status

@@ -97,7 +97,7 @@ type gateEnv struct {
 	clock *clock
 	runs  atomic.Int64
 	h     http.Handler // the gated route
-	claim chan Claim
+	claim chan store.Claim
 }
 
 // exchangeDescribe gates POST /exchange: order and size are the terms.
@@ -120,7 +120,7 @@ func exchangeDescribe(r *http.Request) (Action, error) {
 }
 
 func newGateEnv(t testing.TB, st store.Store, c *clock) *gateEnv {
-	e := &gateEnv{t: t, clock: c, claim: make(chan Claim, 200)}
+	e := &gateEnv{t: t, clock: c, claim: make(chan store.Claim, 200)}
 	k := New(testKeys...)
 	k.Store = st
 	k.Clock = c.Now
@@ -438,7 +438,7 @@ func testGateScenarios(t *testing.T, be backend) {
 	}
 }
 
-func mustAction(t testing.TB, k *Kit, form string) store.Action {
+func mustAction(t testing.TB, k *Kit, form string) store.TakeRequest {
 	t.Helper()
 	r := httptest.NewRequest("POST", "/exchange", strings.NewReader(form))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -673,7 +673,7 @@ type failingStore struct{ store.Store }
 
 var errDown = errors.New("connection refused")
 
-func (failingStore) Take(context.Context, store.Owner, store.Action, time.Time) (store.TakeResult, error) {
+func (failingStore) Take(context.Context, store.Owner, store.TakeRequest, time.Time) (store.TakeResult, error) {
 	return store.TakeResult{}, errDown
 }
 
@@ -1175,7 +1175,7 @@ func (c *countingStore) BoundByContext() bool {
 	return ok && b.BoundByContext()
 }
 
-func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, o, a, now)
 }

@@ -16,7 +16,7 @@ import (
 // operations.
 type limitedStore struct{ store.Store }
 
-func (limitedStore) Take(context.Context, store.Owner, store.Action, time.Time) (store.TakeResult, error) {
+func (limitedStore) Take(context.Context, store.Owner, store.TakeRequest, time.Time) (store.TakeResult, error) {
 	return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", store.ErrRateLimited)
 }
 

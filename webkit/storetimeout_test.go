@@ -32,11 +32,11 @@ func newStallStore(s store.Store, runFirst bool) *stallStore {
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.Issued, error) {
+func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.Issued, error) {
 	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 
-func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if s.runFirst {
 		res, err := s.Store.Take(context.Background(), o, a, now)
 		<-s.gate

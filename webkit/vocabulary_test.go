@@ -3,134 +3,10 @@ package webkit
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
-
-// specOperation is the operation of §3, verbatim.
-const specOperation = `{
-  "operation_id": "exc_5Rt2",
-  "revision": "1791487200-k3Jd9Qx2mW8v",
-  "summary": "Exchange the Stormline Jacket (M) on order ord_7Hk2 for the Stormline Insulated Jacket (M), for $70.00 more, charged to the card used for the order.",
-  "terms": {
-    "order_id": "ord_7Hk2",
-    "item_id": "itm_4Qa",
-    "replacement_sku": "stormline-insulated-m",
-    "price_difference": { "amount": "70.00", "currency": "USD" }
-  },
-  "expires_at": "2026-10-08T12:20:00-07:00"
-}`
-
-func TestOperationJSON(t *testing.T) {
-	t.Run("W15 W17 the spec's operation decodes and validates", func(t *testing.T) {
-		var op Operation
-		if err := json.Unmarshal([]byte(specOperation), &op); err != nil {
-			t.Fatal(err)
-		}
-		if err := headers.ValidateOperation(store.Operation{ID: op.OperationID, Revision: op.Revision, Terms: op.Terms, ExpiresAt: op.ExpiresAt}); err != nil {
-			t.Fatal(err)
-		}
-		want := time.Date(2026, 10, 8, 19, 20, 0, 0, time.UTC)
-		if op.OperationID != "exc_5Rt2" || op.Revision != "1791487200-k3Jd9Qx2mW8v" || !op.ExpiresAt.Equal(want) {
-			t.Fatalf("decoded %+v", op)
-		}
-		if !strings.HasPrefix(op.Summary, "Exchange the Stormline Jacket") {
-			t.Fatalf("summary %q", op.Summary)
-		}
-	})
-	t.Run("W15 encodes the spec's members and no others", func(t *testing.T) {
-		op := Operation{OperationID: "exc_5Rt2", Revision: "r1", Terms: json.RawMessage(`{"a":1}`),
-			ExpiresAt: time.Date(2026, 10, 8, 19, 20, 0, 0, time.UTC)}
-		b, err := json.Marshal(op)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := `{"operation_id":"exc_5Rt2","revision":"r1","terms":{"a":1},"expires_at":"2026-10-08T19:20:00Z"}`
-		if string(b) != want {
-			t.Fatalf("got  %s\nwant %s", b, want)
-		}
-		op.Summary = "Do it."
-		b, _ = json.Marshal(op)
-		if !bytes.Contains(b, []byte(`"summary":"Do it."`)) {
-			t.Fatalf("summary missing: %s", b)
-		}
-	})
-	t.Run("W17 expires_at is RFC 3339", func(t *testing.T) {
-		var op Operation
-		if err := json.Unmarshal([]byte(`{"expires_at":"8 Oct 2026"}`), &op); err == nil {
-			t.Fatal("a non-RFC 3339 expires_at decoded")
-		}
-	})
-}
-
-func TestApprovalJSON(t *testing.T) {
-	// §6 "MCP" and "Conversations": the approval object, verbatim.
-	const spec = `{
-        "operation_id": "exc_5Rt2",
-        "revision": "1791487200-k3Jd9Qx2mW8v",
-        "approver": "user",
-        "approved_at": 1791487260,
-        "input_type": "tap"
-      }`
-	t.Run("the spec's approval object decodes", func(t *testing.T) {
-		var a Approval
-		if err := json.Unmarshal([]byte(spec), &a); err != nil {
-			t.Fatal(err)
-		}
-		want := Approval{OperationID: "exc_5Rt2", Revision: "1791487200-k3Jd9Qx2mW8v", Approver: ApproverUser,
-			ApprovedAt: time.Unix(1791487260, 0).UTC(), InputType: "tap"}
-		if a != want {
-			t.Fatalf("got %+v\nwant %+v", a, want)
-		}
-		st := store.Approval{OperationID: a.OperationID, Revision: a.Revision, Approver: string(a.Approver), ApprovedAt: a.ApprovedAt, InputType: a.InputType}
-		if err := headers.ValidateApproval(st); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("approved_at encodes as Unix seconds", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverUser,
-			ApprovedAt: time.Unix(1791487260, 0), InputType: "tap", Reference: "apr_1"}
-		b, err := json.Marshal(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := `{"operation_id":"o","revision":"r","approver":"user","approved_at":1791487260,"input_type":"tap","reference":"apr_1"}`
-		if string(b) != want {
-			t.Fatalf("got  %s\nwant %s", b, want)
-		}
-	})
-	t.Run("W82 optional members missing are omitted", func(t *testing.T) {
-		a := Approval{OperationID: "o", Revision: "r", Approver: ApproverAgent}
-		b, _ := json.Marshal(a)
-		if want := `{"operation_id":"o","revision":"r","approver":"agent"}`; string(b) != want {
-			t.Fatalf("got  %s\nwant %s", b, want)
-		}
-		var back Approval
-		if err := json.Unmarshal(b, &back); err != nil || back != a {
-			t.Fatalf("round trip %+v, %v", back, err)
-		}
-	})
-	t.Run("approved_at not an integer", func(t *testing.T) {
-		for _, v := range []string{`"1791487260"`, `1791487260.5`, `true`} {
-			var a Approval
-			err := json.Unmarshal([]byte(`{"approved_at":`+v+`}`), &a)
-			if !errors.Is(err, headers.ErrWrongType) || !strings.Contains(err.Error(), `"approved_at"`) {
-				t.Errorf("approved_at %s: error %v", v, err)
-			}
-		}
-	})
-	t.Run("not an object", func(t *testing.T) {
-		var a Approval
-		if err := json.Unmarshal([]byte(`[1]`), &a); err == nil {
-			t.Fatal("an array decoded")
-		}
-	})
-}
 
 func TestDeclineJSON(t *testing.T) {
 	// §6 "Declining an approval": the members of the spec's example body.
@@ -198,7 +74,7 @@ func TestSession(t *testing.T) {
 	if signedOut.SignedIn() {
 		t.Fatal("signed-out Session reports signed in")
 	}
-	if got := signedOut.Owner(); got != (Owner{Agent: "https://agent.example/client", User: "u1"}) {
+	if got := signedOut.Owner(); got != (store.Owner{Agent: "https://agent.example/client", User: "u1"}) {
 		t.Fatalf("Owner() = %+v", got)
 	}
 	signedIn := signedOut

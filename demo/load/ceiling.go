@@ -162,9 +162,9 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	owner := func(g, i int) store.Owner { return owners[g%64][i%64] }
 	var phase atomic.Int64 // distinct action keys in every phase
-	action := func(g, i int) store.Action {
+	action := func(g, i int) store.TakeRequest {
 		id := strconv.FormatInt(phase.Load(), 10) + "_" + strconv.Itoa(g) + "_" + strconv.Itoa(i)
-		return store.Action{
+		return store.TakeRequest{
 			Key:      "exchange:" + id,
 			Terms:    []byte(`{"order_id":"ord_` + id + `","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
 			Summary:  "Exchange the jacket on order " + strconv.Itoa(i) + " for $70.00 more.",
@@ -355,7 +355,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 
 // cycleSteps is the whole cycle of an action new to st: Take (the 403
 // step), Record, Take (the claim), Finish. It returns the steps done.
-func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a store.Action) (int, error) {
+func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a store.TakeRequest) (int, error) {
 	now := time.Now()
 	r, err := st.Take(ctx, o, a, now)
 	if err != nil || r.Issued == nil {
@@ -684,7 +684,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	reqs := make([]one, 2*n+1)
 	run := time.Now().UnixNano()
 	for i := range reqs {
-		iss, err := storetest.Issue(ctx, st, owner, store.Action{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
+		iss, err := storetest.Issue(ctx, st, owner, store.TakeRequest{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
 		if err != nil {
 			return ac, err
 		}
@@ -940,7 +940,7 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		owner := store.Owner{Agent: "https://agent.example/durability", User: "usr_d"}
 		var claims []time.Duration
 		for i := range n {
-			a := store.Action{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
+			a := store.TakeRequest{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
 			now := time.Now()
 			r, err := st.Take(ctx, owner, a, now)
 			if err != nil || r.Issued == nil {
@@ -967,7 +967,7 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		// confirmed as the mode asks, while the steps share round trips.
 		rate, _, err := stepRate(ctx, 50, d, 0, func(ctx context.Context, g, i int) (int, error) {
 			return cycleSteps(ctx, st, store.Owner{Agent: "https://agent.example/durability", User: "usr_" + strconv.Itoa(g)},
-				store.Action{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute})
+				store.TakeRequest{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute})
 		})
 		cl.Close()
 		if err != nil {

@@ -231,7 +231,7 @@ func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
 		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if claim, ok := webkit.ClaimOf(req); ok {
 				r.mu.Lock()
-				r.runs[claim.Operation.OperationID]++
+				r.runs[claim.Operation.ID]++
 				r.mu.Unlock()
 				if r.blockOnly.Load() == int32(i+1) && r.block != nil {
 					<-r.block

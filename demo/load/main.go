@@ -158,7 +158,7 @@ func run(ctx context.Context, c config) error {
 		mux := http.NewServeMux()
 		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if claim, ok := webkit.ClaimOf(r); ok {
-				n, _ := performed.LoadOrStore(claim.Operation.OperationID, new(atomic.Int32))
+				n, _ := performed.LoadOrStore(claim.Operation.ID, new(atomic.Int32))
 				n.(*atomic.Int32).Add(1)
 				total.Add(1)
 			}

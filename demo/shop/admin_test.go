@@ -21,7 +21,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	owner := store.Owner{Agent: "https://agent.example/client", User: "usr_1"}
 	claim := func(key string) store.Issued {
 		t.Helper()
-		a := store.Action{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
+		a := store.TakeRequest{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
 		iss, err := storetest.Issue(ctx, st, owner, a, c.Now())
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -15,9 +16,9 @@ import (
 // alternative. It accepts every other approval (nil). The reason says
 // nothing the Session couldn't already see (W130), and there is no reason
 // code (W131).
-func DeclineAgentCancel(subscriptionURL string) func(op webkit.Operation, a webkit.Approval, s webkit.Session) *webkit.Decline {
-	return func(op webkit.Operation, a webkit.Approval, _ webkit.Session) *webkit.Decline {
-		if a.Approver != webkit.ApproverAgent || !isCancellation(op) {
+func DeclineAgentCancel(subscriptionURL string) func(op store.Operation, a store.Approval, s webkit.Session) *webkit.Decline {
+	return func(op store.Operation, a store.Approval, _ webkit.Session) *webkit.Decline {
+		if a.Approver != store.ApproverAgent || !isCancellation(op) {
 			return nil
 		}
 		return &webkit.Decline{
@@ -35,7 +36,7 @@ func DeclineAgentCancel(subscriptionURL string) func(op webkit.Operation, a webk
 // isCancellation reports whether op's terms are a subscription
 // cancellation's (CancelTerms): a resubscription names the subscription
 // too, but has no effective date.
-func isCancellation(op webkit.Operation) bool {
+func isCancellation(op store.Operation) bool {
 	var t struct {
 		SubscriptionID *string `json:"subscription_id"`
 		EffectiveDate  *string `json:"effective_date"`

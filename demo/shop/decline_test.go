@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -32,7 +33,7 @@ func TestW130W131DeclineRevealsNothing(t *testing.T) {
 		if res.Ref == "" {
 			t.Fatalf("cancel: %d %s", res.StatusCode, res.Body)
 		}
-		ans := sess.ApproveAs(res.Ref, webkit.ApproverAgent)
+		ans := sess.ApproveAs(res.Ref, store.ApproverAgent)
 		if ans.StatusCode != 403 || ans.Error != "approval_declined" || ans.Decline == nil {
 			t.Fatalf("agent approval: %d %s", ans.StatusCode, ans.Body)
 		}
@@ -79,7 +80,7 @@ func TestW130W131DeclineRevealsNothing(t *testing.T) {
 	b := joinAs(t, sess)
 	perform(t, sess, b, b.PostForm("/account/subscription/cancel", nil))
 	res := b.PostForm("/account/subscription/resubscribe", nil)
-	if ans := sess.ApproveAs(res.Ref, webkit.ApproverAgent); ans.StatusCode != 204 {
+	if ans := sess.ApproveAs(res.Ref, store.ApproverAgent); ans.StatusCode != 204 {
 		t.Errorf("an agent approval of a resubscription: %d %s", ans.StatusCode, ans.Body)
 	}
 }

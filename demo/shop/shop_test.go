@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/testclock"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -239,14 +240,14 @@ func TestDeliveryJSONValidatesInput(t *testing.T) {
 func TestDeclineAgentCancel(t *testing.T) {
 	t.Parallel()
 	decline := DeclineAgentCancel("http://shop.test/account/subscription")
-	cancelOp := webkit.Operation{OperationID: "op_1", Revision: "1-a", Terms: json.RawMessage(`{"subscription_id":"sub_5Kd1","plan":"Trail Box, monthly","effective_date":"2026-10-08","refund":{"amount":"19.33","currency":"USD"}}`)}
-	exchangeOp := webkit.Operation{OperationID: "op_2", Revision: "1-b", Terms: json.RawMessage(`{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"70.00","currency":"USD"}}`)}
+	cancelOp := store.Operation{ID: "op_1", Revision: "1-a", Terms: json.RawMessage(`{"subscription_id":"sub_5Kd1","plan":"Trail Box, monthly","effective_date":"2026-10-08","refund":{"amount":"19.33","currency":"USD"}}`)}
+	exchangeOp := store.Operation{ID: "op_2", Revision: "1-b", Terms: json.RawMessage(`{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"70.00","currency":"USD"}}`)}
 	session := webkit.Session{ID: "ses_1", Agent: "http://localhost/agent", User: "u1", Account: shopdb.DemoAccount}
-	approval := func(op webkit.Operation, who webkit.Approver) webkit.Approval {
-		return webkit.Approval{OperationID: op.OperationID, Revision: op.Revision, Approver: who}
+	approval := func(op store.Operation, who store.Approver) store.Approval {
+		return store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: who}
 	}
 
-	d := decline(cancelOp, approval(cancelOp, webkit.ApproverAgent), session)
+	d := decline(cancelOp, approval(cancelOp, store.ApproverAgent), session)
 	if d == nil {
 		t.Fatal("an agent approval of a cancellation was not declined")
 	}
@@ -257,10 +258,10 @@ func TestDeclineAgentCancel(t *testing.T) {
 		d.Alternative.References[0] != (webkit.AlternativeReference{Type: "web", URL: "http://shop.test/account/subscription"}) {
 		t.Errorf("alternative %+v", d.Alternative)
 	}
-	if d := decline(cancelOp, approval(cancelOp, webkit.ApproverUser), session); d != nil {
+	if d := decline(cancelOp, approval(cancelOp, store.ApproverUser), session); d != nil {
 		t.Errorf("a user approval of a cancellation was declined: %+v", d)
 	}
-	if d := decline(exchangeOp, approval(exchangeOp, webkit.ApproverAgent), session); d != nil {
+	if d := decline(exchangeOp, approval(exchangeOp, store.ApproverAgent), session); d != nil {
 		t.Errorf("an agent approval of an exchange was declined: %+v", d)
 	}
 }

@@ -58,7 +58,7 @@ var (
 	ErrMissingMember = errors.New("missing member")
 	// ErrWrongType: a known member has another Structured Field type (W57,
 	// W84).
-	ErrWrongType = errors.New("member of the wrong type")
+	ErrWrongType = storekit.ErrWrongType
 	// ErrBadValue: a known member has the right type and a value the spec
 	// doesn't allow (W59, W78, spec 8.2).
 	ErrBadValue = errors.New("bad member value")
@@ -266,7 +266,7 @@ func ParseApprovalReport(values []string) (a store.Approval, ignored []*Error, e
 	case approver != ApproverUser && approver != ApproverAgent:
 		return fail("approver", errApproverValue)
 	}
-	a.Approver = approver
+	a.Approver = store.Approver(approver)
 
 	// W82: the optional members below are read when well formed and
 	// otherwise treated as absent.
@@ -312,7 +312,7 @@ func FormatApproval(a store.Approval) (string, error) {
 	dict := httpsfv.NewDictionary()
 	dict.Add("operation_id", httpsfv.NewItem(a.OperationID))
 	dict.Add("revision", httpsfv.NewItem(a.Revision))
-	dict.Add("approver", httpsfv.NewItem(a.Approver))
+	dict.Add("approver", httpsfv.NewItem(string(a.Approver)))
 	if !a.ApprovedAt.IsZero() {
 		dict.Add("approved_at", httpsfv.NewItem(a.ApprovedAt.Unix()))
 	}

@@ -31,7 +31,6 @@ import (
 	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
-	"github.com/opsgate/opsgate/internal/vocab"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -78,8 +77,8 @@ var (
 // that decided it, nor another account's or User's data. Give no reason
 // code (W131): none is sent.
 type DeclineRequest struct {
-	Operation webkit.Operation
-	Approval  webkit.Approval
+	Operation store.Operation
+	Approval  store.Approval
 	Session   webkit.Session
 }
 
@@ -310,7 +309,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 		if reply.Result == store.Recorded {
-			d := e.Decline(ctx, DeclineRequest{Operation: vocab.Operation(reply.Operation), Approval: vocab.Approval(a), Session: session})
+			d := e.Decline(ctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
 			if d != nil {
 				note(w, "declined", "")
 				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
@@ -488,14 +487,14 @@ func decodeRefBody(body []byte) (string, error) {
 	return ref, nil
 }
 
-type operationJSON = webkit.Operation
+type operationJSON = store.Operation
 
 func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
 	// W47, W48; W49: no WWW-Authenticate; W51: no other members.
 	writeJSON(w, http.StatusForbidden, struct {
 		Error     string        `json:"error"`
 		Operation operationJSON `json:"operation"`
-	}{"approval_required", vocab.Operation(op)})
+	}{"approval_required", op})
 }
 
 func writeStatus(w http.ResponseWriter, operationID string, s store.Status) {

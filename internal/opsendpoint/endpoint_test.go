@@ -85,7 +85,7 @@ func (f *fixture) advance(d time.Duration) {
 // issue returns an operation the website returned to session tok's browser.
 func (f *fixture) issue(tok, key, terms string) store.Issued {
 	f.t.Helper()
-	iss, err := storetest.Issue(context.Background(), f.store, sessions[tok].Owner(), store.Action{
+	iss, err := storetest.Issue(context.Background(), f.store, sessions[tok].Owner(), store.TakeRequest{
 		Key: key, Terms: []byte(terms), Summary: "Exchange the jacket for $70.00 more.", Lifetime: 10 * time.Minute,
 	}, f.clock())
 	if err != nil {
@@ -467,7 +467,7 @@ func TestApproval(t *testing.T) {
 func (f *fixture) perform(tok, key, terms string, outcome store.Outcome) {
 	f.t.Helper()
 	ctx := context.Background()
-	res, err := f.store.Take(ctx, sessions[tok].Owner(), store.Action{Key: key, Terms: []byte(terms), Lifetime: 10 * time.Minute}, f.clock())
+	res, err := f.store.Take(ctx, sessions[tok].Owner(), store.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: 10 * time.Minute}, f.clock())
 	if err != nil || res.Claim == nil {
 		f.t.Fatalf("Take = %+v, %v; want a claim", res, err)
 	}
@@ -540,7 +540,7 @@ func TestDecline(t *testing.T) {
 	t.Parallel()
 	alt := &webkit.Alternative{Instructions: "The account holder can cancel on the website.", References: []webkit.AlternativeReference{{Type: "web", URL: "https://shop.example/account/subscription"}}}
 	declineAgents := func(_ context.Context, d DeclineRequest) *webkit.Decline {
-		if d.Approval.Approver == webkit.ApproverAgent {
+		if d.Approval.Approver == store.ApproverAgent {
 			return &webkit.Decline{Reason: "Only the account holder can cancel the subscription.", Alternative: alt}
 		}
 		return nil
@@ -574,7 +574,7 @@ func TestDecline(t *testing.T) {
 		}
 		// W134: not recorded: the lookup still asks for approval, and a Take finds nothing.
 		f.post("in", iss.Ref, "").expect(t, 403, "approval_required")
-		take, err := f.store.Take(context.Background(), sessions["in"].Owner(), store.Action{Key: "cancel", Terms: []byte(`{"subscription_id":"sub_1"}`), Lifetime: 10 * time.Minute}, f.clock())
+		take, err := f.store.Take(context.Background(), sessions["in"].Owner(), store.TakeRequest{Key: "cancel", Terms: []byte(`{"subscription_id":"sub_1"}`), Lifetime: 10 * time.Minute}, f.clock())
 		if err != nil || take.Claim != nil {
 			t.Errorf("W134: Take after a decline = %+v, %v", take, err)
 		}
@@ -627,7 +627,7 @@ func FuzzEndpoint(f *testing.F) {
 	f.Add(`[]`, ``, `"operations";v="3.1", "other";v="9"`, "1.2")
 	mem := store.NewMemory()
 	ep := &Endpoint{Store: mem, Auth: sessions, Clock: func() time.Time { return t0 }, Logger: quiet}
-	iss, _ := storetest.Issue(context.Background(), mem, sessions["out"].Owner(), store.Action{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
+	iss, _ := storetest.Issue(context.Background(), mem, sessions["out"].Owner(), store.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
 	f.Add(`{"ref":"`+iss.Ref+`"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="agent"`, iss.Operation.ID, iss.Operation.Revision), `"operations";v="3"`, "1.0")
 	f.Fuzz(func(t *testing.T, body, approval, extensions, version string) {
 		r := httptest.NewRequest(http.MethodPost, "/poppy/operations", strings.NewReader(body))

@@ -2,7 +2,6 @@ package opsendpoint_test
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -68,7 +68,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 
 // waiting returns the operation a lookup of ref asks to approve, failing
 // unless the answer is 403 approval_required.
-func waiting(t *testing.T, s *webkittest.Session, ref string) *webkit.Operation {
+func waiting(t *testing.T, s *webkittest.Session, ref string) *store.Operation {
 	t.Helper()
 	a := s.Lookup(ref)
 	if a.Err != nil || a.StatusCode != http.StatusForbidden || a.Error != "approval_required" || a.Operation == nil {
@@ -78,8 +78,8 @@ func waiting(t *testing.T, s *webkittest.Session, ref string) *webkit.Operation 
 }
 
 // approval is the user's approval of op, as the agent sends it.
-func approval(op *webkit.Operation) webkit.Approval {
-	return webkit.Approval{OperationID: op.OperationID, Revision: op.Revision, Approver: webkit.ApproverUser}
+func approval(op *store.Operation) store.Approval {
+	return store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: store.ApproverUser}
 }
 
 // W98 W90 W99 W122: a handler's 4xx means the action was not performed,
@@ -118,8 +118,8 @@ func TestHandler4xxIsNotPerformed(t *testing.T) {
 					// can still use (W90, W122), never "performing" or
 					// "performed".
 					again := waiting(t, ses, first.Ref)
-					if again.OperationID != op.OperationID || again.Revision == op.Revision {
-						t.Errorf("after %d: lookup asks for %s.%s, want a new revision of %s", code, again.OperationID, again.Revision, op.OperationID)
+					if again.ID != op.ID || again.Revision == op.Revision {
+						t.Errorf("after %d: lookup asks for %s.%s, want a new revision of %s", code, again.ID, again.Revision, op.ID)
 					}
 					// The approval is used up (W98): sent again it is a check-3
 					// failure answered with a revision other than its own.
@@ -135,8 +135,8 @@ func TestHandler4xxIsNotPerformed(t *testing.T) {
 					}
 					// A new approval performs it, once.
 					next := waiting(t, ses, repeat.Ref)
-					if next.OperationID != op.OperationID || next.Revision == op.Revision {
-						t.Errorf("repeat's operation %s.%s, want a new revision of %s", next.OperationID, next.Revision, op.OperationID)
+					if next.ID != op.ID || next.Revision == op.Revision {
+						t.Errorf("repeat's operation %s.%s, want a new revision of %s", next.ID, next.Revision, op.ID)
 					}
 					if a := ses.Send(repeat.Ref, approval(next)); a.StatusCode != http.StatusNoContent {
 						t.Fatalf("new approval: %d %s", a.StatusCode, a.Body)
@@ -298,8 +298,8 @@ func TestSealedRefOfNewerTerms(t *testing.T) {
 		t.Fatalf("L: %d ref %q", l.StatusCode, l.Ref)
 	}
 	newer := waiting(t, ses, l.Ref)
-	if newer.OperationID != op.OperationID || newer.Revision == op.Revision || !strings.Contains(string(newer.Terms), `"L"`) {
-		t.Errorf("L's ref asks for %s.%s %s, want L's own revision of %s", newer.OperationID, newer.Revision, newer.Terms, op.OperationID)
+	if newer.ID != op.ID || newer.Revision == op.Revision || !strings.Contains(string(newer.Terms), `"L"`) {
+		t.Errorf("L's ref asks for %s.%s %s, want L's own revision of %s", newer.ID, newer.Revision, newer.Terms, op.ID)
 	}
 	if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "approved" {
 		t.Errorf("M's ref: %d %s, want 200 approved", a.StatusCode, a.Body)

@@ -253,7 +253,7 @@ func TestAnotherInterfacesOperation(t *testing.T) {
 	f := newFixture(t)
 	api := store.NewMemory()
 	owner := sessions["out"].Owner()
-	apiOp, err := storetest.Issue(context.Background(), api, owner, store.Action{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
+	apiOp, err := storetest.Issue(context.Background(), api, owner, store.TakeRequest{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
 	if err != nil {
 		t.Fatal(err)
 	}

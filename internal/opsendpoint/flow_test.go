@@ -567,7 +567,7 @@ func BenchmarkApproval(b *testing.B) {
 			type one struct{ jwt, body, approval string }
 			reqs := make([]one, b.N)
 			for i := range reqs {
-				iss, err := storetest.Issue(ctx, st, owner, store.Action{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
+				iss, err := storetest.Issue(ctx, st, owner, store.TakeRequest{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -186,3 +186,9 @@ func CanonicalTerms(terms []byte) ([]byte, error) {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
+
+// ErrWrongType is a known member of another type than the spec's: a
+// Structured Field member (internal/headers, W57, W84) or a JSON member of
+// an approval (store.Approval.UnmarshalJSON). One error, so that both
+// answer errors.Is the same way.
+var ErrWrongType = errors.New("member of the wrong type")

@@ -116,7 +116,7 @@ func bounded[T any](ctx context.Context, d time.Duration, name string, f func(co
 	}
 }
 
-func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if t.how == inProcess {
 		return t.s.Take(ctx, owner, a, now)
 	}
@@ -203,7 +203,7 @@ func (t observedStore) step(ctx context.Context, name string, start time.Time, e
 	t.o.StoreStep(ctx, name, time.Since(start), err)
 }
 
-func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	start := time.Now()
 	r, err := t.s.Take(ctx, owner, a, now)
 	t.step(ctx, "take", start, err)

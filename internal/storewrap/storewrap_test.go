@@ -30,7 +30,7 @@ type seenStore struct {
 
 func (s *seenStore) BoundByContext() bool { return s.bound }
 
-func (s *seenStore) Take(ctx context.Context, o store.Owner, a store.Action, now time.Time) (store.TakeResult, error) {
+func (s *seenStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	s.deadline, _ = ctx.Deadline()
 	s.goroutine = goroutineID()
 	return s.Store.Take(ctx, o, a, now)
@@ -53,7 +53,7 @@ func TestStoreTimeoutCallsBoundStoresDirectly(t *testing.T) {
 		}
 		st := WithTimeout(s, d)
 		start := time.Now()
-		if _, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_1"}, store.Action{Key: "k", Terms: []byte(`{}`), Lifetime: time.Minute}, time.Now()); err != nil {
+		if _, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_1"}, store.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Minute}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if left := seen.deadline.Sub(start); left <= 0 || left > d+time.Since(start) {

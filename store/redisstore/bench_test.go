@@ -80,7 +80,7 @@ func BenchmarkClaimDurability(b *testing.B) {
 				b.Fatal(err)
 			}
 			const batch = 256
-			var actions []store.Action
+			var actions []store.TakeRequest
 			b.ResetTimer()
 			for i := range b.N {
 				if i%batch == 0 {
@@ -129,7 +129,7 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 	if err := st.Load(ctx); err != nil {
 		b.Fatal(err)
 	}
-	actions := make([]store.Action, b.N)
+	actions := make([]store.TakeRequest, b.N)
 	for i := range actions {
 		actions[i], _ = approvedAction(b, st, fmt.Sprint("k", i))
 	}

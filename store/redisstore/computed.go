@@ -90,7 +90,7 @@ func isComputedRef(ref string) bool {
 
 // computable reports whether Take may compute the operation for action
 // (its digest) rather than store it, and returns what it would be.
-func (s *Store) computable(owner store.Owner, digest string, action store.Action, now time.Time) (computed.Op, bool) {
+func (s *Store) computable(owner store.Owner, digest string, action store.TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
@@ -99,7 +99,7 @@ func (s *Store) computable(owner store.Owner, digest string, action store.Action
 // "compute" rather than store a new operation, when the operation can be
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it.
-func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.Action, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
+func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
 		// Stored (terms too long for a ref, a lifetime beyond Retention):

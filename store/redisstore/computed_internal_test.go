@@ -19,7 +19,7 @@ func BenchmarkComputeRef(b *testing.B) {
 		b.Fatal(err)
 	}
 	owner := store.Owner{Agent: "https://agent.example/ceiling", User: "usr_1_2", Account: "acct"}
-	a := store.Action{Key: "exchange:1", Terms: []byte(`{"order_id":"ord_1","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
+	a := store.TakeRequest{Key: "exchange:1", Terms: []byte(`{"order_id":"ord_1","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
 		Summary: "Exchange the jacket on order 1 for $70.00 more.", Lifetime: 10 * time.Minute}
 	base := s.base(owner.Agent, owner.User)
 	now := time.Now()

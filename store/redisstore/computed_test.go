@@ -25,7 +25,7 @@ func computedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *r
 func TestComputed(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mustTake := func(t *testing.T, st store.Store, o store.Owner, a store.Action, now time.Time) store.TakeResult {
+	mustTake := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
 		t.Helper()
 		r, err := st.Take(ctx, o, a, now)
 		if err != nil {
@@ -33,7 +33,7 @@ func TestComputed(t *testing.T) {
 		}
 		return r
 	}
-	issued := func(t *testing.T, st store.Store, o store.Owner, a store.Action, now time.Time) store.Issued {
+	issued := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
 		t.Helper()
 		r := mustTake(t, st, o, a, now)
 		if r.Issued == nil {
@@ -510,7 +510,7 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 }
 
 // takeIssued is Take of owner's action a, which must issue an operation.
-func takeIssued(t *testing.T, st store.Store, a store.Action, now time.Time) store.Issued {
+func takeIssued(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.Issued {
 	t.Helper()
 	r, err := st.Take(t.Context(), owner, a, now)
 	if err != nil || r.Issued == nil {
@@ -528,7 +528,7 @@ func recordOK(t *testing.T, st store.Store, is store.Issued, now time.Time) {
 }
 
 // takeClaim is Take of owner's action a, which must claim an approval.
-func takeClaim(t *testing.T, st store.Store, a store.Action, now time.Time) store.Claim {
+func takeClaim(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.Claim {
 	t.Helper()
 	r, err := st.Take(t.Context(), owner, a, now)
 	if err != nil || r.Claim == nil {

@@ -87,7 +87,7 @@
 //
 // # Claims are never stranded
 //
-// The caller picks a claim's token (store.Action.ClaimToken) before Take.
+// The caller picks a claim's token (store.TakeRequest.ClaimToken) before Take.
 // When Take's reply is lost or late, the caller releases the claim
 // (Release): the approval applies again, and a Take with that token that
 // Redis runs later claims nothing. A Take repeated with its token returns

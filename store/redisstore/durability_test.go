@@ -20,7 +20,7 @@ import (
 
 // approvedAction issues and approves an action and returns it, ready for a
 // claim.
-func approvedAction(t testing.TB, st store.Store, key string) (store.Action, store.Issued) {
+func approvedAction(t testing.TB, st store.Store, key string) (store.TakeRequest, store.Issued) {
 	t.Helper()
 	a := action(key, `{}`, time.Hour)
 	is, err := storetest.Issue(t.Context(), st, owner, a, at(0))
@@ -227,7 +227,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 	}
 	const n = 32
 	claimAll := func(name string) ([]store.Issued, []error) {
-		actions, issued := make([]store.Action, n), make([]store.Issued, n)
+		actions, issued := make([]store.TakeRequest, n), make([]store.Issued, n)
 		for i := range n {
 			actions[i], issued[i] = approvedAction(t, st, fmt.Sprint(name, i))
 		}

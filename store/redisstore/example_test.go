@@ -34,7 +34,7 @@ func Example() {
 	}
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
-	action := store.Action{Key: "exchange:ord_7Hk2", Terms: []byte(`{"size":"L"}`), Lifetime: 10 * time.Minute}
+	action := store.TakeRequest{Key: "exchange:ord_7Hk2", Terms: []byte(`{"size":"L"}`), Lifetime: 10 * time.Minute}
 
 	res, _ := st.Take(ctx, owner, action, now) // no approval yet: 403 with the ref
 	is := *res.Issued
@@ -77,7 +77,7 @@ func ExampleStore_Performing() {
 	ctx := context.Background()
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
-	action := store.Action{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
+	action := store.TakeRequest{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
 	is, _ := st.Issue(ctx, owner, action, now)
 	st.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
 	res, _ := st.Take(ctx, owner, action, now)

@@ -26,14 +26,14 @@ var (
 
 func at(d time.Duration) time.Time { return base.Add(d) }
 
-func action(key, terms string, life time.Duration) store.Action {
-	return store.Action{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
+func action(key, terms string, life time.Duration) store.TakeRequest {
+	return store.TakeRequest{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
 }
 
 // storedAction is action with a summary too long for a 2048-character
 // ref: the store can't compute its operation into its ref, and stores it
 // when the ref is returned (the stored fallback, computed.go).
-func storedAction(key, terms string, life time.Duration) store.Action {
+func storedAction(key, terms string, life time.Duration) store.TakeRequest {
 	a := action(key, terms, life)
 	a.Summary += strings.Repeat(" and then some more", 120)
 	return a
@@ -65,7 +65,7 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 			t.Fatalf("Record: %v", rep.Result)
 		}
 	}
-	take := func(a store.Action) *store.Claim {
+	take := func(a store.TakeRequest) *store.Claim {
 		t.Helper()
 		res, err := st.Take(ctx, owner, a, now)
 		must(err)
@@ -221,7 +221,7 @@ func TestOneRoundTrip(t *testing.T) {
 		_, err := st.Issue(ctx, owner, action("first", `{}`, time.Hour), at(0))
 		return err
 	})
-	for _, a := range []store.Action{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
+	for _, a := range []store.TakeRequest{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
 		var is store.Issued
 		var claim *store.Claim
 		count("Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
@@ -370,7 +370,7 @@ func TestOddData(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			res, err := st.Take(ctx, owner, store.Action{Key: a.Key, Terms: []byte(`{"other":1}`), Lifetime: time.Hour}, at(time.Second))
+			res, err := st.Take(ctx, owner, store.TakeRequest{Key: a.Key, Terms: []byte(`{"other":1}`), Lifetime: time.Hour}, at(time.Second))
 			if err != nil || res.Claim != nil {
 				t.Errorf("Take with other terms: %+v, %v", res, err)
 			}

@@ -497,7 +497,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					a := store.Action{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
+					a := store.TakeRequest{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
 					r, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_" + strconv.Itoa(i%8)}, a, time.Now())
 					if err != nil || r.Issued == nil {
 						t.Errorf("take %d: %+v, %v", i, r, err)

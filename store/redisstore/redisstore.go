@@ -230,7 +230,7 @@ func parseTime(s string) (time.Time, bool) {
 
 // issueArgs are the KEYS and ARGV that issue.lua and take.lua share (see
 // issue.lua): the action key, then what the scripts can't derive from it.
-func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, now time.Time) (keys []string, args []any) {
+func (s *Store) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, args []any) {
 	digest := storekit.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
 	fixed := ""
@@ -261,7 +261,7 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.Action, n
 func seed() string { return storekit.NewToken() + storekit.NewToken() }
 
 // Issue implements store.Store.
-func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.Issued, error) {
+func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
@@ -297,7 +297,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.Actio
 }
 
 // Take implements store.Store.
-func (s *Store) Take(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.TakeResult, error) {
+func (s *Store) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
@@ -396,7 +396,7 @@ func operation(v []string) (store.Operation, bool) {
 // takenOperation reads Take's {opID, revision, summary, terms, expires},
 // where terms "" are the request's own (take.lua doesn't send them back;
 // stored terms are never empty).
-func takenOperation(v []string, action store.Action) (store.Operation, bool) {
+func takenOperation(v []string, action store.TakeRequest) (store.Operation, bool) {
 	op, ok := operation(v)
 	if ok && v[3] == "" {
 		op.Terms = action.Terms
@@ -415,7 +415,7 @@ type storedApproval struct {
 }
 
 func encodeApproval(a store.Approval, now time.Time) []byte {
-	sa := storedApproval{Approver: a.Approver, InputType: a.InputType, Reference: a.Reference, RecordedAt: now.UnixNano()}
+	sa := storedApproval{Approver: string(a.Approver), InputType: a.InputType, Reference: a.Reference, RecordedAt: now.UnixNano()}
 	if !a.ApprovedAt.IsZero() {
 		sa.ApprovedAt = a.ApprovedAt.UnixNano()
 	}
@@ -428,7 +428,7 @@ func encodeApproval(a store.Approval, now time.Time) []byte {
 func decodeApproval(data, opID, rev string) store.Approval {
 	var sa storedApproval
 	_ = json.Unmarshal([]byte(data), &sa)
-	a := store.Approval{OperationID: opID, Revision: rev, Approver: sa.Approver, InputType: sa.InputType, Reference: sa.Reference}
+	a := store.Approval{OperationID: opID, Revision: rev, Approver: store.Approver(sa.Approver), InputType: sa.InputType, Reference: sa.Reference}
 	if sa.ApprovedAt != 0 {
 		a.ApprovedAt = time.Unix(0, sa.ApprovedAt).UTC()
 	}

@@ -38,7 +38,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("TakeOpens", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var actions []store.Action
+		var actions []store.TakeRequest
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -79,7 +79,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("TakeFinish", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var actions []store.Action
+		var actions []store.TakeRequest
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -171,9 +171,9 @@ func benchOwner(i int) store.Owner {
 const benchBatch = 1024
 
 // benchActions returns n actions with distinct keys, numbered from.
-func benchActions(b *testing.B, from, n int) []store.Action {
+func benchActions(b *testing.B, from, n int) []store.TakeRequest {
 	b.Helper()
-	out := make([]store.Action, n)
+	out := make([]store.TakeRequest, n)
 	for i := range out {
 		out[i] = action(b, fmt.Sprint("order:", from+i), fmt.Sprintf(`{"order":%d,"size":"M"}`, from+i))
 		out[i].Lifetime = time.Hour
@@ -184,7 +184,7 @@ func benchActions(b *testing.B, from, n int) []store.Action {
 // benchIssue issues benchBatch operations, one per action numbered from
 // (the i-th for benchOwner(i)), and records their approvals when approve is
 // set.
-func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.Issued, []store.Action) {
+func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.Issued, []store.TakeRequest) {
 	b.Helper()
 	actions := benchActions(b, from, benchBatch)
 	out := make([]store.Issued, len(actions))

@@ -59,13 +59,13 @@ const lifetime = 10 * time.Minute
 
 // action returns the action key with terms given as JSON, canonicalised as
 // the Gate does (W118).
-func action(t testing.TB, key, terms string) store.Action {
+func action(t testing.TB, key, terms string) store.TakeRequest {
 	t.Helper()
 	c, err := storekit.CanonicalTerms([]byte(terms))
 	if err != nil {
 		t.Fatalf("terms %s: %v", terms, err)
 	}
-	return store.Action{Key: key, Terms: c, Summary: "Do " + key + " with " + string(c), Lifetime: lifetime}
+	return store.TakeRequest{Key: key, Terms: c, Summary: "Do " + key + " with " + string(c), Lifetime: lifetime}
 }
 
 // approvalOf is the agent's user approval of a revision (§6).
@@ -101,7 +101,7 @@ func (e *env) client(i int) store.Store {
 	return c[i%len(c)]
 }
 
-func (e *env) issue(o store.Owner, a store.Action, now time.Time) store.Issued {
+func (e *env) issue(o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
 	e.t.Helper()
 	is, err := Issue(e.ctx(), e.h.Store, o, a, now)
 	if err != nil {
@@ -113,7 +113,7 @@ func (e *env) issue(o store.Owner, a store.Action, now time.Time) store.Issued {
 	return is
 }
 
-func (e *env) take(o store.Owner, a store.Action, now time.Time) store.TakeResult {
+func (e *env) take(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
 	e.t.Helper()
 	res, err := e.client(1).Take(e.ctx(), o, a, now)
 	if err != nil {
@@ -145,7 +145,7 @@ func checkTakeResult(t testing.TB, res store.TakeResult) {
 }
 
 // claim takes and requires a claim.
-func (e *env) claim(o store.Owner, a store.Action, now time.Time) *store.Claim {
+func (e *env) claim(o store.Owner, a store.TakeRequest, now time.Time) *store.Claim {
 	e.t.Helper()
 	res := e.take(o, a, now)
 	if res.Claim == nil {
@@ -155,7 +155,7 @@ func (e *env) claim(o store.Owner, a store.Action, now time.Time) *store.Claim {
 }
 
 // noClaim takes and requires an issued operation.
-func (e *env) noClaim(o store.Owner, a store.Action, now time.Time) store.Issued {
+func (e *env) noClaim(o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
 	e.t.Helper()
 	res := e.take(o, a, now)
 	if res.Issued == nil {
@@ -252,7 +252,7 @@ var cases []testCase
 // compute this one, and stores it when its ref is returned (the stored
 // fallback, internal/computed), so the case judges stored revisions. Its
 // cases call wantStored on the first ref.
-func storedAction(t testing.TB, key, terms string) store.Action {
+func storedAction(t testing.TB, key, terms string) store.TakeRequest {
 	t.Helper()
 	a := action(t, key, terms)
 	a.Summary += strings.Repeat(" and then some more", 120)
@@ -1687,7 +1687,7 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 // ---- Claims are never stranded (W144) ----
 
 // tokenAction is a with the caller's claim token.
-func tokenAction(a store.Action, token string) store.Action {
+func tokenAction(a store.TakeRequest, token string) store.TakeRequest {
 	a.ClaimToken = token
 	return a
 }

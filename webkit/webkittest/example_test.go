@@ -121,7 +121,7 @@ func Example() {
 func Example_decline() {
 	exchanges.Store(0)
 	site := newShop(func(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline {
-		if d.Approval.Approver != webkit.ApproverAgent {
+		if d.Approval.Approver != store.ApproverAgent {
 			return nil
 		}
 		// The reason says nothing the Session couldn't already see (W130).
@@ -132,7 +132,7 @@ func Example_decline() {
 	res := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"M"}})
 	ref := res.Ref
 
-	ans := session.ApproveAs(ref, webkit.ApproverAgent)
+	ans := session.ApproveAs(ref, store.ApproverAgent)
 	fmt.Println("agent approval:", ans.StatusCode, ans.Error, ans.Decline.Reason)
 	fmt.Println("still waiting:", session.Lookup(ref).Error)
 	waiting := res.Continue() // the waiting page again

@@ -74,7 +74,7 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/vocab"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -335,7 +335,7 @@ type Response struct {
 	// "sign_in_required", …; "" for none.
 	Error string
 	// Operation is the operation of an approval_required answer.
-	Operation *webkit.Operation
+	Operation *store.Operation
 	// Status is the status answer's "status": "approved", "performing" or
 	// "performed".
 	Status string
@@ -527,18 +527,18 @@ func (s *Session) Lookup(ref string) *Response { return s.send(ref, "") }
 // user: the whole of what an agent does once its user says yes. It returns
 // the lookup's answer when that is not approval_required (already
 // approved, performed, refused), else the approval's answer.
-func (s *Session) Approve(ref string) *Response { return s.ApproveAs(ref, webkit.ApproverUser) }
+func (s *Session) Approve(ref string) *Response { return s.ApproveAs(ref, store.ApproverUser) }
 
-// ApproveAs is Approve with the approver given: webkit.ApproverAgent for
+// ApproveAs is Approve with the approver given: store.ApproverAgent for
 // an approval the agent gives under a standing instruction, which a site
 // may decline.
-func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Response {
+func (s *Session) ApproveAs(ref string, approver store.Approver) *Response {
 	look := s.Lookup(ref)
 	if look.Err != nil || look.Operation == nil {
 		return look
 	}
-	a := webkit.Approval{OperationID: look.Operation.OperationID, Revision: look.Operation.Revision, Approver: approver, ApprovedAt: s.agent.site.now()}
-	if approver == webkit.ApproverUser {
+	a := store.Approval{OperationID: look.Operation.ID, Revision: look.Operation.Revision, Approver: approver, ApprovedAt: s.agent.site.now()}
+	if approver == store.ApproverUser {
 		a.InputType = "tap"
 	}
 	return s.Send(ref, a)
@@ -547,8 +547,8 @@ func (s *Session) ApproveAs(ref string, approver webkit.Approver) *Response {
 // Send sends the ref with the approval a in Poppy-Approval, as given: to
 // test what the site answers to an approval of another revision, or one
 // the agent altered.
-func (s *Session) Send(ref string, a webkit.Approval) *Response {
-	h, err := headers.FormatApproval(vocab.Statement(a))
+func (s *Session) Send(ref string, a store.Approval) *Response {
+	h, err := headers.FormatApproval(a)
 	if err != nil {
 		return &Response{Err: err}
 	}
@@ -584,9 +584,9 @@ func (s *Session) send(ref, approval string) *Response {
 	raw, err := io.ReadAll(res.Body)
 	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.EndpointURL}
 	var v struct {
-		Error     string            `json:"error"`
-		Operation *webkit.Operation `json:"operation"`
-		Status    string            `json:"status"`
+		Error     string           `json:"error"`
+		Operation *store.Operation `json:"operation"`
+		Status    string           `json:"status"`
 	}
 	if json.Unmarshal(raw, &v) == nil {
 		ans.Error, ans.Operation, ans.Status = v.Error, v.Operation, v.Status

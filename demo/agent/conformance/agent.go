@@ -19,7 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // agentServer serves the checker's agents' Client ID Metadata Documents
@@ -233,14 +233,14 @@ func (a answer) str(member string) string {
 func (a answer) errorCode() string { return a.str("error") }
 
 // operation returns the operation in an approval_required answer.
-func (a answer) operation() (webkit.Operation, bool) {
+func (a answer) operation() (store.Operation, bool) {
 	raw, ok := a.body["operation"]
 	if !ok {
-		return webkit.Operation{}, false
+		return store.Operation{}, false
 	}
-	var op webkit.Operation
+	var op store.Operation
 	if json.Unmarshal(raw, &op) != nil {
-		return webkit.Operation{}, false
+		return store.Operation{}, false
 	}
 	return op, true
 }

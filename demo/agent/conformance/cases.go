@@ -18,7 +18,7 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // discovery is what the checker read in poppy.json (§2).
@@ -145,7 +145,7 @@ type flow struct {
 	// the browser presses once the agent has approved.
 	wait     waiting
 	ref, sid string
-	op       webkit.Operation // the current revision of ref's operation
+	op       store.Operation // the current revision of ref's operation
 	haveOp   bool
 
 	stable   bool   // the form's page reads the same twice: a change means an effect
@@ -282,7 +282,7 @@ func (f *flow) lookup(ctx context.Context, s *session, ref string) answer {
 }
 
 // current looks up the ref's operation and remembers it.
-func (f *flow) current(ctx context.Context) (webkit.Operation, bool) {
+func (f *flow) current(ctx context.Context) (store.Operation, bool) {
 	a := f.lookup(ctx, f.sA, f.ref)
 	op, ok := a.operation()
 	if ok {
@@ -314,7 +314,7 @@ func (f *flow) lookupCases(ctx context.Context) {
 	for _, m := range []string{"operation_id", "revision", "terms", "expires_at"} {
 		k.check(raw.Operation[m] != nil, "W15: the operation has no %s", m)
 	}
-	k.check(idRE.MatchString(op.OperationID), "W22: operation_id %q is not an ID", op.OperationID)
+	k.check(idRE.MatchString(op.ID), "W22: operation_id %q is not an ID", op.ID)
 	k.check(idRE.MatchString(op.Revision), "W23: revision %q is not an ID", op.Revision)
 	k.check(bytes.HasPrefix(bytes.TrimSpace(op.Terms), []byte("{")), "W16: terms is not an object: %s", op.Terms)
 	var exp string
@@ -328,7 +328,7 @@ func (f *flow) lookupCases(ctx context.Context) {
 	}
 	other := f.lookup(ctx, f.sA2, f.ref)
 	if op2, ok := other.operation(); k.check(ok, "W61: the same agent and User in another Session got %s", other) {
-		k.check(op2.OperationID == op.OperationID, "W61: another Session got operation %s, not %s", op2.OperationID, op.OperationID)
+		k.check(op2.ID == op.ID, "W61: another Session got operation %s, not %s", op2.ID, op.ID)
 	}
 	noExt := f.c.endpoint(ctx, f.sA, post{ref: f.ref, noExtension: true})
 	_, has := noExt.body["operation"]
@@ -384,7 +384,7 @@ func (f *flow) pageAndJSON(ctx context.Context) {
 	if _, ref, err := headers.ParseOperation(j.opHeader()); err == nil && f.haveOp {
 		a := f.lookup(ctx, f.sA, ref)
 		if op, ok := a.operation(); k.check(ok, "W19: the script's ref answered %s", a) {
-			k.check(op.OperationID == f.op.OperationID, "W19: the same request again got operation %s, then %s", f.op.OperationID, op.OperationID)
+			k.check(op.ID == f.op.ID, "W19: the same request again got operation %s, then %s", f.op.ID, op.ID)
 		}
 	}
 	if f.haveOp {
@@ -493,7 +493,7 @@ func (f *flow) othersCases(ctx context.Context) {
 	}
 	refused("W45 W76 W77: another User's lookup", f.lookup(ctx, c.a.otherUser(), f.ref))
 	refused("W45 W77: another agent's lookup", f.lookup(ctx, c.b.session(false), f.ref))
-	refused("W112: another User's approval", c.endpoint(ctx, c.a.otherUser(), post{ref: f.ref, approval: approval(f.op.OperationID, f.op.Revision, "user")}))
+	refused("W112: another User's approval", c.endpoint(ctx, c.a.otherUser(), post{ref: f.ref, approval: approval(f.op.ID, f.op.Revision, "user")}))
 	if c.cfg.TokenURL != "" {
 		refused("W42: a signed-in Session of the same agent and User (a signed-out operation)", f.lookup(ctx, c.a.session(true), f.ref))
 	} else {
@@ -516,10 +516,10 @@ func (f *flow) check3(ctx context.Context) {
 		return
 	}
 	invented := "r" + randomID(20)
-	a := c.endpoint(ctx, f.sA, post{ref: f.ref, approval: approval(op.OperationID, invented, "user")})
+	a := c.endpoint(ctx, f.sA, post{ref: f.ref, approval: approval(op.ID, invented, "user")})
 	if got, ok := a.operation(); k.check(a.status == http.StatusForbidden && a.errorCode() == "approval_required" && ok, "W114 W100: an invented revision answered %s, want 403 approval_required with the operation", a) {
 		k.check(got.Revision != invented, "W122: the answer names the approval's own revision")
-		k.check(got.OperationID == op.OperationID, "W100: the answer is operation %s, not the ref's %s", got.OperationID, op.OperationID)
+		k.check(got.ID == op.ID, "W100: the answer is operation %s, not the ref's %s", got.ID, op.ID)
 	}
 	a = c.endpoint(ctx, f.sA, post{ref: f.ref, approval: approval("op_"+randomID(12), op.Revision, "user")})
 	if got, ok := a.operation(); k.check(a.status == http.StatusForbidden && ok, "W116: an approval naming another operation_id with this ref answered %s, want 403 approval_required with the ref's operation", a) {
@@ -589,11 +589,11 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	// Malformed approvals: refused, nothing recorded.
 	op := f.op
 	for _, bad := range []struct{ what, header string }{
-		{"not a Dictionary", `operation_id="` + op.OperationID + `", revision=(`},
-		{"no approver", fmt.Sprintf("operation_id=%q, revision=%q", op.OperationID, op.Revision)},
-		{`approver="robot"`, approval(op.OperationID, op.Revision, "robot")},
-		{"operation_id as a Token", fmt.Sprintf(`operation_id=%s, revision=%q, approver="user"`, strings.ReplaceAll(op.OperationID, "-", "_"), op.Revision)},
-		{"revision as an Integer", fmt.Sprintf(`operation_id=%q, revision=7, approver="user"`, op.OperationID)},
+		{"not a Dictionary", `operation_id="` + op.ID + `", revision=(`},
+		{"no approver", fmt.Sprintf("operation_id=%q, revision=%q", op.ID, op.Revision)},
+		{`approver="robot"`, approval(op.ID, op.Revision, "robot")},
+		{"operation_id as a Token", fmt.Sprintf(`operation_id=%s, revision=%q, approver="user"`, strings.ReplaceAll(op.ID, "-", "_"), op.Revision)},
+		{"revision as an Integer", fmt.Sprintf(`operation_id=%q, revision=7, approver="user"`, op.ID)},
 	} {
 		a := c.endpoint(ctx, f.sA, post{ref: f.ref, approval: bad.header})
 		syn.check(a.status >= 400 && a.status < 500 && a.status != http.StatusNoContent, "W78 W84: an approval with %s answered %s, want a 4xx that records nothing", bad.what, a)
@@ -608,7 +608,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	if req.header == nil {
 		req.header = http.Header{}
 	}
-	req.header[headers.Approval] = []string{approval(op.OperationID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}
+	req.header[headers.Approval] = []string{approval(op.ID, op.Revision, "user", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)}
 	pb := f.bA.do(ctx, req)
 	br.check(!pb.performedLike() && pb.gated(), "W86: the browser's request with Poppy-Approval answered %s, want 403 with Poppy-Operation", pb)
 	if ok, why := f.unchanged(ctx); !ok {
@@ -620,7 +620,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	}
 
 	// New terms: another value of the form's choice.
-	opB := webkit.Operation{}
+	opB := store.Operation{}
 	bothApproved := false
 	if f.main.choice == "" || len(f.main.others) == 0 {
 		nt.skip("the gated form offers no other value to ask for other terms")
@@ -631,7 +631,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 			a := f.lookup(ctx, f.sA, refB)
 			if got, ok := a.operation(); nt.check(ok, "W34: the new ref answered %s", a) {
 				opB = got
-				nt.check(got.OperationID == op.OperationID, "W20 W34: other terms for the same action got operation %s, not %s", got.OperationID, op.OperationID)
+				nt.check(got.ID == op.ID, "W20 W34: other terms for the same action got operation %s, not %s", got.ID, op.ID)
 				nt.check(got.Revision != op.Revision, "W24 W36: other terms (%s) got the same revision %s", got.Terms, op.Revision)
 				nt.check(!bytes.Equal(got.Terms, op.Terms), "W30: other terms (%s=%s) have the same terms object %s", f.main.choice, f.main.others[0], got.Terms)
 			}
@@ -651,19 +651,19 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 
 	// Record: a minimal approval from another Session of the same agent
 	// and User (W40, W82).
-	a := c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op.OperationID, op.Revision, "user")})
+	a := c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op.ID, op.Revision, "user")})
 	if !rec.check(a.status == http.StatusNoContent, "W82 W91 W40: a minimal user approval from another Session of the same agent and User answered %s, want 204", a) {
 		syn.fail("W82: an approval with only operation_id, revision and approver answered %s", a)
 		return
 	}
 	syn.check(true, "")
 	rec.check(len(bytes.TrimSpace(a.raw)) == 0, "W91: the 204 has a body")
-	a = c.endpoint(ctx, f.sA, post{ref: f.ref, approval: approval(op.OperationID, op.Revision, "user",
+	a = c.endpoint(ctx, f.sA, post{ref: f.ref, approval: approval(op.ID, op.Revision, "user",
 		fmt.Sprintf("approved_at=%d", time.Now().Add(-time.Hour).Unix()), `input_type="blink"`, `reference="apr_`+randomID(12)+`"`, `sig=:AAAA:`, `x-later="1";p=2`)})
 	syn.check(a.status == http.StatusNoContent || (a.status == http.StatusOK && a.str("status") == "approved"),
 		"W79 W83 W85: the same approval with unknown members, input_type=\"blink\" and an approved_at an hour old answered %s, want 204", a)
 	st := f.lookup(ctx, f.sA, f.ref)
-	rec.check(st.status == http.StatusOK && st.str("status") == "approved" && st.str("operation_id") == op.OperationID, "W90 W105 W106: after the 204 the lookup answered %s, want 200 {operation_id, status approved}", st)
+	rec.check(st.status == http.StatusOK && st.str("status") == "approved" && st.str("operation_id") == op.ID, "W90 W105 W106: after the 204 the lookup answered %s, want 200 {operation_id, status approved}", st)
 	if ok, why := f.unchanged(ctx); !ok {
 		rec.fail("W92: %s once the approval was recorded", why)
 	}
@@ -680,7 +680,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		// the operation is performed at most once (W37).
 		if _, refB2, err := headers.ParseOperation(pB.opHeader()); err == nil {
 			if got, ok := f.lookup(ctx, f.sA, refB2).operation(); ok {
-				a := c.endpoint(ctx, f.sA, post{ref: refB2, approval: approval(got.OperationID, got.Revision, "user")})
+				a := c.endpoint(ctx, f.sA, post{ref: refB2, approval: approval(got.ID, got.Revision, "user")})
 				if a.status == http.StatusNoContent {
 					bothApproved = true
 				} else {
@@ -714,7 +714,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 		// press the new waiting page's Continue.
 		f.ref = newRef
 		if op2, ok := f.current(ctx); ok {
-			a := c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op2.OperationID, op2.Revision, "user")})
+			a := c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op2.ID, op2.Revision, "user")})
 			if a.status == http.StatusNoContent {
 				con.note("the site answered the repeat with a new revision (W120); approved it and repeated again")
 				f.wait = next
@@ -748,12 +748,12 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 
 	// Once performed: the approval again says the same, the request again
 	// is a new one.
-	a = c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op.OperationID, op.Revision, "user")})
+	a = c.endpoint(ctx, f.sA2, post{ref: f.ref, approval: approval(op.ID, op.Revision, "user")})
 	_, has := a.operation()
 	rec.check((a.status == http.StatusNoContent || (a.status == http.StatusOK && a.str("status") == "performed")) && !has,
 		"W136: the same approval after the action answered %s, want 204 or 200 status performed", a)
 	if a.status == http.StatusOK {
-		rec.check(a.str("operation_id") == op.OperationID, "W113 W136: check 2's answer names operation %q, not the ref's %s", a.str("operation_id"), op.OperationID)
+		rec.check(a.str("operation_id") == op.ID, "W113 W136: check 2's answer names operation %q, not the ref's %s", a.str("operation_id"), op.ID)
 	}
 	if bothApproved {
 		pB := f.bA.do(ctx, f.main.request(f.main.others[0], ""))
@@ -767,7 +767,7 @@ func (f *flow) approveAndPerform(ctx context.Context) {
 	if _, ref2, err := headers.ParseOperation(p.opHeader()); p.gated() && err == nil {
 		a := f.lookup(ctx, f.sA, ref2)
 		if got, ok := a.operation(); ok {
-			rec.check(got.OperationID != op.OperationID, "W141: the request after the action got the performed operation %s again", got.OperationID)
+			rec.check(got.ID != op.ID, "W141: the request after the action got the performed operation %s again", got.ID)
 		}
 	}
 	if n, ok := f.performedCount(); ok {
@@ -926,11 +926,11 @@ func (f *flow) signedIn(ctx context.Context) {
 	acc.check(other.status == http.StatusBadRequest, "W43 W45: another User's signed-out lookup answered %s, want 400", other)
 
 	// An agent approval, with an input_type the site must ignore (W80).
-	ap := approval(op.OperationID, op.Revision, "agent", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)
+	ap := approval(op.ID, op.Revision, "agent", fmt.Sprintf("approved_at=%d", time.Now().Unix()), `input_type="tap"`)
 	d := c.endpoint(ctx, s, post{ref: ref, approval: ap})
 	switch {
 	case d.status == http.StatusForbidden && d.errorCode() == "approval_declined":
-		dec.check(d.str("operation_id") == op.OperationID && d.str("revision") == op.Revision, "W127: the decline names %q %q, want the approval's %s %s", d.str("operation_id"), d.str("revision"), op.OperationID, op.Revision)
+		dec.check(d.str("operation_id") == op.ID && d.str("revision") == op.Revision, "W127: the decline names %q %q, want the approval's %s %s", d.str("operation_id"), d.str("revision"), op.ID, op.Revision)
 		_, has := d.body["operation"]
 		dec.check(!has, "W126: the decline returns an operation")
 		for _, m := range []string{"code", "reason_code"} {

@@ -311,7 +311,7 @@ func (s *toy) close(w http.ResponseWriter, r *http.Request) {
 
 // decline declines every agent approval of an account closure.
 func (s *toy) decline(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline {
-	if d.Approval.Approver != webkit.ApproverAgent || !strings.Contains(string(d.Operation.Terms), `"account"`) {
+	if d.Approval.Approver != store.ApproverAgent || !strings.Contains(string(d.Operation.Terms), `"account"`) {
 		return nil
 	}
 	return &webkit.Decline{OperationID: d.Approval.OperationID, Revision: d.Approval.Revision, Reason: "Only the account holder can close the account."}
@@ -502,7 +502,7 @@ type racyStore struct {
 	t *toy
 }
 
-func (s *racyStore) Take(ctx context.Context, owner store.Owner, action store.Action, now time.Time) (store.TakeResult, error) {
+func (s *racyStore) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	res, err := s.Store.Take(ctx, owner, action, now)
 	key := owner.Agent + "|" + owner.User + "|" + action.Key
 	s.t.mu.Lock()

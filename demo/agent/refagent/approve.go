@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -38,7 +39,7 @@ type Outcome struct {
 	Result      string
 	OperationID string
 	Revision    string
-	Approver    webkit.Approver
+	Approver    store.Approver
 	// Refs are the references handled, in order: more than one when the
 	// browser got a new one (expired, A15; new terms; a retry, A49).
 	Refs []string
@@ -73,7 +74,7 @@ func NoRepeat() Option { return func(o *approveOptions) { o.mode = repeatNone } 
 type sentApproval struct {
 	ref, action string
 	session     *Session
-	approval    webkit.Approval
+	approval    store.Approval
 	performed   bool
 	closed      bool // settled: not waiting any more (A49 skips it)
 }
@@ -130,7 +131,7 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		if err != nil {
 			return out, err
 		}
-		var op *webkit.Operation
+		var op *store.Operation
 		switch {
 		case ans.Status == "performed":
 			out.Result, out.OperationID = AlreadyPerformed, ans.OperationID
@@ -167,8 +168,8 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		for op != nil && !restart { // decide and send; again when check 3 returns a new revision
 			q := a.question(r, *op)
 			out.Asked = append(out.Asked, q)
-			out.OperationID, out.Revision = op.OperationID, op.Revision
-			a.step("asking %s about operation %s revision %s", deciderName(d), op.OperationID, op.Revision)
+			out.OperationID, out.Revision = op.ID, op.Revision
+			a.step("asking %s about operation %s revision %s", deciderName(d), op.ID, op.Revision)
 			dec, err := d.Decide(ctx, q)
 			if err != nil {
 				return out, err
@@ -178,11 +179,11 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 				out.Result = NotApproved
 				return out, nil
 			}
-			if dec.Approver == webkit.ApproverAgent && !q.AgentMayApprove {
+			if dec.Approver == store.ApproverAgent && !q.AgentMayApprove {
 				return out, fmt.Errorf("refagent: the decider gave an agent approval where only the user may decide (%s)", q.Why)
 			}
 			ap := a.approval(*op, dec)
-			key := op.OperationID + "|" + op.Revision + "|" + string(ap.Approver)
+			key := op.ID + "|" + op.Revision + "|" + string(ap.Approver)
 			a.mu.Lock()
 			declined := a.declined[key]
 			a.mu.Unlock()
@@ -217,7 +218,7 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 			case ans.Operation != nil:
 				// Check 3 failed: the operation's current revision. A26:
 				// after an agent approval, the user decides the new one.
-				if ap.Approver == webkit.ApproverAgent {
+				if ap.Approver == store.ApproverAgent {
 					a.caution(r.Action(), "the Company answered the agent approval with a new revision (A26)")
 				}
 				op = ans.Operation
@@ -281,18 +282,18 @@ func (a *Agent) session(sid string) *Session {
 // approval builds the Poppy-Approval (§6): approver, approved_at, and
 // input_type only with user (A33–A35, A39); a fresh random reference that
 // no other Company ever gets (A36–A38).
-func (a *Agent) approval(op webkit.Operation, dec Decision) webkit.Approval {
+func (a *Agent) approval(op store.Operation, dec Decision) store.Approval {
 	at := dec.At
 	if at.IsZero() {
 		at = a.now()
 	}
-	ap := webkit.Approval{
-		OperationID: op.OperationID,
+	ap := store.Approval{
+		OperationID: op.ID,
 		Revision:    op.Revision,
 		Approver:    dec.Approver,
 		ApprovedAt:  at.Truncate(time.Second),
 	}
-	if ap.Approver == webkit.ApproverUser {
+	if ap.Approver == store.ApproverUser {
 		ap.InputType = dec.InputType
 		if ap.InputType == "" {
 			ap.InputType = "typed"
@@ -336,11 +337,11 @@ func (a *Agent) hasApproval(action string) bool {
 	return false
 }
 
-func (a *Agent) recordApproval(r *Reference, s *Session, ap webkit.Approval) {
+func (a *Agent) recordApproval(r *Reference, s *Session, ap store.Approval) {
 	a.mu.Lock()
 	a.approvals = append(a.approvals, &sentApproval{ref: r.Ref, action: r.Action(), session: s, approval: ap})
 	a.mu.Unlock()
-	if ap.Approver == webkit.ApproverAgent {
+	if ap.Approver == store.ApproverAgent {
 		// A26: a new operation or revision for this action is not
 		// approved on the same instruction.
 		a.caution(r.Action(), "an agent approval was already given for this action; a new revision or operation needs the user (A26)")
@@ -532,7 +533,7 @@ func (a *Agent) awaitOutcome(ctx context.Context, r *Reference, s *Session, sinc
 // and the agent's checks.
 type Question struct {
 	Company   string // the Company's name (A18)
-	Operation webkit.Operation
+	Operation store.Operation
 	// Summary is the summary as plain text: links, images and HTML are
 	// shown as the text they are, never rendered or fetched (A07); its
 	// emphasis and lists too, which the spec allows rendering (A06). Like
@@ -556,7 +557,7 @@ type Question struct {
 	Why string
 }
 
-func (a *Agent) question(r *Reference, op webkit.Operation) Question {
+func (a *Agent) question(r *Reference, op store.Operation) Question {
 	q := Question{
 		Company:         a.disc.Name,
 		Operation:       op,
@@ -577,7 +578,7 @@ func (a *Agent) question(r *Reference, op webkit.Operation) Question {
 	}
 	// The terms are shown once, by whoever decides: the Prompt shows them
 	// to the user, Standing prints them when it decides itself.
-	a.step("got operation %s revision %s (%d difference(s) to point out)", op.OperationID, op.Revision, len(q.Differences))
+	a.step("got operation %s revision %s (%d difference(s) to point out)", op.ID, op.Revision, len(q.Differences))
 	return q
 }
 
@@ -590,7 +591,7 @@ func (q Question) Text() string {
 	if q.Summary != "" {
 		fmt.Fprintf(&b, "  %s\n\n", strings.ReplaceAll(q.Summary, "\n", "\n  "))
 	}
-	fmt.Fprintf(&b, "Terms (operation %s, revision %s):\n", q.Operation.OperationID, q.Operation.Revision)
+	fmt.Fprintf(&b, "Terms (operation %s, revision %s):\n", q.Operation.ID, q.Operation.Revision)
 	for _, kv := range flatten("", q.Operation.Terms) {
 		fmt.Fprintf(&b, "  %s: %s\n", PlainText(kv[0]), PlainText(kv[1]))
 	}

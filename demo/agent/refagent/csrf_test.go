@@ -14,7 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/internal/testenv"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // The names of the common libraries' CSRF fields are tokens; fields that
@@ -61,7 +61,7 @@ func TestA27CSRFTokenIsNotATerm(t *testing.T) {
 			a := newOffline(t, "http://127.0.0.1:1/")
 			a.cfg.Log = &log
 			r := &Reference{Method: "POST", URL: "http://shop.test/orders/ord_7Hk2/items/itm_4Qa/exchange", Body: []byte(tc.body)}
-			op := webkit.Operation{OperationID: "op_1", Revision: "r1", Summary: "Exchange it for $70.00 more.", Terms: terms, ExpiresAt: time.Now().Add(time.Minute)}
+			op := store.Operation{ID: "op_1", Revision: "r1", Summary: "Exchange it for $70.00 more.", Terms: terms, ExpiresAt: time.Now().Add(time.Minute)}
 			q := a.question(r, op)
 			if len(q.Differences) != 0 {
 				t.Errorf("the token is a difference: %v", q.Differences)
@@ -72,7 +72,7 @@ func TestA27CSRFTokenIsNotATerm(t *testing.T) {
 			rule, _ := ParseRule("exchange<=100USD")
 			var decided bytes.Buffer
 			d, err := (&Standing{Rules: []Rule{rule}, Log: &decided}).Decide(t.Context(), q)
-			if err != nil || !d.Approve || d.Approver != webkit.ApproverAgent {
+			if err != nil || !d.Approve || d.Approver != store.ApproverAgent {
 				t.Errorf("the standing instruction did not approve: %+v, %v\n%s", d, err, decided.String())
 			}
 			shown := q.Text() + log.String() + decided.String()
@@ -97,7 +97,7 @@ func TestA27CSRFTokenIsNotATerm(t *testing.T) {
 // one that matches nothing says which kinds the request had.
 func TestA24RuleKind(t *testing.T) {
 	delivery := Question{
-		Operation:       webkit.Operation{OperationID: "op_d", Revision: "r1", Terms: json.RawMessage(`{"delivery_id":"del_2Wn8","new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`), ExpiresAt: time.Now().Add(time.Minute)},
+		Operation:       store.Operation{ID: "op_d", Revision: "r1", Terms: json.RawMessage(`{"delivery_id":"del_2Wn8","new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`), ExpiresAt: time.Now().Add(time.Minute)},
 		Action:          "POST http://shop.test/api/deliveries/del_2Wn8",
 		AgentMayApprove: true,
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // Decision is a Decider's answer.
@@ -21,7 +21,7 @@ type Decision struct {
 	Approve bool
 	// Approver is user (the user approved, A20) or agent (on the user's
 	// standing instruction, A23).
-	Approver webkit.Approver
+	Approver store.Approver
 	// InputType is how the user answered ("typed", "tap", "voice"); only
 	// with user (A35). No personal data (A38).
 	InputType string
@@ -69,7 +69,7 @@ func (p *Prompt) Decide(ctx context.Context, q Question) (Decision, error) {
 		return Decision{}, fmt.Errorf("refagent: reading the answer: %w", err)
 	}
 	if ans := strings.ToLower(strings.TrimSpace(line)); ans == "y" || ans == "yes" {
-		return Decision{Approve: true, Approver: webkit.ApproverUser, InputType: "typed"}, nil
+		return Decision{Approve: true, Approver: store.ApproverUser, InputType: "typed"}, nil
 	}
 	return Decision{}, nil
 }
@@ -280,7 +280,7 @@ func (s *Standing) Decide(ctx context.Context, q Question) (Decision, error) {
 			if ok {
 				show()
 				say("standing instruction %q covers it: %s; approving as the agent (A24)", r.Text, why)
-				return Decision{Approve: true, Approver: webkit.ApproverAgent}, nil
+				return Decision{Approve: true, Approver: store.ApproverAgent}, nil
 			}
 			if !sure {
 				reason = "can't tell whether " + r.Text + " covers it: " + why + " (A25)"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/vocab"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -22,7 +22,7 @@ type Answer struct {
 	// invalid_request, sign_in_required, invalid_session, …; "" for 200/204.
 	Error string
 	// Operation is the operation of approval_required (§4).
-	Operation *webkit.Operation
+	Operation *store.Operation
 	// Status is the operation's state in a 200 answer: approved,
 	// performing or performed (§6 "Looking up an approved operation").
 	Status      string
@@ -54,7 +54,7 @@ func (a *Agent) Lookup(ctx context.Context, ref string, s *Session) (Answer, err
 // post is the one request the agent makes to the endpoint: POST {"ref"}
 // with a fresh Session JWT, the access token when signed in, the declared
 // extension (A01) and, to approve, Poppy-Approval (A40: same body).
-func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.Approval, quiet bool) (Answer, error) {
+func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *store.Approval, quiet bool) (Answer, error) {
 	if !a.disc.Operations {
 		return Answer{}, ErrNotSupported // A03: never call the endpoint
 	}
@@ -84,7 +84,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	what := "lookup"
 	if ap != nil {
-		v, err := headers.FormatApproval(vocab.Statement(*ap))
+		v, err := headers.FormatApproval(*ap)
 		if err != nil {
 			return Answer{}, err
 		}
@@ -95,7 +95,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 		a.step("→ POST %s {\"ref\": %q} (%s, Session %s, signed in: %v)", a.disc.Endpoint, ref, what, s.SID, s.SignedIn)
 	}
 	if ap != nil {
-		v, _ := headers.FormatApproval(vocab.Statement(*ap))
+		v, _ := headers.FormatApproval(*ap)
 		a.step("  Poppy-Approval: %s", v)
 	}
 	res, err := a.cfg.HTTPClient.Do(req)
@@ -107,7 +107,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	ans := Answer{HTTPStatus: res.StatusCode}
 	var b struct {
 		Error       string              `json:"error"`
-		Operation   *webkit.Operation   `json:"operation"`
+		Operation   *store.Operation    `json:"operation"`
 		Status      string              `json:"status"`
 		OperationID string              `json:"operation_id"`
 		Revision    string              `json:"revision"`
@@ -119,7 +119,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	}
 	ans.Error, ans.Status, ans.OperationID = b.Error, b.Status, b.OperationID
 	if b.Operation != nil {
-		if err := headers.ValidateOperation(vocab.StoreOperation(*b.Operation)); err != nil {
+		if err := headers.ValidateOperation(*b.Operation); err != nil {
 			return ans, fmt.Errorf("refagent: the endpoint returned a bad operation: %w", err)
 		}
 		ans.Operation = b.Operation
@@ -134,7 +134,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 	case ans.Status != "":
 		a.step("← %d: operation %s is %s", res.StatusCode, ans.OperationID, ans.Status)
 	case ans.Operation != nil:
-		a.step("← %d %s: operation %s, revision %s, expires %s", res.StatusCode, ans.Error, ans.Operation.OperationID, ans.Operation.Revision, ans.Operation.ExpiresAt.Format(time.RFC3339))
+		a.step("← %d %s: operation %s, revision %s, expires %s", res.StatusCode, ans.Error, ans.Operation.ID, ans.Operation.Revision, ans.Operation.ExpiresAt.Format(time.RFC3339))
 	default:
 		a.step("← %d %s", res.StatusCode, ans.Error)
 	}
@@ -149,7 +149,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *webkit.App
 
 // sendApproval sends one approval, again with the same header when the
 // request fails or the Company is unavailable (A46), a few times.
-func (a *Agent) sendApproval(ctx context.Context, ref string, s *Session, ap webkit.Approval) (Answer, error) {
+func (a *Agent) sendApproval(ctx context.Context, ref string, s *Session, ap store.Approval) (Answer, error) {
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {
 		if attempt > 0 {

@@ -13,14 +13,13 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/vocab"
-	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/store"
 )
 
 func exchangeQuestion(amount string, action string) Question {
 	terms := `{"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m","price_difference":{"amount":"` + amount + `","currency":"USD"}}`
 	return Question{
-		Operation:       webkit.Operation{OperationID: "op_1", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
+		Operation:       store.Operation{ID: "op_1", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
 		Action:          action,
 		AgentMayApprove: true,
 	}
@@ -36,22 +35,22 @@ func TestA24StandingInstruction(t *testing.T) {
 	asked := 0
 	user := DeciderFunc(func(context.Context, Question) (Decision, error) {
 		asked++
-		return Decision{Approve: true, Approver: webkit.ApproverUser}, nil
+		return Decision{Approve: true, Approver: store.ApproverUser}, nil
 	})
 	s := &Standing{Rules: []Rule{r}, Ask: user}
 	for _, tc := range []struct {
 		name     string
 		q        Question
-		approver webkit.Approver
+		approver store.Approver
 	}{
-		{"A24 covered: 70.00 USD", exchangeQuestion("70.00", exchangeAction), webkit.ApproverAgent},
-		{"A24 refund is covered", exchangeQuestion("-30.00", exchangeAction), webkit.ApproverAgent},
-		{"A24 over the limit asks the user", exchangeQuestion("100.01", exchangeAction), webkit.ApproverUser},
-		{"A24 another kind of action asks the user", exchangeQuestion("10.00", "POST http://shop.test/account/subscription/cancel"), webkit.ApproverUser},
+		{"A24 covered: 70.00 USD", exchangeQuestion("70.00", exchangeAction), store.ApproverAgent},
+		{"A24 refund is covered", exchangeQuestion("-30.00", exchangeAction), store.ApproverAgent},
+		{"A24 over the limit asks the user", exchangeQuestion("100.01", exchangeAction), store.ApproverUser},
+		{"A24 another kind of action asks the user", exchangeQuestion("10.00", "POST http://shop.test/account/subscription/cancel"), store.ApproverUser},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := s.Decide(t.Context(), tc.q)
-			if err != nil || !d.Approve || d.Approver != tc.approver || (d.Approver == webkit.ApproverAgent && d.InputType != "") {
+			if err != nil || !d.Approve || d.Approver != tc.approver || (d.Approver == store.ApproverAgent && d.InputType != "") {
 				t.Fatalf("decision %+v, %v; want approver %s", d, err, tc.approver)
 			}
 		})
@@ -59,7 +58,7 @@ func TestA24StandingInstruction(t *testing.T) {
 	t.Run("A26 A43 only the user after an agent approval or a decline", func(t *testing.T) {
 		q := exchangeQuestion("10.00", exchangeAction)
 		q.AgentMayApprove, q.Why = false, "declined"
-		if d, _ := s.Decide(t.Context(), q); d.Approver != webkit.ApproverUser {
+		if d, _ := s.Decide(t.Context(), q); d.Approver != store.ApproverUser {
 			t.Fatalf("decision %+v", d)
 		}
 	})
@@ -121,25 +120,25 @@ func TestA27A28Checks(t *testing.T) {
 
 func TestA33A39Approval(t *testing.T) {
 	a := &Agent{cfg: Config{Clock: time.Now}, refsUsed: map[string]bool{}}
-	op := webkit.Operation{OperationID: "op_1", Revision: "r1"}
-	ag := a.approval(op, Decision{Approve: true, Approver: webkit.ApproverAgent, InputType: "tap"})
-	us := a.approval(op, Decision{Approve: true, Approver: webkit.ApproverUser})
+	op := store.Operation{ID: "op_1", Revision: "r1"}
+	ag := a.approval(op, Decision{Approve: true, Approver: store.ApproverAgent, InputType: "tap"})
+	us := a.approval(op, Decision{Approve: true, Approver: store.ApproverUser})
 	if ag.InputType != "" || us.InputType != "typed" || ag.ApprovedAt.IsZero() || us.ApprovedAt.IsZero() {
 		t.Errorf("A35, A39: agent %+v, user %+v", ag, us)
 	}
 	if ag.Reference == us.Reference || !strings.HasPrefix(ag.Reference, "apr_") {
 		t.Errorf("A36: references %q %q", ag.Reference, us.Reference)
 	}
-	for _, ap := range []webkit.Approval{ag, us} {
-		if err := headers.ValidateApproval(vocab.Statement(ap)); err != nil {
+	for _, ap := range []store.Approval{ag, us} {
+		if err := headers.ValidateApproval(ap); err != nil {
 			t.Errorf("A32, A40: %+v: %v", ap, err)
 		}
-		h, err := headers.FormatApproval(vocab.Statement(ap))
+		h, err := headers.FormatApproval(ap)
 		if err != nil {
 			t.Fatal(err)
 		}
 		back, err := headers.ParseApproval([]string{h})
-		if err != nil || back.Approver != string(ap.Approver) || back.Reference != ap.Reference {
+		if err != nil || back.Approver != ap.Approver || back.Reference != ap.Reference {
 			t.Errorf("A40: %q parses as %+v, %v", h, back, err)
 		}
 	}
@@ -153,13 +152,13 @@ func TestA24RulesKnowEveryAmount(t *testing.T) {
 	cancelQ := func(refund, currency string) Question {
 		terms := `{"subscription_id":"sub_5Kd1","plan":"Trail Box, monthly","effective_date":"2026-10-08","refund":{"amount":"` + refund + `","currency":"` + currency + `"}}`
 		return Question{
-			Operation:       webkit.Operation{OperationID: "op_c", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
+			Operation:       store.Operation{ID: "op_c", Revision: "r1", Terms: json.RawMessage(terms), ExpiresAt: time.Now().Add(time.Minute)},
 			Action:          "POST http://shop.test/account/subscription/cancel",
 			AgentMayApprove: true,
 		}
 	}
 	deliveryQ := Question{
-		Operation:       webkit.Operation{OperationID: "op_d", Revision: "r1", Terms: json.RawMessage(`{"delivery_id":"del_2Wn8","new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`), ExpiresAt: time.Now().Add(time.Minute)},
+		Operation:       store.Operation{ID: "op_d", Revision: "r1", Terms: json.RawMessage(`{"delivery_id":"del_2Wn8","new_date":"2026-11-07","fee":{"amount":"0.00","currency":"USD"}}`), ExpiresAt: time.Now().Add(time.Minute)},
 		Action:          "POST http://shop.test/api/deliveries/del_2Wn8",
 		AgentMayApprove: true,
 	}
@@ -187,7 +186,7 @@ func TestA24RulesKnowEveryAmount(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Approve != tc.want || (d.Approve && d.Approver != webkit.ApproverAgent) {
+			if d.Approve != tc.want || (d.Approve && d.Approver != store.ApproverAgent) {
 				t.Fatalf("%s: decision %+v, want approve=%v as the agent", tc.rule, d, tc.want)
 			}
 		})
