@@ -5,6 +5,7 @@
 //
 //	go run ./internal/apisurface          # a line per package, then the totals
 //	go run ./internal/apisurface -names   # every name
+//	go run ./internal/apisurface -api     # every name with its signature, a line each (to diff)
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"go/ast"
 	"go/doc"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"os"
 	"path/filepath"
@@ -25,27 +27,20 @@ var core = map[string]bool{"webkit": true, "endpoint": true, "store": true, "sto
 
 func main() {
 	names := flag.Bool("names", false, "print every exported name")
+	api := flag.Bool("api", false, "print only 'package name signature', a line per name, for a diff of two commits")
 	maxCore := flag.Int("max-core", 0, "fail when the core path has more names than this (0: don't check)")
 	maxAll := flag.Int("max-all", 0, "fail when all library packages have more names than this (0: don't check)")
 	flag.Parse()
-	root := "."
-	var dirs []string
-	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
+	if *api {
+		out, err := API(".")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apisurface:", err)
+			os.Exit(2)
 		}
-		base := d.Name()
-		if p != root && (strings.HasPrefix(base, ".") || base == "testdata") {
-			return filepath.SkipDir
-		}
-		top := strings.SplitN(filepath.ToSlash(p), "/", 2)[0]
-		if top == "demo" || top == "e2e" || top == "internal" || strings.Contains(filepath.ToSlash(p), "/internal") {
-			return filepath.SkipDir
-		}
-		dirs = append(dirs, p)
-		return nil
-	})
-	sort.Strings(dirs)
+		fmt.Print(out)
+		return
+	}
+	dirs := libraryDirs(".")
 	var total, coreTotal int
 	for _, dir := range dirs {
 		pkgNames, err := count(dir)
@@ -75,6 +70,46 @@ func main() {
 		fmt.Fprintf(os.Stderr, "apisurface: over the limit (core ≤ %d, all ≤ %d)\n", *maxCore, *maxAll)
 		os.Exit(1)
 	}
+}
+
+// libraryDirs lists the folders under root that may hold a library
+// package: not demo, e2e, internal or testdata.
+func libraryDirs(root string) []string {
+	var dirs []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		top := strings.SplitN(rel, "/", 2)[0]
+		if top == "demo" || top == "e2e" || top == "internal" || strings.Contains(rel, "/internal") {
+			return filepath.SkipDir
+		}
+		dirs = append(dirs, rel)
+		return nil
+	})
+	sort.Strings(dirs)
+	return dirs
+}
+
+// API is every exported name of the library packages under root with its
+// signature, a line each: "package name signature".
+func API(root string) (string, error) {
+	var b strings.Builder
+	for _, dir := range libraryDirs(root) {
+		names, err := count(filepath.Join(root, dir))
+		if err != nil {
+			return "", err
+		}
+		for _, n := range names {
+			fmt.Fprintf(&b, "%s %s\n", dir, n)
+		}
+	}
+	return b.String(), nil
 }
 
 // count returns the exported names of the package in dir; nil when dir
@@ -118,17 +153,17 @@ func count(dir string) ([]string, error) {
 		values(p.Consts)
 		values(p.Vars)
 		for _, f := range p.Funcs {
-			out = append(out, f.Name+"()")
+			out = append(out, f.Name+"() "+sig(fset, f.Decl))
 		}
 		for _, t := range p.Types {
-			out = append(out, t.Name)
+			out = append(out, t.Name+" "+typeKind(fset, t.Decl))
 			values(t.Consts)
 			values(t.Vars)
 			for _, f := range t.Funcs {
-				out = append(out, f.Name+"()")
+				out = append(out, f.Name+"() "+sig(fset, f.Decl))
 			}
 			for _, m := range t.Methods {
-				out = append(out, t.Name+"."+m.Name+"()")
+				out = append(out, t.Name+"."+m.Name+"() "+sig(fset, m.Decl))
 			}
 			for _, spec := range t.Decl.Specs {
 				ts, ok := spec.(*ast.TypeSpec)
@@ -140,7 +175,7 @@ func count(dir string) ([]string, error) {
 					for _, f := range x.Fields.List {
 						for _, n := range f.Names {
 							if ast.IsExported(n.Name) {
-								out = append(out, t.Name+"."+n.Name)
+								out = append(out, t.Name+"."+n.Name+" "+expr(fset, f.Type))
 							}
 						}
 						if len(f.Names) == 0 { // embedded
@@ -153,7 +188,7 @@ func count(dir string) ([]string, error) {
 					for _, m := range x.Methods.List {
 						for _, n := range m.Names {
 							if ast.IsExported(n.Name) {
-								out = append(out, t.Name+"."+n.Name+"()")
+								out = append(out, t.Name+"."+n.Name+"() "+expr(fset, m.Type))
 							}
 						}
 					}
@@ -166,6 +201,36 @@ func count(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// sig is a function's declaration without its body or doc.
+func sig(fset *token.FileSet, d *ast.FuncDecl) string {
+	return expr(fset, &ast.FuncDecl{Recv: d.Recv, Name: d.Name, Type: d.Type})
+}
+
+// typeKind is what a type is: "struct", "interface", or its definition.
+func typeKind(fset *token.FileSet, d *ast.GenDecl) string {
+	for _, spec := range d.Specs {
+		if ts, ok := spec.(*ast.TypeSpec); ok {
+			switch ts.Type.(type) {
+			case *ast.StructType:
+				return "struct"
+			case *ast.InterfaceType:
+				return "interface"
+			}
+			if ts.Assign != 0 {
+				return "= " + expr(fset, ts.Type)
+			}
+			return expr(fset, ts.Type)
+		}
+	}
+	return ""
+}
+
+func expr(fset *token.FileSet, n any) string {
+	var b strings.Builder
+	printer.Fprint(&b, fset, n)
+	return strings.Join(strings.Fields(b.String()), " ")
 }
 
 func embeddedName(e ast.Expr) string {
