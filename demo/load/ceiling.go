@@ -125,9 +125,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		// The ceiling measures the store's steps, not its caps: its Users
 		// open far more operations than the default cap of open ones.
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines})
-	// The same with the agent's cap counting (as by default; its cap set
-	// out of reach): a Take that opens an operation also counts it, in the
-	// same step on a single Redis. Its 64 agents have a prefix of their own.
+	// The same with the agent's cap on (as by default; its cap set out of
+	// reach): an operation stored is counted in the same step on a single
+	// Redis; a computed 403 stores, and counts, nothing. Its 64 agents
+	// have a prefix of their own.
 	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
 	pipes := "Options.Pipelines default"
@@ -313,7 +314,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 				name, g, f.rate, f.usec, f.rate/evalsha[g], spread(f))
 		}
 	}
-	say("(take+cap: a Take that opens an operation with the agent's cap counting it, as by default; take and cycle run without it)\n")
+	say("(take+cap: the same Take with the agent's cap on, as by default; take and cycle run without it. The 403 step stores nothing, so take+cap costs what take does: the cap is counted by the approval that stores the operation)\n")
 	res.takeRatio = steps["take"][50] / evalsha[50]
 	res.cycleRatio = steps["cycle"][50] / evalsha[50]
 	res.takeUsec = figures["take50"].usec
