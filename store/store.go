@@ -59,7 +59,7 @@
 //     3 while it has not expired: §6 lets a Company fail it (W120), and the
 //     kit doesn't, so an agent can approve the terms it showed the User; the
 //     approval applies only to requests with those terms (W37).
-//   - A ref is "<operation_id>.<revision>" ([MakeRef]). A ref whose revision
+//   - A ref is "<operation_id>.<revision>". A ref whose revision
 //     the operation does not keep (never returned for it, or dropped beyond
 //     the cap below) is not found, like a made-up one (§4 "Any other
 //     reference", W74).

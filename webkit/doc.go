@@ -23,7 +23,7 @@
 //	http.ListenAndServe(addr, m.Handler(mux)) // the endpoint, the join, /_opsgate/, poppy.json
 //
 // An ordinary browser passes straight through. A browser joined to a
-// Session (the kit's [Join], or the website's own login calling
+// Session (the kit's join (Kit.JoinHandler), or the website's own login calling
 // [Sessions].Bind) is refused with 403 and a Poppy-Operation header until
 // the Personal Agent's approval of exactly these terms is recorded at the
 // operations endpoint (package endpoint); the same request then runs the
@@ -31,7 +31,7 @@
 // handler the approved operation; [SetOutcome] states its outcome.
 //
 // endpoint.Mount serves, from the one origin it is given, the operations
-// endpoint, the [Join], the kit's routes ([Kit.Handler]) and poppy.json
+// endpoint, the join (Kit.JoinHandler), the kit's routes ([Kit.Handler]) and poppy.json
 // ([Discovery], §2), in front of any router; the endpoint package's Example
 // wires a whole website. [Kit.Chrome] dresses the waiting page in the
 // website's own header, footer and stylesheet; [Kit.Observer] sees what the
