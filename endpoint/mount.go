@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/discovery"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -190,7 +191,7 @@ func NewMount(c Config) (*Mount, error) {
 	if c.Name != "" {
 		doc["name"] = c.Name
 	}
-	d := webkit.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: joinURL, AllowLocal: c.AllowLocal}
+	d := discovery.Discovery{Endpoint: origin + m.endpointPath, BrowserSessionEndpoint: joinURL, AllowLocal: c.AllowLocal}
 	if err := d.AddTo(doc); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}

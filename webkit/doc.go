@@ -32,7 +32,7 @@
 //
 // endpoint.Mount serves, from the one origin it is given, the operations
 // endpoint, the join (Kit.JoinHandler), the kit's routes ([Kit.Handler]) and poppy.json
-// ([Discovery], §2), in front of any router; the endpoint package's Example
+// (§2), in front of any router; the endpoint package's Example
 // wires a whole website. [Kit.Chrome] dresses the waiting page in the
 // website's own header, footer and stylesheet; [Kit.Observer] sees what the
 // kit does (webkit/metrics/prometheus and webkit/metrics/otel adapt it).

@@ -1,4 +1,4 @@
-package webkit
+package discovery
 
 import (
 	"errors"

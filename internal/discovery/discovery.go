@@ -1,4 +1,6 @@
-package webkit
+// Package discovery builds the kit's part of poppy.json (§2 "Advertising
+// support"); endpoint.Mount serves it.
+package discovery
 
 import (
 	"encoding/json"
@@ -28,7 +30,7 @@ type Discovery struct {
 }
 
 // ErrDiscovery is wrapped by every error Fragment returns.
-var ErrDiscovery = errors.New("webkit: poppy.json")
+var ErrDiscovery = errors.New("poppy.json")
 
 // Fragment returns the members to merge into poppy.json:
 //
