@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/justinas/nosurf"
-	"golang.org/x/net/html"
+
+	"github.com/opsgate/opsgate/internal/continueform"
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
@@ -31,70 +32,33 @@ import (
 // browser would, read the page's Continue form and submit it, and count
 // the performances at the handler.
 
-// continueForm is the waiting page's Continue form as a browser reads it.
-type continueForm struct {
-	method, action, enctype string
-	fields                  [][2]string
-}
-
-func parseContinue(t *testing.T, page string) (continueForm, bool) {
+// press sends c as a browser does (internal/continueform builds the body
+// from the control's fields, in its encoding).
+func press(t *testing.T, client *http.Client, c *continueform.Control) *http.Response {
 	t.Helper()
-	doc, err := html.Parse(strings.NewReader(page))
+	ctype, body := c.Body()
+	req, err := http.NewRequest(c.Method, c.URL, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f continueForm
-	var found bool
-	var walk func(n *html.Node, in bool)
-	walk = func(n *html.Node, in bool) {
-		if n.Type == html.ElementNode && n.Data == "form" && attr(n, "id") == "opsgate-continue" {
-			f = continueForm{method: attr(n, "method"), action: attr(n, "action"), enctype: attr(n, "enctype")}
-			found, in = true, true
-		}
-		if in && n.Type == html.ElementNode && n.Data == "input" {
-			f.fields = append(f.fields, [2]string{attr(n, "name"), attr(n, "value")})
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c, in)
-		}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
 	}
-	walk(doc, false)
-	return f, found
-}
-
-// submit posts the form as a browser does: its fields in order, in its
-// encoding, to its action.
-func (f continueForm) submit(t *testing.T, c *http.Client, base string) *http.Response {
-	t.Helper()
-	var body bytes.Buffer
-	ctype := "application/x-www-form-urlencoded"
-	if f.enctype == "multipart/form-data" {
-		mw := multipart.NewWriter(&body)
-		for _, kv := range f.fields {
-			mw.WriteField(kv[0], kv[1])
-		}
-		mw.Close()
-		ctype = mw.FormDataContentType()
-	} else {
-		for i, kv := range f.fields {
-			if i > 0 {
-				body.WriteByte('&')
-			}
-			body.WriteString(url.QueryEscape(kv[0]) + "=" + url.QueryEscape(kv[1]))
-		}
-	}
-	req, err := http.NewRequest(strings.ToUpper(f.method), base+f.action, &body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", ctype)
 	req.Header.Set("Accept", "text/html")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	res, err := c.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+func pairs(fs []continueform.Field) [][2]string {
+	p := make([][2]string, len(fs))
+	for i, f := range fs {
+		p[i] = [2]string{f.Name, f.Value}
+	}
+	return p
 }
 
 func sortedPairs(p [][2]string) string {
@@ -194,11 +158,14 @@ func (fs *formSite) token(t *testing.T) string {
 // post sends fields as the browser's first request, in the given encoding.
 func (fs *formSite) post(t *testing.T, fields [][2]string, multipartForm bool) *http.Response {
 	t.Helper()
-	f := continueForm{method: "post", action: "/exchange", fields: fields}
+	c := &continueform.Control{Method: http.MethodPost, URL: fs.srv.URL + "/exchange", Enctype: "application/x-www-form-urlencoded"}
 	if multipartForm {
-		f.enctype = "multipart/form-data"
+		c.Enctype = "multipart/form-data"
 	}
-	return f.submit(t, fs.client, fs.srv.URL)
+	for _, kv := range fields {
+		c.Fields = append(c.Fields, continueform.Field{Name: kv[0], Value: kv[1]})
+	}
+	return press(t, fs.client, c)
 }
 
 func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
@@ -269,31 +236,31 @@ func TestContinueWhenMiddlewareReadTheForm(t *testing.T) {
 			if res.StatusCode != http.StatusForbidden || res.Header.Get(HeaderOperation) == "" {
 				t.Fatalf("first request: %d %s", res.StatusCode, page)
 			}
-			form, ok := parseContinue(t, page)
-			if !ok {
-				t.Fatalf("no Continue form on the waiting page:\n%s", page)
+			form, err := continueform.Parse(fs.srv.URL+"/exchange", []byte(page))
+			if err != nil || form.Link {
+				t.Fatalf("no Continue form on the waiting page (%v):\n%s", err, page)
 			}
-			if got, want := sortedPairs(form.fields), sortedPairs(fields); got != want {
+			if got, want := sortedPairs(pairs(form.Fields)), sortedPairs(fields); got != want {
 				t.Fatalf("Continue form's fields\n got %s\nwant %s", got, want)
 			}
 			wantEnctype := "application/x-www-form-urlencoded"
 			if tt.multipart {
 				wantEnctype = "multipart/form-data"
 			}
-			if form.enctype != wantEnctype || form.method != "post" || form.action != "/exchange" {
-				t.Errorf("Continue form %s %s %s", form.method, form.action, form.enctype)
+			if form.Enctype != wantEnctype || form.Method != http.MethodPost || form.URL != fs.srv.URL+"/exchange" {
+				t.Errorf("Continue form %s %s %s", form.Method, form.URL, form.Enctype)
 			}
 			if n := len(fs.handled); n != 0 {
 				t.Fatalf("handler ran %d times before the approval", n)
 			}
 
 			fs.approveRef(t, res)
-			res = form.submit(t, fs.client, fs.srv.URL) // the person presses Continue
+			res = press(t, fs.client, form) // the person presses Continue
 			body := readAll(t, res)
 			if res.StatusCode != http.StatusOK || body != "exchanged ord_7 to L" {
 				t.Fatalf("Continue after the approval: %d %s", res.StatusCode, body)
 			}
-			res = form.submit(t, fs.client, fs.srv.URL) // and again
+			res = press(t, fs.client, form) // and again
 			readAll(t, res)
 			if res.StatusCode != http.StatusForbidden {
 				t.Errorf("second Continue: %d, want 403 (a new approval is needed)", res.StatusCode)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -291,7 +292,7 @@ func (e *DiffError) compare(sent, form []Field) {
 		case !ok:
 			e.Missing = append(e.Missing, name)
 			missing = append(missing, name+showValues(name, s[name]))
-		case slices.Equal(s[name], fv) || (LooksLikeToken(name) && len(fv) == len(s[name])):
+		case slices.Equal(s[name], fv) || (IsCSRFField(name) && len(fv) == len(s[name])):
 		default:
 			e.Changed = append(e.Changed, name)
 			if LooksLikeToken(name) {
@@ -302,7 +303,7 @@ func (e *DiffError) compare(sent, form []Field) {
 		}
 	}
 	for _, name := range fOrder {
-		if _, ok := s[name]; !ok && !LooksLikeToken(name) {
+		if _, ok := s[name]; !ok && !IsCSRFField(name) {
 			e.Added = append(e.Added, name)
 			added = append(added, name+showValues(name, f[name]))
 		}
@@ -342,7 +343,8 @@ func quoted(vs []string) string {
 // LooksLikeToken reports whether a field's name says it carries a CSRF
 // token or another secret (csrf_token, _csrf, gorilla.csrf.Token,
 // authenticity_token, __RequestVerificationToken, access_token, nonce,
-// …): its value is never printed, and Repeats lets it change.
+// …): its value is never printed. It is broad on purpose; what may
+// change between the request and its Continue is narrower (IsCSRFField).
 func LooksLikeToken(name string) bool {
 	n := strings.ToLower(name)
 	for _, w := range []string{"csrf", "xsrf", "token", "authenticity", "nonce"} {
@@ -745,4 +747,25 @@ func crlf(s string) string {
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	s = strings.ReplaceAll(s, "\r", "\n")
 	return strings.ReplaceAll(s, "\n", "\r\n")
+}
+
+// csrfFieldRE matches the names of CSRF token fields, whatever their case:
+// any name with "csrf" or "xsrf" in it (csrf_token, _csrf,
+// gorilla.csrf.Token, csrfmiddlewaretoken, X-XSRF-TOKEN, _xsrf, …), and
+// the names other libraries use: authenticity_token, _token,
+// __RequestVerificationToken, _wpnonce, form_token.
+var csrfFieldRE = regexp.MustCompile(`(?i)csrf|xsrf|^authenticity_token$|^_token$|^_*requestverificationtoken$|^_wpnonce$|^form_token$`)
+
+// IsCSRFField reports whether a form or JSON field is a CSRF library's
+// token: a site's protection, not part of what is asked for. Repeats lets
+// such a field take another value or be added by the page, and the
+// reference agent leaves it out of its comparison with an operation's
+// terms (A27). For a JSON member, name may be a dotted path
+// ("meta.csrf_token"); its last part is judged too.
+func IsCSRFField(name string) bool {
+	if csrfFieldRE.MatchString(name) {
+		return true
+	}
+	i := strings.LastIndexByte(name, '.')
+	return i >= 0 && csrfFieldRE.MatchString(name[i+1:])
 }

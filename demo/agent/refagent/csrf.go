@@ -1,9 +1,9 @@
 package refagent
 
 import (
-	"regexp"
 	"slices"
-	"strings"
+
+	"github.com/opsgate/opsgate/internal/continueform"
 )
 
 // CSRF tokens are not terms (A27). A site protected by a token-in-form
@@ -27,24 +27,12 @@ import (
 // one token per rendered page (a synchronizer token) would then refuse the
 // token the waiting page's Continue is about to send.
 
-// csrfFieldRE matches the names of CSRF token fields, whatever their case:
-// any name with "csrf" or "xsrf" in it (csrf_token, _csrf,
-// gorilla.csrf.Token, csrfmiddlewaretoken, X-XSRF-TOKEN, _xsrf, …), and
-// the names other libraries use: authenticity_token, _token,
-// __RequestVerificationToken, _wpnonce, form_token.
-var csrfFieldRE = regexp.MustCompile(`(?i)csrf|xsrf|^authenticity_token$|^_token$|^_*requestverificationtoken$|^_wpnonce$|^form_token$`)
-
 // IsCSRFField reports whether a form or JSON field of the browser's request
 // is treated as a CSRF token: left out of the comparison with the terms
 // (A27), and its value never printed. name is the field's name; for a JSON
-// body, a member's key at any depth ("meta.csrf_token" is one).
-func IsCSRFField(name string) bool {
-	if csrfFieldRE.MatchString(name) {
-		return true
-	}
-	i := strings.LastIndexByte(name, '.')
-	return i >= 0 && csrfFieldRE.MatchString(name[i+1:])
-}
+// body, a member's key at any depth ("meta.csrf_token" is one). The rule
+// is the kit's one (internal/continueform), which the test tools use too.
+func IsCSRFField(name string) bool { return continueform.IsCSRFField(name) }
 
 // csrfNames returns the names of the fields in asked that are CSRF tokens,
 // sorted and once each, and asked without them.
