@@ -76,7 +76,7 @@ type Event struct {
 	Kind string
 }
 
-// Observe reports e to the Kit's Observer, if it has one.
+// observe reports e to the Kit's Observer, if it has one.
 func (k *Kit) observe(ctx context.Context, e Event) {
 	if k.Observer != nil {
 		k.Observer.Observe(ctx, e)

@@ -43,14 +43,10 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *pa
 	}
 	ctx := context.WithValue(r.Context(), failureKey{}, reason)
 	if v != nil {
-		ctx = pages.WithWaiting(ctx, v)
+		view := *v // a copy for the context: v itself stays on the stack
+		ctx = pages.WithWaiting(ctx, &view)
 	}
-	r = r.WithContext(ctx)
-	if k.Refused != nil {
-		k.Refused.ServeHTTP(w, r)
-		return
-	}
-	k.Refuse(w, r)
+	k.Refused.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // refusedStatus is the status the Gate answers reason with.

@@ -276,7 +276,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 // newerTermsThanApproved reports whether ref names the operation's current
 // revision, unexpired, and no approval was ever recorded for that revision.
 func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
-	_, rev, _ := strings.Cut(ref, ".")
+	_, rev, _ := storekit.SplitRef(ref) // a sealed ref's revision is its middle part
 	if rev != rec.Current.Revision || now.After(rec.Current.ExpiresAt) {
 		return false
 	}
@@ -328,9 +328,9 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 	e.answer(w, ref, a, reply)
 }
 
-// refOperationID is the operation_id of a ref (<operation_id>.<revision>).
+// refOperationID is the operation_id of a ref the store found.
 func refOperationID(ref string) string {
-	id, _, _ := strings.Cut(ref, ".")
+	id, _ := storekit.ParseRef(ref)
 	return id
 }
 
@@ -487,13 +487,12 @@ func decodeRefBody(body []byte) (string, error) {
 	return ref, nil
 }
 
-type operationJSON = store.Operation
-
+// writeApprovalRequired answers 403 approval_required with the operation.
 func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
 	// W47, W48; W49: no WWW-Authenticate; W51: no other members.
 	writeJSON(w, http.StatusForbidden, struct {
-		Error     string        `json:"error"`
-		Operation operationJSON `json:"operation"`
+		Error     string          `json:"error"`
+		Operation store.Operation `json:"operation"`
 	}{"approval_required", op})
 }
 
