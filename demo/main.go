@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,7 +55,13 @@ func run() error {
 	baseURL := flag.String("base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>")
 	redisAddr := flag.String("redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
 	metrics := flag.Bool("metrics", true, "serve the kit's Prometheus metrics at "+shop.PathMetrics)
+	customerPassword := flag.String("customer-password", os.Getenv("DEMO_CUSTOMER_PASSWORD"), "the demo customer's password for the shop's own login (env DEMO_CUSTOMER_PASSWORD); default a random one, printed once at start")
 	flag.Parse()
+	customerNote := ""
+	if *customerPassword == "" {
+		*customerPassword = rand.Text()
+		customerNote = "  (random, this run only; -customer-password sets one)"
+	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -124,6 +131,8 @@ func run() error {
 		Logger:     logger,
 		AllowLocal: true, // demo mode: agents on localhost over http
 		Metrics:    *metrics,
+
+		CustomerPassword: *customerPassword,
 	})
 	if err != nil {
 		ln.Close()
@@ -146,10 +155,15 @@ Point an agent at it:
                   for an access token for the demo account, to make a signed-in join.
   Agents on localhost/127.0.0.1 over plain http are accepted (demo mode).
 
+The shop's own login (people, not agents): %[1]s/signin
+  customer password  %[8]s%[9]s
+  Each action on that login is confirmed on the shop's page with the password.
+
 Store: %[6]s
 %[7]sStop with Ctrl-C.
 
-`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(*metrics, srv.URL(shop.PathMetrics)))
+`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(*metrics, srv.URL(shop.PathMetrics)),
+		*customerPassword, customerNote)
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),

@@ -110,6 +110,9 @@ type env struct {
 	lastAgent *refagent.Agent
 }
 
+// customerPassword is the demo customer's password for the shop's own login.
+const customerPassword = "e2e customer password"
+
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	if testing.Short() {
@@ -132,6 +135,8 @@ func newEnv(t *testing.T) *env {
 		Clock:      e.clock.Now,
 		AllowLocal: true, // demo mode: the agent is on 127.0.0.1 over http
 		Logger:     slog.New(slog.DiscardHandler),
+		// The shop's own login, typed by the person (W56).
+		CustomerPassword: customerPassword,
 	})
 	if err != nil {
 		t.Fatal(err)

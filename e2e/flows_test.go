@@ -415,11 +415,19 @@ func TestOwnLoginAndUndeclaredExtension(t *testing.T) {
 		a, tab := e.newAgent(t)
 		in(t, tab,
 			chromedp.Navigate(e.url+"/account/subscription"),
-			chromedp.Click(chromedp.CSS(`form[action="/signin"] button`), chromedp.NodeVisible),
+			chromedp.Click(chromedp.CSS(`a[href^="/signin"]`), chromedp.NodeVisible),
+			chromedp.SendKeys(chromedp.ID("password"), customerPassword, chromedp.NodeVisible),
+			chromedp.Submit(chromedp.ID("password")),
 		)
 		waitText(t, tab, "body", "Jordan Rivera")
 		join(t, a, refagent.JoinOptions{})
 		do(t, refagent.ExchangeItem(tab, e.url, order, item, insulM))
+		// The shop's own confirmation step, with the password (W56).
+		waitText(t, tab, "h1", "Confirm the exchange")
+		in(t, tab,
+			chromedp.SendKeys(chromedp.ID("password"), customerPassword, chromedp.NodeVisible),
+			chromedp.Submit(chromedp.ID("password")),
+		)
 		waitText(t, tab, ".flash", "Done:")
 		if refs := a.References(); len(refs) != 0 {
 			t.Errorf("W56: a browser with its own login got references %+v", refs)

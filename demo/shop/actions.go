@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
@@ -38,10 +39,11 @@ var (
 )
 
 // mayPerform decides whether the handler may perform an action with these
-// terms now: an ordinary browser or one with the shop's own login may (the
-// shop's own flow); a browser handled as a Session may only with an
-// approval the Gate took, for exactly these terms (§3: perform only what the
-// approved revision describes).
+// terms now: an ordinary browser may; a browser handled as a Session may
+// only with an approval the Gate took, for exactly these terms (§3: perform
+// only what the approved revision describes). A browser with the shop's
+// own login never reaches it: its handler sends it to the shop's own
+// confirmation step first (ownflow.go, §4 W56).
 func (s *Server) mayPerform(r *http.Request, terms any) error {
 	claim, ok := webkit.ClaimOf(r)
 	if !ok {
@@ -125,6 +127,10 @@ func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
 
 func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 	plan, err := s.planExchange(r)
+	if err == nil && s.ownLogin(r) != "" { // §4 W56: the shop's own flow
+		s.askConfirm(w, r, url.Values{"action": {"exchange"}, "order": {plan.OrderID}, "item": {plan.ItemID}, "replacement_sku": {plan.To.ID}}, false)
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, exchangeTerms(plan))
 	}
@@ -189,6 +195,10 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 			views.SignInButton("/account/subscription"))
 		return
 	}
+	if err == nil && s.ownLogin(r) != "" { // §4 W56: the shop's own flow
+		s.askConfirm(w, r, url.Values{"action": {"cancel"}}, false)
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, cancelTerms(plan))
 	}
@@ -251,6 +261,10 @@ func (s *Server) resubscribe(w http.ResponseWriter, r *http.Request) {
 		s.message(w, r, http.StatusForbidden, "Sign in to resubscribe",
 			"Only the account holder can resubscribe. Sign in first, then resubscribe on the subscription page.",
 			views.SignInButton("/account/subscription"))
+		return
+	}
+	if err == nil && s.ownLogin(r) != "" { // §4 W56: the shop's own flow
+		s.askConfirm(w, r, url.Values{"action": {"resubscribe"}}, false)
 		return
 	}
 	if err == nil {
@@ -349,6 +363,10 @@ type apiError struct {
 
 func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 	plan, err := s.planReschedule(r)
+	if err == nil && s.ownLogin(r) != "" { // §4 W56: the shop's own flow
+		s.askConfirm(w, r, url.Values{"action": {"reschedule"}, "delivery": {plan.DeliveryID}, "date": {plan.To.Format(dateLayout)}}, true)
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, rescheduleTerms(plan))
 	}

@@ -178,8 +178,17 @@ func (s *Server) deliveries(w http.ResponseWriter, r *http.Request) {
 	render(w, r, http.StatusOK, views.DeliveriesPage(c, dv))
 }
 
-// signIn is the shop's own login, for people (no password: it's a demo).
+// signIn is the shop's own login, for people: the demo customer's
+// password (Config.CustomerPassword), so that a page script can't sign a
+// joined browser in and leave the agent out (§4 W56; ownflow.go).
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	ret := localPath(r.PostFormValue("return"), "/account")
+	if !s.customerPassword(r.PostFormValue("password")) {
+		v := s.viewerOf(r)
+		render(w, r, http.StatusUnauthorized, views.SignInPage(s.chrome(r, v, "Sign in", "account"), views.SignInView{Return: ret, Error: "That password is not right."}))
+		return
+	}
 	value, err := s.login.Encode(loginCookie, shopdb.DemoAccount)
 	if err != nil {
 		http.Error(w, "sign-in failed", http.StatusInternalServerError)
@@ -189,7 +198,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		Name: loginCookie, Value: value, Path: "/", HttpOnly: true,
 		Secure: s.secure, SameSite: http.SameSiteLaxMode, MaxAge: 12 * 60 * 60,
 	})
-	http.Redirect(w, r, localPath(r.PostFormValue("return"), "/account"), http.StatusSeeOther)
+	http.Redirect(w, r, ret, http.StatusSeeOther)
 }
 
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {

@@ -83,6 +83,11 @@ type Config struct {
 	// kept; 0 is shopdb.DefaultSandboxIdle (a day).
 	MaxSandboxes int
 	SandboxIdle  time.Duration
+	// CustomerPassword is the demo customer's password for the shop's own
+	// login (POST /signin), asked again to confirm each gated action on
+	// that login (the shop's own approval flow, §4 W56). "" makes a random
+	// one nobody knows: the own login is then off.
+	CustomerPassword string
 	// Metrics serves the kit's metrics at PathMetrics in the Prometheus
 	// text format (webkit/metrics/prometheus, on the shop's own registry,
 	// not the global one): the answers of the Gate, the operations
@@ -124,6 +129,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.Store == nil {
 		cfg.Store = store.NewMemory()
+	}
+	if cfg.CustomerPassword == "" {
+		cfg.CustomerPassword = rand.Text()
 	}
 	if len(cfg.Keys) == 0 {
 		cfg.Keys = [][]byte{securecookie.GenerateRandomKey(64), securecookie.GenerateRandomKey(32)}
@@ -242,7 +250,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /orders/{order}", s.order)
 	mux.HandleFunc("GET /account/subscription", s.subscription)
 	mux.HandleFunc("GET /deliveries", s.deliveries)
+	mux.HandleFunc("GET /signin", s.signInPage)
 	mux.HandleFunc("POST /signin", s.signIn)
+	mux.HandleFunc("GET /confirm", s.confirmPage)
+	mux.HandleFunc("POST /confirm", s.confirm)
 	mux.HandleFunc("POST /signout", s.signOut)
 	mux.HandleFunc("GET /admin/operations", s.adminOperations)
 	mux.HandleFunc("POST /admin/operations/resolve", s.adminResolve)

@@ -30,7 +30,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func newTestServer(t *testing.T) (*Server, *clock) {
 	t.Helper()
 	c := testclock.At(t0)
-	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, AllowLocal: true, Logger: quiet})
+	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, AllowLocal: true, Logger: quiet, CustomerPassword: testPassword})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +146,13 @@ func TestHumanExchangesDirectly(t *testing.T) {
 	}
 }
 
+// testPassword is the demo customer's password in the tests.
+const testPassword = "correct horse battery staple"
+
+// signIn signs in with the shop's own login, typing the password.
 func signIn(t *testing.T, s *Server) *http.Cookie {
 	t.Helper()
-	res, _ := do(t, s, "POST", "/signin", strings.NewReader("return=/account"), formHeader)
+	res, _ := do(t, s, "POST", "/signin", strings.NewReader(url.Values{"return": {"/account"}, "password": {s.cfg.CustomerPassword}}.Encode()), formHeader)
 	for _, c := range res.Cookies() {
 		if c.Name == loginCookie {
 			return c
@@ -167,8 +171,14 @@ func TestHumanCancelsSubscriptionSignedIn(t *testing.T) {
 	}
 	login := signIn(t, s)
 	res, _ = do(t, s, "POST", "/account/subscription/cancel", nil, formHeader, login)
-	if res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("cancel: %d, want 303", res.StatusCode)
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/confirm?action=cancel" {
+		t.Fatalf("cancel: %d to %q, want 303 to the confirmation", res.StatusCode, res.Header.Get("Location"))
+	}
+	if sub, _ := s.DB().Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
+		t.Fatal("W56: cancelled before the person confirmed")
+	}
+	if res := confirmWith(t, s, "/confirm?action=cancel", testPassword, login); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("confirm: %d, want 303", res.StatusCode)
 	}
 	sub, _ := s.DB().Subscription(shopdb.DemoAccount)
 	if sub.Status != shopdb.SubscriptionCancelled {

@@ -61,6 +61,13 @@
             }
             return;
           }
+          if (res.status === 403 && body.error === "confirmation_required" &&
+              typeof body.confirm_url === "string" && body.confirm_url.charAt(0) === "/" && body.confirm_url.charAt(1) !== "/" && body.confirm_url.charAt(1) !== "\\") {
+            // The shop's own login: confirm on the shop's page, with the password.
+            setStatus(status, "", "Confirm the new date on the next page…");
+            window.location.assign(body.confirm_url);
+            return;
+          }
           setStatus(status, "error", body.message || "The date could not be changed (" + res.status + ").");
         });
       }).catch(function () {
