@@ -89,7 +89,7 @@ func run() error {
 		}
 		defer mr.Close()
 		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		storeOpts.Durability.Mode = redisstore.DurableNone
+		storeOpts.Durability = redisstore.DurableNone
 		embedded = true
 		storeDesc = "embedded miniredis at " + mr.Addr() + " (set REDIS_URL to use a real Redis)"
 	}
@@ -101,7 +101,7 @@ func run() error {
 		return fmt.Errorf("redis: %w", err)
 	}
 	st := redisstore.New(client, storeOpts)
-	if err := st.Check(ctx); err != nil {
+	if err := redisstore.Check(ctx, st); err != nil {
 		// Not fatal for a demo, but loud: it names what this store risks.
 		// The embedded miniredis is chosen knowing that (a warning); a
 		// Redis given by REDIS_URL that can't promise it is an error.
@@ -113,7 +113,7 @@ func run() error {
 	}
 	// The steps as functions where the server has them (a real Redis), so
 	// each is one FCALL; miniredis runs them as scripts.
-	if err := st.Load(ctx); err != nil {
+	if err := redisstore.Load(ctx, st); err != nil {
 		logger.Warn("opsgate: store load", "error", err)
 	}
 

@@ -29,7 +29,7 @@ func TestConformanceOfTheDemo(t *testing.T) {
 		opts   redisstore.Options
 	}{
 		// As `go run ./demo` configures its embedded store.
-		{"miniredis", func(t *testing.T) *redis.Client { _, c := redistest.Mini(t); return c }, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}},
+		{"miniredis", func(t *testing.T) *redis.Client { _, c := redistest.Mini(t); return c }, redisstore.Options{Durability: redisstore.DurableNone}},
 		{"redis-server", func(t *testing.T) *redis.Client { return redistest.Server(t) }, redisstore.Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 // NewMemory returns the Store for a website that runs as one process. It
-// implements Reconciler too. Every method is one critical section under one
+// implements Store too. Every method is one critical section under one
 // mutex, which is what makes Take claim at most once (§7 W135).
 //
 // It follows the caller's clock only: records are forgotten by the now
@@ -70,7 +70,6 @@ func (m *memory) InProcess() bool { return true }
 
 var (
 	_ Store      = (*memory)(nil)
-	_ Reconciler = (*memory)(nil)
 )
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client
@@ -938,7 +937,7 @@ func (m *memory) useOnce(key string, until, now time.Time) bool {
 	return true
 }
 
-// Performing implements Reconciler. The store holds an index of performing
+// Performing implements Store. The store holds an index of performing
 // operations, so it reads only them, and yields outside its lock.
 func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error] {
 	return func(yield func(Stuck, error) bool) {
@@ -964,7 +963,7 @@ func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 	}
 }
 
-// Resolve implements Reconciler.
+// Resolve implements Store.
 func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error {
 	if outcome != Done && outcome != NotDone {
 		return fmt.Errorf("store: memory: resolve: outcome must be performed or not performed, not %v", outcome)

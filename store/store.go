@@ -17,9 +17,8 @@
 //   - [Store.UseOnce]: a single-use marker (a JWT's jti) with an expiry.
 //   - [Store.Release]: undo a claim whose action never started (W144).
 //
-// Every store also implements [Reconciler], for a job or an admin page that
-// settles outcomes nobody reported ([Reconciler.Performing],
-// [Reconciler.Resolve]).
+// A job or an admin page settles outcomes nobody reported with
+// [Store.Performing] and [Store.Resolve].
 //
 // Claims are never stranded (W144): the caller chooses the claim's token
 // (TakeRequest.ClaimToken) before Take, so that even when Take's reply is lost
@@ -460,6 +459,27 @@ type Store interface {
 	// this was the first use; a key already marked and not expired is not.
 	// The endpoint uses it for each JWT's jti (replay window).
 	UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (first bool, err error)
+
+	// Performing and Resolve settle outcomes nobody reported
+	// (webkit/RULES.md "Claims are never stranded"): an operation stays
+	// performing when the handler's outcome was unknown (§7 W142), the web
+	// server died mid-handler, or a Finish was lost. A reconciliation job
+	// or an admin page lists them with Performing, finds out (from the
+	// website's own records: the order, the payment) whether the action
+	// took effect, and says so with Resolve.
+	//
+	// Performing yields every operation that has been performing since
+	// before claimedBefore, in no particular order, without blocking the
+	// store for long (it reads a batch at a time). It may miss or repeat
+	// an operation that changes while it runs. A non-nil error ends it.
+	Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error]
+
+	// Resolve settles a performing operation, whoever holds its claim:
+	// Done makes it performed and keeps that answer as Finish(Done) does
+	// (§7 W137); NotDone makes it wait again with a fresh revision, as
+	// Finish(NotDone) does (W98). It returns ErrNotPerforming when the
+	// operation is not performing.
+	Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error
 }
 
 // ErrClaimLost is returned by Finish for a claim that is no longer the
@@ -484,27 +504,6 @@ var ErrNotDurable = errors.New("store: claim not confirmed durable")
 // ErrNotPerforming is returned by Resolve for an operation that is not
 // performing (unknown, forgotten, or settled already).
 var ErrNotPerforming = errors.New("store: operation is not performing")
-
-// Reconciler settles outcomes nobody reported (webkit/RULES.md "Claims are never
-// stranded"): an operation stays performing when the handler's outcome was
-// unknown (§7 W142), the web server died mid-handler, or a Finish was lost.
-// A reconciliation job or an admin page lists them with Performing, finds
-// out (from the website's own records: the order, the payment) whether the
-// action took effect, and says so with Resolve.
-type Reconciler interface {
-	// Performing yields every operation that has been performing since
-	// before claimedBefore, in no particular order, without blocking the
-	// store for long (it reads a batch at a time). It may miss or repeat
-	// an operation that changes while it runs. A non-nil error ends it.
-	Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error]
-
-	// Resolve settles a performing operation, whoever holds its claim:
-	// Done makes it performed and keeps that answer as Finish(Done) does
-	// (§7 W137); NotDone makes it wait again with a fresh revision, as
-	// Finish(NotDone) does (W98). It returns ErrNotPerforming when the
-	// operation is not performing.
-	Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error
-}
 
 // Stuck is an operation Performing found.
 type Stuck struct {

@@ -19,18 +19,15 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name    string
 		s       Session
-		ownFlow bool
 		t       *taken
 		want    decision
 		reason  []error // errors.Is(d.reason, each)
 	}{
 		{name: "W11 no extension: refused", s: sesNoExt,
 			want: decision{do: doRefuse, outcome: "extension_required"}, reason: []error{ErrExtensionRequired}},
-		{name: "W12 no extension, own flow: passed", s: sesNoExt, ownFlow: true,
-			want: decision{do: doPass, outcome: "own_flow"}},
 		{name: "no extension after Take: still refused", s: sesNoExt, t: &taken{res: store.TakeResult{Claim: claim}},
 			want: decision{do: doRefuse, outcome: "extension_required"}, reason: []error{ErrExtensionRequired}},
-		{name: "declared: take", s: sesIn, ownFlow: true,
+		{name: "declared: take", s: sesIn,
 			want: decision{do: doTake}},
 		{name: "W97 claim: perform", s: sesIn, t: &taken{res: store.TakeResult{Claim: claim}},
 			want: decision{do: doPerform, claim: claim}},
@@ -51,7 +48,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := decide(tt.s, tt.ownFlow, tt.t)
+			got := decide(tt.s, tt.t)
 			for _, want := range tt.reason {
 				if !errors.Is(got.reason, want) {
 					t.Errorf("reason %v is not %v", got.reason, want)

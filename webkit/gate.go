@@ -70,9 +70,9 @@ var ErrNotGated = errors.New("webkit: request not gated")
 //     whatever its method (W07, W56).
 //   - describe says which action the request asks for; ErrNotGated passes
 //     it through.
-//   - A Session that did not declare operations v3 gets extension_required,
-//     or the website's own flow with Kit.OwnFlowOnMissingExtension (W11,
-//     W12).
+//   - A Session that did not declare operations v3 gets extension_required
+//     (W11); a website with its own approval flow serves it from Kit.Refused
+//     when FailureReason is ErrExtensionRequired (W12).
 //   - Otherwise one store.Take: the first-recorded matching approval is
 //     used up and the handler runs once, its status deciding the outcome
 //     (W94–W97); or, with none, the operation is issued and the answer is
@@ -140,7 +140,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
-	d := decide(s, k.OwnFlowOnMissingExtension, nil)
+	d := decide(s, nil)
 	if d.do == doTake {
 		sa, err := k.storeAction(act)
 		if err != nil {
@@ -155,7 +155,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		// claims can be released when its reply is lost or late (W144).
 		sa.ClaimToken = storekit.NewToken()
 		res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
-		d = decide(s, k.OwnFlowOnMissingExtension, &taken{res: res, err: err, gone: r.Context().Err()})
+		d = decide(s, &taken{res: res, err: err, gone: r.Context().Err()})
 		if d.release {
 			k.release(r, s.Owner(), sa.ClaimToken)
 		}
@@ -164,9 +164,6 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		}
 	}
 	switch d.do {
-	case doPass:
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: d.outcome, Kind: act.kind()})
-		next.ServeHTTP(w, r)
 	case doRefuse:
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: d.outcome, Kind: act.kind()})
 		k.refuse(w, r, d.reason, nil)
@@ -182,7 +179,6 @@ type step int
 
 const (
 	doTake        step = iota + 1 // call store.Take, then decide again
-	doPass                        // hand the request to the handler, unasked
 	doRefuse                      // answer Kit.Refused with reason
 	doPerform                     // run the handler for claim (§6 W97)
 	doAskApproval                 // answer 403 with the issued ref (§4 W53)
@@ -192,7 +188,7 @@ const (
 type decision struct {
 	do      step
 	reason  error        // doRefuse: what FailureReason says
-	outcome string       // the Observer's Event: Outcome, or Reason of doPass
+	outcome string       // the Observer's Event: Outcome
 	release bool         // give back whatever Take may have claimed (W144)
 	fault   error        // a store failure to log
 	claim   *store.Claim // doPerform
@@ -211,11 +207,8 @@ type taken struct {
 // describe gated: before Take (t nil), whether to take at all; after it,
 // what Take's answer t means. It calls nothing, so it is tested as a
 // table (TestDecide).
-func decide(s Session, ownFlow bool, t *taken) decision {
+func decide(s Session, t *taken) decision {
 	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
-		if ownFlow {
-			return decision{do: doPass, outcome: "own_flow"}
-		}
 		return decision{do: doRefuse, reason: ErrExtensionRequired, outcome: "extension_required"}
 	}
 	if t == nil {

@@ -325,7 +325,7 @@ func testGateScenarios(t *testing.T, be backend) {
 		browser browser
 		setup   setup
 		accept  string
-		ownFlow bool // Kit.OwnFlowOnMissingExtension
+		ownFlow bool // Kit.Refused serves the site's own flow for ErrExtensionRequired
 		want    want
 	}{
 		{"W07 not joined, no approval → handler", notJoined, noApproval, "", false, want{200, false, "handler", 1}},
@@ -334,7 +334,7 @@ func testGateScenarios(t *testing.T, be backend) {
 		{"W56 own login with an approval → own flow (handler)", ownLogin, matching, "", false, want{200, false, "handler", 1}},
 		{"W11 W12 no extension → extension_required", joinedNoExt, noApproval, "text/html", false, want{403, false, "json", 0}},
 		{"W13 v2 → extension_required", joinedV2, noApproval, "application/json", false, want{403, false, "json", 0}},
-		{"W12 no extension, own flow → handler", joinedNoExt, noApproval, "", true, want{200, false, "handler", 1}},
+		{"W12 no extension, own flow → the site's flow from Refused", joinedNoExt, noApproval, "", true, want{200, false, "other:text/plain", 1}},
 		{"W55 W65 signed out, no approval → 403 waiting page", joinedOut, noApproval, "text/html", false, want{403, true, "html", 0}},
 		{"W55 W66 signed out, no approval, JSON → 403 approval_required", joinedOut, noApproval, "application/json", false, want{403, true, "json", 0}},
 		{"W54 signed in, no approval → 403 waiting page", joinedIn, noApproval, "text/html,application/xhtml+xml,*/*;q=0.8", false, want{403, true, "html", 0}},
@@ -352,7 +352,17 @@ func testGateScenarios(t *testing.T, be backend) {
 			t.Parallel()
 			c := newClock()
 			e := newGateEnv(t, be.make(t), c)
-			e.kit.OwnFlowOnMissingExtension = tt.ownFlow
+			if tt.ownFlow { // W12: the site's own flow, from the one refusal handler
+				e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !errors.Is(FailureReason(r), ErrExtensionRequired) {
+						e.kit.Refuse(w, r)
+						return
+					}
+					e.runs.Add(1)
+					w.Header().Set("Content-Type", "text/plain")
+					io.WriteString(w, "the site's own approval flow")
+				})
+			}
 			owner, _ := tt.browser.session()
 			if tt.browser == notJoined {
 				owner = sesOut

@@ -109,11 +109,6 @@ type Kit struct {
 	//	ErrRateLimited        429: too many operations wait for approval
 	//	                      (RULES.md "Bounded work")
 	Refused http.Handler
-	// OwnFlowOnMissingExtension hands a gated request from a Session that
-	// did not declare operations v3 to the wrapped handler, the website's
-	// own approval flow, instead of refusing it (§2 W12). It is not a
-	// refusal: such a request then never reaches Refused.
-	OwnFlowOnMissingExtension bool
 
 	// seal encrypts the waiting page's handle on its ref (W64).
 	seal handleSeal

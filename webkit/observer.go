@@ -37,8 +37,8 @@ const (
 // Event is one answer of the kit. Outcome and Reason come from the fixed
 // sets below; Kind is the action's kind at the Gate.
 //
-// Gate outcomes: "passed" (Reason "not_joined", "own_login", "not_gated"
-// or "own_flow": the handler ran without the kit), "waiting" (403 with a
+// Gate outcomes: "passed" (Reason "not_joined", "own_login", "not_gated":
+// the handler ran without the kit), "waiting" (403 with a
 // ref: the operation was issued or reused), "performed", "not_performed",
 // "unknown" (an approval was used up and the handler's outcome was that),
 // "busy" and "unavailable" (503, nothing performed), "rate_limited" (429:

@@ -152,7 +152,7 @@ func TestGateRedisStall(t *testing.T) {
 	}
 	inst := redistest.Start(t)
 	client := inst.Client(t)
-	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableNone})
 	e := newGateEnv(t, st, newClock())
 	e.kit.StoreTimeout = 200 * time.Millisecond
 	approved := e.approve(sesIn, "ord_7", "M")

@@ -121,7 +121,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	prefix := fmt.Sprintf("oc%06x:", time.Now().UnixNano()&0xffffff)
 	// Durability "none": the scripts' own cost, beside the ceiling (a
 	// durable mode adds an fsync or a replica's round trip per claim).
-	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
+	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
 		// The ceiling measures the store's steps, not its caps: its Users
 		// open far more operations than the default cap of open ones.
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines})
@@ -129,15 +129,15 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	// reach): an operation stored is counted in the same step on a single
 	// Redis; a computed 403 stores, and counts, nothing. Its 64 agents
 	// have a prefix of their own.
-	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone},
+	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
 	pipes := "Options.Pipelines default"
 	if c.pipelines != 0 {
 		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)
 	}
 	say("the store: functions where the server has them, durability none, %s\n", pipes)
-	for _, s := range []*redisstore.Store{st, capped} {
-		if err := s.Load(ctx); err != nil {
+	for _, s := range []store.Store{st, capped} {
+		if err := redisstore.Load(ctx, s); err != nil {
 			return res, err
 		}
 	}

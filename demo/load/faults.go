@@ -784,11 +784,11 @@ func (c faultsConfig) durability(mode string) (redisstore.Options, string) {
 func durabilityOptions(mode string) (redisstore.Options, string) {
 	switch mode {
 	case "none":
-		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}, ""
+		return redisstore.Options{Durability: redisstore.DurableNone}, ""
 	case "disk":
-		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableDisk}}, ""
+		return redisstore.Options{Durability: redisstore.DurableDisk}, ""
 	case "replicas 1":
-		return redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}}, ""
+		return redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1}, ""
 	}
 	return redisstore.Options{}, fmt.Sprintf("no durability mode %q", mode)
 }
@@ -940,11 +940,7 @@ func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsC
 	res.lost = 0 // their approvals were used by a handler that started: outcome unknown, not lost
 	// The reconciliation job: every operation performing for a while is
 	// settled from the website's own records (here, the handler's count).
-	rc, ok := stores[0].(store.Reconciler)
-	if !ok {
-		res.note = fmt.Sprintf("%d operations left performing; the store has no Reconciler", stuck)
-		return res
-	}
+	rc := stores[0]
 	resolved := 0
 	now := time.Now()
 	for st, err := range rc.Performing(ctx, now, now) {

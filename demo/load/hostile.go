@@ -113,7 +113,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 	for range 2 {
 		cl := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 		clients = append(clients, cl)
-		st := redisstore.New(cl, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		st := redisstore.New(cl, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone})
 		kit := webkit.New(keys...)
 		kit.Store = st
 		kit.Logger = slog.New(slog.DiscardHandler)

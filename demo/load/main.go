@@ -183,8 +183,8 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("opsgate load: %d web servers on a shared %s store, %d browsers, %d repeats each, %d in flight\n",
 		len(urls), storeName(c), c.browsers, c.repeats, c.workers)
 	if c.store == "redis" {
-		if rs, ok := stores[0].(*redisstore.Store); ok {
-			if err := rs.Check(ctx); err != nil {
+		{
+			if err := redisstore.Check(ctx, stores[0]); err != nil {
 				fmt.Println("store check:", err) // the risk the chosen durability leaves, as Check words it
 			}
 		}
@@ -422,10 +422,10 @@ func (r result) print(name string) {
 // as scripts, on the same records, as during a rolling deploy. Load's error
 // (a durability the server can't give yet) only means that claims fail
 // closed, which a fault scenario shows.
-func loadHalf(i int, st *redisstore.Store) *redisstore.Store {
+func loadHalf(i int, st store.Store) store.Store {
 	if i%2 == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = st.Load(ctx)
+		_ = redisstore.Load(ctx, st)
 		cancel()
 	}
 	return st

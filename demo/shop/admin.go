@@ -14,7 +14,7 @@ import (
 
 // The admin page lists the operations whose outcome nobody reported (a
 // handler that failed or panicked, a web server killed mid-action) and
-// resolves them (§7 W142; store.Reconciler). It is behind the
+// resolves them (§7 W142; store.Store.Performing, Resolve). It is behind the
 // shop's own login, never an agent's: an agent's Session can't settle what
 // its own approval did.
 
@@ -35,9 +35,8 @@ func (s *Server) adminAllowed(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (s *Server) reconciler() (store.Reconciler, bool) {
-	rc, ok := s.kit.Store.(store.Reconciler)
-	return rc, ok
+func (s *Server) reconciler() (store.Store, bool) {
+	return s.kit.Store, s.kit.Store != nil
 }
 
 func (s *Server) adminOperations(w http.ResponseWriter, r *http.Request) {

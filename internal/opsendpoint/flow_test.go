@@ -553,7 +553,7 @@ func BenchmarkApproval(b *testing.B) {
 			st, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			if name == "redis" {
 				rs := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
-				if err := rs.Load(context.Background()); err != nil { // FCALL, as a site that calls Load runs
+				if err := redisstore.Load(context.Background(), rs); err != nil { // FCALL, as a site that calls Load runs
 					b.Fatal(err)
 				}
 				st = rs

@@ -15,7 +15,7 @@ type InProcess interface {
 
 // ContextBound is implemented by a store whose calls wait on I/O but
 // return by their context's deadline (give or take the scheduler), such as
-// a redisstore.Store whose client has ContextTimeoutEnabled. The kit then
+// a Redis store whose client has ContextTimeoutEnabled. The kit then
 // calls it directly too: the deadline it sets bounds a stalled call
 // without a goroutine to abandon it, which would add two goroutine
 // hand-offs to every store call. BoundByContext may answer false (a
@@ -74,7 +74,7 @@ type MemoryConfig struct {
 }
 
 // NewMemory, set by package store, returns a store of store.NewMemory
-// with cfg (a store.Store and a store.Reconciler), and a function that
+// with cfg (a store.Store), and a function that
 // reports how many records it holds, so that a test can show that nothing
 // grows without bound.
 var NewMemory func(cfg MemoryConfig) (st any, size func() int)

@@ -24,7 +24,7 @@ import (
 // a proxy in front of a Cluster, such as Redis Enterprise's, reached with
 // a *redis.Client) ran nothing: the step runs again without the count,
 // and the store keeps the count apart from then on.
-func withAgentCount[T any](s *Store, owner store.Owner, keys []string, args []any, step func([]string, []any) (T, error), extra ...any) (v T, counted bool, err error) {
+func withAgentCount[T any](s *rstore, owner store.Owner, keys []string, args []any, step func([]string, []any) (T, error), extra ...any) (v T, counted bool, err error) {
 	if !s.agentInStep.Load() {
 		v, err = step(keys, args)
 		return v, false, err
@@ -45,7 +45,7 @@ func withAgentCount[T any](s *Store, owner store.Owner, keys []string, args []an
 // Take or Issue made a new operation. Over the cap, the new operation is
 // forgotten again (if nothing was recorded for it meanwhile) and the
 // answer is store.ErrRateLimited.
-func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, op store.Operation, now time.Time) error {
+func (s *rstore) countNew(ctx context.Context, owner store.Owner, actKey string, op store.Operation, now time.Time) error {
 	if s.maxOpenAgent <= 0 {
 		return nil
 	}
@@ -68,7 +68,7 @@ func (s *Store) countNew(ctx context.Context, owner store.Owner, actKey string, 
 
 // agentKey is the key of an agent's count of open operations: a slot of its
 // own, since the agent's Users are in many.
-func (s *Store) agentKey(agent string) string {
+func (s *rstore) agentKey(agent string) string {
 	sum := sha256.Sum256([]byte(agent))
 	return s.prefix + "agent:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
 }
@@ -92,7 +92,7 @@ func agentMember(owner store.Owner, opID string) string {
 // and Resolve (exact) removes it after the step has finished it, as does
 // a Finish that a CROSSSLOT proxy made keep the count apart
 // (withAgentCount).
-func (s *Store) finish(ctx context.Context, owner store.Owner, opID string, keys []string, args []any, o string, exact bool) (int64, error) {
+func (s *rstore) finish(ctx context.Context, owner store.Owner, opID string, keys []string, args []any, o string, exact bool) (int64, error) {
 	step := func(keys []string, args []any) (int64, error) {
 		return s.run(ctx, s.client, finishStep, keys, args...).Int64()
 	}

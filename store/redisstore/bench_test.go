@@ -21,7 +21,7 @@ import (
 func BenchmarkMiniredis(b *testing.B) {
 	storetest.Bench(b, func(b testing.TB) storetest.Harness {
 		_, c := redistest.Mini(b)
-		return storetest.Harness{Store: redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})}
+		return storetest.Harness{Store: redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})}
 	})
 }
 
@@ -34,7 +34,7 @@ func BenchmarkRedis(b *testing.B) {
 			b.Fatal(err)
 		}
 		st := redisstore.New(c, redisstore.Options{})
-		if err := st.Load(b.Context()); err != nil {
+		if err := redisstore.Load(b.Context(), st); err != nil {
 			b.Fatal(err)
 		}
 		return storetest.Harness{Store: st}
@@ -52,31 +52,31 @@ func BenchmarkClaimDurability(b *testing.B) {
 	for _, mode := range []string{"none", "disk", "replicas"} {
 		b.Run(mode, func(b *testing.B) {
 			var (
-				srv *redistest.Instance
-				err error
-				d   redisstore.Durability
+				srv  *redistest.Instance
+				err  error
+				opts = redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1}
 			)
 			switch mode {
 			case "none":
 				srv, err = redistest.StartArgs(b)
-				d.Mode = redisstore.DurableNone
+				opts.Durability = redisstore.DurableNone
 			case "disk":
 				srv, err = redistest.StartArgs(b, "--appendonly", "yes", "--appendfsync", "always")
-				d.Mode = redisstore.DurableDisk
+				opts.Durability = redisstore.DurableDisk
 			case "replicas":
 				srv, err = redistest.StartArgs(b)
 				if err == nil {
 					_, err = redistest.StartReplica(b, srv)
 				}
-				d = redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}
+				opts.Durability, opts.Replicas = redisstore.DurableReplicas, 1
 			}
 			if err != nil {
 				b.Skip(err)
 			}
 			c := srv.Client(b)
-			st := redisstore.New(c, redisstore.Options{Durability: d, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+			st := redisstore.New(c, opts)
 			ctx := b.Context()
-			if err := st.Load(ctx); err != nil {
+			if err := redisstore.Load(ctx, st); err != nil {
 				b.Fatal(err)
 			}
 			const batch = 256
@@ -88,7 +88,7 @@ func BenchmarkClaimDurability(b *testing.B) {
 					actions = actions[:0]
 					for j := range batch {
 						a := action(fmt.Sprint("k", i+j), `{}`, time.Hour)
-						is, err := st.Issue(ctx, owner, a, at(0))
+						is, err := storetest.Issue(ctx, st, owner, a, at(0))
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -124,9 +124,9 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	st := redisstore.New(srv.Client(b), redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1}, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+	st := redisstore.New(srv.Client(b), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 	ctx := b.Context()
-	if err := st.Load(ctx); err != nil {
+	if err := redisstore.Load(ctx, st); err != nil {
 		b.Fatal(err)
 	}
 	actions := make([]store.TakeRequest, b.N)

@@ -46,7 +46,7 @@ const maxClusterReload = 2 * time.Second
 // failed asks a Cluster client to refresh its slot map when a call failed
 // on the network: the node may be down and its slots served by a promoted
 // replica (the refresh runs in the background).
-func (s *Store) failed(err error) {
+func (s *rstore) failed(err error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok || err == nil {
 		return

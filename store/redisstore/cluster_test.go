@@ -31,7 +31,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Cleanup(func() { _ = cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{})
 	ctx := t.Context()
-	if err := st.Check(ctx); err != nil {
+	if err := redisstore.Check(ctx, st); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
 	a, is := approvedAction(t, st, "failover")
@@ -102,12 +102,12 @@ func TestClusterFailover(t *testing.T) {
 func TestCheckClusterReload(t *testing.T) {
 	t.Parallel()
 	cluster := redistest.Cluster(t)
-	if err := redisstore.New(cluster, redisstore.Options{}).Check(t.Context()); err != nil {
+	if err := redisstore.Check(t.Context(), redisstore.New(cluster, redisstore.Options{})); err != nil {
 		t.Fatalf("redistest's client (1 s reloads): %v", err)
 	}
 	def := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Options().Addrs})
 	defer def.Close()
-	if err := redisstore.New(def, redisstore.Options{}).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "ClusterOptions") {
+	if err := redisstore.Check(t.Context(), redisstore.New(def, redisstore.Options{})); err == nil || !strings.Contains(err.Error(), "ClusterOptions") {
 		t.Errorf("default Cluster client: %v, want the risk named", err)
 	}
 }

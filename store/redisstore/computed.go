@@ -53,7 +53,7 @@ type sealerState struct {
 // sealer returns the store's sealer, reading (or making) its secret in
 // Redis on first use; an error leaves nothing cached, so the next call
 // tries again.
-func (s *Store) sealer(ctx context.Context) (*computed.Sealer, error) {
+func (s *rstore) sealer(ctx context.Context) (*computed.Sealer, error) {
 	if k := s.seal.s.Load(); k != nil {
 		return k, nil
 	}
@@ -90,7 +90,7 @@ func isComputedRef(ref string) bool {
 
 // computable reports whether Take may compute the operation for action
 // (its digest) rather than store it, and returns what it would be.
-func (s *Store) computable(owner store.Owner, digest string, action store.TakeRequest, now time.Time) (computed.Op, bool) {
+func (s *rstore) computable(owner store.Owner, digest string, action store.TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
@@ -99,7 +99,7 @@ func (s *Store) computable(owner store.Owner, digest string, action store.TakeRe
 // "compute" rather than store a new operation, when the operation can be
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it.
-func (s *Store) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
+func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
 		// Stored (terms too long for a ref, a lifetime beyond Retention):
@@ -126,7 +126,7 @@ func issuedComputed(k *computed.Sealer, base string, c computed.Op) store.Issued
 // lookupComputed is Lookup for a computed ref: the stored operation when
 // its first approval stored it, else the operation the ref seals, while
 // it has not expired and its action has no other live operation.
-func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
 	k, err := s.sealer(ctx)
 	if err != nil {
 		return store.Record{}, false, err
@@ -193,7 +193,7 @@ func (s *Store) lookupComputed(ctx context.Context, owner store.Owner, ref strin
 // count is kept in the same step on a single Redis; on a Cluster it is
 // counted first, in a step of its own, so that an approval over the cap
 // records nothing (counting an operation already counted changes nothing).
-func (s *Store) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
+func (s *rstore) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
 	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
 	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted),
 		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now))

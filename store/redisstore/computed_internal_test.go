@@ -13,7 +13,7 @@ import (
 // the operation's id and revision, and its sealed ref.
 func BenchmarkComputeRef(b *testing.B) {
 	_, c := redistest.Mini(b)
-	s := New(c, Options{})
+	s := New(c, Options{}).(*rstore)
 	k, err := s.sealer(b.Context())
 	if err != nil {
 		b.Fatal(err)

@@ -16,9 +16,9 @@ import (
 
 // computedStore is a store on miniredis, with its client and clock
 // control.
-func computedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client, func(time.Duration)) {
+func computedStore(t *testing.T, opts redisstore.Options) (store.Store, *redis.Client, func(time.Duration)) {
 	mr, c := redistest.Mini(t)
-	opts.Durability = redisstore.Durability{Mode: redisstore.DurableNone}
+	opts.Durability = redisstore.DurableNone
 	return redisstore.New(c, opts), c, mr.FastForward
 }
 
@@ -335,7 +335,7 @@ func TestComputed(t *testing.T) {
 		st, c, _ := computedStore(t, redisstore.Options{})
 		a := action("k", `{}`, 10*time.Minute)
 		is := issued(t, st, owner, a, at(0))
-		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		other := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
 		if rec, found, err := other.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
 			t.Errorf("Lookup on the other server: %+v %v %v", rec, found, err)
 		}
@@ -364,7 +364,7 @@ func TestComputed(t *testing.T) {
 		if err := c.Set(ctx, "opsgate:seal", "short", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		other := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+		other := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
 		if _, err := other.Take(ctx, owner, action("k2", `{}`, 10*time.Minute), at(0)); err == nil || !strings.Contains(err.Error(), "seal key") {
 			t.Errorf("Take with a damaged seal key: %v", err)
 		}

@@ -20,7 +20,7 @@ import (
 // under its own context, so that a claim alone is never delayed. Later
 // rounds run on a goroutine of their own, under the latest deadline of
 // their claims (none when one of them has none; WAIT and WAITAOF end by
-// Durability.Timeout on the server all the same), and each claim waits for
+// Options.DurabilityTimeout on the server all the same), and each claim waits for
 // its round no longer than its own deadline (BoundByContext): one impatient
 // claim never fails the others.
 type confirmer struct {

@@ -7,10 +7,10 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	st := redisstore.New(client, redisstore.Options{})
-//	if err := st.Check(ctx); err != nil {
+//	if err := redisstore.Check(ctx, st); err != nil {
 //		log.Fatal(err) // or log it loudly: it names what this Redis can't promise
 //	}
-//	_ = st.Load(ctx) // optional: first calls are one round trip too
+//	_ = redisstore.Load(ctx, st) // optional: first calls are one round trip too
 //
 // For a Redis Cluster, build the client from ClusterOptions, so that a
 // replica promoted after its master died serves that master's Users within
@@ -74,13 +74,13 @@
 //   - DurableDisk (the default): on the server's disk (WAITAOF 1 0 on
 //     Redis 7.2 and later; before that appendfsync always, which the store
 //     verifies). Protects against a crash or restart of that server.
-//   - DurableReplicas: on Durability.Replicas replicas (WAIT N). Protects
+//   - DurableReplicas: on Options.Replicas replicas (WAIT N). Protects
 //     against a failover to a replica that lagged.
 //   - DurableNone, chosen explicitly: nothing waited for. A restart or
 //     failover that loses recent writes can perform an approval twice;
 //     Check says so.
 //
-// A claim not confirmed within Durability.Timeout is released at once and
+// A claim not confirmed within Options.DurabilityTimeout is released at once and
 // Take fails with store.ErrNotDurable: nothing is performed, and the Gate
 // answers 503 with Retry-After. Check names what the Redis can't promise
 // for the chosen durability (AOF off, too few replicas, miniredis).

@@ -32,7 +32,7 @@ const (
 	// that server (a crash, an OS crash, a power cut), not against losing
 	// its disk or a failover to a replica.
 	DurableDisk DurabilityMode = iota
-	// DurableReplicas: the claim reached Durability.Replicas replicas (WAIT)
+	// DurableReplicas: the claim reached Options.Replicas replicas (WAIT)
 	// before the handler runs. It protects against a failover to a replica
 	// that lagged behind the claim, and against losing the master's disk;
 	// combine with AOF on the replicas to survive a restart of them all.
@@ -56,22 +56,15 @@ func (m DurabilityMode) String() string {
 	return "DurabilityMode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// Durability says what a claim must reach before Take returns it. The zero
-// value is DurableDisk with a timeout of 300 ms: safe, not fast.
-type Durability struct {
-	Mode DurabilityMode
-	// Replicas is how many replicas must acknowledge a claim
-	// (DurableReplicas); 0 means 1.
+// durability is what a claim must reach before Take returns it, from
+// Options.Durability, Options.Replicas and Options.DurabilityTimeout.
+type durability struct {
+	Mode     DurabilityMode
 	Replicas int
-	// Timeout is how long Take waits for the confirmation; when it doesn't
-	// come in time, Take releases the claim and fails with
-	// store.ErrNotDurable: nothing is performed, and the Gate answers 503
-	// with Retry-After. Keep it under the kit's StoreTimeout. 0 is
-	// 300 ms.
-	Timeout time.Duration
+	Timeout  time.Duration
 }
 
-// defaultDurabilityTimeout is Durability.Timeout when 0.
+// defaultDurabilityTimeout is Options.DurabilityTimeout when 0.
 const defaultDurabilityTimeout = 300 * time.Millisecond
 
 // aofRecheck is how often, per server, DurableDisk on Redis before 7.2
@@ -79,14 +72,14 @@ const defaultDurabilityTimeout = 300 * time.Millisecond
 // of configuration at run time fails closed within this long.
 const aofRecheck = 10 * time.Second
 
-func (d Durability) timeout() time.Duration {
+func (d durability) timeout() time.Duration {
 	if d.Timeout > 0 {
 		return d.Timeout
 	}
 	return defaultDurabilityTimeout
 }
 
-func (d Durability) replicas() int {
+func (d durability) replicas() int {
 	if d.Replicas > 0 {
 		return d.Replicas
 	}
@@ -108,7 +101,7 @@ func (n *nodeState) waitAOF() bool {
 }
 
 // node returns the state of the server at addr.
-func (s *Store) node(addr string) *nodeState {
+func (s *rstore) node(addr string) *nodeState {
 	s.nodesMu.Lock()
 	defer s.nodesMu.Unlock()
 	if s.nodes == nil {
@@ -125,7 +118,7 @@ func (s *Store) node(addr string) *nodeState {
 // ready makes sure the server can confirm claims as the mode asks: it reads
 // the server's version once, and for DurableDisk before 7.2 that AOF is on
 // with appendfsync always, again every aofRecheck.
-func (s *Store) ready(ctx context.Context, c *redis.Client, n *nodeState) error {
+func (s *rstore) ready(ctx context.Context, c *redis.Client, n *nodeState) error {
 	// One caller at a time reads the server; the others wait for it no
 	// longer than their own deadline (BoundByContext).
 	select {
@@ -216,7 +209,7 @@ func infoField(info, name string) string {
 
 // nodeFor returns the client of the server that owns key: the client itself,
 // or the Cluster master of key's slot.
-func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+func (s *rstore) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
 	switch c := s.client.(type) {
 	case *redis.Client:
 		return c, nil
@@ -230,7 +223,7 @@ func (s *Store) nodeFor(ctx context.Context, key string) (*redis.Client, error) 
 // chosen and, when it claims, confirms the claim (confirm: one more round
 // trip, on the claim path only; none with DurableDisk before Redis 7.2,
 // where the reply itself is the confirmation).
-func (s *Store) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
+func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
 	var v []string
 	var err error
 	for attempt := range 2 {
@@ -263,7 +256,7 @@ func movedErr(err error) bool {
 		strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN")
 }
 
-func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]string, error) {
+func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]string, error) {
 	node, err := s.nodeFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
@@ -298,7 +291,7 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 	return v, nil
 }
 
-// confirm waits until a claim just made is on Durability.Replicas replicas
+// confirm waits until a claim just made is on Options.Replicas replicas
 // (WAIT) or on the server's disk (WAITAOF, Redis 7.2 and later). Both wait
 // for the last write of their own connection, which did not make the
 // claim: so that connection first writes a mark in the claim's slot (the
@@ -306,7 +299,7 @@ func (s *Store) takeOnce(ctx context.Context, keys []string, args []any) ([]stri
 // in order, and the mark was written after the claim's reply arrived, so
 // a confirmed mark confirms the claim too. Mark and wait are one round
 // trip.
-func (s *Store) confirm(ctx context.Context, node *redis.Client, tokKey string) error {
+func (s *rstore) confirm(ctx context.Context, node *redis.Client, tokKey string) error {
 	d := s.durability
 	mark := tokKey[:strings.LastIndex(tokKey, "tok:")] + "mark"
 	conn := node.Conn()
@@ -351,7 +344,7 @@ func (s *Store) confirm(ctx context.Context, node *redis.Client, tokKey string) 
 // with that deadline), and in the background otherwise, so that Take
 // still returns by its deadline (BoundByContext); the Gate releases again
 // if this fails.
-func (s *Store) releaseAfter(ctx context.Context, owner store.Owner, token string, now time.Time) {
+func (s *rstore) releaseAfter(ctx context.Context, owner store.Owner, token string, now time.Time) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(time.Second)
@@ -382,7 +375,18 @@ const releaseAtLeast = 20 * time.Millisecond
 // store), and a Cluster client that would notice a failover late (see
 // ClusterOptions). With DurableNone it returns an error naming that risk too, so
 // call it at start-up, and refuse to start or log the error loudly.
-func (s *Store) Check(ctx context.Context) error {
+//
+// st must be a store New returned.
+func Check(ctx context.Context, st store.Store) error {
+	s, ok := st.(*rstore)
+	if !ok {
+		return fmt.Errorf("%w: %T", errNotRedis, st)
+	}
+	return s.check(ctx)
+}
+
+// check is Check for this store.
+func (s *rstore) check(ctx context.Context) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
@@ -404,7 +408,7 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) checkNode(ctx context.Context, node redis.Cmdable) error {
+func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 	addr := "redis"
 	if c, ok := node.(*redis.Client); ok {
 		addr = c.Options().Addr

@@ -50,7 +50,7 @@ func TestDurableDisk(t *testing.T) {
 	srv := redistest.Start(t) // AOF, appendfsync always
 	c := srv.Client(t)
 	st := redisstore.New(c, redisstore.Options{})
-	if err := st.Check(t.Context()); err != nil {
+	if err := redisstore.Check(t.Context(), st); err != nil {
 		t.Fatalf("Check with AOF always: %v", err)
 	}
 	a, _ := approvedAction(t, st, "ok")
@@ -70,7 +70,7 @@ func TestDurableDisk(t *testing.T) {
 			t.Errorf("%s %s: Take %+v, %v; want ErrNotDurable", cfg[0], cfg[1], res, err)
 		}
 		wantStatus(t, fresh, is.Ref, store.Approved) // nothing was claimed
-		if err := fresh.Check(t.Context()); err == nil || !strings.Contains(err.Error(), cfg[0]) {
+		if err := redisstore.Check(t.Context(), fresh); err == nil || !strings.Contains(err.Error(), cfg[0]) {
 			t.Errorf("%s %s: Check: %v, want the risk named", cfg[0], cfg[1], err)
 		}
 	}
@@ -80,6 +80,7 @@ func TestDurableDisk(t *testing.T) {
 // the replica stalled, Take fails closed within the timeout and releases
 // the claim, so the approval performs once the replica is back (W144).
 func TestDurableReplicas(t *testing.T) {
+	const durabilityTimeout = 200 * time.Millisecond
 	if testing.Short() {
 		t.Skip("-short: starts a replica")
 	}
@@ -89,13 +90,12 @@ func TestDurableReplicas(t *testing.T) {
 	if err != nil {
 		t.Skipf("replica: %v", err)
 	}
-	d := redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1, Timeout: 200 * time.Millisecond}
-	st := redisstore.New(master.Client(t), redisstore.Options{Durability: d})
-	if err := st.Check(t.Context()); err != nil {
+	st := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: durabilityTimeout})
+	if err := redisstore.Check(t.Context(), st); err != nil {
 		t.Fatalf("Check with one replica: %v", err)
 	}
-	two := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 2}})
-	if err := two.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "1 replicas connected") {
+	two := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 2})
+	if err := redisstore.Check(t.Context(), two); err == nil || !strings.Contains(err.Error(), "1 replicas connected") {
 		t.Errorf("Check with 2 of 1 replicas: %v", err)
 	}
 
@@ -117,8 +117,8 @@ func TestDurableReplicas(t *testing.T) {
 			t.Fatal("the FIFO pool never opened its 4 connections")
 		}
 	}
-	other := redisstore.New(fifo, redisstore.Options{Durability: d})
-	if err := other.Load(t.Context()); err != nil {
+	other := redisstore.New(fifo, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: durabilityTimeout})
+	if err := redisstore.Load(t.Context(), other); err != nil {
 		t.Fatal(err)
 	}
 	a0, is0 := approvedAction(t, st, "another connection")
@@ -165,8 +165,8 @@ func TestDurableReplicas(t *testing.T) {
 	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
 		t.Fatalf("Take with the replica stalled: %+v, %v; want ErrNotDurable", res, err)
 	}
-	if took > d.Timeout+500*time.Millisecond {
-		t.Errorf("Take took %v with a %v durability timeout", took, d.Timeout)
+	if took > durabilityTimeout+500*time.Millisecond {
+		t.Errorf("Take took %v with a %v durability timeout", took, durabilityTimeout)
 	}
 	wantStatus(t, st, is.Ref, store.Approved) // released
 
@@ -185,8 +185,8 @@ func TestDurableReplicas(t *testing.T) {
 	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
 		t.Fatalf("Take with a 50ms deadline and the replica stalled: %+v, %v; want ErrNotDurable", res, err)
 	}
-	if took >= d.Timeout {
-		t.Errorf("Take took %v with a 50ms deadline: it waited for the %v durability timeout", took, d.Timeout)
+	if took >= durabilityTimeout {
+		t.Errorf("Take took %v with a 50ms deadline: it waited for the %v durability timeout", took, durabilityTimeout)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		rec, found, err := st.Lookup(t.Context(), owner, is2.Ref, at(time.Second))
@@ -219,10 +219,9 @@ func TestClaimsShareConfirmations(t *testing.T) {
 	if err != nil {
 		t.Skipf("replica: %v", err)
 	}
-	d := redisstore.Durability{Mode: redisstore.DurableReplicas, Replicas: 1, Timeout: 300 * time.Millisecond}
 	mc := master.Client(t)
-	st := redisstore.New(mc, redisstore.Options{Durability: d})
-	if err := st.Load(t.Context()); err != nil {
+	st := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 300 * time.Millisecond})
+	if err := redisstore.Load(t.Context(), st); err != nil {
 		t.Fatal(err)
 	}
 	const n = 32
@@ -299,7 +298,7 @@ func TestBoundByContext(t *testing.T) {
 		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
 	} {
 		t.Cleanup(func() { c.client.Close() })
-		if got := redisstore.New(c.client, redisstore.Options{}).BoundByContext(); got != c.want {
+		if got := redisstore.New(c.client, redisstore.Options{}).(interface{ BoundByContext() bool }).BoundByContext(); got != c.want {
 			t.Errorf("%s: BoundByContext %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -310,15 +309,15 @@ func TestBoundByContext(t *testing.T) {
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	_, mc := redistest.Mini(t)
-	none := redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}
-	if err := redisstore.New(mc, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "demo store") {
+	none := redisstore.Options{Durability: redisstore.DurableNone}
+	if err := redisstore.Check(t.Context(), redisstore.New(mc, none)); err == nil || !strings.Contains(err.Error(), "demo store") {
 		t.Errorf("miniredis: %v, want a demo store", err)
 	}
-	if err := redisstore.New(mc, redisstore.Options{}).Check(t.Context()); err == nil {
+	if err := redisstore.Check(t.Context(), redisstore.New(mc, redisstore.Options{})); err == nil {
 		t.Errorf("miniredis with DurableDisk: no error")
 	}
 	c := redistest.Server(t)
-	if err := redisstore.New(c, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "a second time") {
+	if err := redisstore.Check(t.Context(), redisstore.New(c, none)); err == nil || !strings.Contains(err.Error(), "a second time") {
 		t.Errorf("durability none: %v, want the risk named", err)
 	}
 	// DurableDisk on miniredis can't verify anything: it fails closed.

@@ -27,9 +27,9 @@ func Example() {
 
 	ctx := context.Background()
 	// miniredis keeps nothing on disk: durability none, chosen explicitly.
-	// With a real Redis keep the default (DurableDisk) and call st.Check.
-	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
-	if err := st.Load(ctx); err != nil {
+	// With a real Redis keep the default (DurableDisk) and call redisstore.Check.
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableNone})
+	if err := redisstore.Load(ctx, st); err != nil {
 		panic(err)
 	}
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
@@ -64,7 +64,7 @@ func Example() {
 // out from the website's own records whether each action took effect, and
 // say so with Resolve. A performed one then answers "performed" for as
 // long as the spec requires; a not-performed one waits for a new approval.
-func ExampleStore_Performing() {
+func Example_reconcile() {
 	mr, err := miniredis.Run()
 	if err != nil {
 		panic(err)
@@ -72,13 +72,14 @@ func ExampleStore_Performing() {
 	defer mr.Close()
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
-	st := redisstore.New(client, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableNone})
 
 	ctx := context.Background()
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
 	action := store.TakeRequest{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
-	is, _ := st.Issue(ctx, owner, action, now)
+	first, _ := st.Take(ctx, owner, action, now) // the browser's request: 403, waiting for approval
+	is := first.Issued
 	st.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
 	res, _ := st.Take(ctx, owner, action, now)
 	st.Finish(ctx, *res.Claim, store.Unknown, now) // the payment provider timed out

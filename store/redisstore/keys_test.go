@@ -202,7 +202,7 @@ func TestOneRoundTrip(t *testing.T) {
 	var hook counter
 	c.AddHook(&hook)
 	st := redisstore.New(c, redisstore.Options{})
-	if err := st.Load(t.Context()); err != nil {
+	if err := redisstore.Load(t.Context(), st); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
@@ -218,14 +218,14 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
 	countN(3, "the first Issue (reads the seal key: SETNX, GET)", func() error {
-		_, err := st.Issue(ctx, owner, action("first", `{}`, time.Hour), at(0))
+		_, err := storetest.Issue(ctx, st, owner, action("first", `{}`, time.Hour), at(0))
 		return err
 	})
 	for _, a := range []store.TakeRequest{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
 		var is store.Issued
 		var claim *store.Claim
-		count("Issue (a new operation)", func() (err error) { is, err = st.Issue(ctx, owner, a, at(0)); return err })
-		count("Issue (the same)", func() (err error) { _, err = st.Issue(ctx, owner, a, at(0)); return err })
+		count("Issue (a new operation)", func() (err error) { is, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
+		count("Issue (the same)", func() (err error) { _, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
 		count("Take (issues)", func() error {
 			res, err := st.Take(ctx, owner, a, at(0))
 			if err == nil && res.Issued == nil {
@@ -254,12 +254,12 @@ func TestOneRoundTrip(t *testing.T) {
 	apart := redisstore.New(c, redisstore.Options{})
 	redisstore.CountAgentApart(apart)
 	countN(2, "Issue (a new stored operation, the agent's count kept apart)", func() error {
-		_, err := apart.Issue(ctx, owner, storedAction("apart", `{}`, time.Hour), at(0))
+		_, err := storetest.Issue(ctx, apart, owner, storedAction("apart", `{}`, time.Hour), at(0))
 		return err
 	})
 	var is store.Issued
 	countN(3, "the first Issue of a computed one (reads the seal key)", func() (err error) {
-		is, err = apart.Issue(ctx, owner, action("apart2", `{}`, time.Hour), at(0))
+		is, err = storetest.Issue(ctx, apart, owner, action("apart2", `{}`, time.Hour), at(0))
 		return err
 	})
 	countN(2, "Record storing a computed one, the agent's count kept apart", func() error {
@@ -277,7 +277,7 @@ func TestDeadline(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	st := redisstore.New(c, redisstore.Options{})
-	is, err := st.Issue(t.Context(), owner, action("k", `{}`, time.Hour), at(0))
+	is, err := storetest.Issue(t.Context(), st, owner, action("k", `{}`, time.Hour), at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,10 +302,10 @@ func TestDeadline(t *testing.T) {
 func TestOddData(t *testing.T) {
 	t.Parallel()
 	mr, c := redistest.Mini(t)
-	st := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
 	ctx := t.Context()
 	a := action("k", `{}`, time.Hour)
-	is, err := st.Issue(ctx, owner, a, at(0))
+	is, err := storetest.Issue(ctx, st, owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestOddData(t *testing.T) {
 			if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{}); err != nil {
 				t.Errorf("Record: %v", err)
 			}
-			if _, err := st.Issue(ctx, owner, a, at(time.Second)); err != nil {
+			if _, err := storetest.Issue(ctx, st, owner, a, at(time.Second)); err != nil {
 				t.Errorf("Issue: %v", err)
 			}
 			if err := st.Finish(ctx, store.Claim{Owner: owner, Operation: is.Operation, Token: "t"}, store.Done, at(time.Second)); !errors.Is(err, store.ErrClaimLost) {
@@ -404,7 +404,7 @@ func TestAgentCap(t *testing.T) {
 
 func testAgentCap(t *testing.T, apart bool) {
 	_, c := redistest.Mini(t)
-	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 3, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 3, Durability: redisstore.DurableNone})
 	if apart {
 		redisstore.CountAgentApart(st)
 	}
@@ -412,7 +412,7 @@ func testAgentCap(t *testing.T, apart bool) {
 	a := storedAction("k", `{}`, time.Hour)
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)} }
 	for i := range 3 {
-		if _, err := st.Issue(ctx, user(i), a, at(0)); err != nil {
+		if _, err := storetest.Issue(ctx, st, user(i), a, at(0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -424,18 +424,18 @@ func testAgentCap(t *testing.T, apart bool) {
 	if n, _ := c.Keys(ctx, "opsgate:{"+storekit.Slot("agent-a", "u9")+"}:op:*").Result(); len(n) != 0 {
 		t.Errorf("the refused operation is kept: %v", n)
 	}
-	if _, err := st.Issue(ctx, store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {
+	if _, err := storetest.Issue(ctx, st, store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	// Counted until the first revision expires.
-	if _, err := st.Issue(ctx, user(9), a, at(time.Hour+time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, st, user(9), a, at(time.Hour+time.Second)); err != nil {
 		t.Fatalf("after the first revisions expired: %v", err)
 	}
 	// Or until it is performed: agent-c's three Users each get an
 	// operation performed, and a fourth User is still served.
 	other := func(i int) store.Owner { return store.Owner{Agent: "agent-c", User: fmt.Sprint("u", i)} }
 	for i := range 3 {
-		is, err := st.Issue(ctx, other(i), a, at(0))
+		is, err := storetest.Issue(ctx, st, other(i), a, at(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -502,7 +502,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	_, c := redistest.Mini(t)
 	var proxy oneSlotProxy
 	c.AddHook(&proxy)
-	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 2, Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st := redisstore.New(c, redisstore.Options{MaxOpenPerAgent: 2, Durability: redisstore.DurableNone})
 	ctx := t.Context()
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-p", User: fmt.Sprint("u", i)} }
 	for i := range 2 {
@@ -514,7 +514,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	if n := proxy.refused.Load(); n != 1 {
 		t.Errorf("the proxy refused %d steps, want only the first", n)
 	}
-	if _, err := st.Issue(ctx, user(2), storedAction("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
+	if _, err := storetest.Issue(ctx, st, user(2), storedAction("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
 		t.Errorf("a third operation for an agent capped at 2: %v, want ErrRateLimited", err)
 	}
 
@@ -522,11 +522,11 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	// it finishes the operation without the count, then takes the
 	// performed operation off the agent's count all the same.
 	mr, direct := redistest.Mini(t)
-	opts := redisstore.Options{MaxOpenPerAgent: 1, Durability: redisstore.Durability{Mode: redisstore.DurableNone}}
+	opts := redisstore.Options{MaxOpenPerAgent: 1, Durability: redisstore.DurableNone}
 	a := storedAction("k", `{}`, time.Hour)
 	before := redisstore.New(direct, opts)
 	redisstore.CountAgentApart(before) // claimed with the count apart: still counted
-	is, err := before.Issue(ctx, user(0), a, at(0))
+	is, err := storetest.Issue(ctx, before, user(0), a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +548,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	if proxy2.refused.Load() != 1 {
 		t.Errorf("the proxy refused %d steps, want the Finish once", proxy2.refused.Load())
 	}
-	if _, err := after.Issue(ctx, user(1), a, at(2*time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, after, user(1), a, at(2*time.Second)); err != nil {
 		t.Errorf("a new operation once the only one was performed (agent cap 1): %v", err)
 	}
 }

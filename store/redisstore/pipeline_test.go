@@ -466,7 +466,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 		addr := redistest.Start(t).Addr
 		return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 2 * n})
 	}
-	none := Durability{Mode: DurableNone}
+	none := DurableNone
 	for _, c := range []struct {
 		name    string
 		client  func(*testing.T) *redis.Client
@@ -483,8 +483,8 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 			shared := c.opts.Pipelines >= 0
 			h := &roundTrips{name: c.command}
 			client.AddHook(h)
-			st := New(client, c.opts)
-			if err := st.Load(t.Context()); err != nil {
+			st := New(client, c.opts).(*rstore)
+			if err := st.load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			if !shared && st.pipe != nil {

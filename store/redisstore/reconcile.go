@@ -14,19 +14,17 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-var _ store.Reconciler = (*Store)(nil)
-
 // scanBatch is how many keys one SCAN step asks for: each step is short, so
 // Performing never blocks Redis for other web servers (webkit/RULES.md "Claims are
 // never stranded").
 const scanBatch = 500
 
-// Performing implements store.Reconciler. It SCANs every master (each
+// Performing implements store.Store. It SCANs every master (each
 // Cluster node in turn) for the store's operation keys, a batch at a time,
 // and reads each batch's state with one pipelined HMGET per key: it costs
 // O(keys) in total, spread over many short steps, and holds Redis for none
 // of them longer than a small command does.
-func (s *Store) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
+func (s *rstore) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
 	return func(yield func(store.Stuck, error) bool) {
 		nodes, err := s.masters(ctx)
 		if err != nil {
@@ -66,7 +64,7 @@ var stuckFields = []string{"state", "pa", "fu", "ap", "ag", "us", "acct", "k"}
 
 // stuck reads keys' operations and returns those performing since before
 // claimedBefore.
-func (s *Store) stuck(ctx context.Context, node redis.Cmdable, keys []string, claimedBefore, now time.Time) ([]store.Stuck, error) {
+func (s *rstore) stuck(ctx context.Context, node redis.Cmdable, keys []string, claimedBefore, now time.Time) ([]store.Stuck, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -118,7 +116,7 @@ func (s *Store) stuck(ctx context.Context, node redis.Cmdable, keys []string, cl
 
 // masters returns a client for each master: the client itself, or each
 // Cluster master's, in a stable order.
-func (s *Store) masters(ctx context.Context) ([]redis.Cmdable, error) {
+func (s *rstore) masters(ctx context.Context) ([]redis.Cmdable, error) {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return []redis.Cmdable{s.client}, nil
@@ -148,8 +146,8 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Resolve implements store.Reconciler: finish.lua, whoever holds the claim.
-func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, now time.Time) error {
+// Resolve implements store.Store: finish.lua, whoever holds the claim.
+func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, now time.Time) error {
 	var o string
 	switch outcome {
 	case store.Done:

@@ -51,7 +51,16 @@ type Options struct {
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
-	Durability Durability
+	Durability DurabilityMode
+	// Replicas is how many replicas must acknowledge a claim with
+	// DurableReplicas; 0 means 1.
+	Replicas int
+	// DurabilityTimeout is how long Take waits for a claim's durability to
+	// be confirmed; when it doesn't come in time, Take releases the claim
+	// and fails with store.ErrNotDurable: nothing is performed, and the
+	// Gate answers 503 with Retry-After. Keep it under the kit's
+	// StoreTimeout. 0 is 300 ms.
+	DurabilityTimeout time.Duration
 	// Pipelines is how many round trips may carry steps to a single Redis
 	// (a *redis.Client) at once: while that many are on their way, the
 	// steps other goroutines call wait and then share the next round trip,
@@ -66,11 +75,11 @@ type Options struct {
 
 // Store is the at-most-once store on Redis. It is safe for concurrent use,
 // and every web server sharing the Redis shares its records.
-type Store struct {
+type rstore struct {
 	client     redis.UniversalClient
 	prefix     string
 	retention  time.Duration
-	durability Durability
+	durability durability
 
 	maxOpenOwner int
 	maxOpenAgent int
@@ -94,7 +103,36 @@ type Store struct {
 	seal sealerState
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Store = (*rstore)(nil)
+
+// errNotRedis is returned by Load and Check for a store New didn't return.
+var errNotRedis = errors.New("redisstore: not a store returned by redisstore.New")
+
+// Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
+// so that the first call of each method is one round trip too. It is
+// optional: without it, a script's first run falls back to EVAL.
+//
+// Where the server has Redis functions (7.0 and later) and its ACL allows
+// FUNCTION LOAD, Load also loads the same steps as a function library
+// (named opsgate_<digest of its source>, so that two versions of the kit
+// can share a Redis during a rolling deploy), and the store then calls
+// them with FCALL: cheaper for the server than EVALSHA (see steps.go). A
+// server that lacks the library later (a node added since, FUNCTION
+// FLUSH) runs the scripts instead. Old versions' libraries stay in Redis
+// until removed with FUNCTION DELETE; each is a few kilobytes.
+//
+// With a durability other than DurableNone it also reads what each master
+// can confirm (its version; before Redis 7.2 its AOF settings), which
+// Take would otherwise do on its first claim there.
+//
+// st must be a store New returned.
+func Load(ctx context.Context, st store.Store) error {
+	s, ok := st.(*rstore)
+	if !ok {
+		return fmt.Errorf("%w: %T", errNotRedis, st)
+	}
+	return s.load(ctx)
+}
 
 // New returns a Store on client, which may be a *redis.Client (a single
 // Redis, or miniredis), a *redis.ClusterClient or any other
@@ -110,8 +148,8 @@ var _ store.Store = (*Store)(nil)
 // *redis.ClusterClient, and AOF with appendfsync always before Redis 7.2.
 // Call Check at start-up: it says what the Redis can promise, and names
 // the risk when that falls short of the chosen durability.
-func New(client redis.UniversalClient, opts Options) *Store {
-	s := &Store{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: opts.Durability}
+func New(client redis.UniversalClient, opts Options) store.Store {
+	s := &rstore{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: durability{Mode: opts.Durability, Replicas: opts.Replicas, Timeout: opts.DurabilityTimeout}}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix
 	}
@@ -140,7 +178,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return s
 }
 
-var _ storekit.ContextBound = (*Store)(nil)
+var _ storekit.ContextBound = (*rstore)(nil)
 
 // BoundByContext reports whether every call returns by its context's
 // deadline (storekit.ContextBound): true when the client is a *redis.Client
@@ -148,7 +186,7 @@ var _ storekit.ContextBound = (*Store)(nil)
 // deadline to its network I/O and to waiting for a connection. The kit
 // then calls the store directly, with its StoreTimeout as the deadline,
 // rather than in a goroutine abandoned at the deadline.
-func (s *Store) BoundByContext() bool {
+func (s *rstore) BoundByContext() bool {
 	switch c := s.client.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
@@ -158,23 +196,8 @@ func (s *Store) BoundByContext() bool {
 	return false
 }
 
-// Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
-// so that the first call of each method is one round trip too. It is
-// optional: without it, a script's first run falls back to EVAL.
-//
-// Where the server has Redis functions (7.0 and later) and its ACL allows
-// FUNCTION LOAD, Load also loads the same steps as a function library
-// (named opsgate_<digest of its source>, so that two versions of the kit
-// can share a Redis during a rolling deploy), and the store then calls
-// them with FCALL: cheaper for the server than EVALSHA (see steps.go). A
-// server that lacks the library later (a node added since, FUNCTION
-// FLUSH) runs the scripts instead. Old versions' libraries stay in Redis
-// until removed with FUNCTION DELETE; each is a few kilobytes.
-//
-// With a durability other than DurableNone it also reads what each master
-// can confirm (its version; before Redis 7.2 its AOF settings), which
-// Take would otherwise do on its first claim there.
-func (s *Store) Load(ctx context.Context) error {
+// load is Load for this store.
+func (s *rstore) load(ctx context.Context) error {
 	for _, st := range steps {
 		if err := st.script.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("redisstore: load: %w", err)
@@ -201,7 +224,7 @@ func (s *Store) Load(ctx context.Context) error {
 
 // base is the start of every key of one owner's agent and User: one hash tag,
 // one Cluster slot (webkit/RULES.md "The store").
-func (s *Store) base(agent, user string) string {
+func (s *rstore) base(agent, user string) string {
 	return s.prefix + "{" + storekit.Slot(agent, user) + "}:"
 }
 
@@ -230,7 +253,7 @@ func parseTime(s string) (time.Time, bool) {
 
 // issueArgs are the KEYS and ARGV that issue.lua and take.lua share (see
 // issue.lua): the action key, then what the scripts can't derive from it.
-func (s *Store) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, args []any) {
+func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, args []any) {
 	digest := storekit.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
 	fixed := ""
@@ -261,7 +284,7 @@ func (s *Store) issueArgs(base string, owner store.Owner, action store.TakeReque
 func seed() string { return storekit.NewToken() + storekit.NewToken() }
 
 // Issue implements store.Store.
-func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error) {
+func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
@@ -297,7 +320,7 @@ func (s *Store) Issue(ctx context.Context, owner store.Owner, action store.TakeR
 }
 
 // Take implements store.Store.
-func (s *Store) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
@@ -439,7 +462,7 @@ func decodeApproval(data, opID, rev string) store.Approval {
 }
 
 // Record implements store.Store.
-func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
 	if err := ctx.Err(); err != nil {
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
@@ -525,7 +548,7 @@ func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, appro
 }
 
 // Finish implements store.Store.
-func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
+func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
 	var o string
 	switch outcome {
 	case store.Done:
@@ -561,7 +584,7 @@ func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Out
 const maxTokenLength = 128
 
 // Release implements store.Store.
-func (s *Store) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -586,7 +609,7 @@ func (s *Store) Release(ctx context.Context, owner store.Owner, token string, no
 // before any step ran: not found, once the request's single-use key is
 // used up, as the step would have used it first (a replay is Replayed
 // whatever its ref, as in the memory store).
-func (s *Store) recordNotFound(ctx context.Context, opts store.RecordOptions, now time.Time) (store.RecordReply, error) {
+func (s *rstore) recordNotFound(ctx context.Context, opts store.RecordOptions, now time.Time) (store.RecordReply, error) {
 	if opts.Once != "" {
 		used, err := s.UseOnce(ctx, opts.Once, opts.OnceUntil, now)
 		if err != nil {
@@ -601,7 +624,7 @@ func (s *Store) recordNotFound(ctx context.Context, opts store.RecordOptions, no
 
 // Lookup implements store.Store. It is one HGETALL: the operation hash holds
 // everything Lookup reports, and a single command is as atomic as a script.
-func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (s *rstore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 	}
@@ -690,7 +713,7 @@ func record(h map[string]string, opID string, now time.Time) (store.Record, bool
 // onceKey is the Redis key of a single-use key: with its owner's records
 // for a key made by storekit.OnceKey (so Record can use it up in the same
 // script, on one Cluster slot), in a slot of its own otherwise.
-func (s *Store) onceKey(key string) string {
+func (s *rstore) onceKey(key string) string {
 	if slot, id, ok := storekit.SplitOnceKey(key); ok {
 		sum := sha256.Sum256([]byte(id))
 		return s.prefix + "{" + slot + "}:jti:" + base64.RawURLEncoding.EncodeToString(sum[:15])
@@ -700,7 +723,7 @@ func (s *Store) onceKey(key string) string {
 }
 
 // UseOnce implements store.Store.
-func (s *Store) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
+func (s *rstore) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("redisstore: use once: %w", err)
 	}

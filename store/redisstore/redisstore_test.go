@@ -31,7 +31,7 @@ func TestMiniredis(t *testing.T) {
 		return storetest.Harness{
 			// miniredis keeps nothing on disk: durability none, chosen
 			// explicitly (Check says it is a demo store).
-			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
+			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}),
 			Advance: mr.FastForward,
 			Size:    func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
 			Down:    mr.Close,
@@ -48,7 +48,7 @@ func serverHarness(clients int) func(t *testing.T) storetest.Harness {
 		// as scripts: both run the same code on the same records, as web
 		// servers do while some have called Load and some not.
 		first := redisstore.New(srv.Client(t), redisstore.Options{})
-		if err := first.Load(t.Context()); err != nil {
+		if err := redisstore.Load(t.Context(), first); err != nil {
 			t.Fatal(err)
 		}
 		h := storetest.Harness{Store: first, Down: srv.Stop}
@@ -89,7 +89,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		first := redisstore.New(cluster, redisstore.Options{})
-		if err := first.Load(t.Context()); err != nil { // functions on every master
+		if err := redisstore.Load(t.Context(), first); err != nil { // functions on every master
 			t.Fatal(err)
 		}
 		return storetest.Harness{
@@ -122,11 +122,11 @@ func clusterClient(t *testing.T, c *redis.ClusterClient) *redis.ClusterClient {
 // loadedStore starts a redis-server (the test's own, so that its command
 // counts are the test's) and returns a store on it with the steps loaded
 // as functions, and its client.
-func loadedStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redis.Client) {
+func loadedStore(t *testing.T, opts redisstore.Options) (store.Store, *redis.Client) {
 	t.Helper()
 	c := redistest.Start(t).Client(t)
 	st := redisstore.New(c, opts)
-	if err := st.Load(t.Context()); err != nil {
+	if err := redisstore.Load(t.Context(), st); err != nil {
 		t.Fatal(err)
 	}
 	return st, c
@@ -157,11 +157,11 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 // happens exactly once.
 func TestFunctions(t *testing.T) {
 	t.Parallel()
-	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone})
 	ctx := t.Context()
 	calls := func(cmd string) int { t.Helper(); return commandCalls(t, c)[cmd] }
 	a := action("k", `{"v":1}`, time.Hour)
-	is, err := st.Issue(ctx, owner, a, at(0))
+	is, err := storetest.Issue(ctx, st, owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestFunctions(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Issue(ctx, owner, action("k2", `{"v":2}`, time.Hour), at(4*time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, st, owner, action("k2", `{"v":2}`, time.Hour), at(4*time.Second)); err != nil {
 		t.Fatalf("Issue without the library or the scripts: %v", err)
 	}
 	if n := calls("eval"); n != 1 {
@@ -203,7 +203,7 @@ func TestFunctions(t *testing.T) {
 // inner commands a function runs are counted apart from its FCALL.
 func TestCallsPerStep(t *testing.T) {
 	t.Parallel()
-	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}, MaxOpenPerAgent: -1})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone, MaxOpenPerAgent: -1})
 	ctx := t.Context()
 	inner := func() int { // the redis.calls the steps made
 		t.Helper()
@@ -252,8 +252,8 @@ func TestCallsPerStep(t *testing.T) {
 	// With the agent's cap (the default), on a single Redis the 403 step
 	// that stores a new operation also counts it: 3 more calls in the same step (its
 	// count, the member, the set's TTL), rather than a step of its own.
-	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
-	if err := capped.Load(ctx); err != nil {
+	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
+	if err := redisstore.Load(ctx, capped); err != nil {
 		t.Fatal(err)
 	}
 	for i, what := range []string{"the 403 step with the agent's count (a new count)", "the 403 step with the agent's count"} {
@@ -286,11 +286,11 @@ func TestCallsPerStep(t *testing.T) {
 // default prefix, and its action and claim token keys gone.
 func TestPerformedIsSmall(t *testing.T) {
 	t.Parallel()
-	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}})
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone})
 	ctx := t.Context()
 	a := action("exchange:ord_7Hk2", `{"order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, time.Hour)
 	a.Summary = "Exchange the jacket on order ord_7Hk2 for $70.00 more."
-	is, err := st.Issue(ctx, owner, a, at(0))
+	is, err := storetest.Issue(ctx, st, owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestSameAsMemory(t *testing.T) {
 		storetest.Differential(t, 1000, 60, memory, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
-				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
+				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}),
 				Advance: mr.FastForward,
 			}
 		})
@@ -406,7 +406,7 @@ func TestSameAsMemory(t *testing.T) {
 		}, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
-				Store:   redisstore.New(c, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3, Durability: redisstore.Durability{Mode: redisstore.DurableNone}}),
+				Store:   redisstore.New(c, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3, Durability: redisstore.DurableNone}),
 				Advance: mr.FastForward,
 			}
 		})
@@ -422,7 +422,7 @@ func TestSameAsMemory(t *testing.T) {
 			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
 			forgetPrefix(t, cluster, opts.Prefix)
 			st := redisstore.New(cluster, opts)
-			if err := st.Load(t.Context()); err != nil {
+			if err := redisstore.Load(t.Context(), st); err != nil {
 				t.Fatal(err)
 			}
 			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(other, opts)}}
@@ -439,7 +439,7 @@ func TestSameAsMemory(t *testing.T) {
 			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
 			forgetPrefix(t, c, opts.Prefix)
 			st := redisstore.New(c, opts)
-			if err := st.Load(t.Context()); err != nil {
+			if err := redisstore.Load(t.Context(), st); err != nil {
 				t.Fatal(err)
 			}
 			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}

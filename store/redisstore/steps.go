@@ -95,7 +95,7 @@ type caller interface {
 
 // run runs st: its function when Load loaded the library, else its script
 // (EVALSHA, falling back to EVAL when the server doesn't have it).
-func (s *Store) run(ctx context.Context, c caller, st *step, keys []string, args ...any) *redis.Cmd {
+func (s *rstore) run(ctx context.Context, c caller, st *step, keys []string, args ...any) *redis.Cmd {
 	if s.pipe != nil && c == caller(s.client) {
 		return s.runPiped(ctx, st, keys, args)
 	}
@@ -121,7 +121,7 @@ func noFunction(err error) bool {
 // loadFunctions loads the library on every master; it fails on a server
 // without functions (before Redis 7.0, miniredis) or whose ACL refuses
 // FUNCTION LOAD, and the store then keeps running scripts.
-func (s *Store) loadFunctions(ctx context.Context) error {
+func (s *rstore) loadFunctions(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, library).Err()
 	}
@@ -136,7 +136,7 @@ func (s *Store) loadFunctions(ctx context.Context) error {
 }
 
 // runPiped runs st as run does, through the pipeliner.
-func (s *Store) runPiped(ctx context.Context, st *step, keys []string, args []any) *redis.Cmd {
+func (s *rstore) runPiped(ctx context.Context, st *step, keys []string, args []any) *redis.Cmd {
 	if s.functions.Load() {
 		cmd := s.pipe.call(ctx, stepArgs("fcall", st.fn, keys, args))
 		if err := cmd.Err(); err == nil || !noFunction(err) {

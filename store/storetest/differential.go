@@ -286,10 +286,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		}
 		return fmt.Sprint("release ", released)
 	case "resolve":
-		rc, ok := st.(store.Reconciler)
-		if !ok {
-			return "no reconciler"
-		}
+		rc := st
 		id, _, _ := strings.Cut(w.refs[c.ref], ".")
 		err := rc.Resolve(ctx, o, id, c.outcome, now)
 		if errors.Is(err, store.ErrNotPerforming) {
@@ -297,10 +294,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		}
 		return "resolve " + errClass(t, err)
 	case "performing":
-		rc, ok := st.(store.Reconciler)
-		if !ok {
-			return "no reconciler"
-		}
+		rc := st
 		var stuck []string
 		for s, err := range rc.Performing(ctx, now, now) {
 			if err != nil {

@@ -1824,16 +1824,9 @@ var _ = add("W95 W144 a released approval keeps its first-recorded place", func(
 	}
 })
 
-// ---- Reconciler: outcomes nobody reported ----
+// ---- Performing and Resolve: outcomes nobody reported ----
 
-func (e *env) reconciler() store.Reconciler {
-	e.t.Helper()
-	r, ok := e.h.Store.(store.Reconciler)
-	if !ok {
-		e.t.Fatalf("%T does not implement store.Reconciler", e.h.Store)
-	}
-	return r
-}
+func (e *env) reconciler() store.Store { return e.h.Store }
 
 func (e *env) performing(before, now time.Time) map[string]store.Stuck {
 	e.t.Helper()
