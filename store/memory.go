@@ -69,7 +69,7 @@ var _ storekit.InProcess = (*memory)(nil)
 func (m *memory) InProcess() bool { return true }
 
 var (
-	_ Store      = (*memory)(nil)
+	_ Store = (*memory)(nil)
 )
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client

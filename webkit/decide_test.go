@@ -17,11 +17,11 @@ func TestDecide(t *testing.T) {
 	claim, issued := &store.Claim{}, &store.Issued{Ref: "ref"}
 	down := errors.New("redis: connection refused")
 	tests := []struct {
-		name    string
-		s       Session
-		t       *taken
-		want    decision
-		reason  []error // errors.Is(d.reason, each)
+		name   string
+		s      Session
+		t      *taken
+		want   decision
+		reason []error // errors.Is(d.reason, each)
 	}{
 		{name: "W11 no extension: refused", s: sesNoExt,
 			want: decision{do: doRefuse, outcome: "extension_required"}, reason: []error{ErrExtensionRequired}},

@@ -14,7 +14,7 @@ import (
 type Config = storekit.MemoryConfig
 
 // New returns a memory store with cfg (a store.Store and a
-//) and a function that reports how many records it
+// ) and a function that reports how many records it
 // holds (operations, actions, single-use marks and claim tokens).
 func New(cfg Config) (st store.Store, size func() int) {
 	s, size := storekit.NewMemory(cfg)
