@@ -17,7 +17,6 @@ import (
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 const (
@@ -492,13 +491,13 @@ fetch("/test/plain").then(r => r.text()).then(t => document.body.insertAdjacentH
 	})
 	e.mux.HandleFunc("GET /test/foreign-sid", func(w http.ResponseWriter, r *http.Request) {
 		v, _ := headers.FormatOperation(other.SID, "exc_foreign.1.abc")
-		w.Header().Set(webkit.HeaderOperation, v)
+		w.Header().Set("Poppy-Operation", v)
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte("waiting"))
 	})
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, _ := headers.FormatOperation(s.SID, "exc_elsewhere.1.abc")
-		w.Header().Set(webkit.HeaderOperation, v)
+		w.Header().Set("Poppy-Operation", v)
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte("waiting"))
 	}))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 // The helpers below are the Mount tests' share of the endpoint's flow
@@ -58,7 +57,7 @@ func ref(t testing.TB, res *http.Response, sid string) string {
 	if res.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", res.StatusCode)
 	}
-	gotSID, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation))
+	gotSID, ref, err := headers.ParseOperation(res.Header.Values("Poppy-Operation"))
 	if err != nil || gotSID != sid {
 		t.Fatalf("Poppy-Operation: sid %q ref %q err %v; want sid %q", gotSID, ref, err, sid)
 	}

@@ -86,10 +86,11 @@ type Config struct {
 	// only place an approval is declined, never at the browser's request
 	// (W132). nil declines nothing.
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
-	// Paths of the routes; "" is the default of each (/poppy/operations,
-	// /poppy/join, /.well-known/poppy.json). The kit's own routes are under
+	// Paths of the endpoint and the join; "" is the default of each
+	// (/poppy/operations, /poppy/join). poppy.json is always at
+	// /.well-known/poppy.json, and the kit's own routes are under
 	// Kit.BasePath.
-	EndpointPath, JoinPath, PoppyJSONPath string
+	EndpointPath, JoinPath string
 	// PoppyJSON holds the other members of the website's poppy.json (its
 	// APIs, other extensions); the Mount adds the operations entry, the
 	// join endpoint and Name. nil: only those.
@@ -153,7 +154,7 @@ func NewMount(c Config) (*Mount, error) {
 		base:          kit.BasePath,
 		endpointPath:  orDefault(c.EndpointPath, defaultEndpointPath),
 		joinPath:      orDefault(c.JoinPath, defaultJoinPath),
-		poppyJSONPath: orDefault(c.PoppyJSONPath, defaultPoppyJSONPath),
+		poppyJSONPath: defaultPoppyJSONPath,
 	}
 	if !strings.HasPrefix(m.base, "/") || !strings.HasSuffix(m.base, "/") {
 		return nil, fmt.Errorf("%w: Kit.BasePath %q must begin and end with /", errConfig, m.base)

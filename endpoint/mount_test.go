@@ -324,8 +324,8 @@ func TestMountUnderCrossOriginProtection(t *testing.T) {
 	// A joined browser's gated route, posted from another site: refused
 	// before the Gate, no operation issued (W33), nothing performed.
 	res, _ := b.exchange("ord_9", "M", crossSite.Clone())
-	if res.StatusCode != 403 || res.Header.Get(webkit.HeaderOperation) != "" || s.runs.Load() != 1 {
-		t.Fatalf("cross-site gated POST: %d Poppy-Operation %q runs %d", res.StatusCode, res.Header.Get(webkit.HeaderOperation), s.runs.Load())
+	if res.StatusCode != 403 || res.Header.Get("Poppy-Operation") != "" || s.runs.Load() != 1 {
+		t.Fatalf("cross-site gated POST: %d Poppy-Operation %q runs %d", res.StatusCode, res.Header.Get("Poppy-Operation"), s.runs.Load())
 	}
 	if res, _ := b.do("POST", "/account/email", url.Values{"email": {"x@evil.example"}}, crossSite); res.StatusCode != 403 || ordinary.Load() != 0 {
 		t.Fatalf("cross-site ordinary POST: %d, ran %d", res.StatusCode, ordinary.Load())
@@ -342,8 +342,8 @@ func TestMountAroundCrossOriginProtection(t *testing.T) {
 		return m.Handler(http.NewCrossOriginProtection().Handler(mux))
 	})
 	s.wholeFlow()
-	if res, _ := s.browser().exchange("ord_9", "M", crossSite.Clone()); res.StatusCode != 403 || res.Header.Get(webkit.HeaderOperation) != "" {
-		t.Fatalf("cross-site gated POST: %d %q", res.StatusCode, res.Header.Get(webkit.HeaderOperation))
+	if res, _ := s.browser().exchange("ord_9", "M", crossSite.Clone()); res.StatusCode != 403 || res.Header.Get("Poppy-Operation") != "" {
+		t.Fatalf("cross-site gated POST: %d %q", res.StatusCode, res.Header.Get("Poppy-Operation"))
 	}
 }
 
@@ -399,8 +399,8 @@ func TestMountUnderNosurf(t *testing.T) {
 	if res, body := b.join("ses_1"); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("join under nosurf: %d %s", res.StatusCode, body)
 	}
-	if res, _ := b.exchange("ord_7", "L", nil); res.StatusCode != 403 || res.Header.Get(webkit.HeaderOperation) != "" {
-		t.Fatalf("no token: %d %q", res.StatusCode, res.Header.Get(webkit.HeaderOperation))
+	if res, _ := b.exchange("ord_7", "L", nil); res.StatusCode != 403 || res.Header.Get("Poppy-Operation") != "" {
+		t.Fatalf("no token: %d %q", res.StatusCode, res.Header.Get("Poppy-Operation"))
 	}
 	// With it, the whole flow (the browser keeps its cookies).
 	s.form = url.Values{"csrf_token": {token}}

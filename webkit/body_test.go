@@ -170,9 +170,9 @@ func (fs *formSite) post(t *testing.T, fields [][2]string, multipartForm bool) *
 
 func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
 	t.Helper()
-	_, ref, err := headers.ParseOperation(res.Header.Values(HeaderOperation))
+	_, ref, err := headers.ParseOperation(res.Header.Values(headers.Operation))
 	if err != nil {
-		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(HeaderOperation), err)
+		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(headers.Operation), err)
 	}
 	rec := fs.lookup(sesOut, ref)
 	fs.record(sesOut, store.Issued{Operation: rec.Current, Ref: ref})
@@ -233,7 +233,7 @@ func TestContinueWhenMiddlewareReadTheForm(t *testing.T) {
 			}
 			res := fs.post(t, fields, tt.multipart)
 			page := readAll(t, res)
-			if res.StatusCode != http.StatusForbidden || res.Header.Get(HeaderOperation) == "" {
+			if res.StatusCode != http.StatusForbidden || res.Header.Get(headers.Operation) == "" {
 				t.Fatalf("first request: %d %s", res.StatusCode, page)
 			}
 			form, err := continueform.Parse(fs.srv.URL+"/exchange", []byte(page))
@@ -372,8 +372,8 @@ func TestGateBodySpentByMiddleware(t *testing.T) {
 			fs := newFormSite(t, drain(tt.n))
 			res := fs.post(t, [][2]string{{"order", "ord_7"}, {"size", "L"}}, false)
 			body := readAll(t, res)
-			if res.StatusCode != http.StatusInternalServerError || res.Header.Get(HeaderOperation) != "" {
-				t.Fatalf("%d %q %s", res.StatusCode, res.Header.Get(HeaderOperation), body)
+			if res.StatusCode != http.StatusInternalServerError || res.Header.Get(headers.Operation) != "" {
+				t.Fatalf("%d %q %s", res.StatusCode, res.Header.Get(headers.Operation), body)
 			}
 			if !strings.Contains(body, "nothing was done") {
 				t.Errorf("body %q", body)

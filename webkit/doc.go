@@ -53,6 +53,6 @@
 // The kit reads and writes the Poppy headers itself: the Gate writes
 // Poppy-Operation on its 403 (§4, W57), and the endpoint reads
 // Poppy-Approval (§6, W84) and Poppy-Extensions (RULES.md choice 4). A
-// website needs at most the name [HeaderOperation], to let its own scripts
-// read Poppy-Operation.
+// website needs at most the name Poppy-Operation, to let its own scripts
+// read it (Access-Control-Expose-Headers).
 package webkit

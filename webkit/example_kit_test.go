@@ -58,10 +58,10 @@ func ExampleKit_Gate() {
 	join := httptest.NewRecorder()
 	_ = kit.Sessions.Bind(join, httptest.NewRequest("GET", "/", nil), webkit.Session{
 		ID: "ses_1", Agent: "https://agent.example/client", User: "usr_1",
-		Extensions: webkit.Extensions{"operations": "3"},
+		Extensions: map[string]string{"operations": "3"},
 	})
 	w = post(join.Result().Cookies()[0])
-	op := w.Header().Get(webkit.HeaderOperation) // the Session's sid and the operation's ref
+	op := w.Header().Get("Poppy-Operation") // the Session's sid and the operation's ref
 	fmt.Println(w.Code, strings.HasPrefix(op, `sid="ses_1", ref="`), w.Header().Get("Cache-Control"), w.Body.String())
 	// Output:
 	// 200 exchanged

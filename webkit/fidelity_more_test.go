@@ -3,6 +3,7 @@ package webkit
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/memstore"
 	"net/http"
 	"net/http/httptest"
@@ -63,8 +64,8 @@ func TestGateHandler4xxIsNotPerformed(t *testing.T) {
 					if rec.Code != code || rec.Header().Get("X-Handler") != "yes" || runs.Load() != 1 {
 						t.Fatalf("Continue: %d X-Handler %q runs %d, want the handler's own %d, run once", rec.Code, rec.Header().Get("X-Handler"), runs.Load(), code)
 					}
-					if rec.Header().Get(HeaderOperation) != "" {
-						t.Errorf("the handler's %d carries Poppy-Operation %q", code, rec.Header().Get(HeaderOperation))
+					if rec.Header().Get(headers.Operation) != "" {
+						t.Errorf("the handler's %d carries Poppy-Operation %q", code, rec.Header().Get(headers.Operation))
 					}
 					if obs.get("not_performed") != 1 || obs.get("performed") != 0 || obs.get("unknown") != 0 {
 						t.Errorf("observer: %s, want one not_performed", obs.snapshot())

@@ -208,7 +208,7 @@ type taken struct {
 // what Take's answer t means. It calls nothing, so it is tested as a
 // table (TestDecide).
 func decide(s Session, t *taken) decision {
-	if !s.Extensions.Operations() { // §2 W11, W12: never an operation
+	if !headers.DeclaresOperations(s.Extensions) { // §2 W11, W12: never an operation
 		return decision{do: doRefuse, reason: ErrExtensionRequired, outcome: "extension_required"}
 	}
 	if t == nil {
@@ -285,7 +285,7 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		return
 	}
 	k.observe(r.Context(), Event{Route: routeGate, Outcome: "waiting", Kind: kind})
-	w.Header().Set(HeaderOperation, hdr)
+	w.Header().Set(headers.Operation, hdr)
 	if k.Refused == nil && pages.WantsJSON(r) {
 		// A script gets {"error":"approval_required"} (W66): no Continue
 		// form to build, no handle to seal.

@@ -22,14 +22,14 @@ func TestSIDOfAnyVerifiedSession(t *testing.T) {
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("handler ran") }))
 	for _, sid := range []string{"ses_1", "ses:1.x/y", `s"q\`, strings.Repeat("s", 255)} {
 		rec := httptest.NewRecorder()
-		if err := k.Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), Session{ID: sid, Agent: "https://a.example/c", User: "u", Extensions: Extensions{"operations": "3"}}); err != nil {
+		if err := k.Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), Session{ID: sid, Agent: "https://a.example/c", User: "u", Extensions: map[string]string{"operations": "3"}}); err != nil {
 			t.Fatal(err)
 		}
 		r := httptest.NewRequest("POST", "/x", nil)
 		r.AddCookie(rec.Result().Cookies()[0])
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		got, _, err := headers.ParseOperation(w.Result().Header.Values(HeaderOperation))
+		got, _, err := headers.ParseOperation(w.Result().Header.Values(headers.Operation))
 		if w.Code != http.StatusForbidden || err != nil || got != sid {
 			t.Errorf("sid %q: status %d, Poppy-Operation sid %q, err %v", sid, w.Code, got, err)
 		}
@@ -51,8 +51,8 @@ func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	}
 	r.Header.Set(headers.Approval, hdr)
 	rec := e.do(r)
-	if rec.Code != http.StatusForbidden || rec.Header().Get(HeaderOperation) == "" || e.runs.Load() != 0 {
-		t.Fatalf("W86: status %d, Poppy-Operation %q, handler runs %d", rec.Code, rec.Header().Get(HeaderOperation), e.runs.Load())
+	if rec.Code != http.StatusForbidden || rec.Header().Get(headers.Operation) == "" || e.runs.Load() != 0 {
+		t.Fatalf("W86: status %d, Poppy-Operation %q, handler runs %d", rec.Code, rec.Header().Get(headers.Operation), e.runs.Load())
 	}
 	if got := e.lookup(sesOut, iss.Ref); got.Status != store.Waiting || len(got.Approvals) != 0 {
 		t.Fatalf("W86: the browser's Poppy-Approval was recorded: %+v", got)

@@ -40,12 +40,12 @@ var (
 	testKeys = [][]byte{[]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")}
 	t0       = time.Date(2026, 10, 8, 12, 0, 0, 0, time.UTC)
 
-	sesOut = Session{ID: "ses_out", Agent: "https://agent.example/client", User: "usr_1", Extensions: Extensions{"operations": "3"}}
-	sesIn  = Session{ID: "ses_in", Agent: "https://agent.example/client", User: "usr_1", Account: "acct_1", Extensions: Extensions{"operations": "3"}}
+	sesOut = Session{ID: "ses_out", Agent: "https://agent.example/client", User: "usr_1", Extensions: map[string]string{"operations": "3"}}
+	sesIn  = Session{ID: "ses_in", Agent: "https://agent.example/client", User: "usr_1", Account: "acct_1", Extensions: map[string]string{"operations": "3"}}
 	// sesOther can't approve sesIn's operations: another account (§3).
-	sesOther = Session{ID: "ses_oth", Agent: "https://agent.example/client", User: "usr_1", Account: "acct_2", Extensions: Extensions{"operations": "3"}}
+	sesOther = Session{ID: "ses_oth", Agent: "https://agent.example/client", User: "usr_1", Account: "acct_2", Extensions: map[string]string{"operations": "3"}}
 	sesNoExt = Session{ID: "ses_noext", Agent: "https://agent.example/client", User: "usr_1"}
-	sesV2    = Session{ID: "ses_v2", Agent: "https://agent.example/client", User: "usr_1", Extensions: Extensions{"operations": "2"}}
+	sesV2    = Session{ID: "ses_v2", Agent: "https://agent.example/client", User: "usr_1", Extensions: map[string]string{"operations": "2"}}
 )
 
 // clock is the tests' clock (internal/testclock); tests move it instead
@@ -258,7 +258,7 @@ func (e *gateEnv) lookup(s Session, ref string) store.Record {
 
 func refOf(t testing.TB, rec *httptest.ResponseRecorder) (sid, ref string) {
 	t.Helper()
-	v := rec.Header().Values(HeaderOperation)
+	v := rec.Header().Values(headers.Operation)
 	if len(v) == 0 {
 		return "", ""
 	}
@@ -1537,7 +1537,7 @@ func TestGateReplaceablePages(t *testing.T) {
 			if rec.Code != tt.status {
 				t.Errorf("status %d, want %d", rec.Code, tt.status)
 			}
-			if tt.want == ErrApprovalRequired && rec.Header().Get(HeaderOperation) == "" {
+			if tt.want == ErrApprovalRequired && rec.Header().Get(headers.Operation) == "" {
 				t.Error("Poppy-Operation not set before the replacement page")
 			}
 			if retry := rec.Header().Get("Retry-After"); (tt.status == 503 || tt.status == 429) != (retry != "") {

@@ -166,9 +166,9 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, v := range held.h.Values("Set-Cookie") {
 		w.Header().Add("Set-Cookie", v)
 	}
-	log.Info("opsgate join: browser joined", "sid", s.ID, "signed_in", s.SignedIn(), "operations", s.Extensions.Operations())
+	log.Info("opsgate join: browser joined", "sid", s.ID, "signed_in", (s.Account != ""), "operations", headers.DeclaresOperations(s.Extensions))
 	outcome, reason = "joined", "signed_out"
-	if s.SignedIn() {
+	if s.Account != "" {
 		reason = "signed_in"
 	}
 	http.Redirect(w, r, a.ReturnTo, http.StatusSeeOther)
@@ -177,7 +177,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // knownExtensions parses a join's extensions claim and keeps what the kit
 // knows: the operations declaration, when its version is short enough to
 // mean something.
-func knownExtensions(claim string) Extensions {
+func knownExtensions(claim string) map[string]string {
 	if claim == "" {
 		return nil
 	}
@@ -189,7 +189,7 @@ func knownExtensions(claim string) Extensions {
 	if !ok || len(v) > maxJoinVersion {
 		return nil
 	}
-	return Extensions{operationsExtension: v}
+	return map[string]string{operationsExtension: v}
 }
 
 // heldHeader is a ResponseWriter that only collects headers: Bind's

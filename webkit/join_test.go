@@ -3,6 +3,7 @@ package webkit
 import (
 	"context"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/headers"
 	"io"
 	"log/slog"
 	"net"
@@ -155,7 +156,7 @@ func TestJoinBinds(t *testing.T) {
 		t.Errorf("SameSite: join %v, marker %v; want Lax and None", main.SameSite, mark.SameSite)
 	}
 	s, ok := e.sessionOf(main)
-	if !ok || s.ID != "ses_1" || s.User != "usr_1" || !s.Extensions.Operations() {
+	if !ok || s.ID != "ses_1" || s.User != "usr_1" || !headers.DeclaresOperations(s.Extensions) {
 		t.Errorf("SessionOf = %+v %v", s, ok)
 	}
 	// The marker alone is no binding: it authorizes nothing.
@@ -226,7 +227,7 @@ func TestJoinBounded(t *testing.T) {
 			t.Fatalf("status %d: %s", w.Code, w.Body)
 		}
 		s, ok := e.sessionOf(cookies(w)["__Host-opsgate_join"])
-		if !ok || len(s.Extensions) != 1 || !s.Extensions.Operations() {
+		if !ok || len(s.Extensions) != 1 || !headers.DeclaresOperations(s.Extensions) {
 			t.Errorf("SessionOf = %+v %v, want only operations", s, ok)
 		}
 	})
@@ -250,7 +251,7 @@ func TestJoinBounded(t *testing.T) {
 		if w.Code != http.StatusSeeOther {
 			t.Fatalf("status %d: %s", w.Code, w.Body)
 		}
-		if s, ok := e.sessionOf(cookies(w)["__Host-opsgate_join"]); !ok || !s.SignedIn() {
+		if s, ok := e.sessionOf(cookies(w)["__Host-opsgate_join"]); !ok || !(s.Account != "") {
 			t.Errorf("SessionOf = %+v %v", s, ok)
 		}
 	})

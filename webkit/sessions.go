@@ -200,7 +200,7 @@ func (c *CookieSessions) read(r *http.Request) (Session, time.Time, bool) {
 		Agent:      cs.Agent,
 		User:       cs.User,
 		Account:    cs.Account,
-		Extensions: Extensions(cs.Extensions),
+		Extensions: cs.Extensions,
 	}, joined: time.Unix(cs.JoinedAt, 0)}
 	c.decoded.put(value, b)
 	return b.session, b.joined, true

@@ -3,6 +3,7 @@ package webkit
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/opsgate/opsgate/internal/headers"
 	"testing"
 
 	"github.com/opsgate/opsgate/store"
@@ -47,22 +48,22 @@ func TestDeclineJSON(t *testing.T) {
 func TestExtensionsOperations(t *testing.T) {
 	tests := []struct {
 		name string
-		ext  Extensions
+		ext  map[string]string
 		want bool
 	}{
-		{"W09 declares 3", Extensions{"operations": "3"}, true},
-		{"W13 minor version 3.1 counts", Extensions{"operations": "3.1"}, true},
-		{"W13 other major version 2", Extensions{"operations": "2"}, false},
-		{"W13 other major version 4", Extensions{"operations": "4"}, false},
-		{"W13 other major version 30", Extensions{"operations": "30"}, false},
-		{"W13 no version", Extensions{"operations": ""}, false},
-		{"W11 not declared", Extensions{"payments": "3"}, false},
+		{"W09 declares 3", map[string]string{"operations": "3"}, true},
+		{"W13 minor version 3.1 counts", map[string]string{"operations": "3.1"}, true},
+		{"W13 other major version 2", map[string]string{"operations": "2"}, false},
+		{"W13 other major version 4", map[string]string{"operations": "4"}, false},
+		{"W13 other major version 30", map[string]string{"operations": "30"}, false},
+		{"W13 no version", map[string]string{"operations": ""}, false},
+		{"W11 not declared", map[string]string{"payments": "3"}, false},
 		{"W11 nil", nil, false},
-		{"name is case-sensitive", Extensions{"Operations": "3"}, false},
+		{"name is case-sensitive", map[string]string{"Operations": "3"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.ext.Operations(); got != tt.want {
+			if got := headers.DeclaresOperations(tt.ext); got != tt.want {
 				t.Fatalf("Operations() = %v, want %v", got, tt.want)
 			}
 		})
@@ -71,7 +72,7 @@ func TestExtensionsOperations(t *testing.T) {
 
 func TestSession(t *testing.T) {
 	signedOut := Session{ID: "ses_1", Agent: "https://agent.example/client", User: "u1"}
-	if signedOut.SignedIn() {
+	if signedOut.Account != "" {
 		t.Fatal("signed-out Session reports signed in")
 	}
 	if got := signedOut.Owner(); got != (store.Owner{Agent: "https://agent.example/client", User: "u1"}) {
@@ -79,7 +80,7 @@ func TestSession(t *testing.T) {
 	}
 	signedIn := signedOut
 	signedIn.Account = "acct_9"
-	if !signedIn.SignedIn() || signedIn.Owner().Account != "acct_9" {
+	if !(signedIn.Account != "") || signedIn.Owner().Account != "acct_9" {
 		t.Fatalf("signed-in Session %+v", signedIn.Owner())
 	}
 }

@@ -246,7 +246,7 @@ func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
 	}
 	r.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	for i := range browsers {
-		s := webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: webkit.Extensions{"operations": "3"}}
+		s := webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: map[string]string{"operations": "3"}}
 		rec := httptest.NewRecorder()
 		if err := r.kits[0].Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), s); err != nil {
 			return nil, err
@@ -274,7 +274,7 @@ func (r *rig) request(ctx context.Context, srv, b int, order string) (int, strin
 	var ref string
 	start := time.Now()
 	status, err := post(ctx, r.client, r.urls[srv], order, r.cookies[b], func(h http.Header) {
-		_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
+		_, ref, _ = headers.ParseOperation(h.Values("Poppy-Operation"))
 	})
 	r.mu.Lock()
 	r.gated = append(r.gated, wait{start, time.Since(start)})

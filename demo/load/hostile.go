@@ -318,7 +318,7 @@ func (shop *hostileShop) legitimate(ctx context.Context, client *http.Client, ag
 				t := time.Now()
 				var ref string
 				status, err := post(ctx, client, srv, order, cookie, func(h http.Header) {
-					_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
+					_, ref, _ = headers.ParseOperation(h.Values("Poppy-Operation"))
 				})
 				note(time.Since(t), status, err)
 				if err != nil || status != 403 || ref == "" {
@@ -502,7 +502,7 @@ func (a *hostileAgent) Close() {
 // does, and returns its cookie.
 func (a *hostileAgent) bind(kit *webkit.Kit, user string) (*http.Cookie, error) {
 	rec := httptest.NewRecorder()
-	s := webkit.Session{ID: "ses_" + user, Agent: a.keys.ClientID, User: user, Extensions: webkit.Extensions{"operations": "3"}}
+	s := webkit.Session{ID: "ses_" + user, Agent: a.keys.ClientID, User: user, Extensions: map[string]string{"operations": "3"}}
 	if err := kit.Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), s); err != nil {
 		return nil, err
 	}
@@ -685,7 +685,7 @@ func (shop *hostileShop) attacks(client *http.Client, a *hostileAgent, pool int)
 		"many approvals, one operation": func(ctx context.Context, n int) int {
 			var ref string
 			status, _ := postSKU(ctx, client, base(n), "ord_hoard", fmt.Sprintf("sku-%d", n), hoard, func(h http.Header) {
-				_, ref, _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
+				_, ref, _ = headers.ParseOperation(h.Values("Poppy-Operation"))
 			})
 			if status != 403 || ref == "" {
 				return status

@@ -205,7 +205,7 @@ func run(ctx context.Context, c config) error {
 	cookies := make([]*http.Cookie, c.browsers)
 	sessions := make([]webkit.Session, c.browsers)
 	for i := range cookies {
-		sessions[i] = webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: webkit.Extensions{"operations": "3"}}
+		sessions[i] = webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: map[string]string{"operations": "3"}}
 		rec := httptest.NewRecorder()
 		if err := kits[0].Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), sessions[i]); err != nil {
 			return err
@@ -215,7 +215,7 @@ func run(ctx context.Context, c config) error {
 	refs := make([]string, c.browsers)
 	res = phase(ctx, c.workers, c.browsers, func(i int) (int, error) {
 		return post(ctx, client, pick(), fmt.Sprintf("ord_%d", i), cookies[i], func(h http.Header) {
-			_, refs[i], _ = headers.ParseOperation(h.Values(webkit.HeaderOperation))
+			_, refs[i], _ = headers.ParseOperation(h.Values("Poppy-Operation"))
 		})
 	})
 	res.print("joined: 403 + ref")

@@ -74,8 +74,8 @@ func TestPageScriptCannotSignInAndPerform(t *testing.T) {
 		if got := sku(); got != "stormline-m" {
 			t.Fatalf("W56: the script's exchange was performed with no approval: the item is %s (%d)", got, res.StatusCode)
 		}
-		if res.StatusCode != http.StatusForbidden || res.Header.Get(webkit.HeaderOperation) == "" {
-			t.Errorf("W54/W55: the joined browser is handled as its Session: %d, operation %q", res.StatusCode, res.Header.Get(webkit.HeaderOperation))
+		if res.StatusCode != http.StatusForbidden || res.Header.Get("Poppy-Operation") == "" {
+			t.Errorf("W54/W55: the joined browser is handled as its Session: %d, operation %q", res.StatusCode, res.Header.Get("Poppy-Operation"))
 		}
 		res, _ = do(t, s, "POST", "/signin", strings.NewReader("return=/account&password=guess"), sameOrigin, joined...)
 		if res.StatusCode != http.StatusUnauthorized || len(res.Cookies()) != 0 {
@@ -89,7 +89,7 @@ func TestPageScriptCannotSignInAndPerform(t *testing.T) {
 	t.Run("W56 an own login's action waits for the confirmation", func(t *testing.T) {
 		res, _ := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-l"), sameOrigin, own...)
 		loc := res.Header.Get("Location")
-		if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/confirm?") || res.Header.Get(webkit.HeaderOperation) != "" {
+		if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/confirm?") || res.Header.Get("Poppy-Operation") != "" {
 			t.Fatalf("own login's exchange: %d to %q, want 303 to the confirmation, no operation", res.StatusCode, loc)
 		}
 		if got := sku(); got != "stormline-m" {

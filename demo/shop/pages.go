@@ -36,7 +36,7 @@ func (s *Server) viewerOf(r *http.Request) viewer {
 	v.Session, v.Joined = s.kit.Sessions.SessionOf(r)
 	if acct := s.ownLogin(r); acct != "" {
 		v.Account, v.SignedIn, v.Login = acct, true, "shop"
-	} else if v.Joined && v.Session.SignedIn() {
+	} else if v.Joined && v.Session.Account != "" {
 		v.Account, v.SignedIn, v.Login = v.Session.Account, true, "agent"
 	}
 	return v

@@ -8,7 +8,6 @@ import (
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/testclock"
-	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -190,7 +189,7 @@ func TestResetSandbox(t *testing.T) {
 		t.Fatal("the account page has no reset control for the agent's sandbox")
 	}
 	res := ba.PostForm(PathReset, nil)
-	if res.StatusCode != 303 || res.Header.Get("Location") != "/account?reset=1" || res.Header.Get(webkit.HeaderOperation) != "" {
+	if res.StatusCode != 303 || res.Header.Get("Location") != "/account?reset=1" || res.Header.Get("Poppy-Operation") != "" {
 		t.Fatalf("reset: %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
 	if page := ba.Get("/account?reset=1"); !strings.Contains(string(page.Body), "back as it was") {

@@ -316,7 +316,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", rw.code()), slog.Duration("took", time.Since(start)),
 		}
-		if op := rw.Header().Get(webkit.HeaderOperation); op != "" {
+		if op := rw.Header().Get("Poppy-Operation"); op != "" {
 			attrs = append(attrs, slog.Bool("poppy_operation", true))
 		}
 		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)

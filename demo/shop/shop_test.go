@@ -289,7 +289,7 @@ func join(t *testing.T, s *Server, sess webkit.Session) []*http.Cookie {
 
 var agentSession = webkit.Session{
 	ID: "ses_Hq3vT8nW2kLm9xRb", Agent: "http://localhost:9999/agent", User: "usr_1",
-	Extensions: webkit.Extensions{"operations": "3"},
+	Extensions: map[string]string{"operations": "3"},
 }
 
 func TestJoinedBrowserWaitsForApproval(t *testing.T) {
@@ -358,7 +358,7 @@ func TestJoinedBrowserDeliveryJSON(t *testing.T) {
 	s, _ := newTestServer(t)
 	cookies := join(t, s, agentSession)
 	res, body := do(t, s, "POST", "/api/deliveries/del_2Wn8", strings.NewReader(`{"date":"2026-10-14"}`), jsonHeader, cookies...)
-	if res.StatusCode != http.StatusForbidden || res.Header.Get(webkit.HeaderOperation) == "" {
+	if res.StatusCode != http.StatusForbidden || res.Header.Get("Poppy-Operation") == "" {
 		t.Fatalf("joined date change: %d %s", res.StatusCode, body)
 	}
 	var e struct{ Error string }
@@ -367,7 +367,7 @@ func TestJoinedBrowserDeliveryJSON(t *testing.T) {
 	}
 	// Bad input from a joined browser is still a clear 400, not an operation.
 	res, body = do(t, s, "POST", "/api/deliveries/del_2Wn8", strings.NewReader(`{"date":"soon"}`), jsonHeader, cookies...)
-	if res.StatusCode != http.StatusBadRequest || res.Header.Get(webkit.HeaderOperation) != "" {
+	if res.StatusCode != http.StatusBadRequest || res.Header.Get("Poppy-Operation") != "" {
 		t.Errorf("joined bad date: %d %s", res.StatusCode, body)
 	}
 	if d, _ := s.Sandbox(agentSession.Agent, agentSession.User).Delivery(shopdb.DemoAccount, "del_2Wn8"); len(d.Changes) != 0 {
@@ -380,7 +380,7 @@ func TestJoinedBrowserWithOwnLoginGetsShopFlow(t *testing.T) {
 	s, _ := newTestServer(t)
 	cookies := append(join(t, s, agentSession), signIn(t, s))
 	res, _ := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, cookies...)
-	if res.StatusCode != http.StatusSeeOther || res.Header.Get(webkit.HeaderOperation) != "" {
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Poppy-Operation") != "" {
 		t.Fatalf("own login: %d, want 303 without an operation", res.StatusCode)
 	}
 }
@@ -391,7 +391,7 @@ func TestJoinedWithoutExtensionGetsExtensionRequired(t *testing.T) {
 	sess := agentSession
 	sess.Extensions = nil
 	res, body := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, join(t, s, sess)...)
-	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "extension_required") || res.Header.Get(webkit.HeaderOperation) != "" {
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "extension_required") || res.Header.Get("Poppy-Operation") != "" {
 		t.Fatalf("no extension: %d %s", res.StatusCode, body)
 	}
 	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
@@ -405,7 +405,7 @@ func TestSignedInJoinCancelIsAccountOperation(t *testing.T) {
 	sess := agentSession
 	sess.Account = shopdb.DemoAccount
 	res, _ := do(t, s, "POST", "/account/subscription/cancel", nil, formHeader, join(t, s, sess)...)
-	_, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation))
+	_, ref, err := headers.ParseOperation(res.Header.Values("Poppy-Operation"))
 	if res.StatusCode != http.StatusForbidden || err != nil {
 		t.Fatalf("signed-in cancel: %d, %v", res.StatusCode, err)
 	}
@@ -418,8 +418,8 @@ func TestSignedInJoinCancelIsAccountOperation(t *testing.T) {
 	}
 	// Signed out, the joined browser is asked to sign in; no operation.
 	res, _ = do(t, s, "POST", "/account/subscription/cancel", nil, formHeader, join(t, s, agentSession)...)
-	if res.StatusCode != http.StatusForbidden || res.Header.Get(webkit.HeaderOperation) != "" {
-		t.Errorf("signed-out joined cancel: %d %q", res.StatusCode, res.Header.Get(webkit.HeaderOperation))
+	if res.StatusCode != http.StatusForbidden || res.Header.Get("Poppy-Operation") != "" {
+		t.Errorf("signed-out joined cancel: %d %q", res.StatusCode, res.Header.Get("Poppy-Operation"))
 	}
 	if sub, _ := s.Sandbox(agentSession.Agent, agentSession.User).Subscription(shopdb.DemoAccount); sub.Status != shopdb.SubscriptionActive {
 		t.Error("cancelled without approval")

@@ -11,7 +11,6 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 // W46: a recorded approval of a website operation applies to a browser
@@ -218,7 +217,7 @@ func TestApprovalOnlyAtEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		if res.Header.Get(webkit.HeaderOperation) != "" {
+		if res.Header.Get("Poppy-Operation") != "" {
 			t.Fatalf("the website's route answered the API call with an operation")
 		}
 	}

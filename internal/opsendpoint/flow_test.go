@@ -203,7 +203,7 @@ func ref(t testing.TB, res *http.Response, sid string) string {
 	if res.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", res.StatusCode)
 	}
-	gotSID, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation))
+	gotSID, ref, err := headers.ParseOperation(res.Header.Values("Poppy-Operation"))
 	if err != nil || gotSID != sid {
 		t.Fatalf("Poppy-Operation: sid %q ref %q err %v; want sid %q", gotSID, ref, err, sid)
 	}
@@ -324,8 +324,8 @@ func TestWebsiteFlow(t *testing.T) {
 			}
 			// The browser presses Continue: performed once (W94, W121).
 			res := b.exchange(s, "ord_7Hk2", "L")
-			if res.StatusCode != 200 || res.Header.Get(webkit.HeaderOperation) != "" || runs.Load() != 1 {
-				t.Fatalf("Continue: %d, Poppy-Operation %q, runs %d", res.StatusCode, res.Header.Get(webkit.HeaderOperation), runs.Load())
+			if res.StatusCode != 200 || res.Header.Get("Poppy-Operation") != "" || runs.Load() != 1 {
+				t.Fatalf("Continue: %d, Poppy-Operation %q, runs %d", res.StatusCode, res.Header.Get("Poppy-Operation"), runs.Load())
 			}
 			status, body, _ = a.call(t, s, r1, agentRequest{sid: "ses_1", user: "usr_1"})
 			if status != 200 || body["status"] != "performed" {
@@ -530,14 +530,14 @@ func TestJoin(t *testing.T) {
 	t.Run("W10 W11 a join that declared nothing gets no operations", func(t *testing.T) {
 		b := joinBrowser(t, s, a, "ses_n", "usr_n", "", "")
 		res := b.exchange(s, "ord_1", "S")
-		if res.Header.Get(webkit.HeaderOperation) != "" || runs.Load() != 0 {
-			t.Fatalf("status %d, Poppy-Operation %q, runs %d", res.StatusCode, res.Header.Get(webkit.HeaderOperation), runs.Load())
+		if res.Header.Get("Poppy-Operation") != "" || runs.Load() != 0 {
+			t.Fatalf("status %d, Poppy-Operation %q, runs %d", res.StatusCode, res.Header.Get("Poppy-Operation"), runs.Load())
 		}
 	})
 	t.Run("W13 a join that declared v2 gets no operations", func(t *testing.T) {
 		b := joinBrowser(t, s, a, "ses_v2", "usr_n", "", `"operations";v="2"`)
-		if res := b.exchange(s, "ord_1", "S"); res.Header.Get(webkit.HeaderOperation) != "" {
-			t.Fatalf("Poppy-Operation %q", res.Header.Get(webkit.HeaderOperation))
+		if res := b.exchange(s, "ord_1", "S"); res.Header.Get("Poppy-Operation") != "" {
+			t.Fatalf("Poppy-Operation %q", res.Header.Get("Poppy-Operation"))
 		}
 	})
 }

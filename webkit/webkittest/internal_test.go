@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 // TestRefOnlyForOwnSession: a Poppy-Operation naming another Session's sid
@@ -15,7 +14,7 @@ func TestRefOnlyForOwnSession(t *testing.T) {
 	site := New("https://shop.example")
 	site.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v, _ := headers.FormatOperation("ses_someone_else", "op_1.1-a")
-		w.Header().Set(webkit.HeaderOperation, v)
+		w.Header().Set("Poppy-Operation", v)
 		w.WriteHeader(http.StatusForbidden)
 	})
 	s := site.NewAgent().Session("usr_1")

@@ -426,11 +426,11 @@ func (r *Response) continueControl() (*continueform.Control, error) {
 	ct := r.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
 	switch {
-	case r.StatusCode == http.StatusForbidden && len(r.Header.Values(webkit.HeaderOperation)) > 0 && mt == "application/json":
+	case r.StatusCode == http.StatusForbidden && len(r.Header.Values("Poppy-Operation")) > 0 && mt == "application/json":
 		return nil, fmt.Errorf("%w: the answer is a script's JSON 403, which has no Continue: a page script repeats its request (opsgate.fetch), as Browser.Again does", errNotWaitingPage)
-	case r.StatusCode != http.StatusForbidden || len(r.Header.Values(webkit.HeaderOperation)) == 0 || mt != "text/html":
+	case r.StatusCode != http.StatusForbidden || len(r.Header.Values("Poppy-Operation")) == 0 || mt != "text/html":
 		op := "no Poppy-Operation"
-		if len(r.Header.Values(webkit.HeaderOperation)) > 0 {
+		if len(r.Header.Values("Poppy-Operation")) > 0 {
 			op = "Poppy-Operation"
 		}
 		why := ""
@@ -512,8 +512,8 @@ func (b *Browser) send(r *request) *Response {
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
 	out := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: r.url, browser: b, req: r}
-	if b.session != nil && len(res.Header.Values(webkit.HeaderOperation)) > 0 {
-		if sid, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil && sid == b.session.SID {
+	if b.session != nil && len(res.Header.Values("Poppy-Operation")) > 0 {
+		if sid, ref, err := headers.ParseOperation(res.Header.Values("Poppy-Operation")); err == nil && sid == b.session.SID {
 			out.Ref = ref
 		}
 	}

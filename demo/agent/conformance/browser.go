@@ -19,7 +19,6 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/continueform"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 // browser is the Personal Agent's browser without Chromium: an HTTP client
@@ -60,7 +59,7 @@ func (p page) first() hop {
 }
 
 // opHeader returns the Poppy-Operation header of the first response.
-func (p page) opHeader() []string { return p.first().header.Values(webkit.HeaderOperation) }
+func (p page) opHeader() []string { return p.first().header.Values("Poppy-Operation") }
 
 // gated reports whether the request got 403 with a Poppy-Operation header.
 func (p page) gated() bool { return p.first().status == http.StatusForbidden && len(p.opHeader()) > 0 }
@@ -72,7 +71,7 @@ func (p page) performedLike() bool {
 		return false
 	}
 	for _, h := range p.hops {
-		if len(h.header.Values(webkit.HeaderOperation)) > 0 {
+		if len(h.header.Values("Poppy-Operation")) > 0 {
 			return false
 		}
 	}

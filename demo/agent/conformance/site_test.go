@@ -291,7 +291,7 @@ func (s *toy) exchangeJSON(w http.ResponseWriter, r *http.Request) {
 
 func (s *toy) describeClose(r *http.Request) (webkit.Action, error) {
 	sess, ok := s.kit.Sessions.SessionOf(r)
-	if !ok || !sess.SignedIn() {
+	if !ok || !(sess.Account != "") {
 		return webkit.Action{}, webkit.ErrNotGated
 	}
 	return webkit.Action{Key: "close:" + sess.Account, Terms: map[string]string{"account": sess.Account}, Summary: "Close the account " + sess.Account + "."}, nil
@@ -299,7 +299,7 @@ func (s *toy) describeClose(r *http.Request) (webkit.Action, error) {
 
 func (s *toy) close(w http.ResponseWriter, r *http.Request) {
 	sess, ok := s.kit.Sessions.SessionOf(r)
-	if !ok || !sess.SignedIn() {
+	if !ok || !(sess.Account != "") {
 		http.Error(w, "sign in first", http.StatusForbidden)
 		return
 	}
@@ -361,7 +361,7 @@ func (s *toy) breakGate(gated http.Handler) http.Handler {
 			if res.StatusCode == http.StatusForbidden {
 				if s.fault == faultNoStore {
 					w.Header().Del("Cache-Control")
-				} else if _, ref, err := headers.ParseOperation(res.Header.Values(webkit.HeaderOperation)); err == nil {
+				} else if _, ref, err := headers.ParseOperation(res.Header.Values("Poppy-Operation")); err == nil {
 					op, rev, _ := strings.Cut(ref, ".")
 					body = fmt.Appendf(nil, `{"error":"approval_required","operation":{"operation_id":%q,"revision":%q}}`, op, rev)
 					w.Header().Set("Content-Type", "application/json")
@@ -448,7 +448,7 @@ func (s *toySessions) SessionOf(r *http.Request) (webkit.Session, bool) {
 	t := s.t
 	switch {
 	case ok && t.fault == faultUndeclaredGetsOperation:
-		sess.Extensions = webkit.Extensions{"operations": "3"}
+		sess.Extensions = map[string]string{"operations": "3"}
 	case ok && t.fault == faultAcceptsOtherUser:
 		sess.User = "everyone"
 	case ok && t.fault == faultUnjoinedGetsOperation:

@@ -11,7 +11,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 // Reference is a ref the agent took from a Poppy-Operation header of a
@@ -120,7 +119,7 @@ func (a *Agent) onEvent(t *tab, ev any) {
 		req.status, req.resource = int(ev.Response.Status), string(ev.Type)
 		t.reqs[ev.RequestID] = req
 		h := ev.Response.Headers
-		if headerValue(h, webkit.HeaderOperation) == "" && t.extra[ev.RequestID] != nil {
+		if headerValue(h, "Poppy-Operation") == "" && t.extra[ev.RequestID] != nil {
 			h = t.extra[ev.RequestID]
 		}
 		delete(t.extra, ev.RequestID)
@@ -128,7 +127,7 @@ func (a *Agent) onEvent(t *tab, ev any) {
 	case *network.EventResponseReceivedExtraInfo:
 		// The raw headers as received, in either order with
 		// responseReceived; used when that one lacks Poppy-Operation.
-		if headerValue(ev.Headers, webkit.HeaderOperation) == "" {
+		if headerValue(ev.Headers, "Poppy-Operation") == "" {
 			return
 		}
 		if req, ok := t.reqs[ev.RequestID]; ok && req.resource != "" {
@@ -140,7 +139,7 @@ func (a *Agent) onEvent(t *tab, ev any) {
 }
 
 func (a *Agent) onResponseLocked(t *tab, id string, req request, status int, resource string, h network.Headers) {
-	op := headerValue(h, webkit.HeaderOperation) != ""
+	op := headerValue(h, "Poppy-Operation") != ""
 	a.responses = append(a.responses, Response{Method: req.method, URL: req.url, Status: status, Resource: resource, Operation: op, At: time.Now(), Tab: t.name})
 	if op {
 		a.takeHeaderLocked(t, id, req, status, resource, h)
@@ -168,7 +167,7 @@ func (a *Agent) takeHeaderLocked(t *tab, id string, req request, status int, res
 		ignore("the Company does not list operations v3 (A03)")
 		return
 	}
-	sid, ref, err := headers.ParseOperation(strings.Split(headerValue(h, webkit.HeaderOperation), "\n"))
+	sid, ref, err := headers.ParseOperation(strings.Split(headerValue(h, "Poppy-Operation"), "\n"))
 	if err != nil {
 		ignore("malformed: " + err.Error())
 		return

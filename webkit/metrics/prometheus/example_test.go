@@ -37,7 +37,7 @@ func Example() {
 	// A browser joined to an agent's Session asks for an exchange.
 	joined := httptest.NewRecorder()
 	kit.Sessions.Bind(joined, httptest.NewRequest("POST", "/poppy/join", nil), webkit.Session{
-		ID: "ses_1", Agent: "https://agent.example/client", User: "usr_1", Extensions: webkit.Extensions{"operations": "3"},
+		ID: "ses_1", Agent: "https://agent.example/client", User: "usr_1", Extensions: map[string]string{"operations": "3"},
 	})
 	r := httptest.NewRequest("POST", "/orders/ord_7Hk2/exchange", nil)
 	r.AddCookie(joined.Result().Cookies()[0])
