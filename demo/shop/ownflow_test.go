@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
-	"github.com/opsgate/opsgate/webkit"
 )
 
 var tokenField = regexp.MustCompile(`name="token" value="([^"]+)"`)
