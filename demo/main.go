@@ -56,11 +56,19 @@ func run() error {
 	redisAddr := flag.String("redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
 	metrics := flag.Bool("metrics", true, "serve the kit's Prometheus metrics at "+shop.PathMetrics)
 	customerPassword := flag.String("customer-password", os.Getenv("DEMO_CUSTOMER_PASSWORD"), "the demo customer's password for the shop's own login (env DEMO_CUSTOMER_PASSWORD); default a random one, printed once at start")
+	staffCredential := flag.String("staff-credential", os.Getenv("DEMO_STAFF_CREDENTIAL"), "the staff credential for the admin page "+shop.PathAdmin+" (env DEMO_STAFF_CREDENTIAL); default a random one, printed once at start")
 	flag.Parse()
-	customerNote := ""
+	customerNote, staffNote := "", ""
 	if *customerPassword == "" {
 		*customerPassword = rand.Text()
 		customerNote = "  (random, this run only; -customer-password sets one)"
+	}
+	if *staffCredential == "" {
+		*staffCredential = rand.Text()
+		staffNote = "  (random, this run only; -staff-credential sets one)"
+	}
+	if *staffCredential == *customerPassword {
+		return errors.New("the staff credential must not be the customer's password")
 	}
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -133,6 +141,7 @@ func run() error {
 		Metrics:    *metrics,
 
 		CustomerPassword: *customerPassword,
+		StaffCredential:  *staffCredential,
 	})
 	if err != nil {
 		ln.Close()
@@ -158,12 +167,14 @@ Point an agent at it:
 The shop's own login (people, not agents): %[1]s/signin
   customer password  %[8]s%[9]s
   Each action on that login is confirmed on the shop's page with the password.
+Staff only:  %[1]s%[10]s   (operations whose outcome is not known)
+  staff credential   %[11]s%[12]s
 
 Store: %[6]s
 %[7]sStop with Ctrl-C.
 
 `, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(*metrics, srv.URL(shop.PathMetrics)),
-		*customerPassword, customerNote)
+		*customerPassword, customerNote, shop.PathAdmin, *staffCredential, staffNote)
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),

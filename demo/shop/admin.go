@@ -2,11 +2,15 @@ package shop
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/demo/shop/views"
 	"github.com/opsgate/opsgate/store"
@@ -14,9 +18,13 @@ import (
 
 // The admin page lists the operations whose outcome nobody reported (a
 // handler that failed or panicked, a web server killed mid-action) and
-// resolves them (§7 W142; store.Store.Performing, Resolve). It is behind the
-// shop's own login, never an agent's: an agent's Session can't settle what
-// its own approval did.
+// resolves them (§7 W142; store.Store.Performing, Resolve). It is for the shop's staff
+// only: a staff credential (Config.StaffCredential), separate from the
+// customer's login, signs a browser in as staff; neither a customer's login
+// nor an agent's Session reaches it (an agent's Session can't settle what
+// its own approval did, and marking an operation that took effect "not
+// performed" lets it be performed again). Each Resolve is confirmed on a
+// page of its own and logged.
 
 // defaultStuckAfter is how long an operation must have been performing to
 // be listed, unless ?older= says otherwise.
@@ -25,14 +33,77 @@ const defaultStuckAfter = time.Minute
 // maxStuckListed bounds the page.
 const maxStuckListed = 200
 
+// staffCookie is the staff's sign-in, on /admin/ only.
+const staffCookie = "ridgeline_staff"
+
+// staffLifetime is how long a staff sign-in lasts.
+const staffLifetime = 8 * time.Hour
+
+// staffMark is what the staff cookie carries, sealed: a digest of the
+// credential it was made with, so that changing the credential signs
+// every staff browser out.
+func (s *Server) staffMark() string {
+	sum := sha256.Sum256([]byte("ridgeline staff\n" + s.cfg.StaffCredential))
+	return hex.EncodeToString(sum[:16])
+}
+
+// isStaff reports whether r carries a valid staff sign-in.
+func (s *Server) isStaff(r *http.Request) bool {
+	c, err := r.Cookie(staffCookie)
+	if err != nil {
+		return false
+	}
+	var mark string
+	if err := s.staff.Decode(staffCookie, c.Value, &mark); err != nil {
+		return false
+	}
+	return mark == s.staffMark()
+}
+
 func (s *Server) adminAllowed(w http.ResponseWriter, r *http.Request) bool {
-	if s.ownLogin(r) == "" {
-		s.message(w, r, http.StatusForbidden, "Staff only",
-			"Sign in with the shop's own login to see operations whose outcome is not known.",
-			views.SignInButton(r.URL.Path))
+	if !s.isStaff(r) {
+		ret := "/admin/operations"
+		if r.Method == http.MethodGet {
+			ret = localPath(r.URL.RequestURI(), ret)
+		}
+		v := s.viewerOf(r)
+		render(w, r, http.StatusForbidden, views.StaffSignInPage(s.chrome(r, v, "Staff only", ""), ret, ""))
 		return false
 	}
 	return true
+}
+
+// staffSignIn (POST /admin/signin) checks the staff credential.
+func (s *Server) staffSignIn(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	ret := localPath(r.PostFormValue("return"), "/admin/operations")
+	if !strings.HasPrefix(ret, "/admin/") {
+		ret = "/admin/operations"
+	}
+	if !secretEqual(r.PostFormValue("staff"), s.cfg.StaffCredential) {
+		// Never the value tried: only that a sign-in failed.
+		s.cfg.Logger.Warn("demo shop: staff sign-in refused")
+		v := s.viewerOf(r)
+		render(w, r, http.StatusUnauthorized, views.StaffSignInPage(s.chrome(r, v, "Staff only", ""), ret, "That staff credential is not right."))
+		return
+	}
+	value, err := s.staff.Encode(staffCookie, s.staffMark())
+	if err != nil {
+		http.Error(w, "sign-in failed", http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: staffCookie, Value: value, Path: "/admin/", HttpOnly: true,
+		Secure: s.secure, SameSite: http.SameSiteStrictMode, MaxAge: int(staffLifetime.Seconds()),
+	})
+	s.cfg.Logger.Info("demo shop: staff signed in")
+	http.Redirect(w, r, ret, http.StatusSeeOther)
+}
+
+// staffSignOut (POST /admin/signout) ends the staff sign-in.
+func (s *Server) staffSignOut(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: staffCookie, Value: "", Path: "/admin/", HttpOnly: true, Secure: s.secure, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 func (s *Server) reconciler() (store.Store, bool) {
@@ -98,7 +169,22 @@ func (s *Server) adminResolve(w http.ResponseWriter, r *http.Request) {
 		s.message(w, r, http.StatusBadRequest, "Not resolved", "That operation can't be resolved here.", views.BackLink("/admin/operations", "Back"))
 		return
 	}
+	if r.PostFormValue("confirmed") != "yes" {
+		// Ask first: "not performed" lets the operation be performed again.
+		w.Header().Set("Cache-Control", "no-store")
+		v := s.viewerOf(r)
+		render(w, r, http.StatusOK, views.ResolveConfirmPage(s.chrome(r, v, "Resolve", ""), views.ResolveView{
+			Operation: views.StuckOperation{Agent: owner.Agent, User: owner.User, Account: owner.Account, OperationID: id},
+			Outcome:   r.PostFormValue("outcome"),
+		}))
+		return
+	}
 	err := rc.Resolve(r.Context(), owner, id, outcome, s.cfg.Clock())
+	// Every Resolve is logged: who it was for and what was said, never a
+	// token or a cookie.
+	s.cfg.Logger.Info("demo shop: staff resolved an operation",
+		"operation_id", id, "agent", owner.Agent, "user", owner.User, "account", owner.Account,
+		"outcome", r.PostFormValue("outcome"), "ok", err == nil)
 	switch {
 	case errors.Is(err, store.ErrNotPerforming):
 		s.message(w, r, http.StatusConflict, "Already settled", "That operation is no longer waiting for an outcome.", views.BackLink("/admin/operations", "Back"))

@@ -54,6 +54,7 @@ const (
 	PathToken      = "/demo/token"       // the demo authorization server
 	PathReset      = "/demo/reset"       // restores the browser's sandbox
 	PathMetrics    = "/metrics"          // Prometheus metrics, with Config.Metrics
+	PathAdmin      = "/admin/operations" // the staff's page (Config.StaffCredential)
 )
 
 // Config configures a Server.
@@ -88,6 +89,11 @@ type Config struct {
 	// that login (the shop's own approval flow, §4 W56). "" makes a random
 	// one nobody knows: the own login is then off.
 	CustomerPassword string
+	// StaffCredential signs a browser in as the shop's staff, for the
+	// admin page (operations whose outcome is not known, §7 W142); it is
+	// not the customer's password and no customer login reaches that page.
+	// "" makes a random one nobody knows: the admin page is then closed.
+	StaffCredential string
 	// Metrics serves the kit's metrics at PathMetrics in the Prometheus
 	// text format (webkit/metrics/prometheus, on the shop's own registry,
 	// not the global one): the answers of the Gate, the operations
@@ -106,7 +112,8 @@ type Server struct {
 	sandboxes *shopdb.Sandboxes
 	kit       *webkit.Kit
 	login     *securecookie.SecureCookie
-	secure    bool // BaseURL is https: cookies are Secure
+	staff     *securecookie.SecureCookie // the staff's sign-in (admin.go)
+	secure    bool                       // BaseURL is https: cookies are Secure
 	mount     *endpoint.Mount
 	tokens    *identity.JWTAccessTokens
 	issuer    crypto.Signer
@@ -132,6 +139,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.CustomerPassword == "" {
 		cfg.CustomerPassword = rand.Text()
+	}
+	if cfg.StaffCredential == "" {
+		cfg.StaffCredential = rand.Text()
+	}
+	if cfg.StaffCredential == cfg.CustomerPassword {
+		return nil, errors.New("shop: StaffCredential must not be the customer's password")
 	}
 	if len(cfg.Keys) == 0 {
 		cfg.Keys = [][]byte{securecookie.GenerateRandomKey(64), securecookie.GenerateRandomKey(32)}
@@ -160,6 +173,8 @@ func NewServer(cfg Config) (*Server, error) {
 	// The shop's own login: a signed, encrypted cookie naming the account.
 	s.login = securecookie.New(cfg.Keys[0], cfg.Keys[1])
 	s.login.MaxAge(int((12 * time.Hour).Seconds()))
+	s.staff = securecookie.New(cfg.Keys[0], cfg.Keys[1])
+	s.staff.MaxAge(int(staffLifetime.Seconds()))
 
 	// The demo authorization server's key, and the verifier of its tokens.
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -255,8 +270,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /confirm", s.confirmPage)
 	mux.HandleFunc("POST /confirm", s.confirm)
 	mux.HandleFunc("POST /signout", s.signOut)
-	mux.HandleFunc("GET /admin/operations", s.adminOperations)
+	mux.HandleFunc("GET "+PathAdmin, s.adminOperations)
 	mux.HandleFunc("POST /admin/operations/resolve", s.adminResolve)
+	mux.HandleFunc("POST /admin/signin", s.staffSignIn)
+	mux.HandleFunc("POST /admin/signout", s.staffSignOut)
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
 

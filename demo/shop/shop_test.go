@@ -30,7 +30,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func newTestServer(t *testing.T) (*Server, *clock) {
 	t.Helper()
 	c := testclock.At(t0)
-	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, AllowLocal: true, Logger: quiet, CustomerPassword: testPassword})
+	s, err := NewServer(Config{BaseURL: "http://shop.test", Clock: c.Now, AllowLocal: true, Logger: quiet, CustomerPassword: testPassword, StaffCredential: testStaff})
 	if err != nil {
 		t.Fatal(err)
 	}
