@@ -27,6 +27,7 @@ import (
 	"sync"
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -174,7 +175,7 @@ func NewMount(c Config) (*Mount, error) {
 	// The jti check is a store call like the others: it has the kit's
 	// StoreTimeout, so a stalled store answers 503 in bounded time.
 	replay := storewrap.WithTimeout(kit.Store, kit.StoreTimeout)
-	verifier := &identity.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
 	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	if c.Decline != nil {
 		m.endpoint.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {

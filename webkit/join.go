@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -18,14 +19,14 @@ import (
 // (2: "step 2" of §2, W10) and binds the browser to the Session (3), then
 // answers 303 to return_to.
 //
-// url is the join's own absolute URL, the aud of every assertion; v
-// verifies assertions (its Origin is the Company's origin, which return_to
-// must be on); tokens verifies the access token of a signed-in join, and
+// url is the join's own absolute URL, the aud of every assertion; v, the
+// verifier endpoint.NewMount builds, verifies assertions (its Origin is the
+// Company's origin, which return_to must be on); tokens verifies the access token of a signed-in join, and
 // nil refuses signed-in joins.
 //
 // A website whose identity provider hosts the join does not mount it: its
 // login callback calls Kit.Sessions.Bind with the Session it verified.
-func (k *Kit) JoinHandler(url string, v *identity.Verifier, tokens identity.AccessTokens) http.Handler {
+func (k *Kit) JoinHandler(url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
 	return &joinEndpoint{Kit: k, URL: url, Verifier: v, AccessTokens: tokens}
 }
 
@@ -36,7 +37,7 @@ type joinEndpoint struct {
 	URL string
 	// Verifier verifies assertions (its Origin is the Company's origin,
 	// which return_to must be on).
-	Verifier *identity.Verifier
+	Verifier *siteverify.Verifier
 	// AccessTokens verifies the access token of a signed-in join; nil
 	// refuses signed-in joins.
 	AccessTokens identity.AccessTokens
@@ -112,7 +113,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		at, err := j.AccessTokens.VerifyAccessToken(r.Context(), token)
 		if err == nil {
-			err = identity.CheckAccessToken(a.Caller, at)
+			err = siteverify.CheckAccessToken(a.Caller, at)
 		}
 		if err == nil && (at.Account == "" || len(at.Account) > maxJoinAccount) {
 			err = fmt.Errorf("the access token names no account of 1–%d bytes", maxJoinAccount)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -59,7 +60,7 @@ func newJoinEnv(t testing.TB) *joinEnv {
 	t.Cleanup(e.srv.Close)
 	e.kit = New(testKeys...)
 	e.kit.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.join = &joinEndpoint{Kit: e.kit, URL: joinURL, Verifier: &identity.Verifier{
+	e.join = &joinEndpoint{Kit: e.kit, URL: joinURL, Verifier: &siteverify.Verifier{
 		Origin:   joinOrigin,
 		Resolver: &identity.Resolver{HTTPClient: e.srv.Client(), AllowLocal: true},
 		Replay:   store.NewMemory(),

@@ -34,6 +34,7 @@ import (
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
@@ -675,7 +676,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	kit := webkit.New(keys2...)
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := &identity.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 	ep := opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier})
 	owner := store.Owner{Agent: keys.ClientID, User: "usr_approval"}
 

@@ -36,6 +36,7 @@ import (
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -118,7 +119,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		kit.Store = st
 		kit.Logger = slog.New(slog.DiscardHandler)
 		kit.Sessions.(*webkit.CookieSessions).Insecure = true
-		verifier := &identity.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+		verifier := &siteverify.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 		mux := http.NewServeMux()
 		mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier}))
 		mux.Handle("POST /poppy/join", kit.JoinHandler(hostileOrigin+"/poppy/join", verifier, nil))

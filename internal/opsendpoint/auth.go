@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -17,7 +18,7 @@ import (
 // the Session's agent and then names the account the Session is signed in
 // to. The endpoint requires no scope (§4, W71).
 type IdentityAuthenticator struct {
-	Verifier *identity.Verifier
+	Verifier *siteverify.Verifier
 	// AccessTokens verifies access tokens; nil refuses every request that
 	// carries one (the website then has no signed-in Sessions).
 	AccessTokens identity.AccessTokens
@@ -43,7 +44,7 @@ func (a IdentityAuthenticator) authenticate(ctx context.Context, r *http.Request
 	}
 	var token string
 	if len(r.Header.Values("Authorization")) > 0 {
-		t, err := identity.ParseAuthorization(r.Header)
+		t, err := siteverify.ParseAuthorization(r.Header)
 		if err != nil {
 			return webkit.Session{}, Replay{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 		}
@@ -72,7 +73,7 @@ func (a IdentityAuthenticator) authenticate(ctx context.Context, r *http.Request
 	if err != nil {
 		return webkit.Session{}, Replay{}, classify(err, ErrInvalidToken)
 	}
-	if err := identity.CheckAccessToken(s, at); err != nil {
+	if err := siteverify.CheckAccessToken(s, at); err != nil {
 		return webkit.Session{}, Replay{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if at.Account == "" {

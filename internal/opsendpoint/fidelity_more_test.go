@@ -13,9 +13,9 @@ import (
 
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
-	"github.com/opsgate/opsgate/webkit/identity"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
@@ -52,7 +52,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	kit.Store = st
 	kit.Clock = s.clock.Now
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := &identity.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
+	verifier := &siteverify.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
 	mux.Handle("POST /poppy/join", kit.JoinHandler(s.site.JoinURL, verifier, s.site.AccessTokens()))

@@ -29,6 +29,7 @@ import (
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
@@ -108,7 +109,7 @@ func newShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomic.
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
 	kit.Sessions.(*webkit.CookieSessions).Insecure = true
-	verifier := &identity.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
 	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
@@ -457,7 +458,7 @@ func TestAgentKeysDown(t *testing.T) {
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
 	resolver := &identity.Resolver{AllowLocal: true, Clock: now}
-	s.ep.Auth = opsendpoint.IdentityAuthenticator{Verifier: &identity.Verifier{Origin: origin, Resolver: resolver, Replay: s.kit.Store}}
+	s.ep.Auth = opsendpoint.IdentityAuthenticator{Verifier: &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: s.kit.Store}}
 	a := newAgent(t)
 	a.down.Store(true)
 	status, _, h := a.call(t, s, "op_x.1-y", agentRequest{sid: "ses_1", user: "usr_1"})

@@ -8,13 +8,13 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/agenttest"
 )
 
 func TestJWTAccessTokens(t *testing.T) {
@@ -49,18 +49,18 @@ func TestJWTAccessTokens(t *testing.T) {
 		{"ES256 from IssueAccessToken", issued(ec, "ec"), true},
 		{"EdDSA from IssueAccessToken", issued(ed, "ed"), true},
 		{"RS256 from IssueAccessToken", issued(rk, "rsa"), true},
-		{"typ application/at+jwt with azp", forge(t, "ES256", ec, map[string]any{"typ": "application/at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "client_id"); c["azp"] = agent })), true},
-		{"typ JWT", forge(t, "ES256", ec, map[string]any{"typ": "JWT", "kid": "ec"}, claims(nil)), false},
-		{"another issuer", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" })), false},
-		{"expired", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Minute).Unix() })), false},
-		{"no sub", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "sub") })), false},
-		{"no client_id nor azp", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "client_id") })), false},
-		{"client_id and azp differ", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["azp"] = "https://x.example/a" })), false},
-		{"unknown kid", forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "nope"}, claims(nil)), false},
-		{"signed by another key", forge(t, "ES256", other, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
-		{"HS256 with the kid of an RSA key", forge(t, "HS256", []byte("secret"), map[string]any{"typ": "at+jwt", "kid": "rsa"}, claims(nil)), false},
-		{"signature's last character changed in bits base64 leaves unused", unusedBitChanged(t, issued(ec, "ec")), false},
-		{"EdDSA alg with the EC key's kid", forge(t, "EdDSA", ed, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
+		{"typ application/at+jwt with azp", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "application/at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "client_id"); c["azp"] = agent })), true},
+		{"typ JWT", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "JWT", "kid": "ec"}, claims(nil)), false},
+		{"another issuer", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["iss"] = "https://evil.example" })), false},
+		{"expired", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Minute).Unix() })), false},
+		{"no sub", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "sub") })), false},
+		{"no client_id nor azp", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { delete(c, "client_id") })), false},
+		{"client_id and azp differ", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(func(c jwt.MapClaims) { c["azp"] = "https://x.example/a" })), false},
+		{"unknown kid", agenttest.Forge(t, "ES256", ec, map[string]any{"typ": "at+jwt", "kid": "nope"}, claims(nil)), false},
+		{"signed by another key", agenttest.Forge(t, "ES256", other, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
+		{"HS256 with the kid of an RSA key", agenttest.Forge(t, "HS256", []byte("secret"), map[string]any{"typ": "at+jwt", "kid": "rsa"}, claims(nil)), false},
+		{"signature's last character changed in bits base64 leaves unused", agenttest.UnusedBitChanged(t, issued(ec, "ec")), false},
+		{"EdDSA alg with the EC key's kid", agenttest.Forge(t, "EdDSA", ed, map[string]any{"typ": "at+jwt", "kid": "ec"}, claims(nil)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,59 +77,6 @@ func TestJWTAccessTokens(t *testing.T) {
 			}
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("err = %v, want ErrInvalid", err)
-			}
-		})
-	}
-}
-
-func TestCheckAccessToken(t *testing.T) {
-	t.Parallel()
-	s := Caller{ClientID: "https://agent.example/agent"}
-	if err := CheckAccessToken(s, AccessToken{ClientID: s.ClientID, Account: "a"}); err != nil {
-		t.Errorf("same agent: %v", err)
-	}
-	for _, id := range []string{"", "https://other.example/agent"} {
-		if err := CheckAccessToken(s, AccessToken{ClientID: id}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("client_id %q: err = %v, want ErrInvalid", id, err)
-		}
-	}
-}
-
-func TestParseAuthorization(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		values []string
-		want   string
-		ok     bool
-	}{
-		{"none", nil, "", true},
-		{"bearer", []string{"Bearer abc.DEF-_~+/=="}, "abc.DEF-_~+/==", true},
-		{"scheme case-insensitive", []string{"bearer abc"}, "abc", true},
-		{"two headers", []string{"Bearer abc", "Bearer def"}, "", false},
-		{"token with other credentials", []string{"Bearer abc, Basic dXNlcjpwdw=="}, "", false},
-		{"two tokens", []string{"Bearer abc def"}, "", false},
-		{"Basic", []string{"Basic dXNlcjpwdw=="}, "", false},
-		{"DPoP", []string{"DPoP abc"}, "", false},
-		{"empty token", []string{"Bearer "}, "", false},
-		{"no token", []string{"Bearer"}, "", false},
-		{"two spaces", []string{"Bearer  abc"}, "", false},
-		{"padding inside", []string{"Bearer ab=c"}, "", false},
-		{"non-ASCII", []string{"Bearer abç"}, "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h := http.Header{}
-			for _, v := range tt.values {
-				h.Add("Authorization", v)
-			}
-			got, err := ParseAuthorization(h)
-			if tt.ok != (err == nil) || got != tt.want {
-				t.Fatalf("ParseAuthorization(%q) = %q, %v", tt.values, got, err)
-			}
-			if err != nil && !errors.Is(err, errMalformedAuthorization) {
-				t.Errorf("err = %v, want errMalformedAuthorization", err)
 			}
 		})
 	}

@@ -5,11 +5,10 @@ import (
 	"fmt"
 )
 
-// The two ways a verification fails (an Authorization header that is not
-// exactly one "Bearer <token68>", RFC 6750 §2.1, is ErrInvalid). Every error this package returns wraps
-// exactly one of them (compare with errors.Is), with a message that names
-// the claim, header or document at fault. Messages never contain a token or
-// a key.
+// The two ways a verification fails. Every error this package and the
+// kit's Session verifier return wraps exactly one of them (compare with
+// errors.Is), with a message that names the claim, header or document at
+// fault. Messages never contain a token or a key.
 var (
 	// ErrInvalid: the token, the delegation, the agent's metadata document
 	// or its key set is wrong. The caller answers 401 invalid_session
@@ -20,8 +19,6 @@ var (
 	// reached: network error, timeout, 5xx, 429. The caller answers 503 with
 	// Retry-After, never 401, because the agent did nothing wrong.
 	ErrUnavailable = errors.New("identity: unavailable")
-
-	errMalformedAuthorization = fmt.Errorf("%w: malformed Authorization header", ErrInvalid)
 )
 
 func invalid(format string, args ...any) error {

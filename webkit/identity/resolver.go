@@ -51,6 +51,18 @@ func (a *loadedAgent) hasKid(kid string) bool {
 	return false
 }
 
+func init() {
+	// internal/siteverify verifies Session JWTs with the keys a Resolver
+	// loads (webkit/RULES.md choice 1), through this hook.
+	jose.ResolveKey = func(resolver any, ctx context.Context, clientID, kid, alg string) (jose.PublicKey, string, error) {
+		k, a, err := resolver.(*Resolver).key(ctx, clientID, kid, alg)
+		if err != nil {
+			return jose.PublicKey{}, "", err
+		}
+		return k, a.ClientName, nil
+	}
+}
+
 // The hardening of a 1.0 verifier (webkit/RULES.md "Hardening").
 const (
 	// failureTTL: a failed load is remembered, and not retried, for 30 s.
@@ -63,7 +75,6 @@ const (
 	defaultRefresh     = 5 * time.Minute
 	defaultMaxDocument = 64 << 10
 	defaultMaxAgents   = 10000
-	maxURLLength       = 2048
 	maxKeys            = 100
 )
 
@@ -394,7 +405,7 @@ func (r *Resolver) load(ctx context.Context, clientID string) (*loadedAgent, err
 	if err != nil {
 		return nil, fmt.Errorf("metadata document of %s: %w", clientID, err)
 	}
-	if !sameHost(idURL, ju) {
+	if !jose.SameHost(idURL, ju) {
 		return nil, invalid("metadata document of %s: jwks_uri is not on the client_id's host", clientID)
 	}
 	keys, err := r.loadKeys(ctx, m.JWKSURI)
@@ -636,8 +647,8 @@ func (r *Resolver) checkURL(raw, what string) (*url.URL, error) {
 	if raw == "" {
 		return nil, invalid("%s is missing", what)
 	}
-	if len(raw) > maxURLLength {
-		return nil, invalid("%s is longer than %d bytes", what, maxURLLength)
+	if len(raw) > jose.MaxURLLength {
+		return nil, invalid("%s is longer than %d bytes", what, jose.MaxURLLength)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -653,18 +664,4 @@ func (r *Resolver) checkURL(raw, what string) (*url.URL, error) {
 		return nil, invalid("%s %q must have a host and no userinfo or fragment", what, raw)
 	}
 	return u, nil
-}
-
-func sameHost(a, b *url.URL) bool {
-	return strings.EqualFold(a.Hostname(), b.Hostname()) && effectivePort(a) == effectivePort(b)
-}
-
-func effectivePort(u *url.URL) string {
-	if p := u.Port(); p != "" {
-		return p
-	}
-	if u.Scheme == "http" {
-		return "80"
-	}
-	return "443"
 }

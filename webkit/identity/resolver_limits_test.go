@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/opsgate/opsgate/internal/agentside"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -130,23 +128,24 @@ func TestFetchCap(t *testing.T) {
 // the fix they shared one map with arbitrary eviction.
 func TestJunkCannotFlushAgents(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.v.Resolver.agentCap = 5
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
+	clk := newClock()
+	a := newAgentServer(t, "ES256", clk)
+	r := resolverOf(a, clk)
+	r.agentCap = 5
+	if _, err := r.agent(t.Context(), a.ClientID); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		if _, err := e.v.Resolver.agent(t.Context(), fmt.Sprintf("%s/junk/%d", e.a.srv.URL, i)); !errors.Is(err, ErrInvalid) {
+		if _, err := r.agent(t.Context(), fmt.Sprintf("%s/junk/%d", a.Srv.URL, i)); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("junk %d: err = %v", i, err)
 		}
 	}
-	if _, err := e.v.VerifySession(t.Context(), e.session(t, agentside.SessionClaims{}), ""); err != nil {
+	if _, err := r.agent(t.Context(), a.ClientID); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.a.metaHits.Load(); n != 1 {
+	if n := a.MetaHits.Load(); n != 1 {
 		t.Errorf("the agent's metadata was fetched %d times, want 1 (junk evicted it)", n)
 	}
-	r := e.v.Resolver
 	r.mu.Lock()
 	failures := len(r.failures)
 	r.mu.Unlock()
@@ -154,11 +153,11 @@ func TestJunkCannotFlushAgents(t *testing.T) {
 		t.Errorf("%d failures kept, want ≤ MaxAgents", failures)
 	}
 	// A failure is remembered: junk sent again within 30 s is not fetched.
-	hits := e.a.allHits.Load()
-	if _, err := r.agent(t.Context(), e.a.srv.URL+"/junk/49"); !errors.Is(err, ErrInvalid) {
+	hits := a.AllHits.Load()
+	if _, err := r.agent(t.Context(), a.Srv.URL+"/junk/49"); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
-	if e.a.allHits.Load() != hits {
+	if a.AllHits.Load() != hits {
 		t.Error("a failure remembered for 30 s was fetched again")
 	}
 }
@@ -169,11 +168,11 @@ func TestAgentsEvictLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
 	servers := []*agentServer{newAgentServer(t, "ES256", clk), newAgentServer(t, "ES256", clk), newAgentServer(t, "ES256", clk)}
-	r := &Resolver{HTTPClient: servers[0].srv.Client(), AllowLocal: true, Clock: clk.Now, agentCap: 2}
+	r := &Resolver{HTTPClient: servers[0].Srv.Client(), AllowLocal: true, Clock: clk.Now, agentCap: 2}
 	load := func(a *agentServer) {
 		t.Helper()
 		clk.Add(time.Second)
-		if _, err := r.agent(t.Context(), a.clientID); err != nil {
+		if _, err := r.agent(t.Context(), a.ClientID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,7 +182,7 @@ func TestAgentsEvictLeastRecentlyUsed(t *testing.T) {
 	load(servers[2])
 	load(servers[0])
 	load(servers[1])
-	if m0, m1 := servers[0].metaHits.Load(), servers[1].metaHits.Load(); m0 != 1 || m1 != 2 {
+	if m0, m1 := servers[0].MetaHits.Load(), servers[1].MetaHits.Load(); m0 != 1 || m1 != 2 {
 		t.Errorf("metadata fetches %d and %d, want 1 (kept) and 2 (evicted)", m0, m1)
 	}
 }

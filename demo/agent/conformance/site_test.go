@@ -28,6 +28,7 @@ import (
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -136,7 +137,7 @@ func newToy(t *testing.T, fault string) *toy {
 	}
 	// The toy's own endpoint, built as the Mount builds its own, with the
 	// toy's faults in its Authenticator.
-	verifier := &identity.Verifier{Origin: s.url, Resolver: &identity.Resolver{AllowLocal: true, Clock: kit.Clock},
+	verifier := &siteverify.Verifier{Origin: s.url, Resolver: &identity.Resolver{AllowLocal: true, Clock: kit.Clock},
 		Replay: storewrap.WithTimeout(kit.Store, kit.StoreTimeout), Clock: kit.Clock}
 	s.ep = opsendpoint.New(kit, &toyAuth{next: opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens}, t: s})
 	s.ep.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {

@@ -1,4 +1,4 @@
-package identity
+package siteverify
 
 import (
 	"context"
@@ -18,12 +18,11 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/opsgate/opsgate/internal/jose"
+	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // Limits of webkit/RULES.md choices 1 and 3.
 const (
-	// leeway is the clock leeway for every time claim.
-	leeway = 30 * time.Second
 	// maxSessionLifetime bounds a Session JWT's exp − iat.
 	maxSessionLifetime = 300 * time.Second
 	// maxBrowserLifetime bounds a browser join assertion's exp − iat.
@@ -31,8 +30,7 @@ const (
 	// maxDelegationLifetime bounds a delegation's exp − iat.
 	maxDelegationLifetime = 24 * time.Hour
 
-	maxTokenBytes = 16 << 10
-	maxIDBytes    = 255
+	maxIDBytes = 255
 )
 
 // A ReplayStore remembers the single-use IDs (jti) of the tokens a Verifier
@@ -83,7 +81,7 @@ type Verifier struct {
 	// "https://shop.example": scheme, host and port, no path.
 	Origin string
 	// Resolver loads agents' keys.
-	Resolver *Resolver
+	Resolver *identity.Resolver
 	// Replay remembers each jti until its token expires: a store.Store, or
 	// anything with its UseOnce.
 	Replay ReplayStore
@@ -131,6 +129,13 @@ func (v *Verifier) now() time.Time {
 		return v.Clock()
 	}
 	return time.Now()
+}
+
+// agentKey returns the key with kid that fits alg of the agent clientID,
+// and the agent's client_name, as v.Resolver loads and caches them
+// (webkit/RULES.md choice 1 and its hardening).
+func (v *Verifier) agentKey(ctx context.Context, clientID, kid, alg string) (jose.PublicKey, string, error) {
+	return jose.ResolveKey(v.Resolver, ctx, clientID, kid, alg)
 }
 
 // VerifySession verifies the Poppy-Session header token (webkit/RULES.md choice
@@ -220,7 +225,7 @@ func (v *Verifier) failedBefore(typ, aud, accessToken, token string) (credential
 // rememberFailure remembers a token's failure for its credentials, when it
 // is the token's fault (ErrInvalid) and not an outage.
 func (v *Verifier) rememberFailure(c credentials, err error) {
-	if v.delegationCap < 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnavailable) {
+	if v.delegationCap < 0 || !errors.Is(err, identity.ErrInvalid) || errors.Is(err, identity.ErrUnavailable) {
 		return
 	}
 	v.dlg.putFailedToken(c.key(), err, v.now(), v.maxDelegations())
@@ -290,7 +295,7 @@ func (v *Verifier) useOnce(ctx context.Context, key string, until time.Time) err
 func (v *Verifier) useOnceKey(ctx context.Context, key string, until time.Time) error {
 	first, err := v.Replay.UseOnce(ctx, key, until, v.now())
 	if err != nil {
-		return fmt.Errorf("%w: replay store: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: replay store: %w", identity.ErrUnavailable, err)
 	}
 	if !first {
 		return invalid("jti was used before (replay)")
@@ -303,22 +308,23 @@ func (v *Verifier) useOnceKey(ctx context.Context, key string, until time.Time) 
 // failing another check does not take room in the replay store.
 func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifetime time.Duration, accessToken string, c *agentClaims) (Caller, error) {
 	if v.Resolver == nil || v.Replay == nil || aud == "" {
-		return Caller{}, fmt.Errorf("identity: Verifier needs Resolver, Replay and an audience")
+		return Caller{}, fmt.Errorf("siteverify: Verifier needs Resolver, Replay and an audience")
 	}
-	if len(token) > maxTokenBytes {
-		return Caller{}, invalid("longer than %d bytes", maxTokenBytes)
+	if len(token) > jose.MaxTokenBytes {
+		return Caller{}, invalid("longer than %d bytes", jose.MaxTokenBytes)
 	}
-	agent, err := v.verifySigned(ctx, token, typ, aud, v.now(), c)
+	agentName, err := v.verifySigned(ctx, token, typ, aud, v.now(), c)
 	if err != nil {
 		return Caller{}, err
 	}
-	return checkClaims(c, agent, aud, maxLifetime, accessToken)
+	return checkClaims(c, agentName, aud, maxLifetime, accessToken)
 }
 
 // verifySigned decodes token into c and checks its JOSE header, its
 // delegation, its signature by the delegated key, and its exp, iat, nbf
-// and aud at now (jwt.Validator), returning the agent that delegated.
-func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*loadedAgent, error) {
+// and aud at now (jwt.Validator), returning the client_name of the agent
+// that delegated.
+func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (string, error) {
 	// The steps of jwt.Parser.ParseWithClaims, in its order and with its
 	// strict decoding (b64), validation and signature check, but with the JOSE header
 	// decoded once per exact header segment (sessionHeader): every check
@@ -326,74 +332,74 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	h, hb, ok := strings.Cut(token, ".")
 	cb, sb, ok2 := strings.Cut(hb, ".")
 	if !ok || !ok2 || strings.Contains(sb, ".") {
-		return nil, invalid("%v: token contains an invalid number of segments", jwt.ErrTokenMalformed)
+		return "", invalid("%v: token contains an invalid number of segments", jwt.ErrTokenMalformed)
 	}
 	hdr, cached, err := v.sessionHeader(h)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	claims, err := jose.B64.DecodeString(cb)
 	if err != nil {
-		return nil, invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err)
+		return "", invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err)
 	}
 	if err := json.Unmarshal(claims, c); err != nil {
-		return nil, invalid("%v: could not JSON decode claim: %v", jwt.ErrTokenMalformed, err)
+		return "", invalid("%v: could not JSON decode claim: %v", jwt.ErrTokenMalformed, err)
 	}
 	if !hdr.hasAlg {
-		return nil, invalid("%v: signing method (alg) is unspecified", jwt.ErrTokenUnverifiable)
+		return "", invalid("%v: signing method (alg) is unspecified", jwt.ErrTokenUnverifiable)
 	}
 	method := jwt.GetSigningMethod(hdr.alg)
 	if method == nil {
-		return nil, invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable)
+		return "", invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable)
 	}
 	sig, err := jose.B64.DecodeString(sb)
 	if err != nil {
-		return nil, invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err)
+		return "", invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err)
 	}
 	if !slices.Contains(jose.SigningAlgs, method.Alg()) {
-		return nil, invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg())
+		return "", invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg())
 	}
 	if err := checkHeaderFields(hdr.typ, hdr.crit, typ); err != nil {
-		return nil, err
+		return "", err
 	}
 	if !hdr.hasDlg {
-		return nil, invalid("JOSE header poppy_dlg is missing")
+		return "", invalid("JOSE header poppy_dlg is missing")
 	}
 	if c.Issuer == "" {
-		return nil, invalid("iss is missing")
+		return "", invalid("iss is missing")
 	}
 	d, err := v.delegationKeyed(ctx, hdr.dlgKey, hdr.dlg, now)
 	if err != nil {
-		return nil, fmt.Errorf("poppy_dlg: %w", err)
+		return "", fmt.Errorf("poppy_dlg: %w", err)
 	}
 	if d.clientID != c.Issuer {
-		return nil, invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
+		return "", invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
 	}
 	if !d.key.Fits(method.Alg()) {
-		return nil, invalid("alg %q does not fit the delegated key", method.Alg())
+		return "", invalid("alg %q does not fit the delegated key", method.Alg())
 	}
 	if err := method.Verify(token[:len(h)+1+len(cb)], sig, d.key.Key); err != nil {
-		return nil, invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err)
+		return "", invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err)
 	}
 	err = jwt.NewValidator(
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(jose.Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithAudience(aud),
 	).Validate(c)
 	if err != nil {
-		return nil, invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
+		return "", invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
 	}
 	if !cached && v.delegationCap >= 0 {
 		v.dlg.putHeader(h, hdr)
 	}
-	return d.agent, nil
+	return d.agentName, nil
 }
 
 // checkClaims makes the checks of verify on a signed token's claims: iat,
 // its lifetime, aud exactly, sid, sub and jti, and ath.
-func checkClaims(c *agentClaims, agent *loadedAgent, aud string, maxLifetime time.Duration, accessToken string) (Caller, error) {
+func checkClaims(c *agentClaims, agentName string, aud string, maxLifetime time.Duration, accessToken string) (Caller, error) {
 	if c.IssuedAt == nil {
 		return Caller{}, invalid("iat is missing")
 	}
@@ -429,17 +435,17 @@ func checkClaims(c *agentClaims, agent *loadedAgent, aud string, maxLifetime tim
 		ClientID:  c.Issuer,
 		User:      c.Subject,
 		SID:       c.SID,
-		AgentName: agent.ClientName,
+		AgentName: agentName,
 		// The jti is used up until the token can no longer verify.
 		ReplayKey:   replayKey(c.Issuer, c.ID),
-		ReplayUntil: exp.Add(leeway),
+		ReplayUntil: exp.Add(jose.Leeway),
 	}, nil
 }
 
 type delegation struct {
-	clientID string
-	key      jose.PublicKey // the delegated key, cnf.jwk
-	agent    *loadedAgent
+	clientID  string
+	key       jose.PublicKey // the delegated key, cnf.jwk
+	agentName string         // the agent's client_name
 	// What the cache re-checks on every use: the agent's key that signed
 	// the delegation (kid, alg and the key itself) and the expiry.
 	kid, alg  string
@@ -473,7 +479,7 @@ func (v *Verifier) delegationKeyed(ctx context.Context, key [32]byte, compact st
 	switch {
 	case err == nil:
 		v.dlg.putVerified(key, d, v.maxDelegations())
-	case errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnavailable):
+	case errors.Is(err, identity.ErrInvalid) && !errors.Is(err, identity.ErrUnavailable):
 		// ErrUnavailable is not the delegation's fault; the Resolver
 		// remembers it for the agent.
 		v.dlg.putFailed(key, err, now, v.maxDelegations())
@@ -491,7 +497,7 @@ func (v *Verifier) maxDelegations() int {
 // recheck makes, for a cached verified delegation, the checks that can
 // change after it verified.
 func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now time.Time) (delegation, error) {
-	if !now.Before(d.expiresAt.Add(leeway)) {
+	if !now.Before(d.expiresAt.Add(jose.Leeway)) {
 		err := invalid("delegation is expired")
 		v.dlg.putFailed(key, err, now, v.maxDelegations())
 		return delegation{}, err
@@ -502,7 +508,7 @@ func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now 
 	// The agent's current keys: a key removed from its key set (revoked or
 	// rotated out) stops its delegations once the Resolver reloads, cached
 	// or not.
-	k, a, err := v.Resolver.key(ctx, d.clientID, d.kid, d.alg)
+	k, name, err := v.agentKey(ctx, d.clientID, d.kid, d.alg)
 	if err != nil {
 		return delegation{}, err
 	}
@@ -510,7 +516,7 @@ func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now 
 		v.dlg.drop(key)
 		return delegation{}, invalid("kid %q of %s is now another key", d.kid, d.clientID)
 	}
-	d.agent = a
+	d.agentName = name
 	return d, nil
 }
 
@@ -535,7 +541,7 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 	p := jwt.NewParser(
 		jwt.WithValidMethods(jose.SigningAlgs),
 		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(jose.Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
@@ -558,12 +564,12 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 			keyErr = invalid("agent %s is not accepted", c.Issuer)
 			return nil, keyErr
 		}
-		k, a, err := v.Resolver.key(ctx, c.Issuer, kid, t.Method.Alg())
+		k, name, err := v.agentKey(ctx, c.Issuer, kid, t.Method.Alg())
 		if err != nil {
 			keyErr = err
 			return nil, err
 		}
-		d.agent, d.kid, d.alg, d.signer = a, kid, t.Method.Alg(), k.Key
+		d.agentName, d.kid, d.alg, d.signer = name, kid, t.Method.Alg(), k.Key
 		return k.Key, nil
 	})
 	if keyErr != nil {
@@ -817,8 +823,8 @@ func checkID(claim, s string) error {
 // userinfo: the join answers 303 to it, and must not become an open
 // redirect.
 func (v *Verifier) checkReturnTo(s string) error {
-	if len(s) > maxURLLength || strings.ContainsAny(s, "\\") {
-		return invalid("return_to is not a plain URL of at most %d bytes", maxURLLength)
+	if len(s) > jose.MaxURLLength || strings.ContainsAny(s, "\\") {
+		return invalid("return_to is not a plain URL of at most %d bytes", jose.MaxURLLength)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
@@ -826,9 +832,9 @@ func (v *Verifier) checkReturnTo(s string) error {
 	}
 	o, err := url.Parse(v.Origin)
 	if err != nil {
-		return fmt.Errorf("identity: Verifier.Origin: %w", err)
+		return fmt.Errorf("siteverify: Verifier.Origin: %w", err)
 	}
-	if u.User != nil || u.Opaque != "" || !strings.EqualFold(u.Scheme, o.Scheme) || !sameHost(u, o) {
+	if u.User != nil || u.Opaque != "" || !strings.EqualFold(u.Scheme, o.Scheme) || !jose.SameHost(u, o) {
 		return invalid("return_to is not on %s", v.Origin)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package identity
+package siteverify
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 func TestVerifyBrowserAssertion(t *testing.T) {
@@ -48,20 +49,20 @@ func TestVerifyBrowserAssertion(t *testing.T) {
 			}
 			b, err := e.v.VerifyBrowserAssertion(t.Context(), tok, aud, tt.token)
 			if !tt.ok {
-				if !errors.Is(err, ErrInvalid) {
-					t.Fatalf("err = %v, want ErrInvalid", err)
+				if !errors.Is(err, identity.ErrInvalid) {
+					t.Fatalf("err = %v, want identity.ErrInvalid", err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b.ReturnTo != c.ReturnTo || b.Extensions != c.Extensions || b.SID != "ses_1" || b.ClientID != e.a.clientID {
+			if b.ReturnTo != c.ReturnTo || b.Extensions != c.Extensions || b.SID != "ses_1" || b.ClientID != e.a.ClientID {
 				t.Errorf("got %+v", b)
 			}
 			// Single use: the same assertion never joins twice.
-			if _, err := e.v.VerifyBrowserAssertion(t.Context(), tok, aud, tt.token); !errors.Is(err, ErrInvalid) {
-				t.Errorf("replay: err = %v, want ErrInvalid", err)
+			if _, err := e.v.VerifyBrowserAssertion(t.Context(), tok, aud, tt.token); !errors.Is(err, identity.ErrInvalid) {
+				t.Errorf("replay: err = %v, want identity.ErrInvalid", err)
 			}
 		})
 	}
@@ -72,7 +73,7 @@ func TestSessionJWTIsNotABrowserAssertion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	tok := e.session(t, agentside.SessionClaims{Audience: origin + "/poppy/join"})
-	if _, err := e.v.VerifyBrowserAssertion(t.Context(), tok, origin+"/poppy/join", ""); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("err = %v, want ErrInvalid", err)
+	if _, err := e.v.VerifyBrowserAssertion(t.Context(), tok, origin+"/poppy/join", ""); !errors.Is(err, identity.ErrInvalid) {
+		t.Fatalf("err = %v, want identity.ErrInvalid", err)
 	}
 }

@@ -1,4 +1,4 @@
-package identity
+package siteverify
 
 import (
 	"crypto/ecdsa"
@@ -15,7 +15,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/agenttest"
 	"github.com/opsgate/opsgate/internal/jose"
+	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 var benchAlgs = []string{"ES256", "EdDSA"}
@@ -27,8 +29,8 @@ func BenchmarkVerifySession(b *testing.B) {
 		b.Run(alg, func(b *testing.B) {
 			clk := newClock()
 			a := newAgentServer(b, alg, clk)
-			v := a.verifier(clk, newReplay())
-			d, err := a.keys.Delegate(time.Hour)
+			v := verifierOf(a, clk, newReplay())
+			d, err := a.Keys.Delegate(time.Hour)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -60,7 +62,7 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 		b.Run(alg, func(b *testing.B) {
 			clk := newClock()
 			a := newAgentServer(b, alg, clk)
-			d, err := a.keys.Delegate(time.Hour)
+			d, err := a.Keys.Delegate(time.Hour)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -81,7 +83,7 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 				}
 				return check{key: key, msg: []byte(jws[:i]), sig: sig}
 			}
-			checks := []check{split(d.Compact(), a.keys.Signer().Public()), split(tok, d.Signer().Public())}
+			checks := []check{split(d.Compact(), a.Keys.Signer().Public()), split(tok, d.Signer().Public())}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -116,21 +118,21 @@ func BenchmarkRawSignatureChecks(b *testing.B) {
 func BenchmarkJunkSignature(b *testing.B) {
 	clk := newClock()
 	a := newAgentServer(b, "ES256", clk)
-	d, err := a.keys.Delegate(time.Hour)
+	d, err := a.Keys.Delegate(time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &env{clk: clk, a: a, v: a.verifier(clk, newReplay()), d: d}
+	e := &env{clk: clk, a: a, v: verifierOf(a, clk, newReplay()), d: d}
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
-	if err := json.Unmarshal(a.keys.JWKS(), &set); err != nil {
+	if err := json.Unmarshal(a.Keys.JWKS(), &set); err != nil {
 		b.Fatal(err)
 	}
-	raw, _ := json.Marshal(rsaJWK("rsa4096", 4096, "AQAB"))
+	raw, _ := json.Marshal(agenttest.RSAJWK("rsa4096", 4096, "AQAB"))
 	set.Keys = append(set.Keys, raw)
 	body, _ := json.Marshal(set)
-	a.jwks.Store(&body)
+	a.JWKS.Store(&body)
 	run := func(b *testing.B, token func(i int) string) {
 		tokens := make([]string, b.N)
 		for i := range tokens {
@@ -139,8 +141,8 @@ func BenchmarkJunkSignature(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := e.v.VerifySession(b.Context(), tokens[i], ""); !errors.Is(err, ErrInvalid) {
-				b.Fatalf("err = %v, want ErrInvalid", err)
+			if _, err := e.v.VerifySession(b.Context(), tokens[i], ""); !errors.Is(err, identity.ErrInvalid) {
+				b.Fatalf("err = %v, want identity.ErrInvalid", err)
 			}
 		}
 	}
@@ -153,8 +155,8 @@ func BenchmarkJunkSignature(b *testing.B) {
 	})
 	b.Run("RSA4096/cnf.jwk", func(b *testing.B) {
 		now := clk.Now()
-		dlg, err := jose.Sign("ES256", a.keys.Signer(), map[string]any{"typ": jose.TypDelegation, "kid": a.keys.Kid()}, jwt.MapClaims{
-			"iss": a.clientID, "cnf": map[string]any{"jwk": rsaJWK("", 4096, "AQAB")}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+		dlg, err := jose.Sign("ES256", a.Keys.Signer(), map[string]any{"typ": jose.TypDelegation, "kid": a.Keys.Kid()}, jwt.MapClaims{
+			"iss": a.ClientID, "cnf": map[string]any{"jwk": agenttest.RSAJWK("", 4096, "AQAB")}, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -186,11 +188,11 @@ func BenchmarkDelegationCache(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				clk := newClock()
 				a := newAgentServer(b, alg, clk)
-				v := a.verifier(clk, newReplay())
+				v := verifierOf(a, clk, newReplay())
 				if !cached {
 					v.delegationCap = -1
 				}
-				d, err := a.keys.Delegate(time.Hour)
+				d, err := a.Keys.Delegate(time.Hour)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package identity
+package siteverify
 
 import (
 	"context"
@@ -13,19 +13,21 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/agenttest"
 	"github.com/opsgate/opsgate/internal/jose"
+	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // verifySignedWithParser is verifySigned as it was written on
 // jwt.Parser.ParseWithClaims, with the JOSE header decoded on every call:
 // the reference FuzzVerifySignedMatchesParser holds verifySigned to.
-func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (*loadedAgent, error) {
-	var agent *loadedAgent
+func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud string, now time.Time, c *agentClaims) (string, error) {
+	var agentName string
 	var keyErr error
 	p := jwt.NewParser(
 		jwt.WithValidMethods(jose.SigningAlgs),
 		jwt.WithStrictDecoding(),
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(jose.Leeway),
 		jwt.WithTimeFunc(func() time.Time { return now }),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
@@ -34,40 +36,40 @@ func (v *Verifier) verifySignedWithParser(ctx context.Context, token, typ, aud s
 	_, err := p.ParseWithClaims(token, c, func(t *jwt.Token) (any, error) {
 		if err := checkHeader(t, typ); err != nil {
 			keyErr = err
-			return nil, err
+			return "", err
 		}
 		dlg, ok := t.Header["poppy_dlg"].(string)
 		if !ok {
 			keyErr = invalid("JOSE header poppy_dlg is missing")
-			return nil, keyErr
+			return "", keyErr
 		}
 		if c.Issuer == "" {
 			keyErr = invalid("iss is missing")
-			return nil, keyErr
+			return "", keyErr
 		}
 		d, err := v.delegationKeyed(ctx, sha256.Sum256([]byte(dlg)), dlg, now)
 		if err != nil {
 			keyErr = fmt.Errorf("poppy_dlg: %w", err)
-			return nil, keyErr
+			return "", keyErr
 		}
 		if d.clientID != c.Issuer {
 			keyErr = invalid("iss %q is not the delegation's iss %q", c.Issuer, d.clientID)
-			return nil, keyErr
+			return "", keyErr
 		}
 		if !d.key.Fits(t.Method.Alg()) {
 			keyErr = invalid("alg %q does not fit the delegated key", t.Method.Alg())
-			return nil, keyErr
+			return "", keyErr
 		}
-		agent = d.agent
+		agentName = d.agentName
 		return d.key.Key, nil
 	})
 	if keyErr != nil {
-		return nil, keyErr
+		return "", keyErr
 	}
 	if err != nil {
-		return nil, invalid("%v", err)
+		return "", invalid("%v", err)
 	}
-	return agent, nil
+	return agentName, nil
 }
 
 // FuzzVerifySignedMatchesParser: verifySigned, with its cache of decoded
@@ -86,7 +88,7 @@ func FuzzVerifySignedMatchesParser(f *testing.F) {
 		}
 		f.Add(tok, "", "", jose.TypSession)
 	}
-	f.Add(junkDelegation(e, e.a.keys.Kid(), "ES256", 64), "", "", jose.TypSession)
+	f.Add(junkDelegation(e, e.a.Keys.Kid(), "ES256", 64), "", "", jose.TypSession)
 	f.Add(b64json(map[string]any{"alg": "none"})+"."+b64json(jwt.MapClaims{"iss": "https://x.example/a"})+".", "", "", jose.TypSession)
 	f.Add("a.b.c", "", "", jose.TypBrowser)
 	claims := `{"iss":"$ISS","aud":"https://shop.example","sid":"s","sub":"u","iat":$NOW,"exp":$EXP,"jti":"j"}`
@@ -96,7 +98,7 @@ func FuzzVerifySignedMatchesParser(f *testing.F) {
 	f.Fuzz(func(t *testing.T, token, header, claims, typ string) {
 		now := e.clk.Now()
 		if header != "" || claims != "" {
-			r := strings.NewReplacer("$DLG", e.d.Compact(), "$ISS", e.a.clientID, "$NOW", fmt.Sprint(now.Unix()), "$EXP", fmt.Sprint(now.Add(time.Minute).Unix()))
+			r := strings.NewReplacer("$DLG", e.d.Compact(), "$ISS", e.a.ClientID, "$NOW", fmt.Sprint(now.Unix()), "$EXP", fmt.Sprint(now.Add(time.Minute).Unix()))
 			input := jose.B64.EncodeToString([]byte(r.Replace(header))) + "." + jose.B64.EncodeToString([]byte(r.Replace(claims)))
 			sig, err := jwt.SigningMethodES256.Sign(input, e.d.Signer())
 			if err != nil {
@@ -113,7 +115,7 @@ func FuzzVerifySignedMatchesParser(f *testing.F) {
 			t.Fatalf("verifySigned: %v\nParseWithClaims: %v", gerr, werr)
 		}
 		if ga != wa || !reflect.DeepEqual(got, want) {
-			t.Fatalf("verifySigned: %p %+v\nParseWithClaims: %p %+v", ga, got, wa, want)
+			t.Fatalf("verifySigned: %q %+v\nParseWithClaims: %q %+v", ga, got, wa, want)
 		}
 	})
 }
@@ -134,7 +136,7 @@ func TestHeaderCache(t *testing.T) {
 	if n := len(e.v.dlg.headers); n != 1 {
 		t.Fatalf("%d headers kept, want 1", n)
 	}
-	if _, err := e.v.VerifySession(t.Context(), good, ""); !errors.Is(err, ErrInvalid) {
+	if _, err := e.v.VerifySession(t.Context(), good, ""); !errors.Is(err, identity.ErrInvalid) {
 		t.Fatalf("replay: err = %v", err)
 	}
 	// The same header (same delegation and key), another signature.
@@ -144,19 +146,19 @@ func TestHeaderCache(t *testing.T) {
 		t.Fatal("two Session JWTs of one delegation have different headers")
 	}
 	bad := next[:strings.LastIndex(next, ".")+1] + strings.Repeat("A", 86)
-	if _, err := e.v.VerifySession(t.Context(), bad, ""); !errors.Is(err, ErrInvalid) {
+	if _, err := e.v.VerifySession(t.Context(), bad, ""); !errors.Is(err, identity.ErrInvalid) {
 		t.Fatalf("bad signature with a kept header: err = %v", err)
 	}
 	if _, err := e.v.VerifySession(t.Context(), next, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A header never seen, refused: not kept.
-	other, err := e.a.keys.Delegate(time.Hour)
+	other, err := e.a.Keys.Delegate(time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := forge(t, "ES256", other.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
-	if _, err := e.v.VerifySession(t.Context(), forged, ""); !errors.Is(err, ErrInvalid) {
+	forged := agenttest.Forge(t, "ES256", other.Signer(), map[string]any{"typ": jose.TypSession, "poppy_dlg": e.d.Compact()}, e.claims())
+	if _, err := e.v.VerifySession(t.Context(), forged, ""); !errors.Is(err, identity.ErrInvalid) {
 		t.Fatalf("forged: err = %v", err)
 	}
 	if n := len(e.v.dlg.headers); n != 1 {
