@@ -4,35 +4,50 @@
 // joined to its Session (Poppy `operations` extension v3, on web pages).
 //
 //	go run ./demo                  # http://localhost:8080, embedded miniredis
-//	go run ./demo -addr :9090      # or ADDR=:9090
+//	go run ./demo -addr localhost:9090         # or ADDR=localhost:9090
 //	go run ./demo -redis-addr 127.0.0.1:6390   # the embedded store's address (REDIS_ADDR)
 //	REDIS_URL=redis://localhost:6379/0 go run ./demo
 //	go run ./demo -metrics=false   # no /metrics (on by default)
+//	go run ./demo -metrics-addr 127.0.0.1:9100 # /metrics on a listener of its own only
+//	go run ./demo -addr :8443 -base-url https://demo.example -tls-cert cert.pem -tls-key key.pem
+//	go run ./demo -staff-credential … -customer-password …   # else random, printed at start
 //
 // The shop serves the kit's Prometheus metrics at /metrics (the Gate's,
 // the operations endpoint's, the join's and the status route's answers and
-// the store's latency; webkit/metrics/prometheus), linked from no page.
+// the store's latency; webkit/metrics/prometheus), linked from no page;
+// with -metrics-addr only on that address, not on the shop's listener.
+//
+// -allow-local (demo mode, below) is on by default only when the shop's
+// origin and the address it listens on are both loopback; the shop's own
+// login needs the customer's password and the admin page the staff
+// credential. demo/DEPLOY.md puts the demo on a server.
 //
 // Every agent's User gets its own copy of the demo data (a sandbox, reset
 // from the account page), so many agents can share one running demo.
 //
-// It runs in demo mode: agents whose client_id is on localhost or 127.0.0.1
-// over plain http are accepted, cookies are not Secure on http, and
-// POST /demo/token hands out access tokens for the demo account to anyone.
-// Don't expose it to the internet.
+// In demo mode (-allow-local) agents whose client_id is on localhost or
+// 127.0.0.1 over plain http are accepted and the kit's dial-time address
+// check is off; cookies are not Secure on http. Always, POST /demo/token
+// hands out access tokens for the demo account to anyone: the demo data is
+// every agent's to play with, in its own sandbox.
 package main
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -44,36 +59,86 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(ctx, os.Args[1:], os.Stdout, logger); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	addr := flag.String("addr", envOr("ADDR", "localhost:8080"), "address to listen on (env ADDR)")
-	baseURL := flag.String("base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>")
-	redisAddr := flag.String("redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
-	metrics := flag.Bool("metrics", true, "serve the kit's Prometheus metrics at "+shop.PathMetrics)
-	customerPassword := flag.String("customer-password", os.Getenv("DEMO_CUSTOMER_PASSWORD"), "the demo customer's password for the shop's own login (env DEMO_CUSTOMER_PASSWORD); default a random one, printed once at start")
-	staffCredential := flag.String("staff-credential", os.Getenv("DEMO_STAFF_CREDENTIAL"), "the staff credential for the admin page "+shop.PathAdmin+" (env DEMO_STAFF_CREDENTIAL); default a random one, printed once at start")
-	flag.Parse()
-	customerNote, staffNote := "", ""
-	if *customerPassword == "" {
-		*customerPassword = rand.Text()
-		customerNote = "  (random, this run only; -customer-password sets one)"
-	}
-	if *staffCredential == "" {
-		*staffCredential = rand.Text()
-		staffNote = "  (random, this run only; -staff-credential sets one)"
-	}
-	if *staffCredential == *customerPassword {
-		return errors.New("the staff credential must not be the customer's password")
-	}
+// options are the demo's flags.
+type options struct {
+	addr, baseURL, redisAddr    string
+	metrics                     bool
+	metricsAddr                 string
+	tlsCert, tlsKey             string
+	allowLocal                  bool
+	allowLocalSet               bool
+	customerPassword, staffCred string
+	customerNote, staffNote     string
+}
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "addr", envOr("ADDR", "localhost:8080"), "address to listen on (env ADDR)")
+	fs.StringVar(&o.baseURL, "base-url", os.Getenv("BASE_URL"), "the shop's origin as browsers and agents reach it (env BASE_URL); default http://<addr>, or https://<addr> with -tls-cert")
+	fs.StringVar(&o.redisAddr, "redis-addr", os.Getenv("REDIS_ADDR"), "address the embedded miniredis listens on (env REDIS_ADDR); default a free port on 127.0.0.1; unused with REDIS_URL")
+	fs.BoolVar(&o.metrics, "metrics", true, "serve the kit's Prometheus metrics at "+shop.PathMetrics)
+	fs.StringVar(&o.metricsAddr, "metrics-addr", os.Getenv("METRICS_ADDR"), "serve "+shop.PathMetrics+" on this address only, not on the shop's own listener (env METRICS_ADDR)")
+	fs.StringVar(&o.tlsCert, "tls-cert", os.Getenv("TLS_CERT"), "serve https with this PEM certificate chain (env TLS_CERT; with -tls-key)")
+	fs.StringVar(&o.tlsKey, "tls-key", os.Getenv("TLS_KEY"), "the PEM private key of -tls-cert (env TLS_KEY)")
+	fs.BoolVar(&o.allowLocal, "allow-local", false, "demo mode: accept agents on localhost over plain http, and turn off the check that keeps the shop from fetching loopback, private and link-local addresses for an agent's client_id; default on only when the shop's origin and its listener are both loopback")
+	fs.StringVar(&o.customerPassword, "customer-password", os.Getenv("DEMO_CUSTOMER_PASSWORD"), "the demo customer's password for the shop's own login (env DEMO_CUSTOMER_PASSWORD); default a random one, printed once at start")
+	fs.StringVar(&o.staffCred, "staff-credential", os.Getenv("DEMO_STAFF_CREDENTIAL"), "the staff credential for the admin page "+shop.PathAdmin+" (env DEMO_STAFF_CREDENTIAL); default a random one, printed once at start")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "allow-local" {
+			o.allowLocalSet = true
+		}
+	})
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return o, errors.New("-tls-cert and -tls-key go together")
+	}
+	if o.metricsAddr != "" && !o.metrics {
+		return o, errors.New("-metrics-addr with -metrics=false: choose one")
+	}
+	if o.customerPassword == "" {
+		o.customerPassword = rand.Text()
+		o.customerNote = "  (random, this run only; -customer-password sets one)"
+	}
+	if o.staffCred == "" {
+		o.staffCred = rand.Text()
+		o.staffNote = "  (random, this run only; -staff-credential sets one)"
+	}
+	if o.staffCred == o.customerPassword {
+		return o, errors.New("the staff credential must not be the customer's password")
+	}
+	return o, nil
+}
+
+// run serves the demo until ctx ends; the banner goes to stdout.
+func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	var cert tls.Certificate
+	if o.tlsCert != "" {
+		if cert, err = tls.LoadX509KeyPair(o.tlsCert, o.tlsKey); err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+	}
 
 	// The store: the real Redis when REDIS_URL is set, else an embedded
 	// miniredis, so the demo needs no set-up.
@@ -91,7 +156,7 @@ func run() error {
 		client = redis.NewClient(opts)
 		storeDesc = "Redis at " + opts.Addr
 	} else {
-		mr, err := startMiniredis(*redisAddr)
+		mr, err := startMiniredis(o.redisAddr)
 		if err != nil {
 			return fmt.Errorf("embedded miniredis: %w", err)
 		}
@@ -103,7 +168,7 @@ func run() error {
 	}
 	defer client.Close()
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := client.Ping(pingCtx).Err()
+	err = client.Ping(pingCtx).Err()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -125,30 +190,61 @@ func run() error {
 		logger.Warn("opsgate: store load", "error", err)
 	}
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
-	base := *baseURL
+	defer ln.Close()
+	base := o.baseURL
 	if base == "" {
-		base = "http://" + displayHost(ln.Addr().(*net.TCPAddr), *addr)
+		scheme := "http://"
+		if o.tlsCert != "" {
+			scheme = "https://"
+		}
+		base = scheme + displayHost(ln.Addr().(*net.TCPAddr), o.addr)
+	}
+	allowLocal := o.allowLocal
+	if !o.allowLocalSet {
+		allowLocal = loopbackOrigin(base) && ln.Addr().(*net.TCPAddr).IP.IsLoopback()
+	} else if allowLocal && !(loopbackOrigin(base) && ln.Addr().(*net.TCPAddr).IP.IsLoopback()) {
+		logger.Warn("demo: -allow-local on a shop reachable from other machines: anyone can make it fetch loopback, private and link-local addresses through a client_id", "origin", base)
+	}
+	var metricsLn net.Listener
+	if o.metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return fmt.Errorf("-metrics-addr: %w", err)
+		}
+		defer metricsLn.Close()
+	} else if o.metrics && !loopbackOrigin(base) {
+		logger.Warn("demo: "+shop.PathMetrics+" is served to anyone who reaches the shop; -metrics-addr serves it on a listener of its own", "origin", base)
 	}
 	srv, err := shop.NewServer(shop.Config{
-		BaseURL:    base,
-		Store:      st,
-		Logger:     logger,
-		AllowLocal: true, // demo mode: agents on localhost over http
-		Metrics:    *metrics,
+		BaseURL:        base,
+		Store:          st,
+		Logger:         logger,
+		AllowLocal:     allowLocal,
+		Metrics:        o.metrics,
+		MetricsPrivate: metricsLn != nil,
 
-		CustomerPassword: *customerPassword,
-		StaffCredential:  *staffCredential,
+		CustomerPassword: o.customerPassword,
+		StaffCredential:  o.staffCred,
 	})
 	if err != nil {
-		ln.Close()
+		if !allowLocal && strings.HasPrefix(base, "http://") {
+			return fmt.Errorf("%w\n(the shop's origin %s is plain http and not loopback: serve https with -tls-cert and -tls-key, or behind a reverse proxy with -base-url https://…; -allow-local is for local development)", err, base)
+		}
 		return err
 	}
 
-	fmt.Printf(`
+	metricsURL := srv.URL(shop.PathMetrics)
+	if metricsLn != nil {
+		metricsURL = "http://" + displayHost(metricsLn.Addr().(*net.TCPAddr), o.metricsAddr) + shop.PathMetrics + " (its own listener)"
+	}
+	localLine := "Agents on localhost/127.0.0.1 over plain http are accepted (demo mode, -allow-local)."
+	if !allowLocal {
+		localLine = "allow-local is off: agents' client_ids must be https on public addresses."
+	}
+	fmt.Fprintf(stdout, `
 Ridgeline Outfitters, the opsgate demo shop, is running.
 
   Shop            %[1]s/
@@ -162,7 +258,7 @@ Point an agent at it:
   operations      %[1]s%[4]s   (the operations endpoint)
   demo token      %[1]s%[5]s   DEMO ONLY: POST client_id=<your client_id>&account=acct_demo
                   for an access token for the demo account, to make a signed-in join.
-  Agents on localhost/127.0.0.1 over plain http are accepted (demo mode).
+  %[13]s
 
 The shop's own login (people, not agents): %[1]s/signin
   customer password  %[8]s%[9]s
@@ -173,8 +269,8 @@ Staff only:  %[1]s%[10]s   (operations whose outcome is not known)
 Store: %[6]s
 %[7]sStop with Ctrl-C.
 
-`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(*metrics, srv.URL(shop.PathMetrics)),
-		*customerPassword, customerNote, shop.PathAdmin, *staffCredential, staffNote)
+`, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(o.metrics, metricsURL),
+		o.customerPassword, o.customerNote, shop.PathAdmin, o.staffCred, o.staffNote, localLine)
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),
@@ -184,8 +280,21 @@ Store: %[6]s
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	servers := []*http.Server{hs}
+	errc := make(chan error, 2)
+	if o.tlsCert != "" {
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET "+shop.PathMetrics, srv.MetricsHandler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, ErrorLog: hs.ErrorLog}
+		servers = append(servers, ms)
+		go func() { errc <- ms.Serve(metricsLn) }()
+	}
 
 	select {
 	case err := <-errc:
@@ -195,13 +304,32 @@ Store: %[6]s
 	logger.Info("shutting down")
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelShut()
-	if err := hs.Shutdown(shutCtx); err != nil {
-		return err
+	for _, s := range servers {
+		if err := s.Shutdown(shutCtx); err != nil {
+			return err
+		}
 	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for range servers {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
 	}
 	return nil
+}
+
+// loopbackOrigin reports whether origin's host is loopback: localhost (or
+// a name under .localhost), 127.0.0.0/8 or ::1.
+func loopbackOrigin(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	h := strings.ToLower(u.Hostname())
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
 }
 
 // startMiniredis starts the embedded store on addr, or on a free loopback
@@ -219,11 +347,11 @@ func startMiniredis(addr string) (*miniredis.Miniredis, error) {
 }
 
 // metricsLine is the banner's line for /metrics.
-func metricsLine(on bool, url string) string {
+func metricsLine(on bool, where string) string {
 	if !on {
 		return ""
 	}
-	return "Metrics: " + url + " (Prometheus; -metrics=false turns it off)\n"
+	return "Metrics: " + where + " (Prometheus; -metrics=false turns it off)\n"
 }
 
 func envOr(name, def string) string {

@@ -101,6 +101,9 @@ type Config struct {
 	// store's latency. The labels are fixed sets and action kinds, never a
 	// Session, a token, an operation_id or a ref. No page links to it.
 	Metrics bool
+	// MetricsPrivate keeps the metrics off Handler: only MetricsHandler
+	// serves them, on a listener of the operator's (demo -metrics-addr).
+	MetricsPrivate bool
 }
 
 // Server is the demo shop.
@@ -232,6 +235,16 @@ func NewServer(cfg Config) (*Server, error) {
 // Handler serves the whole shop.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// MetricsHandler serves the kit's metrics in the Prometheus text format
+// (Config.Metrics), for a listener other than the shop's own; nil without
+// Config.Metrics.
+func (s *Server) MetricsHandler() http.Handler {
+	if s.metrics == nil {
+		return nil
+	}
+	return promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{})
+}
+
 // Kit is the shop's kit: tests bind browsers with Kit().Sessions.
 func (s *Server) Kit() *webkit.Kit { return s.kit }
 
@@ -289,7 +302,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+PathReset, s.reset)
 
 	// The operator's: Prometheus scrapes it; no page links to it.
-	if s.metrics != nil {
+	if s.metrics != nil && !s.cfg.MetricsPrivate {
 		mux.Handle("GET "+PathMetrics, promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	}
 
