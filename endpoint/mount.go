@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/discovery"
+	"github.com/opsgate/opsgate/internal/kitlink"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -90,7 +91,7 @@ type Config struct {
 	// Paths of the endpoint and the join; "" is the default of each
 	// (/poppy/operations, /poppy/join). poppy.json is always at
 	// /.well-known/poppy.json, and the kit's own routes are under
-	// Kit.BasePath.
+	// /_opsgate/.
 	EndpointPath, JoinPath string
 	// PoppyJSON holds the other members of the website's poppy.json (its
 	// APIs, other extensions); the Mount adds the operations entry, the
@@ -136,13 +137,13 @@ var errConfig = errors.New("endpoint: mount")
 
 // NewMount checks c and builds the Mount. Every mistake it can see is an
 // error here, not at the first request: a missing or malformed Origin, a
-// Kit that can't work (webkit.Kit.Check: not built by New, keys New
+// Kit that can't work (not built by webkit.New, keys New
 // refused), paths that collide, a poppy.json that would not be valid.
 func NewMount(c Config) (*Mount, error) {
 	if c.Kit == nil {
 		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", errConfig)
 	}
-	if err := c.Kit.Check(); err != nil {
+	if err := kitlink.Check(c.Kit); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	origin, err := checkOrigin(c.Origin)
@@ -152,18 +153,18 @@ func NewMount(c Config) (*Mount, error) {
 	kit := c.Kit
 	m := &Mount{
 		kit:           kit,
-		base:          kit.BasePath,
+		base:          kitlink.BasePath(kit),
 		endpointPath:  orDefault(c.EndpointPath, defaultEndpointPath),
 		joinPath:      orDefault(c.JoinPath, defaultJoinPath),
 		poppyJSONPath: defaultPoppyJSONPath,
 	}
 	if !strings.HasPrefix(m.base, "/") || !strings.HasSuffix(m.base, "/") {
-		return nil, fmt.Errorf("%w: Kit.BasePath %q must begin and end with /", errConfig, m.base)
+		return nil, fmt.Errorf("%w: the kit's base path %q must begin and end with /", errConfig, m.base)
 	}
 	seen := map[string]bool{}
 	for _, p := range []string{m.endpointPath, m.joinPath, m.poppyJSONPath} {
 		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, m.base) || seen[p] {
-			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside Kit.BasePath %q", errConfig, p, m.base)
+			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside the kit's routes under %q", errConfig, p, m.base)
 		}
 		seen[p] = true
 	}
@@ -184,7 +185,7 @@ func NewMount(c Config) (*Mount, error) {
 	}
 	joinURL := origin + m.joinPath
 	m.join = kit.JoinHandler(joinURL, verifier, c.AccessTokens)
-	m.static = kit.Handler()
+	m.static = kitlink.Routes(kit)
 
 	doc := map[string]any{}
 	for k, v := range c.PoppyJSON {
@@ -276,7 +277,7 @@ func (m *Mount) servePoppyJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 // Paths returns the exact paths of the endpoint, the join and poppy.json,
-// then the kit's path prefix (Kit.BasePath), for a router that registers
+// then the kit's path prefix (/_opsgate/), for a router that registers
 // each route itself. On chi the prefix is registered as prefix+"*", on
 // gorilla/mux with PathPrefix; Handler needs neither.
 func (m *Mount) Paths() (endpoint, join, poppyJSON, prefix string) {

@@ -316,9 +316,9 @@ func (m *memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.t
 //
 // It is Take without the approvals: the conformance suite sets up
 // operations with it (storetest.Issue).
-func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (Issued, error) {
+func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
-		return Issued{}, err
+		return TakeResult{}, err
 	}
 	defer m.mu.Unlock()
 	return m.issue(owner, action, now)
@@ -328,7 +328,7 @@ func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now
 // (W19, W20, W39) and making new ones only when it must (W24, W25, W141).
 // A new operation beyond the owner's or the agent's cap of open ones is
 // ErrRateLimited.
-func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (Issued, error) {
+func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
 	slot := storekit.Slot(owner.Agent, owner.User)
 	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
 	a, _ := m.actions.get(ak)
@@ -357,7 +357,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (Issued, 
 		}
 		if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
 			over(m.openAgent[owner.Agent], m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent) {
-			return Issued{}, ErrRateLimited
+			return TakeResult{}, ErrRateLimited
 		}
 		if a == nil {
 			a = &memAction{}
@@ -375,7 +375,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (Issued, 
 		m.expiry.add(&op.timer)
 	}
 	if cur := op.revisions[op.current]; cur != nil && reusable(cur, action, now) {
-		return Issued{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
+		return TakeResult{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
 	if expiresAt.IsZero() {
@@ -393,7 +393,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (Issued, 
 	}}
 	op.add(r)
 	m.keep(op, expiresAt)
-	return Issued{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
+	return TakeResult{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
 }
 
 // over says whether n open operations reach a configured cap: its default
@@ -525,7 +525,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 	if err != nil {
 		return TakeResult{}, err
 	}
-	return TakeResult{Issued: &is}, nil
+	return is, nil
 }
 
 // setClaim files c under token until now+ClaimTokenTTL.
@@ -823,9 +823,9 @@ func computedOperation(c computed.Op, rev string) Operation {
 }
 
 // computedIssued is what Take and Issue answer for a computed operation.
-func computedIssued(k *computed.Sealer, slot string, c computed.Op) Issued {
+func computedIssued(k *computed.Sealer, slot string, c computed.Op) TakeResult {
 	rev, ref := k.Issue(slot, c)
-	return Issued{Operation: computedOperation(c, rev), Ref: ref}
+	return TakeResult{Operation: computedOperation(c, rev), Ref: ref}
 }
 
 // mayStore reports whether an approval may store the computed operation c,
@@ -952,7 +952,7 @@ func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 				continue
 			}
 			c := m.claimOf(op)
-			out = append(out, Stuck{Owner: op.owner, Operation: c.Operation, Approval: c.Approval, ClaimedAt: op.claimedAt, Unknown: op.unknown})
+			out = append(out, Stuck{Claim: Claim{Owner: op.owner, Operation: c.Operation, Approval: c.Approval}, ClaimedAt: op.claimedAt, Unknown: op.unknown})
 		}
 		m.mu.Unlock()
 		for _, s := range out {

@@ -171,9 +171,9 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 					if err := m.Finish(ctx, *res.Claim, out, now); err != nil {
 						t.Error(err)
 					}
-				case res.Issued != nil:
-					op := res.Issued.Operation
-					m.Record(ctx, owner, res.Issued.Ref, store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: "agent"}, now, store.RecordOptions{})
+				case res.Ref != "":
+					op := res.Operation
+					m.Record(ctx, owner, res.Ref, store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: "agent"}, now, store.RecordOptions{})
 				}
 				m.Lookup(ctx, owner, fmt.Sprint("op_x.", i), now)
 			}
@@ -199,7 +199,7 @@ func TestMemoryAgentCap(t *testing.T) {
 	ctx := t.Context()
 	m, _ := memstore.New(memstore.Config{MaxOpenPerAgent: 3})
 	a := memStoredAction("k", `{}`, time.Minute)
-	var first store.Issued
+	var first store.TakeResult
 	for i := range 3 {
 		is, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
 		if err != nil {

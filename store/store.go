@@ -391,25 +391,20 @@ func (o Outcome) String() string {
 	return "invalid outcome"
 }
 
-// TakeResult is Take's answer: exactly one of Claim and Issued is set, or
+// TakeResult is Take's answer: Claim is set, or Ref (with Operation), or
 // Busy is true.
 type TakeResult struct {
 	// Claim is set when a matching approval was taken: run the action once.
 	Claim *Claim
-	// Issued is set when no approval matched: the operation (reused or new)
-	// for this action, and the ref to return (§4, W99).
-	Issued *Issued
+	// Ref and Operation are set when no approval matched: the operation
+	// (reused or new) issued for this action, and the ref to return in
+	// Poppy-Operation (§4, W99): at most 2048 characters of A–Z a–z 0–9
+	// - _ .
+	Ref       string
+	Operation Operation
 	// Busy is true when the only matching approvals belong to an operation
 	// that is being performed: answer 503 with Retry-After (W145).
 	Busy bool
-}
-
-// Issued is an operation issued for a request, with its ref.
-type Issued struct {
-	Operation Operation
-	// Ref is the reference for the Poppy-Operation header (§4): at most
-	// 2048 characters of A–Z a–z 0–9 - _ .
-	Ref string
 }
 
 // Store is the at-most-once store. Every method is one atomic step and takes
@@ -505,11 +500,11 @@ var ErrNotDurable = errors.New("store: claim not confirmed durable")
 // performing (unknown, forgotten, or settled already).
 var ErrNotPerforming = errors.New("store: operation is not performing")
 
-// Stuck is an operation Performing found.
+// Stuck is an operation Performing found: its claim (whose owner, claimed
+// revision and used-up approval; Token is empty, as only Resolve settles
+// it) and when it was claimed.
 type Stuck struct {
-	Owner     Owner
-	Operation Operation // the claimed revision
-	Approval  Approval  // the approval its claim used up
+	Claim
 	ClaimedAt time.Time
 	// Unknown is true when the handler finished with an unknown outcome
 	// (Finish(Unknown)); false when nothing was reported at all.

@@ -175,7 +175,7 @@ func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
 		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(headers.Operation), err)
 	}
 	rec := fs.lookup(sesOut, ref)
-	fs.record(sesOut, store.Issued{Operation: rec.Current, Ref: ref})
+	fs.record(sesOut, store.TakeResult{Operation: rec.Current, Ref: ref})
 }
 
 func readAll(t *testing.T, res *http.Response) string {
@@ -313,7 +313,7 @@ func TestSentBodyFromParsedForm(t *testing.T) {
 
 	t.Run("over MaxBody", func(t *testing.T) {
 		k := New(testKeys...)
-		k.MaxBody = 16
+		k.maxBodyBytes = 16
 		r := httptest.NewRequest("POST", "/exchange", strings.NewReader("order=ord_7&note="+strings.Repeat("x", 32)))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		r.ContentLength = -1 // chunked: MaxBody is checked on what was parsed

@@ -296,7 +296,7 @@ func chromeSiteServer(t *testing.T, site chromeSite) *httptest.Server {
 	}))
 	mux := http.NewServeMux()
 	mux.Handle("/exchange", exchange)
-	mux.Handle(defaultBasePath, k.Handler())
+	mux.Handle(defaultBasePath, k.routes())
 	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
 		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
 			t.Error(err)

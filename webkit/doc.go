@@ -31,7 +31,7 @@
 // handler the approved operation; [SetOutcome] states its outcome.
 //
 // endpoint.Mount serves, from the one origin it is given, the operations
-// endpoint, the join (Kit.JoinHandler), the kit's routes ([Kit.Handler]) and poppy.json
+// endpoint, the join, the kit's routes under /_opsgate/ and poppy.json
 // (§2), in front of any router; the endpoint package's Example
 // wires a whole website. [Kit.Chrome] dresses the waiting page in the
 // website's own header, footer and stylesheet; [Kit.Observer] sees what the

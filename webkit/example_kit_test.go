@@ -33,9 +33,8 @@ func ExampleKit_Gate() {
 		fmt.Fprintln(w, "exchanged")
 	}))
 
-	mux := http.NewServeMux()
+	mux := http.NewServeMux() // endpoint.NewMount(…).Handler(mux) serves the endpoint and the kit's routes beside it
 	mux.Handle("/orders/exchange", exchange)
-	mux.Handle(kit.BasePath, kit.Handler()) // waiting.js, fetch.js, status
 
 	post := func(cookie *http.Cookie) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "/orders/exchange", strings.NewReader(url.Values{"order": {"ord_7"}, "size": {"L"}}.Encode()))

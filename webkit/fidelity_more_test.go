@@ -23,7 +23,7 @@ func askStatus(t *testing.T, k *Kit, target string, s Session) (int, string) {
 	r := httptest.NewRequest("GET", target, nil)
 	r.AddCookie(joinCookie(t, k, s))
 	rec := httptest.NewRecorder()
-	k.Handler().ServeHTTP(rec, r)
+	k.routes().ServeHTTP(rec, r)
 	var body struct{ Status string }
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	return rec.Code, body.Status
@@ -89,7 +89,7 @@ func TestGateHandler4xxIsNotPerformed(t *testing.T) {
 					}
 					// A new approval of that ref performs it, once.
 					next := e.lookup(sesIn, ref)
-					e.record(sesIn, store.Issued{Operation: next.Current, Ref: ref})
+					e.record(sesIn, store.TakeResult{Operation: next.Current, Ref: ref})
 					if rec := do(); rec.Code != http.StatusOK || runs.Load() != 2 {
 						t.Fatalf("after a new approval: %d, runs %d", rec.Code, runs.Load())
 					}
@@ -121,7 +121,7 @@ func TestStatusRouteExpiredAfterNotPerformed(t *testing.T) {
 			_, ref := refOf(t, page)
 			statusURL := statusURLOf(t, page)
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
 			cont := httptest.NewRecorder()
 			h.ServeHTTP(cont, e.request(joinedIn, formM, "text/html"))
 			if cont.Code != http.StatusBadRequest {
@@ -178,7 +178,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 			}
 			refused("waiting")
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
 			refused("approved")
 			if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != http.StatusOK {
 				t.Fatalf("Continue: %d", rec.Code)
@@ -201,7 +201,7 @@ func TestSealedRefsRevision(t *testing.T) {
 		t.Fatalf("ref %q is not sealed", ref)
 	}
 	rr := e.lookup(sesIn, ref)
-	e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+	e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
 	if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "approved" {
 		t.Errorf("W106 the approved sealed ref: %d %q, want 200 approved", code, st)
 	}

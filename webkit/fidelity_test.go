@@ -188,7 +188,7 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 				sharedRedis(t)
 			}
 			e := newGateEnv(t, be.make(t), newClock())
-			routes := e.kit.Handler()
+			routes := e.kit.routes()
 			ask := func(target string) string {
 				r := httptest.NewRequest("GET", target, nil)
 				r.AddCookie(joinCookie(t, e.kit, sesIn))
@@ -210,7 +210,7 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 			// may go on after its revision with a seal: storekit.SplitRef
 			// reads it as the store does.)
 			id, rev, _ := storekit.SplitRef(refL)
-			e.record(sesIn, store.Issued{Operation: store.Operation{ID: id, Revision: rev}, Ref: refL})
+			e.record(sesIn, store.TakeResult{Operation: store.Operation{ID: id, Revision: rev}, Ref: refL})
 
 			if got := ask(urlL); got != "approved" {
 				t.Errorf("W106 L's page: %q, want approved", got)
@@ -243,7 +243,7 @@ type flakyStore struct {
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.Issued, error) {
+func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	return storetest.Issue(ctx, f.Store, o, a, now)
 }
 

@@ -32,7 +32,7 @@ type Action struct {
 	// Summary is the terms in plain language for the User (§3 W28).
 	Summary string
 	// Lifetime is how long a new revision may be approved; 0 is
-	// Kit.Lifetime (W39).
+	// 10 minutes (W39).
 	Lifetime time.Duration
 	// Kind names the kind of action, such as "exchange", for the Observer's
 	// metrics: a small fixed set the website chooses, never an ID. ""
@@ -192,7 +192,7 @@ type decision struct {
 	release bool         // give back whatever Take may have claimed (W144)
 	fault   error        // a store failure to log
 	claim   *store.Claim // doPerform
-	issued  *store.Issued
+	issued  *store.TakeResult
 }
 
 // taken is what store.Take answered, and why the request's context
@@ -228,8 +228,8 @@ func decide(s Session, t *taken) decision {
 		return decision{do: doPerform, claim: res.Claim}
 	case res.Busy: // §7 W143, W145: never as if it failed
 		return decision{do: doRefuse, reason: ErrBusy, outcome: "busy"}
-	case res.Issued != nil:
-		return decision{do: doAskApproval, issued: res.Issued}
+	case res.Ref != "":
+		return decision{do: doAskApproval, issued: &t.res}
 	}
 	err := errors.New("store: Take returned neither claim, issued nor busy")
 	return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrStoreUnavailable, err), outcome: "unavailable", release: true, fault: err}
@@ -276,7 +276,7 @@ func (k *Kit) storeFailed(r *http.Request, op string, err error) {
 
 // askApproval answers 403 with the operation's ref (§4 W53): the waiting
 // page or {"error":"approval_required"}, never the operation (W64).
-func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.Issued, body []byte, kind string) {
+func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.TakeResult, body []byte, kind string) {
 	hdr, err := headers.FormatOperation(s.ID, iss.Ref)
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: can't write Poppy-Operation",

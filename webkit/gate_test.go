@@ -211,14 +211,14 @@ func (e *gateEnv) do(r *http.Request) *httptest.ResponseRecorder {
 
 // approve issues the operation for s's exchange with these terms and
 // records an approval of it, as the endpoint would (§6).
-func (e *gateEnv) approve(s Session, order, size string) store.Issued {
+func (e *gateEnv) approve(s Session, order, size string) store.TakeResult {
 	e.t.Helper()
 	iss := e.issue(s, order, size)
 	e.record(s, iss)
 	return iss
 }
 
-func (e *gateEnv) issue(s Session, order, size string) store.Issued {
+func (e *gateEnv) issue(s Session, order, size string) store.TakeResult {
 	e.t.Helper()
 	r := httptest.NewRequest("POST", "/exchange", strings.NewReader(url.Values{"order": {order}, "size": {size}}.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -237,7 +237,7 @@ func (e *gateEnv) issue(s Session, order, size string) store.Issued {
 	return iss
 }
 
-func (e *gateEnv) record(s Session, iss store.Issued) {
+func (e *gateEnv) record(s Session, iss store.TakeResult) {
 	e.t.Helper()
 	rep, err := e.kit.Store.Record(context.Background(), s.Owner(), iss.Ref, store.Approval{
 		OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user",
@@ -367,7 +367,7 @@ func testGateScenarios(t *testing.T, be backend) {
 			if tt.browser == notJoined {
 				owner = sesOut
 			}
-			var approved store.Issued
+			var approved store.TakeResult
 			switch tt.setup {
 			case matching:
 				approved = e.approve(owner, "ord_7", "M")
@@ -464,7 +464,7 @@ func mustAction(t testing.TB, k *Kit, form string) store.TakeRequest {
 }
 
 // checkNoOperationInBody: W64, the body never carries the operation.
-func checkNoOperationInBody(t *testing.T, rec *httptest.ResponseRecorder, approved store.Issued, ref string) {
+func checkNoOperationInBody(t *testing.T, rec *httptest.ResponseRecorder, approved store.TakeResult, ref string) {
 	t.Helper()
 	body := rec.Body.String()
 	if strings.Contains(body, `"operation"`) || strings.Contains(body, "order_id") {
@@ -882,7 +882,7 @@ func TestContinueFidelity(t *testing.T) {
 	}
 }
 
-func (e *gateEnv) issueForm(s Session, form string) store.Issued {
+func (e *gateEnv) issueForm(s Session, form string) store.TakeResult {
 	iss, err := storetest.Issue(context.Background(), e.kit.Store, s.Owner(), mustAction(e.t, e.kit, form), e.clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
@@ -1012,7 +1012,7 @@ func TestStatusRoute(t *testing.T) {
 				sharedRedis(t)
 			}
 			e := newGateEnv(t, be.make(t), newClock())
-			status := e.kit.Handler()
+			status := e.kit.routes()
 			rec := e.do(e.request(joinedIn, formM, "text/html"))
 			_, ref := refOf(t, rec)
 			statusURL := statusURLOf(t, rec)
@@ -1054,7 +1054,7 @@ func TestStatusRoute(t *testing.T) {
 				}
 			}
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
 			if code, st := ask(statusURL, &sesIn); code != 200 || st != "approved" { // W106
 				t.Errorf("after approval: %d %s", code, st)
 			}
@@ -1152,7 +1152,7 @@ func TestGateObserverAndRoundTrips(t *testing.T) {
 	}
 	_, ref := refOf(t, rec)
 	rr := e.lookup(sesIn, ref)
-	e.record(sesIn, store.Issued{Operation: rr.Current, Ref: ref})
+	e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
 	cs.calls.Store(0)
 	if rec := e.do(e.request(joinedIn, formM, "")); rec.Code != 200 || cs.calls.Load() != 2 {
 		t.Errorf("performing path: %d, %d store round trips, want 2", rec.Code, cs.calls.Load())
@@ -1196,7 +1196,7 @@ func (c *countingStore) Finish(ctx context.Context, cl store.Claim, out store.Ou
 
 // Issue is uncounted: the benchmarks and tests issue through it, untimed,
 // to set up approvals (storetest.Issue finds it).
-func (c *countingStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.Issued, error) {
+func (c *countingStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	return storetest.Issue(ctx, c.Store, o, a, now)
 }
 
@@ -1298,7 +1298,7 @@ func TestBrowserAutoContinue(t *testing.T) {
 	}))
 	mux := http.NewServeMux()
 	mux.Handle("/exchange", exchange)
-	mux.Handle(defaultBasePath, k.Handler())
+	mux.Handle(defaultBasePath, k.routes())
 	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
 		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
 			t.Error(err)

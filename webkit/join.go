@@ -65,7 +65,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// For the Observer: what became of the join, and at which step.
 	outcome, reason := "refused", "request"
 	defer func() { j.Kit.observe(r.Context(), Event{Route: routeJoin, Outcome: outcome, Reason: reason}) }()
-	if err := j.Kit.Check(); err != nil { // not wired by NewMount, which checks
+	if err := j.Kit.check(); err != nil { // not wired by NewMount, which checks
 		j.Kit.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))
 		joinError(w, http.StatusInternalServerError, "the join is not configured")
 		return

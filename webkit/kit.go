@@ -4,10 +4,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/kitlink"
 	"log/slog"
 	"net/http"
 	"reflect"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,10 +18,19 @@ import (
 
 // Defaults New fills in.
 const (
-	defaultMaxBody    = 1 << 20          // bytes of a gated request body kept for Continue
-	defaultLifetime   = 10 * time.Minute // a revision's lifetime: minutes to read and decide (W39)
-	defaultBasePath   = "/_opsgate/"     // the kit's browser-facing routes
-	defaultRetryAfter = 5 * time.Second  // Retry-After of a 503 or 429 (§7 W143)
+	// defaultMaxBody is the longest gated request body the Gate reads, to
+	// repeat it in Continue and hand it to the handler; longer ones get
+	// 413. A gated action is a small form or JSON body: Continue can't
+	// send files again.
+	defaultMaxBody = 1 << 20
+	// defaultLifetime is how long a revision may be approved when the
+	// Action doesn't say: minutes to read and decide (W39).
+	defaultLifetime = 10 * time.Minute
+	// defaultBasePath is where the Mount serves the kit's browser-facing
+	// routes (waiting.js, fetch.js, opsgate.css, status).
+	defaultBasePath = "/_opsgate/"
+	// defaultRetryAfter is the Retry-After of a 503 or a 429 (§7 W143).
+	defaultRetryAfter = 5 * time.Second
 )
 
 // Kit is a website's configuration of operations on its web pages
@@ -30,9 +39,9 @@ const (
 // before serving. A Kit is safe for concurrent use once it serves.
 //
 // A Kit that can't work fails loudly when the website is wired, before
-// any request is served: [Kit.Check] returns why (keys New refused, a Kit
-// not built by New, a nil Store or Sessions), and Gate and Handler panic
-// with it.
+// any request is served: endpoint.NewMount returns why (keys New refused,
+// a Kit not built by New, a nil Store or Sessions), and Gate panics with
+// it.
 //
 // Every instance of a website that shares one Store performs each operation
 // at most once (§7); instances must also share the cookie keys given to
@@ -61,19 +70,6 @@ type Kit struct {
 	// which hands it to the endpoint. See
 	// webkit/metrics/prometheus and webkit/metrics/otel.
 	Observer Observer
-	// MaxBody is the longest gated request body the Gate reads, to replay it
-	// in Continue and hand it to the handler; longer bodies get 413.
-	// New sets 1 MiB.
-	MaxBody int64
-	// Lifetime is how long a revision may be approved when the action does
-	// not say (W39). New sets 10 minutes.
-	Lifetime time.Duration
-	// BasePath is where [Kit.Handler] serves its routes (waiting.js,
-	// fetch.js, opsgate.css, status); it begins and ends with "/".
-	// New sets "/_opsgate/".
-	BasePath string
-	// RetryAfter is the Retry-After of a 503 or a 429. New sets 5 seconds.
-	RetryAfter time.Duration
 	// Chrome is the website's own frame around every page the kit writes
 	// (waiting, try again, not known yet, too many waiting): its name, a
 	// way back, its stylesheets, its own header and footer as templ
@@ -110,6 +106,8 @@ type Kit struct {
 	//	                      (RULES.md "Bounded work")
 	Refused http.Handler
 
+	// maxBodyBytes, when set (by tests), replaces defaultMaxBody.
+	maxBodyBytes int64
 	// seal encrypts the waiting page's handle on its ref (W64).
 	seal handleSeal
 	// wrapped is the store the kit calls (see store()).
@@ -131,18 +129,18 @@ var (
 	ErrRateLimited       = errors.New("webkit: too many operations wait for approval")
 )
 
-// errBodyTooLarge is a gated request body over Kit.MaxBody: 413.
+// errBodyTooLarge is a gated request body over defaultMaxBody: 413.
 var errBodyTooLarge = errors.New("webkit: request body too large")
 
 // New returns a Kit with working defaults, filled in so that they can be
 // read: the in-memory store, join cookies (CookieSessions) and waiting-page
 // handles protected by keys, a 10-minute revision lifetime, 1 MiB bodies,
-// routes under BasePath /_opsgate/.
+// the kit's routes under /_opsgate/ (served by endpoint.Mount).
 //
 // keys are securecookie pairs: a hash key (32 or 64 bytes) and an encryption
 // key (16, 24 or 32 bytes), then older pairs still accepted, for rotation.
 // Keys of other lengths, or a hash key without its encryption key, are an
-// error that [Kit.Check] returns (and Gate and Handler panic with): a short
+// error that endpoint.NewMount returns (and Gate panics with): a short
 // key would protect the join cookie far less than it seems to.
 // With no keys New generates random ones: joins and waiting pages then last
 // only as long as the process, and instances don't understand each other's,
@@ -153,10 +151,6 @@ func New(keys ...[]byte) *Kit {
 	}
 	k := &Kit{
 		Store:        store.NewMemory(),
-		MaxBody:      defaultMaxBody,
-		Lifetime:     defaultLifetime,
-		BasePath:     defaultBasePath,
-		RetryAfter:   defaultRetryAfter,
 		StoreTimeout: defaultStoreTimeout,
 		built:        true,
 	}
@@ -191,9 +185,9 @@ func checkKeys(keys ...[]byte) error {
 	return nil
 }
 
-// Check reports what makes the Kit unusable: keys New refused, a Kit not
+// check reports what makes the Kit unusable: keys New refused, a Kit not
 // built by New, or a Store or Sessions set to nil.
-func (k *Kit) Check() error {
+func (k *Kit) check() error {
 	switch {
 	case k == nil:
 		return errors.New("webkit: Kit is nil: build one with webkit.New")
@@ -209,10 +203,10 @@ func (k *Kit) Check() error {
 	return nil
 }
 
-// mustCheck panics with Check's error: Gate and Handler are called while
-// the website is wired, so a bad Kit stops it before it serves.
+// mustCheck panics with check's error: Gate is called while the website
+// is wired, so a bad Kit stops it before it serves.
 func (k *Kit) mustCheck() {
-	if err := k.Check(); err != nil {
+	if err := k.check(); err != nil {
 		panic(err)
 	}
 }
@@ -278,36 +272,24 @@ func (k *Kit) logger() *slog.Logger {
 }
 
 func (k *Kit) maxBody() int64 {
-	if k.MaxBody > 0 {
-		return k.MaxBody
+	if k.maxBodyBytes > 0 { // tests
+		return k.maxBodyBytes
 	}
 	return defaultMaxBody
 }
 
 func (k *Kit) lifetime() time.Duration {
-	if k.Lifetime > 0 {
-		return k.Lifetime
-	}
 	return defaultLifetime
 }
 
 func (k *Kit) retryAfter() time.Duration {
-	if k.RetryAfter > 0 {
-		return k.RetryAfter
-	}
 	return defaultRetryAfter
 }
 
-func (k *Kit) basePath() string {
-	p := k.BasePath
-	if p == "" {
-		return defaultBasePath
-	}
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	if !strings.HasSuffix(p, "/") {
-		p += "/"
-	}
-	return p
+func (k *Kit) basePath() string { return defaultBasePath }
+
+func init() {
+	kitlink.Routes = func(k any) http.Handler { return k.(*Kit).routes() }
+	kitlink.Check = func(k any) error { return k.(*Kit).check() }
+	kitlink.BasePath = func(k any) string { return k.(*Kit).basePath() }
 }

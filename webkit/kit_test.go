@@ -13,11 +13,11 @@ import (
 // New fills its defaults in, so that the godoc's own line works.
 func TestNewFillsDefaults(t *testing.T) {
 	k := New(testKeys...)
-	if k.BasePath != defaultBasePath || k.MaxBody != defaultMaxBody || k.Lifetime != defaultLifetime || k.RetryAfter != defaultRetryAfter {
-		t.Fatalf("defaults: %q %d %v %v", k.BasePath, k.MaxBody, k.Lifetime, k.RetryAfter)
+	if k.Store == nil || k.Sessions == nil || k.StoreTimeout != defaultStoreTimeout {
+		t.Fatalf("defaults: %T %T %v", k.Store, k.Sessions, k.StoreTimeout)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(k.BasePath, k.Handler()) // panicked with "" before
+	mux.Handle(k.basePath(), k.routes())
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, httptest.NewRequest("GET", "/_opsgate/fetch.js", nil))
 	if w.Code != 200 {
@@ -43,7 +43,7 @@ func TestNewChecksKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := New(tc.keys...)
-			err := k.Check()
+			err := k.check()
 			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errKeys)) {
 				t.Fatalf("Check: %v", err)
 			}
@@ -70,7 +70,7 @@ func TestZeroKitFailsClearly(t *testing.T) {
 		"no Sessions": func() *Kit { k := New(testKeys...); k.Sessions = nil; return k }(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := k.Check()
+			err := k.check()
 			if err == nil {
 				t.Fatal("Check: nil")
 			}
@@ -80,8 +80,8 @@ func TestZeroKitFailsClearly(t *testing.T) {
 				}
 			}
 			for what, wire := range map[string]func(){
-				"Gate":    func() { k.Gate(func(*http.Request) (Action, error) { return Action{}, ErrNotGated }) },
-				"Handler": func() { k.Handler() },
+				"Gate":   func() { k.Gate(func(*http.Request) (Action, error) { return Action{}, ErrNotGated }) },
+				"routes": func() { k.routes() },
 			} {
 				func() {
 					defer func() {

@@ -53,14 +53,14 @@ func TestGateRateLimited(t *testing.T) {
 func TestGateOwnerCap(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, store.NewMemory(), newClock())
-	gated := func(form string) store.Issued {
+	gated := func(form string) store.TakeResult {
 		t.Helper()
 		rec := e.do(e.request(joinedIn, form, "text/html"))
 		if rec.Code != 403 {
 			t.Fatalf("%.40s: %d, want 403", form, rec.Code)
 		}
 		_, ref := refOf(t, rec)
-		return store.Issued{Operation: e.lookup(sesIn, ref).Current, Ref: ref}
+		return store.TakeResult{Operation: e.lookup(sesIn, ref).Current, Ref: ref}
 	}
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		e.record(sesIn, gated(fmt.Sprintf("order=ord_%d&size=M", i)))

@@ -23,14 +23,8 @@ var staticTypes = map[string]string{
 	"opsgate.css": "text/css; charset=utf-8",
 }
 
-// Handler serves the kit's browser-facing routes under Kit.BasePath
-// (default /_opsgate/); mount it there:
-//
-//	mux.Handle(kit.BasePath, kit.Handler()) // New sets BasePath
-//
-// On chi, mount it as r.Handle(kit.BasePath+"*", …); on gorilla/mux as
-// r.PathPrefix(kit.BasePath).Handler(…). The endpoint package's Mount
-// serves it, with the endpoint and the join, on any router.
+// routes serves the kit's browser-facing routes under /_opsgate/; the
+// endpoint package's Mount serves them, with the endpoint and the join.
 //
 // Routes:
 //   - GET waiting.js: the waiting page's auto-continue (§6 W93).
@@ -42,7 +36,7 @@ var staticTypes = map[string]string{
 //
 // Files are served from the binary, so a Content-Security-Policy of
 // script-src 'self' holds: the kit writes no inline script or style.
-func (k *Kit) Handler() http.Handler {
+func (k *Kit) routes() http.Handler {
 	k.mustCheck()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, ok := strings.CutPrefix(r.URL.Path, k.basePath())

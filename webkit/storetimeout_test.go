@@ -32,7 +32,7 @@ func newStallStore(s store.Store, runFirst bool) *stallStore {
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.Issued, error) {
+func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 

@@ -175,7 +175,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	take := func(ctx context.Context, g, i int) (int, error) {
 		r, err := st.Take(ctx, owner(g, i), action(g, i), time.Now())
-		if err == nil && r.Issued == nil {
+		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("take of a new action: %+v", r)
 		}
 		return 1, err
@@ -188,7 +188,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	takeCapped := func(ctx context.Context, g, i int) (int, error) {
 		r, err := capped.Take(ctx, agents[g%64][i%64], action(g, i), time.Now())
-		if err == nil && r.Issued == nil {
+		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("take of a new action: %+v", r)
 		}
 		return 1, err
@@ -360,10 +360,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a store.TakeRequest) (int, error) {
 	now := time.Now()
 	r, err := st.Take(ctx, o, a, now)
-	if err != nil || r.Issued == nil {
+	if err != nil || r.Ref == "" {
 		return 0, fmt.Errorf("take: %+v, %v", r, err)
 	}
-	rep, err := st.Record(ctx, o, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
+	rep, err := st.Record(ctx, o, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
 	if err != nil || rep.Result != store.Recorded {
 		return 1, fmt.Errorf("record: %v, %v", rep.Result, err)
 	}
@@ -945,11 +945,11 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 			a := store.TakeRequest{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
 			now := time.Now()
 			r, err := st.Take(ctx, owner, a, now)
-			if err != nil || r.Issued == nil {
+			if err != nil || r.Ref == "" {
 				cl.Close()
 				return fmt.Errorf("%s: take: %+v, %v", m.mode, r, err)
 			}
-			if _, err := st.Record(ctx, owner, r.Issued.Ref, store.Approval{OperationID: r.Issued.Operation.ID, Revision: r.Issued.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
+			if _, err := st.Record(ctx, owner, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
 				cl.Close()
 				return fmt.Errorf("%s: record: %v", m.mode, err)
 			}

@@ -21,7 +21,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	st := s.kit.Store
 	ctx := context.Background()
 	owner := store.Owner{Agent: "https://agent.example/client", User: "usr_1"}
-	claim := func(key string) store.Issued {
+	claim := func(key string) store.TakeResult {
 		t.Helper()
 		a := store.TakeRequest{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
 		iss, err := storetest.Issue(ctx, st, owner, a, c.Now())
@@ -53,7 +53,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	if _, body := do(t, s, "GET", "/admin/operations?older=1h", nil, nil, login); strings.Contains(body, done.Operation.ID) {
 		t.Fatal("?older=1h lists an operation claimed 2 minutes ago")
 	}
-	resolve := func(iss store.Issued, outcome string) *http.Response {
+	resolve := func(iss store.TakeResult, outcome string) *http.Response {
 		form := url.Values{"agent": {owner.Agent}, "user": {owner.User}, "account": {""}, "operation_id": {iss.Operation.ID}, "outcome": {outcome}, "confirmed": {"yes"}}
 		res, _ := do(t, s, "POST", "/admin/operations/resolve", strings.NewReader(form.Encode()), formHeader, login)
 		return res
@@ -70,7 +70,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	if res := resolve(done, "maybe"); res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a made-up outcome: %d", res.StatusCode)
 	}
-	status := func(iss store.Issued) store.Status {
+	status := func(iss store.TakeResult) store.Status {
 		rec, found, err := st.Lookup(ctx, owner, iss.Ref, c.Now())
 		if err != nil || !found {
 			t.Fatalf("Lookup: %v %v", found, err)

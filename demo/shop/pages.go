@@ -174,7 +174,7 @@ func (s *Server) deliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	c := s.chrome(r, v, "Deliveries", "deliveries")
 	// The kit's fetch helper first, then the page's own script, which uses it.
-	c.Scripts = []string{s.kit.BasePath + "fetch.js", "/static/deliveries.js"}
+	c.Scripts = []string{"/_opsgate/fetch.js", "/static/deliveries.js"}
 	render(w, r, http.StatusOK, views.DeliveriesPage(c, dv))
 }
 

@@ -83,7 +83,7 @@ func (f *fixture) advance(d time.Duration) {
 }
 
 // issue returns an operation the website returned to session tok's browser.
-func (f *fixture) issue(tok, key, terms string) store.Issued {
+func (f *fixture) issue(tok, key, terms string) store.TakeResult {
 	f.t.Helper()
 	iss, err := storetest.Issue(context.Background(), f.store, sessions[tok].Owner(), store.TakeRequest{
 		Key: key, Terms: []byte(terms), Summary: "Exchange the jacket for $70.00 more.", Lifetime: 10 * time.Minute,

@@ -187,7 +187,7 @@ func TestSameAnswerSignedInAndOut(t *testing.T) {
 	out := f.issue("out", "k", jacket)
 	in := f.issue("in", "k", jacket)
 	a, b := f.post("out", out.Ref, ""), f.post("in", in.Ref, "")
-	normalise := func(r response, iss store.Issued) string {
+	normalise := func(r response, iss store.TakeResult) string {
 		raw := strings.ReplaceAll(r.raw, iss.Operation.ID, "OP")
 		raw = strings.ReplaceAll(raw, iss.Operation.Revision, "REV")
 		h := r.header.Clone()
@@ -203,7 +203,7 @@ func TestSameAnswerSignedInAndOut(t *testing.T) {
 	f.post("in", in.Ref, approvalOf(in.Operation.ID, in.Operation.Revision, "")).expect(t, 204, "")
 	for _, tc := range []struct {
 		tok string
-		iss store.Issued
+		iss store.TakeResult
 	}{{"out", out}, {"in", in}} {
 		f.perform(tc.tok, "k", jacket, store.Done)
 	}

@@ -16,7 +16,7 @@ import (
 // {"error":"rate_limited"} with Retry-After, and nothing is recorded.
 func TestApprovalsCapped(t *testing.T) {
 	f := newFixture(t)
-	var last store.Issued
+	var last store.TakeResult
 	for i := range storekit.MaxApprovalsPerOperation + 1 {
 		last = f.issue("in", "exchange:ord_7Hk2", fmt.Sprintf(`{"n":%d}`, i))
 		res := f.post("in", last.Ref, approvalOf(last.Operation.ID, last.Operation.Revision, ""))

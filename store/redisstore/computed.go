@@ -118,9 +118,9 @@ func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner,
 }
 
 // issuedComputed is what Take and Issue answer for a computed operation.
-func issuedComputed(k *computed.Sealer, base string, c computed.Op) store.Issued {
+func issuedComputed(k *computed.Sealer, base string, c computed.Op) store.TakeResult {
 	rev, ref := k.Issue(base, c)
-	return store.Issued{Operation: operationOf(c, rev), Ref: ref}
+	return store.TakeResult{Operation: operationOf(c, rev), Ref: ref}
 }
 
 // lookupComputed is Lookup for a computed ref: the stored operation when

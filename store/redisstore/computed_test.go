@@ -33,15 +33,15 @@ func TestComputed(t *testing.T) {
 		}
 		return r
 	}
-	issued := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
+	issued := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
 		t.Helper()
 		r := mustTake(t, st, o, a, now)
-		if r.Issued == nil {
+		if r.Ref == "" {
 			t.Fatalf("Take: %+v, want an operation issued", r)
 		}
-		return *r.Issued
+		return r
 	}
-	record := func(t *testing.T, st store.Store, o store.Owner, is store.Issued, now time.Time) store.RecordResult {
+	record := func(t *testing.T, st store.Store, o store.Owner, is store.TakeResult, now time.Time) store.RecordResult {
 		t.Helper()
 		rep, err := st.Record(ctx, o, is.Ref, approval(is), now, store.RecordOptions{})
 		if err != nil {
@@ -98,7 +98,7 @@ func TestComputed(t *testing.T) {
 			if _, found, err := st.Lookup(ctx, owner, ref, at(time.Second)); err != nil || found {
 				t.Errorf("%s: Lookup found %v, %v", name, found, err)
 			}
-			if got := record(t, st, owner, store.Issued{Operation: is.Operation, Ref: ref}, at(time.Second)); got != store.NotFound {
+			if got := record(t, st, owner, store.TakeResult{Operation: is.Operation, Ref: ref}, at(time.Second)); got != store.NotFound {
 				t.Errorf("%s: Record %v, want not found", name, got)
 			}
 		}
@@ -192,7 +192,7 @@ func TestComputed(t *testing.T) {
 
 	t.Run("the caps count operations when an approval stores them", func(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: -1})
-		var all []store.Issued
+		var all []store.TakeResult
 		for i := range 3 {
 			all = append(all, issued(t, st, owner, action(fmt.Sprint("k", i), `{}`, 10*time.Minute), at(0)))
 		}
@@ -232,7 +232,7 @@ func TestComputed(t *testing.T) {
 		a := action("k", `{}`, 50*time.Minute)
 		// Computed in one epoch, and the next request in the next one.
 		first := issued(t, st, owner, a, at(0))
-		var second store.Issued
+		var second store.TakeResult
 		for d := time.Minute; ; d += time.Minute {
 			second = issued(t, st, owner, a, at(d))
 			if second.Operation.ID != first.Operation.ID {
@@ -257,7 +257,7 @@ func TestComputed(t *testing.T) {
 		// Two requests on either side of the turn (at 20:00): two
 		// operation_ids.
 		first := issued(t, st, owner, a, at(55*time.Minute))
-		var second store.Issued
+		var second store.TakeResult
 		var secondAt time.Duration
 		for d := 56 * time.Minute; ; d += time.Minute {
 			if second = issued(t, st, owner, a, at(d)); second.Operation.ID != first.Operation.ID {
@@ -354,7 +354,7 @@ func TestComputed(t *testing.T) {
 		if one.Ref == two.Ref || one.Operation.Revision != two.Operation.Revision {
 			t.Errorf("the same operation twice: refs %q and %q, revisions %s and %s; want two seals of one revision", one.Ref, two.Ref, one.Operation.Revision, two.Operation.Revision)
 		}
-		for _, is := range []store.Issued{one, two} {
+		for _, is := range []store.TakeResult{one, two} {
 			if _, found, err := st.Lookup(ctx, owner, is.Ref, at(time.Second)); !found || err != nil {
 				t.Errorf("Lookup %q: %v %v", is.Ref, found, err)
 			}
@@ -377,7 +377,7 @@ func TestComputed(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
 		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
 		big := issued(t, st, owner, action("b", `{"x":"`+strings.Repeat("x", 2000)+`"}`, time.Minute), at(0))
-		for _, is := range []store.Issued{long, big} {
+		for _, is := range []store.TakeResult{long, big} {
 			if is.Ref != storekit.MakeRef(is.Operation.ID, is.Operation.Revision) {
 				t.Errorf("ref %.80q…, want a stored operation's", is.Ref)
 			}
@@ -510,17 +510,17 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 }
 
 // takeIssued is Take of owner's action a, which must issue an operation.
-func takeIssued(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.Issued {
+func takeIssued(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.TakeResult {
 	t.Helper()
 	r, err := st.Take(t.Context(), owner, a, now)
-	if err != nil || r.Issued == nil {
+	if err != nil || r.Ref == "" {
 		t.Fatalf("Take: %+v %v, want an operation issued", r, err)
 	}
-	return *r.Issued
+	return r
 }
 
 // recordOK records owner's approval of is, which must be recorded.
-func recordOK(t *testing.T, st store.Store, is store.Issued, now time.Time) {
+func recordOK(t *testing.T, st store.Store, is store.TakeResult, now time.Time) {
 	t.Helper()
 	if rep, err := st.Record(t.Context(), owner, is.Ref, approval(is), now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
 		t.Fatalf("Record: %+v %v", rep, err)

@@ -20,7 +20,7 @@ import (
 
 // approvedAction issues and approves an action and returns it, ready for a
 // claim.
-func approvedAction(t testing.TB, st store.Store, key string) (store.TakeRequest, store.Issued) {
+func approvedAction(t testing.TB, st store.Store, key string) (store.TakeRequest, store.TakeResult) {
 	t.Helper()
 	a := action(key, `{}`, time.Hour)
 	is, err := storetest.Issue(t.Context(), st, owner, a, at(0))
@@ -225,8 +225,8 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 32
-	claimAll := func(name string) ([]store.Issued, []error) {
-		actions, issued := make([]store.TakeRequest, n), make([]store.Issued, n)
+	claimAll := func(name string) ([]store.TakeResult, []error) {
+		actions, issued := make([]store.TakeRequest, n), make([]store.TakeResult, n)
 		for i := range n {
 			actions[i], issued[i] = approvedAction(t, st, fmt.Sprint(name, i))
 		}

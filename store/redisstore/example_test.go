@@ -37,7 +37,7 @@ func Example() {
 	action := store.TakeRequest{Key: "exchange:ord_7Hk2", Terms: []byte(`{"size":"L"}`), Lifetime: 10 * time.Minute}
 
 	res, _ := st.Take(ctx, owner, action, now) // no approval yet: 403 with the ref
-	is := *res.Issued
+	is := res
 	rep, _ := st.Record(ctx, owner, is.Ref, store.Approval{
 		OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user",
 	}, now.Add(time.Minute), store.RecordOptions{})
@@ -50,7 +50,7 @@ func Example() {
 	rec, _, _ := st.Lookup(ctx, owner, is.Ref, now.Add(3*time.Minute))
 	fmt.Println("status:", rec.Status)
 	res, _ = st.Take(ctx, owner, action, now.Add(4*time.Minute)) // once more: a new operation
-	fmt.Println("new operation:", res.Issued.Operation.ID != is.Operation.ID)
+	fmt.Println("new operation:", res.Operation.ID != is.Operation.ID)
 	// Output:
 	// record: recorded
 	// claimed: true
@@ -79,7 +79,7 @@ func Example_reconcile() {
 	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
 	action := store.TakeRequest{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
 	first, _ := st.Take(ctx, owner, action, now) // the browser's request: 403, waiting for approval
-	is := first.Issued
+	is := first
 	st.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
 	res, _ := st.Take(ctx, owner, action, now)
 	st.Finish(ctx, *res.Claim, store.Unknown, now) // the payment provider timed out

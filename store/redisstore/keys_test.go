@@ -39,7 +39,7 @@ func storedAction(key, terms string, life time.Duration) store.TakeRequest {
 	return a
 }
 
-func approval(is store.Issued) store.Approval {
+func approval(is store.TakeResult) store.Approval {
 	return store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}
 }
 
@@ -57,7 +57,7 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 			t.Fatal(err)
 		}
 	}
-	record := func(is store.Issued) {
+	record := func(is store.TakeResult) {
 		t.Helper()
 		rep, err := st.Record(ctx, owner, is.Ref, approval(is), now, store.RecordOptions{})
 		must(err)
@@ -222,13 +222,13 @@ func TestOneRoundTrip(t *testing.T) {
 		return err
 	})
 	for _, a := range []store.TakeRequest{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
-		var is store.Issued
+		var is store.TakeResult
 		var claim *store.Claim
 		count("Issue (a new operation)", func() (err error) { is, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
 		count("Issue (the same)", func() (err error) { _, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
 		count("Take (issues)", func() error {
 			res, err := st.Take(ctx, owner, a, at(0))
-			if err == nil && res.Issued == nil {
+			if err == nil && res.Ref == "" {
 				err = fmt.Errorf("want issued, got %+v", res)
 			}
 			return err
@@ -257,7 +257,7 @@ func TestOneRoundTrip(t *testing.T) {
 		_, err := storetest.Issue(ctx, apart, owner, storedAction("apart", `{}`, time.Hour), at(0))
 		return err
 	})
-	var is store.Issued
+	var is store.TakeResult
 	countN(3, "the first Issue of a computed one (reads the seal key)", func() (err error) {
 		is, err = storetest.Issue(ctx, apart, owner, action("apart2", `{}`, time.Hour), at(0))
 		return err
@@ -507,7 +507,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-p", User: fmt.Sprint("u", i)} }
 	for i := range 2 {
 		res, err := st.Take(ctx, user(i), storedAction("k", `{}`, time.Hour), at(0))
-		if err != nil || res.Issued == nil {
+		if err != nil || res.Ref == "" {
 			t.Fatalf("Take %d behind the proxy: %+v, %v", i, res, err)
 		}
 	}

@@ -499,11 +499,11 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 				wg.Go(func() {
 					a := store.TakeRequest{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
 					r, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_" + strconv.Itoa(i%8)}, a, time.Now())
-					if err != nil || r.Issued == nil {
+					if err != nil || r.Ref == "" {
 						t.Errorf("take %d: %+v, %v", i, r, err)
 						return
 					}
-					ids <- r.Issued.Operation.ID
+					ids <- r.Operation.ID
 				})
 			}
 			if shared {

@@ -104,9 +104,7 @@ func (s *rstore) stuck(ctx context.Context, node redis.Cmdable, keys []string, c
 		a := decodeApproval(rs[3], opID, ap)
 		a.UsedAt, _ = parseTime(rs[4])
 		out = append(out, store.Stuck{
-			Owner:     store.Owner{Agent: ag, User: us, Account: acct},
-			Operation: op,
-			Approval:  a,
+			Claim:     store.Claim{Owner: store.Owner{Agent: ag, User: us, Account: acct}, Operation: op, Approval: a},
 			ClaimedAt: claimedAt,
 			Unknown:   fu != "",
 		})

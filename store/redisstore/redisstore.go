@@ -284,39 +284,39 @@ func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequ
 func seed() string { return storekit.NewToken() + storekit.NewToken() }
 
 // Issue implements store.Store.
-func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error) {
+func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, args := s.issueArgs(base, owner, action, now)
 	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, args)
 	if err != nil {
-		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		return s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
 	}, s.maxOpenAgent)
 	if err != nil {
 		s.failed(err)
-		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	if len(v) == 1 && v[0] == "limited" {
-		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
+		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
 	}
 	if len(v) == 1 && v[0] == "compute" && k != nil {
 		return issuedComputed(k, base, c), nil
 	}
 	op, ok := operation(v)
 	if !ok {
-		return store.Issued{}, fmt.Errorf("redisstore: issue: %w", errReply)
+		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", errReply)
 	}
 	if len(v) > 5 && v[5] == "new" && !counted {
 		if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
-			return store.Issued{}, fmt.Errorf("redisstore: issue: %w", err)
+			return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
 	}
-	return store.Issued{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
+	return store.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 }
 
 // Take implements store.Store.
@@ -366,8 +366,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		if k == nil {
 			break
 		}
-		is := issuedComputed(k, base, c)
-		return store.TakeResult{Issued: &is}, nil
+		return issuedComputed(k, base, c), nil
 	case "issued":
 		op, ok := takenOperation(v[1:], action)
 		if !ok {
@@ -378,7 +377,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
 		}
-		return store.TakeResult{Issued: &store.Issued{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}}, nil
+		return store.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 	case "claim":
 		op, ok := takenOperation(v[1:], action)
 		if !ok || len(v) < 8 {

@@ -226,7 +226,7 @@ func TestCallsPerStep(t *testing.T) {
 	// Stored (a summary too long for a 2048-character ref): the 403 step
 	// stores the operation.
 	a := storedAction("k", `{"v":1}`, time.Hour)
-	var is store.Issued
+	var is store.TakeResult
 	step("the 403 step (a new operation)", 7, func() { is = takeIssued(t, st, a, at(0)) })
 	step("a repeated 403 (the revision reused)", 2, func() {
 		if again := takeIssued(t, st, a, at(time.Second)); again.Ref != is.Ref {

@@ -48,7 +48,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 				b.StartTimer()
 			}
 			res, err := h.Store.Take(ctx, benchOwner(i), actions[i%benchBatch], now)
-			if err != nil || res.Issued == nil {
+			if err != nil || res.Ref == "" {
 				b.Fatalf("Take: %+v, %v", res, err)
 			}
 		}
@@ -58,7 +58,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("Record", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var issued []store.Issued
+		var issued []store.TakeResult
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -129,7 +129,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 			b.ResetTimer()
 			for range b.N {
 				res, err := h.Store.Take(ctx, owner, a, now)
-				if err != nil || res.Issued == nil {
+				if err != nil || res.Ref == "" {
 					b.Fatalf("Take: %+v, %v", res, err)
 				}
 			}
@@ -184,10 +184,10 @@ func benchActions(b *testing.B, from, n int) []store.TakeRequest {
 // benchIssue issues benchBatch operations, one per action numbered from
 // (the i-th for benchOwner(i)), and records their approvals when approve is
 // set.
-func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.Issued, []store.TakeRequest) {
+func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.TakeResult, []store.TakeRequest) {
 	b.Helper()
 	actions := benchActions(b, from, benchBatch)
-	out := make([]store.Issued, len(actions))
+	out := make([]store.TakeResult, len(actions))
 	for i, a := range actions {
 		o := benchOwner(from + i)
 		is, err := Issue(ctx, h.Store, o, a, now)

@@ -258,9 +258,9 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		case res.Claim != nil:
 			w.claims = append(w.claims, *res.Claim)
 			return "claim " + w.op(res.Claim.Operation) + " approval of rev " + w.n(res.Claim.Approval.Revision)
-		case res.Issued != nil:
-			w.seen(res.Issued.Ref, who)
-			return "issued " + w.op(res.Issued.Operation)
+		case res.Ref != "":
+			w.seen(res.Ref, who)
+			return "issued " + w.op(res.Operation)
 		}
 		return "nothing"
 	case "record":

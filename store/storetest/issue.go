@@ -12,7 +12,7 @@ import (
 // taking an approval: Take's 403 half. Both stores of this module are; it
 // is not part of store.Store, since the Gate only ever calls Take.
 type issuer interface {
-	Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error)
+	Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error)
 }
 
 // Issue returns the operation st issues for owner's action without taking
@@ -20,10 +20,10 @@ type issuer interface {
 // action's operation is being performed), so that a test can set up
 // operations to approve. st must have an Issue method, as the stores of
 // this module have.
-func Issue(ctx context.Context, st store.Store, owner store.Owner, action store.TakeRequest, now time.Time) (store.Issued, error) {
+func Issue(ctx context.Context, st store.Store, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
 	is, ok := st.(issuer)
 	if !ok {
-		return store.Issued{}, fmt.Errorf("storetest: %T has no Issue method", st)
+		return store.TakeResult{}, fmt.Errorf("storetest: %T has no Issue method", st)
 	}
 	return is.Issue(ctx, owner, action, now)
 }

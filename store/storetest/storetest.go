@@ -101,7 +101,7 @@ func (e *env) client(i int) store.Store {
 	return c[i%len(c)]
 }
 
-func (e *env) issue(o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
+func (e *env) issue(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
 	e.t.Helper()
 	is, err := Issue(e.ctx(), e.h.Store, o, a, now)
 	if err != nil {
@@ -133,7 +133,7 @@ func checkTakeResult(t testing.TB, res store.TakeResult) {
 			t.Errorf("Take: claim without a token: %+v", res.Claim)
 		}
 	}
-	if res.Issued != nil {
+	if res.Ref != "" {
 		n++
 	}
 	if res.Busy {
@@ -155,13 +155,13 @@ func (e *env) claim(o store.Owner, a store.TakeRequest, now time.Time) *store.Cl
 }
 
 // noClaim takes and requires an issued operation.
-func (e *env) noClaim(o store.Owner, a store.TakeRequest, now time.Time) store.Issued {
+func (e *env) noClaim(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
 	e.t.Helper()
 	res := e.take(o, a, now)
-	if res.Issued == nil {
+	if res.Ref == "" {
 		e.t.Fatalf("Take: want an issued operation, got %+v", res)
 	}
-	return *res.Issued
+	return res
 }
 
 func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time) store.RecordReply {
@@ -174,7 +174,7 @@ func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time
 }
 
 // approve records the approval of is and requires Recorded.
-func (e *env) approve(o store.Owner, is store.Issued, now time.Time) {
+func (e *env) approve(o store.Owner, is store.TakeResult, now time.Time) {
 	e.t.Helper()
 	if rep := e.record(o, is.Ref, approvalOf(is.Operation), now); rep.Result != store.Recorded {
 		e.t.Fatalf("Record: want recorded, got %v", rep.Result)
@@ -261,7 +261,7 @@ func storedAction(t testing.TB, key, terms string) store.TakeRequest {
 
 // wantStored fails the case unless is's ref is of the stored form,
 // "<operation_id>.<revision>" and nothing after.
-func wantStored(t testing.TB, is store.Issued) {
+func wantStored(t testing.TB, is store.TakeResult) {
 	t.Helper()
 	if strings.Count(is.Ref, ".") != 1 {
 		t.Fatalf("ref %.60s… is sealed: the case needs a stored operation", is.Ref)
@@ -423,7 +423,7 @@ var _ = add("W141 W145 while performed, Issue keeps the operation (its approval 
 })
 
 var _ = add("revisions of one operation are capped at 32, dropping the oldest never approved", func(t *testing.T, e *env) {
-	var revs []store.Issued
+	var revs []store.TakeResult
 	revs = append(revs, e.issue(signedIn, action(t, "k", `{"n":0}`), at(0)))
 	e.approve(signedIn, revs[0], at(0))
 	for i := 1; i <= 40; i++ {
@@ -482,7 +482,7 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 
 // nearRefs are refs that differ from a real one by a character or a part:
 // §4's "any other reference", which must not be taken for it (W74).
-func nearRefs(is store.Issued) []string {
+func nearRefs(is store.TakeResult) []string {
 	id, rev := is.Operation.ID, is.Operation.Revision
 	return []string{
 		is.Ref + ".", is.Ref + "..", "." + is.Ref, is.Ref + ". ",
@@ -533,7 +533,7 @@ var _ = add("W74 W136 once performed, every revision it returned is still found,
 	e.finish(e.claim(signedIn, a1, at(3*time.Second)), store.Done, at(4*time.Second))
 	// A store may keep a performed operation small (store.Record): its refs
 	// still answer performed, and a made-up one still isn't found.
-	for _, is := range []store.Issued{r1, r2} {
+	for _, is := range []store.TakeResult{r1, r2} {
 		e.status(signedIn, is.Ref, at(5*time.Second), store.Performed)
 		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), store.IsPerformed)
 	}
@@ -556,7 +556,7 @@ var _ = add("W74 W34 every revision returned for an operation makes a ref that i
 	r1 := e.issue(signedIn, storedAction(t, "k", `{"v":1}`), at(0))
 	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(time.Second))
 	wantStored(t, r2)
-	for _, is := range []store.Issued{r1, r2} {
+	for _, is := range []store.TakeResult{r1, r2} {
 		rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
 		if !sameOperation(rec.Current, r2.Operation) {
 			t.Errorf("Lookup %s: current %+v, want the latest %+v", is.Ref, rec.Current, r2.Operation)
@@ -710,7 +710,7 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 		t.Errorf("next request: issued %+v, want Lookup's %+v", got.Operation, cur)
 	}
 	// It can be approved and then performs.
-	fresh := store.Issued{Operation: cur, Ref: storekit.MakeRef(cur.ID, cur.Revision)}
+	fresh := store.TakeResult{Operation: cur, Ref: storekit.MakeRef(cur.ID, cur.Revision)}
 	e.approve(signedIn, fresh, at(8*time.Second))
 	e.wantRecord(signedIn, fresh.Ref, approvalOf(cur), at(9*time.Second), store.AlreadyRecorded)
 	e.status(signedIn, is.Ref, at(9*time.Second), store.Approved)
@@ -1026,7 +1026,7 @@ var _ = add("W135 64 concurrent requests with one approval claim once", func(t *
 		switch {
 		case res.Claim != nil:
 			claims++
-		case res.Issued != nil && res.Issued.Operation.ID == is.Operation.ID:
+		case res.Ref != "" && res.Operation.ID == is.Operation.ID:
 			t.Errorf("W141: issued the performing operation %s", is.Operation.ID)
 		}
 	}
@@ -1162,10 +1162,10 @@ func addLaterRevision(what, laterTerms string, approveFirst, stored bool) struct
 		if res.Claim != nil {
 			t.Fatalf("the approved terms requested after the approved revision's expires_at claimed %s.%s: an expired approval was applied", res.Claim.Operation.ID, res.Claim.Operation.Revision)
 		}
-		if res.Issued == nil {
+		if res.Ref == "" {
 			t.Fatalf("the approved terms requested after the approved revision's expires_at: %+v, want a new ref", res)
 		}
-		got := res.Issued.Operation
+		got := res.Operation
 		if got.Revision == r1.Operation.Revision || !got.ExpiresAt.After(late) {
 			t.Errorf("issued %+v, want a live revision other than the expired %s", got, r1.Operation.Revision)
 		}
@@ -1183,7 +1183,7 @@ func addLaterRevision(what, laterTerms string, approveFirst, stored bool) struct
 			t.Errorf("re-approval of the expired revision: %v, want revision mismatch", rep.Result)
 		}
 		// Nothing was performed: a fresh approval of these terms is taken.
-		e.approve(signedIn, *res.Issued, late)
+		e.approve(signedIn, res, late)
 		if c := e.claim(signedIn, a1, late.Add(time.Second)); c.Operation.Revision != got.Revision {
 			t.Errorf("claimed %s, want the fresh approval's %s", c.Operation.Revision, got.Revision)
 		}
@@ -1770,7 +1770,7 @@ var _ = add("W135 W144 a Take repeated with its token gets the same claim", func
 	if err != nil && !errors.Is(err, store.ErrClaimLost) {
 		t.Errorf("Take with a finished claim's token: %v, want ErrClaimLost or no claim", err)
 	}
-	if res.Claim != nil || (res.Issued != nil && res.Issued.Operation.ID == is.Operation.ID) {
+	if res.Claim != nil || (res.Ref != "" && res.Operation.ID == is.Operation.ID) {
 		t.Errorf("Take with a finished claim's token: %+v, want no claim and not the performed operation", res)
 	}
 	e.release(signedIn, token, at(6*time.Second), false)
@@ -1899,7 +1899,7 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 // ---- Bounded work: caps (webkit/RULES.md "Bounded work") ----
 
 var _ = add("an operation records at most MaxApprovalsPerOperation approvals, and keeps them among its revisions", func(t *testing.T, e *env) {
-	var approved []store.Issued
+	var approved []store.TakeResult
 	for i := range storekit.MaxApprovalsPerOperation {
 		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(0))
 		e.approve(signedIn, is, at(0))
@@ -1937,7 +1937,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored
 			t.Errorf("%s over the cap: %v, want ErrRateLimited", what, err)
 		}
 	}
-	var first store.Issued
+	var first store.TakeResult
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		is := e.issue(signedIn, storedAction(t, fmt.Sprint("k", i), `{}`), at(0))
 		if i == 0 {
@@ -1973,7 +1973,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored
 // the endpoint) and records nothing. (A store that stores every waiting
 // operation counts it when its ref is returned, as above.)
 var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: a computed one counts when its first approval stores it", func(t *testing.T, e *env) {
-	var first store.Issued
+	var first store.TakeResult
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
 		e.approve(signedIn, is, at(time.Second))

@@ -1,0 +1,18 @@
+// Package kitlink lets package endpoint reach the parts of a webkit.Kit
+// that only an endpoint.Mount serves (the kit's browser-facing routes, the
+// check that a Kit can work), without making them part of webkit's API.
+// Package webkit sets each function in its init; kitlink imports neither
+// package, so the Kit is passed as any.
+package kitlink
+
+import "net/http"
+
+var (
+	// Routes returns the Kit's browser-facing routes (waiting.js, fetch.js,
+	// opsgate.css, status), served under its base path.
+	Routes func(kit any) http.Handler
+	// Check returns why the Kit can't work, or nil.
+	Check func(kit any) error
+	// BasePath is the path the Kit's routes are under, "/_opsgate/".
+	BasePath func(kit any) string
+)
