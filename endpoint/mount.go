@@ -103,7 +103,7 @@ type Config struct {
 }
 
 // Mount serves a website's whole part of the protocol from one origin: the
-// operations endpoint (this package), the browser join (webkit.Kit.JoinHandler), the
+// operations endpoint (this package), the browser join (endpoint.Mount), the
 // kit's browser-facing routes (waiting.js, fetch.js, opsgate.css, status)
 // and poppy.json. Build it with NewMount; it is an http.Handler that serves
 // those routes only, and [Mount.Handler] puts them in front of the website's
@@ -184,7 +184,7 @@ func NewMount(c Config) (*Mount, error) {
 		}
 	}
 	joinURL := origin + m.joinPath
-	m.join = kit.JoinHandler(joinURL, verifier, c.AccessTokens)
+	m.join = kitlink.JoinHandler(kit, joinURL, verifier, c.AccessTokens)
 	m.static = kitlink.Routes(kit)
 
 	doc := map[string]any{}

@@ -23,7 +23,7 @@
 //	http.ListenAndServe(addr, m.Handler(mux)) // the endpoint, the join, /_opsgate/, poppy.json
 //
 // An ordinary browser passes straight through. A browser joined to a
-// Session (the kit's join (Kit.JoinHandler), or the website's own login calling
+// Session (the kit's join at endpoint.Mount, or the website's own login calling
 // [Sessions].Bind) is refused with 403 and a Poppy-Operation header until
 // the Personal Agent's approval of exactly these terms is recorded at the
 // operations endpoint (package endpoint); the same request then runs the

@@ -12,7 +12,7 @@ import (
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
-// JoinHandler returns the kit's browser_session_endpoint (RULES.md choice
+// joinHandler returns the kit's browser_session_endpoint (RULES.md choice
 // 3), as endpoint.NewMount mounts it: the Personal Agent's browser POSTs a
 // form with `assertion` (a poppy-browser+jwt) and, for a signed-in join,
 // `access_token`. It verifies them (1), records the declared extensions
@@ -26,11 +26,11 @@ import (
 //
 // A website whose identity provider hosts the join does not mount it: its
 // login callback calls Kit.Sessions.Bind with the Session it verified.
-func (k *Kit) JoinHandler(url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
+func (k *Kit) joinHandler(url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
 	return &joinEndpoint{Kit: k, URL: url, Verifier: v, AccessTokens: tokens}
 }
 
-// joinEndpoint is the join JoinHandler returns.
+// joinEndpoint is the join joinHandler returns.
 type joinEndpoint struct {
 	Kit *Kit
 	// URL is this endpoint's own absolute URL, the aud of every assertion.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/kitlink"
+	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/webkit/identity"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -292,4 +294,7 @@ func init() {
 	kitlink.Routes = func(k any) http.Handler { return k.(*Kit).routes() }
 	kitlink.Check = func(k any) error { return k.(*Kit).check() }
 	kitlink.BasePath = func(k any) string { return k.(*Kit).basePath() }
+	kitlink.JoinHandler = func(k any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
+		return k.(*Kit).joinHandler(url, v, tokens)
+	}
 }

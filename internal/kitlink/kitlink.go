@@ -5,7 +5,12 @@
 // package, so the Kit is passed as any.
 package kitlink
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
 
 var (
 	// Routes returns the Kit's browser-facing routes (waiting.js, fetch.js,
@@ -13,6 +18,10 @@ var (
 	Routes func(kit any) http.Handler
 	// Check returns why the Kit can't work, or nil.
 	Check func(kit any) error
+	// JoinHandler returns the Kit's browser join (§2) at url, verifying
+	// with v; tokens verifies a signed-in join's access token (nil refuses
+	// signed-in joins).
+	JoinHandler func(kit any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler
 	// BasePath is the path the Kit's routes are under, "/_opsgate/".
 	BasePath func(kit any) string
 )

@@ -6,7 +6,7 @@
 // signed out.
 //
 // The website under test is an ordinary http.Handler with its Gate, the
-// browser join (webkit.Kit.JoinHandler) and the operations endpoint
+// browser join (endpoint.Mount) and the operations endpoint
 // mounted as in production. The harness talks to it over HTTP, as a real agent and its
 // browser do, through an in-memory transport: requests go straight to the
 // handler. Its agents are real ones: each has its own signing key, a

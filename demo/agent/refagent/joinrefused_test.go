@@ -22,7 +22,7 @@ import (
 
 // joinShop is the demo shop on loopback, in-process, in demo mode (agents
 // on 127.0.0.1 over http are accepted): its real join,
-// webkit.Kit.JoinHandler, behind endpoint.Mount.
+// the kit's join, behind endpoint.Mount.
 func joinShop(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
