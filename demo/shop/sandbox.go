@@ -2,6 +2,7 @@ package shop
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 )
@@ -12,13 +13,25 @@ import (
 // joined signed in to the demo account or signed out) gets its own copy of
 // the demo data on first visit. Browsers joined to no Session (people
 // trying the shop themselves) share one copy. Copies unused for a day are
-// forgotten, and their number is capped (least recently used first).
+// forgotten, and their number is capped per agent and overall: an agent at
+// its cap loses its own least recently used copy, and beyond the overall
+// cap the agent with the most copies gives way first (shopdb.Sandboxes),
+// so one agent's thousand joins never flush another agent's sandbox.
 
 // publicSandbox is the key of the copy that browsers joined to no Session
 // share; agentSandbox keys can't collide with it (they hold a newline).
 const publicSandbox = "public"
 
 func agentSandbox(agent, user string) string { return "agent\n" + agent + "\n" + user }
+
+// sandboxAgent is the group of a sandbox key: its agent (a sub holds no
+// newline: visible ASCII), or the shared copy's own.
+func sandboxAgent(key string) string {
+	if i := strings.LastIndexByte(key, '\n'); i > 0 {
+		return key[:i]
+	}
+	return key
+}
 
 // sandboxKey is the key of the data r sees: its browser's Session's agent
 // and User when it is joined, the shared copy otherwise.

@@ -244,3 +244,36 @@ func TestSandboxesForgottenAndBounded(t *testing.T) {
 		t.Errorf("an evicted sandbox came back as %s", o.Items[0].SKU)
 	}
 }
+
+// The attack run's break: one agent's 1,000 joins (about 1 s) evicted
+// every other agent's sandbox, and their state was lost. Now an agent at
+// its cap evicts its own least recently used sandbox first, and the
+// overall cap takes from the agent with the most.
+func TestHostileAgentKeepsVictimsSandbox(t *testing.T) {
+	t.Parallel()
+	s, site, _ := newHarnessShop(t)
+	victim := site.NewAgent()
+	sv := victim.Session("usr_victim")
+	bv := joinAs(t, sv)
+	perform(t, sv, bv, exchangeTo(bv, "stormline-insulated-m"))
+
+	hostile := site.NewAgent()
+	for i := range 1000 {
+		b := joinAs(t, hostile.Session(fmt.Sprint("usr_h", i)))
+		if res := b.Get("/account"); res.StatusCode != 200 {
+			t.Fatalf("hostile join %d: %d", i, res.StatusCode)
+		}
+	}
+	if n := s.Sandboxes(); n > shopdb.DefaultMaxPerGroup+2 {
+		t.Errorf("%d sandboxes kept after one agent's 1,000 joins, want at most its cap %d and the others'", n, shopdb.DefaultMaxPerGroup)
+	}
+	// The victim's page, through its own browser: the exchange is still
+	// there, not a freshly seeded copy.
+	page := bv.Get("/orders/ord_7Hk2")
+	if o, _ := s.Sandbox(victim.ClientID(), "usr_victim").Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-insulated-m" {
+		t.Fatalf("the victim's sandbox was flushed by another agent's joins: the item is %s", o.Items[0].SKU)
+	}
+	if !strings.Contains(string(page.Body), "Stormline Insulated Jacket (M)") {
+		t.Error("the victim's order page doesn't show its exchange")
+	}
+}

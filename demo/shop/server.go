@@ -84,6 +84,12 @@ type Config struct {
 	// kept; 0 is shopdb.DefaultSandboxIdle (a day).
 	MaxSandboxes int
 	SandboxIdle  time.Duration
+	// MaxSandboxesPerAgent bounds the copies kept for one agent's Users (one
+	// client_id); 0 is shopdb.DefaultMaxPerGroup. An agent at its cap makes
+	// room by dropping its own least recently used copy, and beyond
+	// MaxSandboxes the agent with the most copies gives way first: one
+	// agent's joins never flush another agent's sandboxes.
+	MaxSandboxesPerAgent int
 	// CustomerPassword is the demo customer's password for the shop's own
 	// login (POST /signin), asked again to confirm each gated action on
 	// that login (the shop's own approval flow, §4 W56). "" makes a random
@@ -158,7 +164,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		origin:    u.Scheme + "://" + u.Host,
-		sandboxes: &shopdb.Sandboxes{Max: cfg.MaxSandboxes, Idle: cfg.SandboxIdle},
+		sandboxes: &shopdb.Sandboxes{Max: cfg.MaxSandboxes, MaxPerGroup: cfg.MaxSandboxesPerAgent, Idle: cfg.SandboxIdle, Group: sandboxAgent},
 		secure:    u.Scheme == "https",
 	}
 	cfg.BaseURL = s.origin

@@ -2,6 +2,7 @@ package shopdb
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,6 +67,41 @@ func TestSandboxes(t *testing.T) {
 		s.Get("new", now)
 		if isSeeded(s.Get("k0", now)) {
 			t.Error("the most recently used sandbox was evicted")
+		}
+	})
+	t.Run("fair between groups: a full group evicts its own first", func(t *testing.T) {
+		group := func(key string) string { g, _, _ := strings.Cut(key, "/"); return g }
+		s := Sandboxes{Max: 10, MaxPerGroup: 4, Group: group}
+		exchanged(t, s.Get("victim/u1", now), now)
+		exchanged(t, s.Get("other/u1", now), now)
+		exchanged(t, s.Get("other/u2", now.Add(time.Second)), now)
+		// The hostile group's 1,000 keys, each newer than the victims'.
+		for i := range 1000 {
+			s.Get(fmt.Sprint("hostile/u", i), now.Add(time.Minute))
+			if s.Len() > 10 {
+				t.Fatalf("%d sandboxes, max 10", s.Len())
+			}
+		}
+		if isSeeded(s.Get("victim/u1", now.Add(time.Minute))) || isSeeded(s.Get("other/u1", now.Add(time.Minute))) || isSeeded(s.Get("other/u2", now.Add(time.Minute))) {
+			t.Error("a hostile group's keys evicted another group's sandbox")
+		}
+		// The hostile group keeps its 4 most recent.
+		if !isSeeded(s.Get("hostile/u999", now.Add(time.Minute))) || s.Len() != 7 {
+			t.Errorf("%d sandboxes kept, want 3 + the hostile group's 4", s.Len())
+		}
+		// Beyond Max in all, the largest group gives way first: six
+		// groups of one fill Max, and the 4-strong hostile group loses
+		// its oldest, not a group of one.
+		for i := range 4 {
+			exchanged(t, s.Get(fmt.Sprint("g", i, "/u"), now.Add(2*time.Minute)), now)
+		}
+		if s.Len() != 10 {
+			t.Fatalf("%d sandboxes, want 10", s.Len())
+		}
+		for _, k := range []string{"victim/u1", "other/u1", "g0/u", "g3/u"} {
+			if isSeeded(s.Get(k, now.Add(2*time.Minute))) {
+				t.Errorf("%s was evicted while the hostile group held more", k)
+			}
 		}
 	})
 	t.Run("reset", func(t *testing.T) {
