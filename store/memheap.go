@@ -2,7 +2,9 @@ package store
 
 import (
 	"hash/maphash"
+	"runtime"
 	"time"
+	"weak"
 )
 
 // The memory store's bookkeeping that keeps it small and its lock short
@@ -10,6 +12,205 @@ import (
 // costs O(log n) per record and is done a bounded batch at a time, and maps
 // that are rebuilt once they shrink, because a Go map never gives back the
 // memory of entries deleted from it.
+
+// The background sweep. Calls drop what their now has made forgettable a
+// bounded batch at a time (memSweepBudget), so a store that nobody calls
+// after a mass expiry would keep its memory; a goroutine of the store's own
+// gives it back. It is started by the first call that leaves a record in
+// the store, and it ends once the store holds nothing (the next record
+// starts another) or once nothing references the store any more (it holds
+// the store only weakly, and a cleanup stops it): a program or a test that
+// drops its store leaks nothing. It never holds the lock longer than about
+// memSweepHold at a time, and pauses as long between two passes while
+// expired records are left, so a call never waits for it long.
+//
+// Its time is the callers' (store's package doc): it drops what the latest
+// now any call passed has made forgettable, like a call would, and only
+// once no call has come for memSweepGrace does it count the time since by
+// the machine's clock. A caller whose clock stands still (a test's) thus
+// sees nothing vanish before it moves its clock, unless it stands still
+// for longer than memSweepGrace with records due to expire just after it.
+
+const (
+	// memSweepHold is how long one pass holds the lock, at most about: it
+	// looks at the clock every memSweepBatch records, each of which costs
+	// O(log n) (a microsecond or so at a million records).
+	memSweepHold  = time.Millisecond
+	memSweepBatch = 32
+	// memSweepPause is the least time between two passes: the lock is the
+	// callers' for at least as long as the sweep's.
+	memSweepPause = time.Millisecond
+	// memSweepGrace is how long the store must go without a call before
+	// the sweep counts time on by the machine's clock.
+	memSweepGrace = time.Minute
+	// memSweepMaxSleep is the longest the sweep sleeps while the store
+	// holds records.
+	memSweepMaxSleep = time.Minute
+)
+
+// memSweeper is the background sweep's state, guarded by memory.mu.
+type memSweeper struct {
+	running bool
+	hw      time.Time // the latest now a call passed
+	hwAt    time.Time // clock() when hw was seen
+	wake    chan struct{}
+	stop    chan struct{} // closed once the store is unreachable
+
+	// For tests: the clock the sweep measures the callers' silence by
+	// (nil: time.Now), a function told of every pass, and a clock of the
+	// calling thread's CPU time, to measure a pass's hold without the
+	// time a busy machine takes the thread away (the pass is then locked
+	// to its thread).
+	clock  func() time.Time
+	report func(memSweepReport)
+	cpu    func() time.Duration
+}
+
+// memSweepReport is what one pass of the sweep did.
+type memSweepReport struct {
+	swept   int           // records dropped
+	hold    time.Duration // how long it held the lock
+	holdCPU time.Duration // the thread's CPU time in it, with memSweeper.cpu
+	left    int           // records still in the store
+	backlog bool          // it stopped at memSweepHold with expired records left
+	stopped bool          // the goroutine ended: the store is empty, or unreachable
+}
+
+func (sw *memSweeper) now() time.Time {
+	if sw.clock != nil {
+		return sw.clock()
+	}
+	return time.Now()
+}
+
+// saw notes the now a call passed.
+func (sw *memSweeper) saw(now time.Time) {
+	if sw.hw.IsZero() || now.After(sw.hw) {
+		sw.hw, sw.hwAt = now, sw.now()
+	}
+}
+
+// horizon is the sweep's now: the latest now a call passed, moved on by
+// the time past memSweepGrace that no call has come.
+func (sw *memSweeper) horizon() time.Time {
+	if silent := sw.now().Sub(sw.hwAt) - memSweepGrace; silent > 0 && !sw.hw.IsZero() {
+		return sw.hw.Add(silent)
+	}
+	return sw.hw
+}
+
+// wakeSweep starts the background sweep when the store holds records and
+// none runs, and wakes it when expired records are left. m.mu is held.
+func (m *memory) wakeSweep() {
+	sw := &m.sweeper
+	switch {
+	case m.expiry.n == 0:
+	case !sw.running:
+		sw.running = true
+		if sw.stop == nil {
+			sw.stop, sw.wake = make(chan struct{}), make(chan struct{}, 1)
+			// Once a cleanup per store: the goroutine holds the store
+			// only weakly, and ends when it is collected.
+			runtime.AddCleanup(m, func(stop chan struct{}) { close(stop) }, sw.stop)
+		}
+		go memSweepLoop(weak.Make(m), sw.wake, sw.stop, sw.report, m.sweepDelay())
+	case sw.hw.After(m.expiry.at(0).until):
+		select {
+		case sw.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sweepDelay is how long, by the sweep's clock, until the first record in
+// the heap is forgettable by its horizon, within [memSweepPause,
+// memSweepMaxSleep]. m.mu is held.
+func (m *memory) sweepDelay() time.Duration {
+	sw := &m.sweeper
+	if m.expiry.n == 0 {
+		return memSweepMaxSleep
+	}
+	gap := m.expiry.at(0).until.Sub(sw.horizon())
+	if gap >= memSweepMaxSleep {
+		return memSweepMaxSleep
+	}
+	if !sw.horizon().After(sw.hw) {
+		// The horizon stands at hw until the grace is over.
+		gap += memSweepGrace - sw.now().Sub(sw.hwAt)
+	}
+	return min(max(gap+time.Nanosecond, memSweepPause), memSweepMaxSleep)
+}
+
+// memSweepLoop is the background sweep's goroutine: a pass when woken,
+// when its timer fires, or memSweepPause after a pass that left a backlog
+// (a wake does not cut that pause short).
+func memSweepLoop(wp weak.Pointer[memory], wake, stop <-chan struct{}, report func(memSweepReport), d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	paused := false
+	for {
+		woken := wake
+		if paused {
+			woken = nil
+		}
+		select {
+		case <-stop:
+			if report != nil {
+				report(memSweepReport{stopped: true})
+			}
+			return
+		case <-woken:
+		case <-t.C:
+		}
+		rep, next := memSweepPass(wp)
+		if report != nil {
+			report(rep)
+		}
+		if rep.stopped {
+			return
+		}
+		paused = rep.backlog
+		t.Reset(next)
+	}
+}
+
+// memSweepPass is one pass: it drops what the sweep's horizon has made
+// forgettable, for memSweepHold at most, and says when to pass again.
+// It ends the sweep (stopped) when the store is empty or unreachable.
+func memSweepPass(wp weak.Pointer[memory]) (rep memSweepReport, next time.Duration) {
+	m := wp.Value()
+	if m == nil {
+		return memSweepReport{stopped: true}, 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cpu := m.sweeper.cpu; cpu != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer func(start time.Duration) { rep.holdCPU = cpu() - start }(cpu())
+	}
+	start := time.Now()
+	horizon := m.sweeper.horizon()
+	for m.dropExpired(horizon) {
+		rep.swept++
+		if rep.swept%memSweepBatch == 0 && time.Since(start) >= memSweepHold {
+			rep.backlog = true
+			break
+		}
+	}
+	rep.hold = time.Since(start)
+	rep.left = m.expiry.n
+	switch {
+	case m.expiry.n == 0:
+		m.sweeper.running = false
+		rep.stopped = true
+	case rep.backlog:
+		next = memSweepPause
+	default:
+		next = m.sweepDelay()
+	}
+	return rep, next
+}
 
 // memTimer is when one record (an operation, a single-use mark or a claim
 // token) is forgotten, and its place in the expiry heap.

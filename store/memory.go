@@ -9,6 +9,7 @@ import (
 	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,14 +20,22 @@ import (
 // implements Store too. Every method is one critical section under one
 // mutex, which is what makes Take claim at most once (§7 W135).
 //
-// It follows the caller's clock only: records are forgotten by the now
-// each call passes, never by time.Now, and no goroutine is ever started.
-// Nothing grows with expired records, and no call holds the lock for long
-// (webkit/RULES.md "Bounded work"): every record sits in an expiry heap, and each
-// call drops at most memSweepBudget expired records, O(log n) each; each
-// map is split into shards, and a shard that has shrunk to an eighth of its
-// peak is rebuilt, because a Go map never gives back the memory of deleted
-// entries. After a mass expiry the heap returns to about an empty store's.
+// It follows the caller's clock: whether a record is forgotten is judged
+// by the now each call passes, never by time.Now, so answers never depend
+// on when memory is given back. Nothing grows with expired records, and no
+// call holds the lock for long (webkit/RULES.md "Bounded work"): every
+// record sits in an expiry heap, and each call drops at most
+// memSweepBudget expired records, O(log n) each; each map is split into
+// shards, and a shard that has shrunk to an eighth of its peak is rebuilt,
+// because a Go map never gives back the memory of deleted entries. A
+// goroutine of the store's own drops the rest, about a millisecond of
+// lock at a time, so that after a mass expiry the heap returns to about an
+// empty store's with no further call: it goes by the latest now a call
+// passed, and counts time on by the machine's clock only once no call has
+// come for a minute. It starts with the store's first record and ends by
+// itself once the store is empty or no longer referenced; there is nothing
+// to stop. Once performed, an operation keeps only its account, its id
+// and the names of its revisions (Record): about 430 bytes.
 //
 // It keeps its records in the process: a restart forgets every
 // approval, and every claim with it, which can lose an approval but never
@@ -57,10 +66,12 @@ type memory struct {
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
 	claims     shrinkMap[string, *memClaim]     // claim token → its claim
 	performing map[memKey]struct{}              // operations performing, for Performing
-	openOwner  map[string]int                   // open operations by storekit.Slot(agent, user)
-	openAgent  map[string]int                   // open operations by agent
+	openOwner  shrinkMap[string, int]           // open operations by storekit.Slot(agent, user)
+	openAgent  shrinkMap[string, int]           // open operations by agent
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
+
+	sweeper memSweeper // the background sweep (memheap.go)
 }
 
 var _ storekit.InProcess = (*memory)(nil)
@@ -84,7 +95,7 @@ const memSweepBudget = 256
 
 type memKey struct{ slot, id string }
 
-type memState int
+type memState uint8
 
 const (
 	memOpen memState = iota
@@ -92,30 +103,59 @@ const (
 	memPerformed
 )
 
+// memOperation is one stored operation. Once it is performed it keeps
+// only what its status answer and §7 need (store.Record): its account,
+// the names of its revisions and when it was claimed (which a computed
+// neighbour's mayStore asks); everything else is in its *memPending,
+// which Finish(Done) drops, so that a retained operation costs a few
+// hundred bytes (BenchmarkMemoryRetained).
 type memOperation struct {
-	owner     Owner
-	action    memKey // its action's key, to find the live approvals
-	state     memState
-	current   string                  // the current revision
-	revisions map[string]*memRevision // every revision kept
-	order     []string                // revisions, oldest issued first
-	approvals []Approval              // recorded approvals, first recorded first (W81)
-	timer     memTimer                // forgotten after timer.until
-
-	// While performing: the claim's token, the revision it performs, the
-	// claimed approval's place among the action's live approvals (to put it
-	// back on Release), when it was claimed, and whether an Unknown outcome
-	// was reported.
-	token     string
-	claimed   string
-	claimSeq  uint64
+	owner  Owner    // once performed, its Account only (Lookup names the caller's agent and User)
+	action memKey   // its action's key, to find the live approvals
+	order  []string // the revisions kept, oldest issued first: the last is the current one
+	timer  memTimer // forgotten after timer.until
+	// claimedAt is when it was last claimed: while performing, and once
+	// performed (mayStore).
 	claimedAt time.Time
-	unknown   bool
-
+	state     memState
+	// unknown: an Unknown outcome was reported while performing.
+	unknown bool
 	// computed (its id was computed, and an approval stored it) or ka
 	// (stored by Take, its operation not computable: its action keeps
 	// naming it once it is performed, as redisstore's action key).
 	computed, ka bool
+
+	*memPending // nil once performed
+}
+
+// memPending is what an operation keeps until it is performed.
+type memPending struct {
+	revisions map[string]*memRevision // every revision kept, by name
+	approvals []Approval              // recorded approvals, first recorded first (W81)
+
+	// While performing: the claim's token, the revision it performs, and
+	// the claimed approval's place among the action's live approvals (to
+	// put it back on Release).
+	token    string
+	claimed  string
+	claimSeq uint64
+}
+
+// current is the operation's current (latest issued) revision; "" for an
+// operation just made, before its first.
+func (op *memOperation) current() string {
+	if len(op.order) == 0 {
+		return ""
+	}
+	return op.order[len(op.order)-1]
+}
+
+// keeps says whether the operation keeps revision rev (W74).
+func (op *memOperation) keeps(rev string) bool {
+	if op.memPending != nil {
+		return op.revisions[rev] != nil
+	}
+	return slices.Contains(op.order, rev)
 }
 
 type memRevision struct {
@@ -150,11 +190,20 @@ func (a *memAction) addLive(k termsKey, l memLive) {
 
 // removeLive drops op's live approval of rev, if it is filed.
 func (a *memAction) removeLive(k termsKey, op, rev string) {
-	list := slices.DeleteFunc(a.live[k], func(l memLive) bool { return l.op == op && l.revision == rev })
-	if len(list) == 0 {
-		delete(a.live, k)
-	} else {
+	a.setLive(k, slices.DeleteFunc(a.live[k], func(l memLive) bool { return l.op == op && l.revision == rev }))
+}
+
+// setLive files list as the live approvals of terms k; an empty list is
+// none, and an action without any keeps no map (a map never shrinks, and a
+// performed operation's action may be retained for a day).
+func (a *memAction) setLive(k termsKey, list []memLive) {
+	if len(list) > 0 {
 		a.live[k] = list
+		return
+	}
+	delete(a.live, k)
+	if len(a.live) == 0 {
+		a.live = nil
 	}
 }
 
@@ -185,8 +234,17 @@ func (m *memory) lock(ctx context.Context, now time.Time) error {
 		return fmt.Errorf("store: memory: %w", err)
 	}
 	m.mu.Lock()
+	m.sweeper.saw(now)
 	m.sweep(now)
 	return nil
+}
+
+// unlock releases the mutex, starting the background sweep when the store
+// holds records and none runs, or waking it when this call left expired
+// records behind (memheap.go).
+func (m *memory) unlock() {
+	m.wakeSweep()
+	m.mu.Unlock()
 }
 
 // size reports how many records the store holds (operations, actions,
@@ -202,24 +260,33 @@ func (m *memory) size() int {
 // forgettable, earliest first.
 func (m *memory) sweep(now time.Time) {
 	for range memSweepBudget {
-		t := m.expiry.popExpired(now)
-		if t == nil {
+		if !m.dropExpired(now) {
 			break
-		}
-		switch t.kind {
-		case memKindOp:
-			m.dropOp(t.key, now)
-		case memKindOnce:
-			m.once.del(t.key.slot)
-		case memKindClaim:
-			m.claims.del(t.key.slot)
 		}
 	}
 }
 
+// dropExpired drops the record that is forgotten first, if now has made
+// it forgettable, and reports whether it did.
+func (m *memory) dropExpired(now time.Time) bool {
+	t := m.expiry.popExpired(now)
+	if t == nil {
+		return false
+	}
+	switch t.kind {
+	case memKindOp:
+		m.dropOp(t.key)
+	case memKindOnce:
+		m.once.del(t.key.slot)
+	case memKindClaim:
+		m.claims.del(t.key.slot)
+	}
+	return true
+}
+
 // dropOp forgets an operation, and its action once nothing of the action
 // is left.
-func (m *memory) dropOp(k memKey, now time.Time) {
+func (m *memory) dropOp(k memKey) {
 	op, ok := m.ops.get(k)
 	if !ok {
 		return
@@ -245,6 +312,9 @@ func (m *memory) dropOp(k memKey, now time.Time) {
 // dropLive takes op's approvals that were not used up off its action's
 // live lists: O(approvals of op).
 func (m *memory) dropLive(id string, op *memOperation, a *memAction) {
+	if op.memPending == nil {
+		return // performed: dropped when it was
+	}
 	for _, ap := range op.approvals {
 		if r := op.revisions[ap.Revision]; r != nil && ap.UsedAt.IsZero() {
 			a.removeLive(keyOf(r.op.Terms), id, ap.Revision)
@@ -256,20 +326,25 @@ func (m *memory) dropLive(id string, op *memOperation, a *memAction) {
 // being performed, not performed, not forgotten) up or down, as
 // redisstore's sets of open operations count them.
 func (m *memory) opened(o Owner, d int) {
-	if m.openOwner == nil {
-		m.openOwner = make(map[string]int)
-		m.openAgent = make(map[string]int)
-	}
-	for _, c := range []struct {
-		m map[string]int
+	for _, c := range [...]struct {
+		m *shrinkMap[string, int]
 		k string
-	}{{m.openOwner, storekit.Slot(o.Agent, o.User)}, {m.openAgent, o.Agent}} {
-		if n := c.m[c.k] + d; n > 0 {
-			c.m[c.k] = n
+	}{{&m.openOwner, storekit.Slot(o.Agent, o.User)}, {&m.openAgent, o.Agent}} {
+		if n, _ := c.m.get(c.k); n+d > 0 {
+			c.m.put(c.k, n+d)
 		} else {
-			delete(c.m, c.k)
+			c.m.del(c.k)
 		}
 	}
+}
+
+// overCaps says whether owner (in slot) already has as many open
+// operations as its cap allows, or its agent as many as the agent's.
+func (m *memory) overCaps(owner Owner, slot string) bool {
+	byOwner, _ := m.openOwner.get(slot)
+	byAgent, _ := m.openAgent.get(owner.Agent)
+	return over(byOwner, m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
+		over(byAgent, m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent)
 }
 
 // op returns the operation, or nil when it is unknown or forgotten: a
@@ -295,11 +370,7 @@ func (m *memory) pruneLive(slot string, a *memAction, k termsKey, now time.Time)
 		r := op.revisions[l.revision]
 		return r == nil || now.After(r.op.ExpiresAt)
 	})
-	if len(list) == 0 {
-		delete(a.live, k)
-	} else {
-		a.live[k] = list
-	}
+	a.setLive(k, list)
 }
 
 // keep makes op remembered at least until the given instant.
@@ -320,7 +391,7 @@ func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now
 	if err := m.lock(ctx, now); err != nil {
 		return TakeResult{}, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.issue(owner, action, now)
 }
 
@@ -355,8 +426,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResu
 				return computedIssued(k, slot, c), nil
 			}
 		}
-		if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
-			over(m.openAgent[owner.Agent], m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent) {
+		if m.overCaps(owner, slot) {
 			return TakeResult{}, ErrRateLimited
 		}
 		if a == nil {
@@ -366,7 +436,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResu
 		a.current = storekit.NewOperationID()
 		m.opened(owner, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: owner, action: ak, revisions: make(map[string]*memRevision), ka: true}
+		op = &memOperation{owner: cloneOwner(owner), action: ak, ka: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -374,7 +444,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResu
 		m.ops.put(k, op)
 		m.expiry.add(&op.timer)
 	}
-	if cur := op.revisions[op.current]; cur != nil && reusable(cur, action, now) {
+	if cur := op.revisions[op.current()]; cur != nil && reusable(cur, action, now) {
 		return TakeResult{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
@@ -428,7 +498,6 @@ func reusable(r *memRevision, action TakeRequest, now time.Time) bool {
 func (op *memOperation) add(r *memRevision) {
 	op.revisions[r.op.Revision] = r
 	op.order = append(op.order, r.op.Revision)
-	op.current = r.op.Revision
 	if len(op.order) > memMaxRevisions {
 		for i, rev := range op.order[:len(op.order)-1] {
 			if !op.revisions[rev].approved {
@@ -444,7 +513,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 	if err := m.lock(ctx, now); err != nil {
 		return TakeResult{}, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
 	token := action.ClaimToken
 	if token != "" {
@@ -490,11 +559,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 				continue
 			}
 			// W95: the first recorded match; W96: only it is used up.
-			if list := slices.Delete(a.live[k], i, i+1); len(list) > 0 {
-				a.live[k] = list
-			} else {
-				delete(a.live, k)
-			}
+			a.setLive(k, slices.Delete(a.live[k], i, i+1))
 			r.used = true
 			op.state = memPerforming
 			m.opened(op.owner, -1) // an approval bounds it now, not the caps
@@ -556,7 +621,7 @@ func (m *memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 	if err := m.lock(ctx, now); err != nil {
 		return err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	slot := storekit.Slot(claim.Owner.Agent, claim.Owner.User)
 	op := m.op(slot, claim.Operation.ID, now)
 	if op == nil || op.state != memPerforming || claim.Token == "" || op.token != claim.Token {
@@ -587,13 +652,22 @@ func (m *memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 			m.dropLive(k.id, op, a) // W37: its other approvals are never taken
 		}
 		// Performed, it keeps only what its status and §7 need
-		// (store.Record): its revisions' names, not their terms, summaries
-		// or approvals.
-		for _, r := range op.revisions {
-			r.op.Terms, r.op.Summary = nil, ""
-		}
-		op.approvals = nil
+		// (store.Record): its account and its revisions' names, not their
+		// terms, summaries or approvals.
+		op.memPending = nil
+		op.order = slices.Clone(op.order)
+		op.owner = Owner{Account: op.owner.Account}
 		delete(m.performing, k)
+		// A computed operation's action no longer names it once it is
+		// performed (as redisstore drops its action key): whether the
+		// action names it or nothing, Take, Issue and Record answer the
+		// same, and the action costs nothing while it is retained.
+		if a, _ := m.actions.get(op.action); a != nil && !op.ka && a.current == k.id {
+			a.current = ""
+			if len(a.live) == 0 {
+				m.actions.del(op.action)
+			}
+		}
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
@@ -603,7 +677,7 @@ func (m *memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 		// operation offers the same terms under a fresh revision, with the
 		// same expires_at: Lookup then names a revision an approval can
 		// still use, and the next request with these terms reuses it.
-		if r := op.revisions[op.claimed]; r != nil && op.current == op.claimed && !now.After(r.op.ExpiresAt) {
+		if r := op.revisions[op.claimed]; r != nil && op.current() == op.claimed && !now.After(r.op.ExpiresAt) {
 			fresh := r.op
 			fresh.Revision = storekit.NewRevision(fresh.ExpiresAt)
 			op.add(&memRevision{op: fresh})
@@ -621,7 +695,7 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 	if err := m.lock(ctx, now); err != nil {
 		return false, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if token == "" {
 		return false, nil
 	}
@@ -677,7 +751,7 @@ func (m *memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 	if err := m.lock(ctx, now); err != nil {
 		return Record{}, false, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
 	var op *memOperation
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
@@ -694,13 +768,18 @@ func (m *memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 	} else if _, op = m.refOp(slot, ref, now); op == nil {
 		return Record{}, false, nil // W74
 	}
-	cur := op.revisions[op.current].op
-	rec := Record{Owner: op.owner, Current: cur, Status: Waiting, Approvals: slices.Clone(op.approvals)}
+	// The agent and User are the caller's: the slot they make named it.
+	rec := Record{Owner: Owner{Agent: owner.Agent, User: owner.User, Account: op.owner.Account}, Status: Performed}
+	if op.state == memPerformed {
+		// W108, W109: what a performed operation keeps (store.Record).
+		rec.Current = Operation{ID: op.timer.key.id, Revision: op.current()}
+		return rec, true, nil
+	}
+	cur := op.revisions[op.current()].op
+	rec.Current, rec.Status, rec.Approvals = cur, Waiting, slices.Clone(op.approvals)
 	switch {
 	case op.state == memPerforming:
 		rec.Status = Performing // W107
-	case op.state == memPerformed:
-		rec.Status = Performed // W108, W109
 	case approved(op, now):
 		rec.Status = Approved // W106
 	default:
@@ -724,7 +803,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if err := m.lock(ctx, now); err != nil {
 		return RecordReply{}, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	// The request's single-use key first: a replay records nothing.
 	if opts.Once != "" && !m.useOnce(opts.Once, opts.OnceUntil, now) {
 		return RecordReply{Result: Replayed}, nil
@@ -764,7 +843,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	// W91); it gets a revision that can still be approved instead (W122).
 	r := op.revisions[approval.Revision]
 	if approval.OperationID != id || r == nil || now.After(r.op.ExpiresAt) || r.used {
-		cur := op.revisions[op.current]
+		cur := op.revisions[op.current()]
 		if now.After(cur.op.ExpiresAt) {
 			return RecordReply{Result: OperationExpired}, nil // W101
 		}
@@ -817,6 +896,12 @@ func (m *memory) computable(owner Owner, digest string, action TakeRequest, now 
 	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
+// cloneOwner copies o's strings, so that a stored operation doesn't keep
+// the caller's (a part of a request it parsed) alive.
+func cloneOwner(o Owner) Owner {
+	return Owner{Agent: strings.Clone(o.Agent), User: strings.Clone(o.User), Account: strings.Clone(o.Account)}
+}
+
 // computedOperation is the operation c describes, its revision rev.
 func computedOperation(c computed.Op, rev string) Operation {
 	return Operation{ID: c.ID, Revision: rev, Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
@@ -857,6 +942,9 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	if err != nil {
 		return "", nil, NotFound // W74
 	}
+	// The ref's revision is a part of the ref: cloned, so that the
+	// operation doesn't keep the whole ref.
+	rev = strings.Clone(rev)
 	revision := &memRevision{op: computedOperation(c, rev)}
 	revision.op.Terms = bytes.Clone(c.Terms)
 	if op := m.op(slot, c.ID, now); op != nil {
@@ -871,15 +959,14 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
 		return "", nil, NotFound
 	}
-	if over(m.openOwner[slot], m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
-		over(m.openAgent[owner.Agent], m.cfg.MaxOpenPerAgent, storekit.DefaultMaxOpenPerAgent) {
+	if m.overCaps(owner, slot) {
 		return "", nil, RateLimited
 	}
 	k := memKey{slot, c.ID}
 	if old, ok := m.ops.get(k); ok {
 		// Forgotten by now, not swept yet.
 		m.expiry.remove(&old.timer)
-		m.dropOp(k, now)
+		m.dropOp(k)
 	}
 	ak := memKey{slot, c.Action}
 	a, _ := m.actions.get(ak)
@@ -888,9 +975,9 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 		m.actions.put(ak, a)
 	}
 	a.current = c.ID
-	stored := Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}
+	stored := cloneOwner(Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
 	m.opened(stored, +1)
-	op := &memOperation{owner: stored, action: ak, revisions: make(map[string]*memRevision), computed: true}
+	op := &memOperation{owner: stored, action: ak, computed: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
 	op.timer = memTimer{kind: memKindOp, key: k}
 	m.ops.put(k, op)
 	m.expiry.add(&op.timer)
@@ -909,7 +996,7 @@ func (m *memory) refOp(slot, ref string, now time.Time) (string, *memOperation) 
 		return "", nil
 	}
 	op := m.op(slot, id, now)
-	if op == nil || op.revisions[rev] == nil {
+	if op == nil || !op.keeps(rev) {
 		return "", nil
 	}
 	return id, op
@@ -919,7 +1006,7 @@ func (m *memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 	if err := m.lock(ctx, now); err != nil {
 		return false, err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	return m.useOnce(key, until, now), nil
 }
 
@@ -954,7 +1041,7 @@ func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 			c := m.claimOf(op)
 			out = append(out, Stuck{Claim: Claim{Owner: op.owner, Operation: c.Operation, Approval: c.Approval}, ClaimedAt: op.claimedAt, Unknown: op.unknown})
 		}
-		m.mu.Unlock()
+		m.unlock()
 		for _, s := range out {
 			if !yield(s, nil) {
 				return
@@ -971,7 +1058,7 @@ func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, o
 	if err := m.lock(ctx, now); err != nil {
 		return err
 	}
-	defer m.mu.Unlock()
+	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
 	op := m.op(slot, operationID, now)
 	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
