@@ -206,7 +206,7 @@ func TestMemorySweepWaitsForTheCallersClock(t *testing.T) {
 	if first, err := m.UseOnce(ctx, "jti", sweepT0.Add(time.Second), sweepT0); err != nil || !first {
 		t.Fatalf("UseOnce: %v, %v", first, err)
 	}
-	clock.Add(memSweepGrace) // a minute without a call: not yet silence
+	clock.Add(time.Minute) // a minute without a call (memSweepGrace): not yet silence
 	wakeSweep(m)
 	awaitSweep(t, reports, func(memSweepReport) bool { return true })
 	if got := m.size(); got != 1 {
