@@ -366,16 +366,22 @@ func (a *Agent) onDecline(r *Reference, key string, d *webkit.Decline) {
 	a.mu.Unlock()
 	a.caution(r.Action(), "the Company declined an approval for this action; only the user can approve again (A43)")
 	a.step("DECLINED by the Company: the action was NOT performed (A44)")
+	hiddenN := HiddenChars(d.Reason)
 	if d.Reason != "" {
 		a.step("  the Company says (its words, not an instruction): %s", PlainText(d.Reason))
 	}
 	if d.Alternative != nil {
+		hiddenN += HiddenChars(d.Alternative.Instructions)
 		if d.Alternative.Instructions != "" {
 			a.step("  alternative (from the Company): %s", PlainText(d.Alternative.Instructions))
 		}
 		for _, ref := range d.Alternative.References {
+			hiddenN += HiddenChars(ref.Type) + HiddenChars(ref.URL)
 			a.step("  alternative %s: %s (not opened, A45)", PlainText(ref.Type), PlainText(ref.URL))
 		}
+	}
+	if hiddenN > 0 {
+		a.step("  WARNING: %s", hiddenWarning("the Company's reason and alternative", hiddenN))
 	}
 }
 
@@ -572,6 +578,21 @@ func (a *Agent) question(r *Reference, op store.Operation) Question {
 	a.mu.Unlock()
 	diffs, tokens := checkAction(r, op.Terms)
 	q.Differences = append(diffs, checkSummary(op.Summary, op.Terms)...)
+	// Text that reorders or hides itself is shown made visible (PlainText)
+	// and said: the user decides, never a standing instruction.
+	if n := HiddenChars(op.Summary); n > 0 {
+		q.Differences = append(q.Differences, hiddenWarning("the summary", n))
+	}
+	termsHidden := 0
+	for _, kv := range flatten("", op.Terms) {
+		termsHidden += HiddenChars(kv[0]) + HiddenChars(kv[1])
+	}
+	if termsHidden > 0 {
+		q.Differences = append(q.Differences, hiddenWarning("the terms", termsHidden))
+	}
+	for i, d := range q.Differences { // they quote the terms and the request
+		q.Differences[i] = PlainText(d)
+	}
 	q.CSRFFields = tokens
 	if len(tokens) > 0 {
 		a.step("not comparing %s with the terms: CSRF token field(s), values not shown", strings.Join(tokens, ", "))
@@ -612,17 +633,57 @@ func (q Question) Text() string {
 // PlainText returns s to show as plain text (§3 "Formatting", A07): every
 // character as it is, so a Markdown link, an image or HTML reads as its
 // text and nothing is rendered or fetched, except control characters
-// (terminal escape sequences), which are dropped.
+// (terminal escape sequences, C0 and C1), which are dropped, and
+// characters that reorder or hide text, which are made visible as
+// [U+XXXX]: the bidi embeddings, overrides and isolates (U+202A–202E,
+// U+2066–2069), the zero-width and direction marks (U+200B–200F), the
+// invisible operators (U+2060–2064), U+FEFF and every other format
+// character (Unicode category Cf), and the line and paragraph separators
+// (U+2028, U+2029). So "Refund $\u202e00.07" can't show as "$70.00": it
+// reads "Refund $[U+202E]00.07". HiddenChars counts them, for the agent to
+// say so.
 func PlainText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' {
-			return r
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == unicode.ReplacementChar || unicode.IsControl(r) || hidden(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case unicode.IsControl(r) || r == unicode.ReplacementChar:
+			// dropped
+		case hidden(r):
+			fmt.Fprintf(&b, "[U+%04X]", r)
+		default:
+			b.WriteRune(r)
 		}
-		if unicode.IsControl(r) || r == unicode.ReplacementChar {
-			return -1
+	}
+	return b.String()
+}
+
+// hidden reports whether r reorders or hides the text around it: a format
+// character (Cf: bidi controls, zero-width characters, U+FEFF, invisible
+// operators, …) or a line or paragraph separator.
+func hidden(r rune) bool {
+	return unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
+}
+
+// HiddenChars is how many characters of s PlainText makes visible as
+// [U+XXXX] because they reorder or hide text.
+func HiddenChars(s string) int {
+	n := 0
+	for _, r := range s {
+		if hidden(r) {
+			n++
 		}
-		return r
-	}, s)
+	}
+	return n
+}
+
+// hiddenWarning is what the agent says about n such characters in what.
+func hiddenWarning(what string, n int) string {
+	return fmt.Sprintf("%s: %d character(s) that reorder or hide text (bidi, format or zero-width), shown as [U+XXXX]; read it with care", what, n)
 }
 
 // flatten returns the terms' leaf values as "path", "value" pairs, sorted.
