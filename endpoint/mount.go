@@ -35,7 +35,7 @@ import (
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
-// Default paths of a Mount's routes.
+// The paths of a Mount's routes (see Mount).
 const (
 	defaultEndpointPath  = "/poppy/operations"
 	defaultJoinPath      = "/poppy/join"
@@ -88,11 +88,6 @@ type Config struct {
 	// only place an approval is declined, never at the browser's request
 	// (W132). nil declines nothing.
 	Decline func(ctx context.Context, d DeclineRequest) *webkit.Decline
-	// Paths of the endpoint and the join; "" is the default of each
-	// (/poppy/operations, /poppy/join). poppy.json is always at
-	// /.well-known/poppy.json, and the kit's own routes are under
-	// /_opsgate/.
-	EndpointPath, JoinPath string
 	// PoppyJSON holds the other members of the website's poppy.json (its
 	// APIs, other extensions); the Mount adds the operations entry, the
 	// join endpoint and Name. nil: only those.
@@ -111,6 +106,13 @@ type Config struct {
 //
 //	m, err := endpoint.NewMount(endpoint.Config{Origin: "https://shop.example", Name: "Shop", Kit: kit})
 //	http.ListenAndServe(addr, m.Handler(mux)) // mux: http.ServeMux, chi, gorilla/mux, gin, echo…
+//
+// Its routes are at fixed paths: the endpoint at /poppy/operations, the join
+// at /poppy/join, poppy.json at /.well-known/poppy.json, and the kit's
+// browser-facing routes under /_opsgate/ (waiting.js, fetch.js, opsgate.css,
+// status). A router that registers each route itself registers those (the
+// last as a prefix: "/_opsgate/*" on chi, PathPrefix on gorilla/mux);
+// Mount.Handler needs none of this.
 //
 // The routes of a Mount carry their own proof instead of a CSRF token: the
 // endpoint a Session JWT in a header, the join a signed, single-use
@@ -154,19 +156,9 @@ func NewMount(c Config) (*Mount, error) {
 	m := &Mount{
 		kit:           kit,
 		base:          kitlink.BasePath(kit),
-		endpointPath:  orDefault(c.EndpointPath, defaultEndpointPath),
-		joinPath:      orDefault(c.JoinPath, defaultJoinPath),
+		endpointPath:  defaultEndpointPath,
+		joinPath:      defaultJoinPath,
 		poppyJSONPath: defaultPoppyJSONPath,
-	}
-	if !strings.HasPrefix(m.base, "/") || !strings.HasSuffix(m.base, "/") {
-		return nil, fmt.Errorf("%w: the kit's base path %q must begin and end with /", errConfig, m.base)
-	}
-	seen := map[string]bool{}
-	for _, p := range []string{m.endpointPath, m.joinPath, m.poppyJSONPath} {
-		if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, m.base) || seen[p] {
-			return nil, fmt.Errorf("%w: path %q must begin with /, not end with /, be distinct and lie outside the kit's routes under %q", errConfig, p, m.base)
-		}
-		seen[p] = true
 	}
 
 	resolver := c.Resolver
@@ -203,13 +195,6 @@ func NewMount(c Config) (*Mount, error) {
 	}
 	m.poppyJSON = append(m.poppyJSON, '\n')
 	return m, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // checkOrigin returns the origin in its canonical form (lower-case scheme
@@ -274,14 +259,6 @@ func (m *Mount) servePoppyJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Write(m.poppyJSON)
-}
-
-// Paths returns the exact paths of the endpoint, the join and poppy.json,
-// then the kit's path prefix (/_opsgate/), for a router that registers
-// each route itself. On chi the prefix is registered as prefix+"*", on
-// gorilla/mux with PathPrefix; Handler needs neither.
-func (m *Mount) Paths() (endpoint, join, poppyJSON, prefix string) {
-	return m.endpointPath, m.joinPath, m.poppyJSONPath, m.base
 }
 
 // Exempt reports whether r is for the endpoint or the join, the two routes

@@ -521,7 +521,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 		// again, and one after Release claims nothing (W144).
 		if c, ok := m.claims.get(token); ok && !now.After(c.timer.until) {
 			if c.released {
-				return TakeResult{}, ErrClaimReleased
+				return TakeResult{}, ErrClaimLost
 			}
 			op := m.op(c.op.slot, c.op.id, now)
 			if c.op.slot != slot || op == nil || op.state != memPerforming || op.token != token {
@@ -813,7 +813,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	var op *memOperation
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
 		var res RecordResult
-		if id, op, res = m.storeComputed(owner, slot, ref, now); res != 0 {
+		if id, op, res = m.storeComputed(owner, slot, ref, now); res != "" {
 			return RecordReply{Result: res}, nil
 		}
 	} else {
@@ -954,7 +954,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 			op.add(revision)
 			m.keep(op, c.Expires)
 		}
-		return c.ID, op, 0
+		return c.ID, op, ""
 	}
 	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
 		return "", nil, NotFound
@@ -983,7 +983,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	m.expiry.add(&op.timer)
 	op.add(revision)
 	m.keep(op, c.Expires)
-	return c.ID, op, 0
+	return c.ID, op, ""
 }
 
 // refOp returns the operation a ref names, or nil when the ref is malformed,

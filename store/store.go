@@ -276,53 +276,44 @@ type Record struct {
 
 // RecordResult is what Record found, in the order of §6 "What the Company
 // checks": the first failing check decides (W111).
-type RecordResult int
+type RecordResult string
 
 const (
 	// Recorded: checks 1–3 passed and the approval is now recorded (or, with
 	// RecordOptions.CheckOnly, would be).
-	Recorded RecordResult = iota + 1
+	Recorded RecordResult = "recorded"
 	// AlreadyRecorded: this revision's approval was recorded before and is
 	// still waiting for the browser's request (neither used up nor
 	// expired); nothing new is recorded (§7 "one that says the same").
-	AlreadyRecorded
+	AlreadyRecorded RecordResult = "already recorded"
 	// NotFound: no such operation for this agent and User, or it belongs to
 	// another account, or a signed-in Session met a signed-out operation
 	// (check 1, W77): invalid_request.
-	NotFound
+	NotFound RecordResult = "not found"
 	// SignInRequired: a signed-out Session met an account's operation (W44).
-	SignInRequired
+	SignInRequired RecordResult = "sign-in required"
 	// IsPerforming: check 2 failed; the operation is being performed.
-	IsPerforming
+	IsPerforming RecordResult = "performing"
 	// IsPerformed: check 2 failed; the operation has been performed.
-	IsPerformed
+	IsPerformed RecordResult = "performed"
 	// RevisionMismatch: check 3 failed (a revision never returned for this
 	// operation, an expired one, one whose approval was used up, or another
 	// operation's); the answer is the operation's current revision, which
 	// never equals the approval's (W122).
-	RevisionMismatch
+	RevisionMismatch RecordResult = "revision mismatch"
 	// OperationExpired: check 3 failed and the operation has expired: the
 	// answer is invalid_request (W101).
-	OperationExpired
+	OperationExpired RecordResult = "operation expired"
 	// RateLimited: checks 1–3 passed but the operation already has
 	// 16 approvals, or storing it would pass the owner's or the agent's
 	// cap of open operations: nothing is recorded, and the
 	// answer is 429 {"error":"rate_limited"} with Retry-After.
-	RateLimited
+	RateLimited RecordResult = "rate limited"
 	// Replayed: RecordOptions.Once was used before: the request is a
 	// replay, refused before anything else (401 invalid_session), and
 	// nothing is recorded.
-	Replayed
+	Replayed RecordResult = "replayed"
 )
-
-var recordResultNames = [...]string{"", "recorded", "already recorded", "not found", "sign-in required", "performing", "performed", "revision mismatch", "operation expired", "rate limited", "replayed"}
-
-func (r RecordResult) String() string {
-	if r > 0 && int(r) < len(recordResultNames) {
-		return recordResultNames[r]
-	}
-	return "unknown record result"
-}
 
 // RecordOptions change how Record works.
 type RecordOptions struct {
@@ -445,7 +436,7 @@ type Store interface {
 	// approval is no longer used up, so it applies to the next request
 	// (W144). released reports whether a claim was undone. It is
 	// idempotent, and a Take with a released token that arrives later
-	// claims nothing (ErrClaimReleased). Call it when the action did not
+	// claims nothing (ErrClaimLost). Call it when the action did not
 	// start: Take's reply was lost or too late, durability wasn't
 	// confirmed, or the handler was never called.
 	Release(ctx context.Context, owner Owner, token string, now time.Time) (released bool, err error)
@@ -478,23 +469,15 @@ type Store interface {
 }
 
 // ErrClaimLost is returned by Finish for a claim that is no longer the
-// operation's, and by Take for a token whose claim has been finished.
+// operation's, and by Take for a token whose claim has been finished or
+// released (the caller gave up on that request: nothing is claimed for
+// it).
 var ErrClaimLost = errors.New("store: claim is no longer held")
 
 // ErrRateLimited is returned (wrapped) by Take when a new stored
 // operation would pass the owner's or the agent's cap of open operations:
 // the Gate answers 429 with Retry-After and performs nothing.
 var ErrRateLimited = errors.New("store: too many open operations")
-
-// ErrClaimReleased is returned by Take for a token that was released: the
-// caller gave up on that request, and nothing is claimed for it.
-var ErrClaimReleased = errors.New("store: claim token was released")
-
-// ErrNotDurable is returned (wrapped) by Take when a store could not
-// confirm in time that its claim is durable (on disk, or on enough
-// replicas). The claim has been released: nothing may be performed, and
-// the request is answered 503 with Retry-After, as for a store that is down.
-var ErrNotDurable = errors.New("store: claim not confirmed durable")
 
 // ErrNotPerforming is returned by Resolve for an operation that is not
 // performing (unknown, forgotten, or settled already).

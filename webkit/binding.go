@@ -23,12 +23,6 @@ func (c *CookieSessions) hostOnly() bool {
 	return !c.Insecure && c.Domain == "" && (c.Path == "" || c.Path == "/")
 }
 
-// CookieName is the join cookie's name as the browser stores it: Name (or
-// "opsgate_join") with the __Host- prefix when the cookie is Secure,
-// host-only and on Path "/". A website that filters cookies (for logs,
-// caches) filters this one.
-func (c *CookieSessions) CookieName() string { return c.name() }
-
 // boundName is the name of the binding marker (see markBound).
 func (c *CookieSessions) boundName() string {
 	return c.name() + "_bound"

@@ -870,7 +870,7 @@ func TestContinueFidelity(t *testing.T) {
 				t.Errorf("parsed back %v, want %v", v2, v1)
 			}
 			// And the store agrees: approve, then press Continue.
-			cookie, _ := r.Cookie(e.kit.Sessions.(*CookieSessions).CookieName())
+			cookie, _ := r.Cookie(e.kit.Sessions.(*CookieSessions).name())
 			e.record(sesOut, e.issueForm(sesOut, sent.String()))
 			r2 := httptest.NewRequest("POST", action, strings.NewReader(again.String()))
 			r2.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -1087,7 +1087,7 @@ func TestGateLogsNoSecrets(t *testing.T) {
 	e.kit.Store = store.NewMemory()
 	bad := e.kit.Gate(func(*http.Request) (Action, error) { return Action{}, errors.New("nope") })(http.NotFoundHandler())
 	bad.ServeHTTP(httptest.NewRecorder(), r)
-	cookie, _ := r.Cookie(e.kit.Sessions.(*CookieSessions).CookieName())
+	cookie, _ := r.Cookie(e.kit.Sessions.(*CookieSessions).name())
 	out := logs.String()
 	if out == "" {
 		t.Fatal("nothing logged")

@@ -192,8 +192,8 @@ func TestJoinCookieHostPrefix(t *testing.T) {
 				t.Fatal(err)
 			}
 			ck := w.Result().Cookies()
-			if len(ck) != 1 || ck[0].Name != tt.want || c.CookieName() != tt.want {
-				t.Fatalf("cookies %v, CookieName %q; want %q", ck, c.CookieName(), tt.want)
+			if len(ck) != 1 || ck[0].Name != tt.want || c.name() != tt.want {
+				t.Fatalf("cookies %v, name %q; want %q", ck, c.name(), tt.want)
 			}
 			if _, ok := sessionOf(c, ck[0]); !ok {
 				t.Error("the cookie does not read back")

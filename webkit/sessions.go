@@ -46,7 +46,10 @@ const (
 // logs it.
 type CookieSessions struct {
 	// Name is the cookie's name; "" is "opsgate_join". A Secure cookie on
-	// Path "/" without Domain gets the __Host- prefix (see CookieName).
+	// Path "/" without Domain gets the __Host- prefix, as the browser then
+	// stores it ("__Host-opsgate_join" by default): a website that filters
+	// cookies out of its logs or caches filters that name, and the
+	// "_bound" marker beside it.
 	Name string
 	// Path and Domain scope the cookie; "" Path is "/".
 	Path, Domain string

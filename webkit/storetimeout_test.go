@@ -122,7 +122,7 @@ func TestGateStoreStallReleases(t *testing.T) {
 					t.Errorf("the claim of the lost reply was not released")
 				}
 			} else if err == nil {
-				t.Errorf("the late Take claimed: want ErrClaimReleased")
+				t.Errorf("the late Take claimed: want ErrClaimLost")
 			}
 			rec2 := e.lookup(sesIn, approved.Ref)
 			if rec2.Status != store.Approved {

@@ -81,7 +81,7 @@
 //     Check says so.
 //
 // A claim not confirmed within Options.DurabilityTimeout is released at once and
-// Take fails with store.ErrNotDurable: nothing is performed, and the Gate
+// Take fails with an error ("claim not confirmed durable"): nothing is performed, and the Gate
 // answers 503 with Retry-After. Check names what the Redis can't promise
 // for the chosen durability (AOF off, too few replicas, miniredis).
 //

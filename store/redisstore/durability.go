@@ -240,7 +240,7 @@ func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, own
 	if err != nil {
 		if errors.Is(err, errNotConfirmed) {
 			s.releaseAfter(ctx, owner, token, now)
-			return nil, fmt.Errorf("%w: %w", store.ErrNotDurable, err)
+			return nil, fmt.Errorf("%w: %w", errNotDurable, err)
 		}
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 	n := s.node(node.Options().Addr)
 	if err := s.ready(ctx, node, n); err != nil {
 		// Nothing was claimed: fail closed before the script runs.
-		return nil, fmt.Errorf("%w: %s durability: %w", store.ErrNotDurable, s.durability.Mode, err)
+		return nil, fmt.Errorf("%w: %s durability: %w", errNotDurable, s.durability.Mode, err)
 	}
 	// The step shares round trips (Options.Pipelines) whatever the
 	// durability: a claim is confirmed after it, on a connection of its
@@ -466,3 +466,9 @@ func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 	}
 	return nil
 }
+
+// errNotDurable is returned (wrapped) by Take when the store could not
+// confirm in time that its claim is durable (on disk, or on enough
+// replicas). The claim has been released: nothing may be performed, and
+// the Gate answers 503 with Retry-After, as for a store that is down.
+var errNotDurable = errors.New("redisstore: claim not confirmed durable")

@@ -66,7 +66,7 @@ func TestDurableDisk(t *testing.T) {
 		fresh := redisstore.New(c, redisstore.Options{}) // checks the server anew
 		a, is := approvedAction(t, fresh, "k"+cfg[0])
 		res, err := fresh.Take(t.Context(), owner, a, at(time.Second))
-		if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+		if !errors.Is(err, redisstore.ErrNotDurable) || res.Claim != nil {
 			t.Errorf("%s %s: Take %+v, %v; want ErrNotDurable", cfg[0], cfg[1], res, err)
 		}
 		wantStatus(t, fresh, is.Ref, store.Approved) // nothing was claimed
@@ -147,7 +147,7 @@ func TestDurableReplicas(t *testing.T) {
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(err, store.ErrNotDurable) || res0.Claim != nil {
+	if !errors.Is(err, redisstore.ErrNotDurable) || res0.Claim != nil {
 		t.Fatalf("Take confirmed on another connection with the replica stalled: %+v, %v; want ErrNotDurable", res0, err)
 	}
 	wantStatus(t, other, is0.Ref, store.Approved) // released
@@ -162,7 +162,7 @@ func TestDurableReplicas(t *testing.T) {
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+	if !errors.Is(err, redisstore.ErrNotDurable) || res.Claim != nil {
 		t.Fatalf("Take with the replica stalled: %+v, %v; want ErrNotDurable", res, err)
 	}
 	if took > durabilityTimeout+500*time.Millisecond {
@@ -182,7 +182,7 @@ func TestDurableReplicas(t *testing.T) {
 	res, err = st.Take(ctx, owner, a2, at(time.Second))
 	took = time.Since(start)
 	cancel()
-	if !errors.Is(err, store.ErrNotDurable) || res.Claim != nil {
+	if !errors.Is(err, redisstore.ErrNotDurable) || res.Claim != nil {
 		t.Fatalf("Take with a 50ms deadline and the replica stalled: %+v, %v; want ErrNotDurable", res, err)
 	}
 	if took >= durabilityTimeout {
@@ -274,7 +274,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, err := range errs {
-		if !errors.Is(err, store.ErrNotDurable) {
+		if !errors.Is(err, redisstore.ErrNotDurable) {
 			t.Errorf("claim %d with the replica stalled: %v, want ErrNotDurable", i, err)
 		}
 		wantStatus(t, st, issued[i].Ref, store.Approved) // released (W144)
@@ -322,7 +322,7 @@ func TestCheck(t *testing.T) {
 	}
 	// DurableDisk on miniredis can't verify anything: it fails closed.
 	st := redisstore.New(mc, redisstore.Options{})
-	if _, err := st.Take(t.Context(), owner, action("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrNotDurable) {
+	if _, err := st.Take(t.Context(), owner, action("k", `{}`, time.Hour), at(0)); !errors.Is(err, redisstore.ErrNotDurable) {
 		t.Errorf("DurableDisk Take on miniredis: %v, want ErrNotDurable", err)
 	}
 }
@@ -338,7 +338,7 @@ func TestDurableDiskRecovers(t *testing.T) {
 	}
 	st := redisstore.New(c, redisstore.Options{})
 	a, _ := approvedAction(t, st, "k")
-	if _, err := st.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, store.ErrNotDurable) {
+	if _, err := st.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
 		t.Fatalf("everysec: %v, want ErrNotDurable", err)
 	}
 	if err := c.ConfigSet(t.Context(), "appendfsync", "always").Err(); err != nil {

@@ -9,3 +9,7 @@ func CountAgentApart(s store.Store) { s.(*rstore).agentInStep.Store(false) }
 
 // InfoField is a field of an INFO reply.
 func InfoField(info, name string) string { return infoField(info, name) }
+
+// ErrNotDurable is what Take wraps when a claim's durability wasn't
+// confirmed in time.
+var ErrNotDurable = errNotDurable

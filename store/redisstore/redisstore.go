@@ -57,7 +57,7 @@ type Options struct {
 	Replicas int
 	// DurabilityTimeout is how long Take waits for a claim's durability to
 	// be confirmed; when it doesn't come in time, Take releases the claim
-	// and fails with store.ErrNotDurable: nothing is performed, and the
+	// and fails with an error ("claim not confirmed durable"): nothing is performed, and the
 	// Gate answers 503 with Retry-After. Keep it under the kit's
 	// StoreTimeout. 0 is 300 ms.
 	DurabilityTimeout time.Duration
@@ -355,7 +355,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	}
 	switch v[0] {
 	case "released":
-		return store.TakeResult{}, store.ErrClaimReleased
+		return store.TakeResult{}, store.ErrClaimLost
 	case "lost":
 		return store.TakeResult{}, store.ErrClaimLost
 	case "limited":

@@ -343,7 +343,7 @@ func claimToken(token string, owner int) string {
 // failing (not an answer) ends the test.
 func errClass(t *testing.T, err error) string {
 	t.Helper()
-	for _, e := range []error{store.ErrRateLimited, store.ErrClaimLost, store.ErrClaimReleased} {
+	for _, e := range []error{store.ErrRateLimited, store.ErrClaimLost} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

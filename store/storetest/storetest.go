@@ -1720,8 +1720,8 @@ var _ = add("W144 a released claim's approval performs on the next request", fun
 		t.Errorf("approvals after release = %+v, want one, not used up", rec.Approvals)
 	}
 	e.release(signedIn, token, at(4*time.Second), false) // idempotent
-	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, store.ErrClaimReleased) {
-		t.Errorf("Take with the released token: %v, want ErrClaimReleased", err)
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("Take with the released token: %v, want ErrClaimLost", err)
 	}
 	// The approval was never used up: the next request performs it.
 	c2 := e.claim(signedIn, tokenAction(a, storekit.NewToken()), at(6*time.Second))
@@ -1743,8 +1743,8 @@ var _ = add("W144 a Take that runs after its Release claims nothing", func(t *te
 	// The caller gave up before the store ran its Take (a stalled store):
 	// the release arrives first.
 	e.release(signedIn, token, at(2*time.Second), false)
-	if res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(3*time.Second)); !errors.Is(err, store.ErrClaimReleased) {
-		t.Fatalf("late Take: %+v, %v; want ErrClaimReleased", res, err)
+	if res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(3*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("late Take: %+v, %v; want ErrClaimLost", res, err)
 	}
 	e.status(signedIn, is.Ref, at(4*time.Second), store.Approved)
 	c := e.claim(signedIn, a, at(5*time.Second))
