@@ -206,6 +206,24 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// leave (POST /leave, the agent bar's "Leave") ends the browser's join:
+// Sessions.Unbind expires the join cookie and its binding marker, so the
+// browser is an ordinary one again and can be joined anew. The shop's own
+// login, if any, stays. (A copy of the old cookie replayed by hand still
+// reads as the binding until its 12 h lifetime ends: CookieSessions keeps
+// no record of an unbound cookie.)
+func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
+	if sess, joined := s.kit.Sessions.SessionOf(r); joined {
+		if err := s.kit.Sessions.Unbind(w, r); err != nil {
+			s.cfg.Logger.Error("demo shop: leave failed", "err", err)
+			http.Error(w, "the browser could not leave its Session", http.StatusInternalServerError)
+			return
+		}
+		s.cfg.Logger.Info("demo shop: a browser left its Session", "sid", sess.ID)
+	}
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
 // localPath returns p when it is a path on this site, else def: never an
 // open redirect.
 func localPath(p, def string) string {

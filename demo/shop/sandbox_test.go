@@ -2,6 +2,7 @@ package shop
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -275,5 +276,40 @@ func TestHostileAgentKeepsVictimsSandbox(t *testing.T) {
 	}
 	if !strings.Contains(string(page.Body), "Stormline Insulated Jacket (M)") {
 		t.Error("the victim's order page doesn't show its exchange")
+	}
+}
+
+// A joined browser can leave: the agent bar's Leave ends the join
+// (Sessions.Unbind), and the browser is an ordinary one again.
+func TestLeaveEndsTheJoin(t *testing.T) {
+	t.Parallel()
+	s, site, _ := newHarnessShop(t)
+	b := joinAs(t, site.NewAgent().Session("usr_1"))
+	page := b.Get("/account")
+	if !strings.Contains(string(page.Body), `action="/leave"`) {
+		t.Fatal("a joined browser's page has no Leave control")
+	}
+	res := b.PostForm(PathLeave, nil)
+	if res.StatusCode != 303 {
+		t.Fatalf("leave: %d", res.StatusCode)
+	}
+	expired := 0
+	for _, line := range res.Header.Values("Set-Cookie") {
+		if c, err := http.ParseSetCookie(line); err == nil && c.MaxAge < 0 {
+			expired++
+		}
+	}
+	if expired < 2 {
+		t.Errorf("leave expired %d cookies, want the join cookie and its binding marker", expired)
+	}
+	if page := b.Get("/account"); strings.Contains(string(page.Body), `action="/leave"`) || strings.Contains(string(page.Body), "Your personal agent is browsing with you") {
+		t.Error("the browser still shows as joined after leaving")
+	}
+	res = b.PostForm("/orders/ord_7Hk2/items/itm_4Qa/exchange", url.Values{"replacement_sku": {"stormline-l"}})
+	if res.StatusCode != 303 || res.Header.Get("Poppy-Operation") != "" {
+		t.Errorf("after leaving, the exchange: %d, operation %q; want an ordinary browser's 303", res.StatusCode, res.Header.Get("Poppy-Operation"))
+	}
+	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-l" {
+		t.Errorf("the ordinary browser's exchange went elsewhere: %s", o.Items[0].SKU)
 	}
 }

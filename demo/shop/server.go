@@ -55,6 +55,7 @@ const (
 	PathReset      = "/demo/reset"       // restores the browser's sandbox
 	PathMetrics    = "/metrics"          // Prometheus metrics, with Config.Metrics
 	PathAdmin      = "/admin/operations" // the staff's page (Config.StaffCredential)
+	PathLeave      = "/leave"            // ends the browser's join (Sessions.Unbind)
 )
 
 // Config configures a Server.
@@ -289,6 +290,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /confirm", s.confirmPage)
 	mux.HandleFunc("POST /confirm", s.confirm)
 	mux.HandleFunc("POST /signout", s.signOut)
+	mux.HandleFunc("POST "+PathLeave, s.leave)
 	mux.HandleFunc("GET "+PathAdmin, s.adminOperations)
 	mux.HandleFunc("POST /admin/operations/resolve", s.adminResolve)
 	mux.HandleFunc("POST /admin/signin", s.staffSignIn)

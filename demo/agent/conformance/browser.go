@@ -406,7 +406,7 @@ func parseAction(s string) (*action, error) {
 
 // skipForm: forms the crawl never submits, because submitting them would
 // change the browser's login or the site's data outside any action.
-var skipForm = []string{"signin", "sign-in", "signout", "sign-out", "login", "logout", "log-in", "log-out", "signup", "register", "reset", "search", "join", "session"}
+var skipForm = []string{"signin", "sign-in", "signout", "sign-out", "login", "logout", "log-in", "log-out", "signup", "register", "reset", "search", "join", "session", "leave", "unbind"}
 
 // crawl loads pages of the site from StartPath (same origin, breadth
 // first, at most MaxPages) and returns the POST forms it finds.
