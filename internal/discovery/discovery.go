@@ -103,16 +103,20 @@ func (d Discovery) checkURL(member, raw string) error {
 	switch {
 	case u.Scheme == "https":
 		return nil
-	case u.Scheme == "http" && d.AllowLocal && isLocalHost(u.Hostname()):
+	case u.Scheme == "http" && d.AllowLocal && IsLocalHost(u.Hostname()):
 		return nil
 	}
-	if u.Scheme == "http" && isLocalHost(u.Hostname()) {
+	if u.Scheme == "http" && IsLocalHost(u.Hostname()) {
 		return fmt.Errorf("%w: %s must be an HTTPS URL (§2), got %q; for local development on localhost, set AllowLocal (endpoint.Config.AllowLocal)", ErrDiscovery, member, raw)
 	}
 	return fmt.Errorf("%w: %s must be an HTTPS URL (§2), got %q", ErrDiscovery, member, raw)
 }
 
-func isLocalHost(host string) bool {
+// IsLocalHost reports whether host is a name or address for local
+// development, where AllowLocal lets http:// stand: localhost and
+// *.localhost, test and *.test (RFC 6761), and loopback addresses. The
+// identity Resolver uses the same rule for agents' URLs.
+func IsLocalHost(host string) bool {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") || host == "test" || strings.HasSuffix(host, ".test") {
 		return true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/discovery"
 	"io"
 	"net"
 	"net/http"
@@ -637,10 +638,6 @@ func publicAddr(ip netip.Addr) bool {
 	return true
 }
 
-func isLocalHost(h string) bool {
-	return h == "localhost" || h == "127.0.0.1" || h == "::1"
-}
-
 // checkURL checks a client_id or jwks_uri: an absolute https URL (http on a
 // local host with AllowLocal), no userinfo, no fragment, at most 2048 bytes.
 func (r *Resolver) checkURL(raw, what string) (*url.URL, error) {
@@ -656,7 +653,7 @@ func (r *Resolver) checkURL(raw, what string) (*url.URL, error) {
 	}
 	switch {
 	case u.Scheme == "https":
-	case u.Scheme == "http" && r.AllowLocal && isLocalHost(u.Hostname()):
+	case u.Scheme == "http" && r.AllowLocal && discovery.IsLocalHost(u.Hostname()):
 	default:
 		return nil, invalid("%s %q is not an https URL", what, raw)
 	}
