@@ -320,3 +320,39 @@ func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	})
 	return mr, c
 }
+
+// Replica starts a redis-server replicating master (StartReplica) for a
+// test. When it can't, the test skips, or fails when OPSGATE_REQUIRE names
+// "redis" (internal/testenv), as for a missing redis-server.
+func Replica(t testing.TB, master *Instance, extra ...string) *Instance {
+	t.Helper()
+	r, err := StartReplica(t, master, extra...)
+	if err != nil {
+		testenv.Missing(t, "redis", "can't start a replica: "+err.Error())
+	}
+	return r
+}
+
+// ClusterOf starts a Redis Cluster (StartCluster) for a test. When it
+// can't, the test skips, or fails when OPSGATE_REQUIRE names "redis".
+func ClusterOf(t testing.TB, masters, replicas int, nodeTimeout time.Duration, extra ...string) *ClusterNodes {
+	t.Helper()
+	nodes, err := StartCluster(t, masters, replicas, nodeTimeout, extra...)
+	if err != nil {
+		testenv.Missing(t, "redis", "can't start a Redis Cluster: "+err.Error())
+	}
+	return nodes
+}
+
+// PauseT pauses the server (Pause) for a test. Where pausing a process
+// isn't supported, the test skips, or fails when OPSGATE_REQUIRE names
+// "redis"; any other failure fails it.
+func (i *Instance) PauseT(t testing.TB) {
+	t.Helper()
+	if sigStop == nil {
+		testenv.Missing(t, "redis", "can't pause redis-server (SIGSTOP) on this system")
+	}
+	if err := i.Pause(); err != nil {
+		t.Fatalf("redistest: pause %s: %v", i.Addr, err)
+	}
+}

@@ -23,10 +23,7 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a 6-node cluster")
 	}
-	nodes, err := redistest.StartCluster(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always")
-	if err != nil {
-		t.Skipf("cluster: %v", err)
-	}
+	nodes := redistest.ClusterOf(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always")
 	cc := redis.NewClusterClient(redisstore.ClusterOptions(nodes.Addrs()...))
 	t.Cleanup(func() { _ = cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{})

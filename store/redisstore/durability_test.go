@@ -86,10 +86,7 @@ func TestDurableReplicas(t *testing.T) {
 	}
 	t.Parallel()
 	master := redistest.Start(t)
-	replica, err := redistest.StartReplica(t, master)
-	if err != nil {
-		t.Skipf("replica: %v", err)
-	}
+	replica := redistest.Replica(t, master)
 	st := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: durabilityTimeout})
 	if err := redisstore.Check(t.Context(), st); err != nil {
 		t.Fatalf("Check with one replica: %v", err)
@@ -140,9 +137,7 @@ func TestDurableReplicas(t *testing.T) {
 			t.Fatalf("the replica never caught up: %q", info)
 		}
 	}
-	if err := replica.Pause(); err != nil {
-		t.Skipf("pause: %v", err)
-	}
+	replica.PauseT(t)
 	res0, err := other.Take(t.Context(), owner, a0, at(time.Second))
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
@@ -153,9 +148,7 @@ func TestDurableReplicas(t *testing.T) {
 	wantStatus(t, other, is0.Ref, store.Approved) // released
 
 	a, is := approvedAction(t, st, "stalled")
-	if err := replica.Pause(); err != nil {
-		t.Skipf("pause: %v", err)
-	}
+	replica.PauseT(t)
 	start := time.Now()
 	res, err := st.Take(t.Context(), owner, a, at(time.Second))
 	took := time.Since(start)
@@ -173,9 +166,7 @@ func TestDurableReplicas(t *testing.T) {
 	// A caller's deadline shorter than the durability timeout (the kit's
 	// StoreTimeout, BoundByContext): Take returns by it, not by the
 	// timeout, and the claim is released in the background (W144).
-	if err := replica.Pause(); err != nil {
-		t.Skipf("pause: %v", err)
-	}
+	replica.PauseT(t)
 	a2, is2 := approvedAction(t, st, "short deadline")
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	start = time.Now()
@@ -215,10 +206,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 	}
 	t.Parallel()
 	master := redistest.Start(t)
-	replica, err := redistest.StartReplica(t, master)
-	if err != nil {
-		t.Skipf("replica: %v", err)
-	}
+	replica := redistest.Replica(t, master)
 	mc := master.Client(t)
 	st := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 300 * time.Millisecond})
 	if err := redisstore.Load(t.Context(), st); err != nil {
@@ -266,9 +254,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		t.Errorf("%d WAITs for %d claims made at once: want fewer than one each", sent, n)
 	}
 
-	if err := replica.Pause(); err != nil {
-		t.Skipf("pause: %v", err)
-	}
+	replica.PauseT(t)
 	issued, errs = claimAll("stalled")
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
