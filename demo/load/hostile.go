@@ -3,9 +3,12 @@ package main
 // -hostile: legitimate browsers and agents keep working while attackers
 // send what a hostile agent can: Session JWTs whose agent publishes huge
 // junk keys, thousands of made-up client_ids, agents that drip their
-// metadata a byte at a time, many Users, and many approvals on one
-// operation. The legitimate side's throughput and p99 are measured quiet
-// and under attack, in one run.
+// metadata a byte at a time, many Users, many approvals on one operation,
+// and made-up agents that each store open operations (valid agents cost
+// nothing: every client_id is another agent's caps). The legitimate side's
+// throughput and p99 are measured quiet and under attack, in one run, and
+// the run's Redis footprint after it: keys and bytes per kind, so a
+// stored operation's and a replay marker's size are figures.
 
 import (
 	"context"
@@ -57,6 +60,8 @@ type hostileConfig struct {
 // hostileResult is what the run found, for tests.
 type hostileResult struct {
 	quiet, attacked     phaseStats
+	madeUp              madeUpStats            // the made-up agents' stored operations
+	footprint           footprint              // the run's keys in Redis, at its end
 	attacks             map[string]map[int]int // attack → status → count
 	legit5xx, attack5xx int
 	legit429            int // legitimate requests refused by a cap
@@ -154,6 +159,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		return res, err
 	}
 	defer attacker.Close()
+	madeUp := &madeUpAgents{a: attacker}
 
 	fmt.Fprintf(c.out, "opsgate hostile: 2 web servers on one redis-server (%s), %d legitimate browsers of %d agents, %v per phase, each attacker %s\n", addr, c.browsers, len(legit), c.duration, rateText(c.attackRate))
 	fmt.Fprintf(c.out, "%-36s %8s %9s %10s %10s  %s\n", "legitimate traffic", "requests", "req/s", "p50", "p99", "answers")
@@ -162,6 +168,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		var attacks map[string]func(context.Context, int) int
 		if attack { // before the phase's clock starts
 			attacks = shop.attacks(client, attacker, max(100, int(300*c.duration.Seconds())))
+			attacks["made-up agents storing operations"] = madeUp.attack(shop, client)
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.duration)
 		defer cancel()
@@ -250,6 +257,13 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 			}
 		}
 		fmt.Fprintf(c.out, "attack %-29s %s\n", name, strings.Join(answers, " "))
+	}
+	res.madeUp = madeUp.stats()
+	if fp, err := measureRedis(ctx, clients[0], prefix); err != nil {
+		fmt.Fprintf(c.out, "redis footprint: %v\n", err)
+	} else {
+		res.footprint = fp
+		fp.print(c.out, res.madeUp)
 	}
 	ratio := float64(res.attacked.p99) / float64(max(res.quiet.p99, 1))
 	res.legit429 = res.quiet.statuses[429] + res.attacked.statuses[429]
@@ -380,6 +394,7 @@ type hostileAgent struct {
 	big    []byte // a JWKS with a huge junk RSA key (attacker)
 	cnfKey *ecdsa.PrivateKey
 	stop   chan struct{}
+	madeUp sync.Map // path → *agentside.AgentKeys (madeUpAgents)
 }
 
 func newHostileAgent(name string) (*hostileAgent, error) {
@@ -445,6 +460,26 @@ func newHostileAgent(name string) (*hostileAgent, error) {
 	mux.HandleFunc("/cnfjwks", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(cnfJWKS)
+	})
+	// Made-up agents that are valid (madeUpAgents): each client_id's
+	// metadata and keys, from the keys made for it.
+	mux.HandleFunc("/made-up/{n}", func(w http.ResponseWriter, r *http.Request) {
+		k, ok := a.madeUp.Load(r.URL.Path)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(k.(*agentside.AgentKeys).Metadata(a.server.URL+"/made-up-jwks/"+r.PathValue("n"), "made up"))
+	})
+	mux.HandleFunc("/made-up-jwks/{n}", func(w http.ResponseWriter, r *http.Request) {
+		k, ok := a.madeUp.Load("/made-up/" + r.PathValue("n"))
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(k.(*agentside.AgentKeys).JWKS())
 	})
 	// Made-up client_ids: nothing there.
 	mux.HandleFunc("/junk/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
@@ -733,4 +768,225 @@ func postSKU(ctx context.Context, client *http.Client, base, order, sku string, 
 		f(res.Header)
 	}
 	return res.StatusCode, nil
+}
+
+// madeUpAgents is the attacker that costs nothing per agent: every
+// client_id it makes up is served by its own server (metadata and keys), so
+// each is a valid agent with caps of its own (MaxOpenPerAgent,
+// MaxOpenPerOwner), and each approval stores an open operation that is
+// never performed, plus the replay markers of its Session JWTs. There is no
+// cap across agents yet: the run measures what each one costs.
+type madeUpAgents struct {
+	a      *hostileAgent
+	mu     sync.Mutex
+	agents map[int]*agentside.Delegation
+	stored atomic.Int64 // approvals recorded (204): open operations stored
+	tried  atomic.Int64
+	seq    atomic.Int64 // the requests' numbers, across phases
+}
+
+// madeUpPerAgent is how many operations each made-up agent stores, one
+// User each: under the owner's cap of 100.
+const madeUpPerAgent = 50
+
+type madeUpStats struct {
+	agents        int
+	stored, tried int64
+}
+
+func (m *madeUpAgents) stats() madeUpStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return madeUpStats{agents: len(m.agents), stored: m.stored.Load(), tried: m.tried.Load()}
+}
+
+// delegation is made-up agent i's, made on first use: a fresh key pair
+// under a client_id on the attacker's server.
+func (m *madeUpAgents) delegation(i int) (*agentside.Delegation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := m.agents[i]; ok {
+		return d, nil
+	}
+	keys, err := agentside.NewAgentKeys(fmt.Sprintf("%s/made-up/%d", m.a.server.URL, i), "ES256")
+	if err != nil {
+		return nil, err
+	}
+	m.a.madeUp.Store(fmt.Sprintf("/made-up/%d", i), keys)
+	d, err := keys.Delegate(time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if m.agents == nil {
+		m.agents = map[int]*agentside.Delegation{}
+	}
+	m.agents[i] = d
+	return d, nil
+}
+
+// attack returns the attacker: request n is made-up agent n/madeUpPerAgent's
+// gated request (403 with a ref) and its approval at the endpoint (204: one
+// more open operation stored, never performed).
+func (m *madeUpAgents) attack(shop *hostileShop, client *http.Client) func(context.Context, int) int {
+	return func(ctx context.Context, _ int) int {
+		n := int(m.seq.Add(1) - 1)
+		m.tried.Add(1)
+		i := n / madeUpPerAgent
+		d, err := m.delegation(i)
+		if err != nil {
+			return 0
+		}
+		agent := d.ClientID
+		s := webkit.Session{ID: fmt.Sprintf("ses_m%d", i), Agent: agent, User: "usr_m", Extensions: map[string]string{"operations": "3"}}
+		rec := httptest.NewRecorder()
+		if shop.kits[0].Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), s) != nil {
+			return 0
+		}
+		cookie := rec.Result().Cookies()[0]
+		base := shop.urls[n%len(shop.urls)]
+		var ref string
+		status, _ := post(ctx, client, base, fmt.Sprintf("ord_m%d_%d", i, n), cookie, func(h http.Header) {
+			_, ref, _ = headers.ParseOperation(h.Values("Poppy-Operation"))
+		})
+		if status != 403 || ref == "" {
+			return status
+		}
+		jwt := func() (string, error) {
+			return d.SessionJWT(agentside.SessionClaims{Audience: hostileOrigin, SID: s.ID, User: s.User})
+		}
+		look, err := jwt()
+		if err != nil {
+			return 0
+		}
+		st, body, err := sendSession(ctx, client, base, look, `{"ref":"`+ref+`"}`, "")
+		if err != nil || st != http.StatusForbidden {
+			return st
+		}
+		var answer struct {
+			Operation struct {
+				OperationID string `json:"operation_id"`
+				Revision    string `json:"revision"`
+			} `json:"operation"`
+		}
+		if json.Unmarshal(body, &answer) != nil {
+			return 0
+		}
+		approve, err := jwt()
+		if err != nil {
+			return 0
+		}
+		st, _, _ = sendSession(ctx, client, base, approve, `{"ref":"`+ref+`"}`,
+			fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, answer.Operation.OperationID, answer.Operation.Revision))
+		if st == http.StatusNoContent {
+			m.stored.Add(1)
+		}
+		return st
+	}
+}
+
+// footprint is the run's keys in Redis by kind: how many, and their bytes
+// (MEMORY USAGE of up to footprintSample keys of each kind, scaled to the
+// count).
+type footprint struct {
+	keys  map[string]int
+	bytes map[string]int64
+}
+
+const footprintSample = 2000
+
+// keyKind names a store key by what it keeps (store/redisstore, "Keys").
+func keyKind(prefix, key string) string {
+	k := strings.TrimPrefix(key, prefix)
+	switch {
+	case strings.HasPrefix(k, "jti:"):
+		return "replay marker"
+	case strings.HasPrefix(k, "agent:"):
+		return "agent's open count"
+	case k == "seal":
+		return "seal"
+	case strings.HasPrefix(k, "{"):
+		if _, rest, ok := strings.Cut(k, "}:"); ok {
+			kind, _, _ := strings.Cut(rest, ":")
+			if kind == "jti" { // a marker kept with its owner's records
+				return "replay marker"
+			}
+			return "owner " + kind
+		}
+	}
+	return "other"
+}
+
+func measureRedis(ctx context.Context, cl *redis.Client, prefix string) (footprint, error) {
+	fp := footprint{keys: map[string]int{}, bytes: map[string]int64{}}
+	sampled := map[string]int{}
+	sampledBytes := map[string]int64{}
+	iter := cl.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		pipe := cl.Pipeline()
+		cmds := make([]*redis.IntCmd, len(batch))
+		for i, k := range batch {
+			cmds[i] = pipe.MemoryUsage(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return err
+		}
+		for i, k := range batch {
+			if n, err := cmds[i].Result(); err == nil {
+				kind := keyKind(prefix, k)
+				sampled[kind]++
+				sampledBytes[kind] += n
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for iter.Next(ctx) {
+		k := iter.Val()
+		kind := keyKind(prefix, k)
+		fp.keys[kind]++
+		if fp.keys[kind] <= footprintSample {
+			batch = append(batch, k)
+			if len(batch) == 500 {
+				if err := flush(); err != nil {
+					return fp, err
+				}
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fp, err
+	}
+	if err := flush(); err != nil {
+		return fp, err
+	}
+	for kind, n := range fp.keys {
+		if sampled[kind] > 0 {
+			fp.bytes[kind] = sampledBytes[kind] * int64(n) / int64(sampled[kind])
+		}
+	}
+	return fp, nil
+}
+
+func (fp footprint) print(w io.Writer, m madeUpStats) {
+	var total int64
+	for _, kind := range slices.Sorted(mapKeys(fp.keys)) {
+		n, b := fp.keys[kind], fp.bytes[kind]
+		total += b
+		fmt.Fprintf(w, "redis %-27s %8d keys %10d bytes (%d B each)\n", kind, n, b, b/int64(max(n, 1)))
+	}
+	ops := fp.keys["owner op"]
+	var perOp int64
+	for kind, b := range fp.bytes {
+		if strings.HasPrefix(kind, "owner ") || kind == "agent's open count" {
+			perOp += b
+		}
+	}
+	fmt.Fprintf(w, "redis total %d bytes; per stored operation (its owner's and agent's keys) ≈ %d B; per replay marker ≈ %d B\n",
+		total, perOp/int64(max(ops, 1)), fp.bytes["replay marker"]/int64(max(fp.keys["replay marker"], 1)))
+	fmt.Fprintf(w, "made-up agents: %d agents stored %d open operations (of %d tries), none performed; no cap across agents bounds them\n",
+		m.agents, m.stored, m.tried)
 }

@@ -141,6 +141,11 @@ func TestHostileShort(t *testing.T) {
 	if res.quiet.statuses[200] == 0 || res.attacked.statuses[200] == 0 {
 		t.Errorf("nothing performed: quiet %v, under attack %v", res.quiet.statuses, res.attacked.statuses)
 	}
+	// The made-up agents' attack stores open operations, and the run
+	// measures the store's footprint (the figures part 5's caps are sized by).
+	if res.madeUp.stored == 0 || res.madeUp.agents == 0 || res.footprint.keys["owner op"] == 0 || res.footprint.bytes["replay marker"] == 0 {
+		t.Errorf("made-up agents %+v, footprint %+v", res.madeUp, res.footprint)
+	}
 	for _, name := range []string{"junk key (endpoint)", "many client_ids"} {
 		if res.attacks[name][401] == 0 {
 			t.Errorf("%s: no 401 among %v", name, res.attacks[name])
