@@ -34,9 +34,11 @@ import (
 const (
 	// memSweepHold is how long one pass holds the lock, at most about: it
 	// looks at the clock every memSweepBatch records, each of which costs
-	// O(log n) (a microsecond or so at a million records).
+	// O(log n) (a microsecond or so at a million records, but now and then
+	// tens of microseconds: a shard rebuilt, cold memory), so a pass
+	// overruns by a few records at most.
 	memSweepHold  = time.Millisecond
-	memSweepBatch = 32
+	memSweepBatch = 8
 	// memSweepPause is the least time between two passes: the lock is the
 	// callers' for at least as long as the sweep's.
 	memSweepPause = time.Millisecond
