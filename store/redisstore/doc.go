@@ -75,7 +75,9 @@
 //     Redis 7.2 and later; before that appendfsync always, which the store
 //     verifies). Protects against a crash or restart of that server.
 //   - DurableReplicas: on Options.Replicas replicas (WAIT N). Protects
-//     against a failover to a replica that lagged.
+//     against a failover to a replica that lagged, and, when the master
+//     has appendfsync always (Check requires it), against a restart of
+//     the master without a failover.
 //   - DurableNone, chosen explicitly: nothing waited for. A restart or
 //     failover that loses recent writes can perform an approval twice;
 //     Check says so.
@@ -84,6 +86,26 @@
 // Take fails with an error ("claim not confirmed durable"): nothing is performed, and the Gate
 // answers 503 with Retry-After. Check names what the Redis can't promise
 // for the chosen durability (AOF off, too few replicas, miniredis).
+//
+// A master restarted without a failover is the case replicas alone can't
+// cover: it comes back with what it persisted, and its replicas resync
+// from it, so a master that snapshots (RDB, Redis's default) loses every
+// claim since its last save on the replicas too. In a fault run
+// (TestReplicasMasterRestart: 20 approvals performed, the master
+// SIGKILLed and restarted) all 20 performed again with RDB, none with
+// appendfsync always. The store could notice such a restart (the master's
+// run_id changes, its replication offset goes back), but only a web
+// server that saw the master before it; one started after it has nothing
+// to compare, and none can tell which of the approvals that came back had
+// been used. So Check refuses DurableReplicas unless every master has
+// appendonly yes with appendfsync always; where it can't have that
+// (ElastiCache has no AOF), the risk is the one Check names.
+//
+// No mode survives data brought back from before a claim: a backup
+// restored, or a disk that lost writes it had confirmed. In the same
+// fault run, a master restarted from its files copied before the claims
+// performed all 20 again, with appendfsync always too. Restore a backup
+// only once every operation in it has expired (its expires_at passed).
 //
 // # Claims are never stranded
 //

@@ -36,6 +36,11 @@ const (
 	// before the handler runs. It protects against a failover to a replica
 	// that lagged behind the claim, and against losing the master's disk;
 	// combine with AOF on the replicas to survive a restart of them all.
+	// It survives a restart of the master without a failover only when the
+	// master fsyncs each write before it replies (appendonly yes,
+	// appendfsync always), and Check says so otherwise: a master that
+	// snapshots (RDB) comes back older and its replicas resync from it,
+	// losing the claim too (package doc, "Durability").
 	DurableReplicas
 	// DurableNone: Take returns the claim as soon as the master has it. A
 	// restart from an older snapshot, an AOF cut back by an OS crash, or a
@@ -163,7 +168,7 @@ type verdict string
 func (v verdict) Error() string { return string(v) }
 
 // checkAOFAlways verifies that the server fsyncs its AOF before each reply.
-func checkAOFAlways(ctx context.Context, c *redis.Client) error {
+func checkAOFAlways(ctx context.Context, c redis.Cmdable) error {
 	pipe := c.Pipeline()
 	cfg := pipe.ConfigGet(ctx, "appendfsync")
 	inf := pipe.Info(ctx, "persistence")
@@ -445,6 +450,13 @@ func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 	case DurableReplicas:
 		if slaves < s.durability.replicas() {
 			return fmt.Errorf("%s: %d replicas connected, durability needs %d: every claim fails closed (503) until they are", addr, slaves, s.durability.replicas())
+		}
+		// A master restarted without a failover comes back with what it
+		// persisted, and its replicas resync from it: only a master that
+		// fsyncs each write before it replies keeps every claim (the
+		// fault run TestReplicasMasterRestart; package doc, Durability).
+		if err := checkAOFAlways(ctx, node); err != nil {
+			return fmt.Errorf("%s: the master doesn't persist each write before it replies (%w): restarted without a failover (a crash, a reboot) it comes back older, its replicas resync from it, and an approval performed since its last save can perform again; set appendonly yes with appendfsync always on every master", addr, err)
 		}
 	case DurableDisk:
 		if !aof {
