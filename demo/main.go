@@ -231,7 +231,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	})
 	if err != nil {
 		if !allowLocal && strings.HasPrefix(base, "http://") {
-			return fmt.Errorf("%w\n(the shop's origin %s is plain http and not loopback: serve https with -tls-cert and -tls-key, or behind a reverse proxy with -base-url https://…; -allow-local is for local development)", err, base)
+			where := "the shop's origin " + base + " is plain http and not loopback"
+			if loopbackOrigin(base) {
+				where = "the shop listens on " + ln.Addr().String() + ", reachable from other machines, over plain http"
+			}
+			return fmt.Errorf("%w\n(%s: serve https with -tls-cert and -tls-key, or behind a reverse proxy with -base-url https://…; -allow-local is for a machine nobody else reaches)", err, where)
 		}
 		return err
 	}
