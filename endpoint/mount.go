@@ -166,8 +166,9 @@ func NewMount(c Config) (*Mount, error) {
 		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: kit.Clock}
 	}
 	// The jti check is a store call like the others: it has the kit's
-	// StoreTimeout, so a stalled store answers 503 in bounded time.
-	replay := storewrap.WithTimeout(kit.Store, kit.StoreTimeout)
+	// StoreTimeout, so a stalled store answers 503 in bounded time, and the
+	// Observer sees it (the join's use_once step).
+	replay := storewrap.Observe(storewrap.WithTimeout(kit.Store, kit.StoreTimeout), kit.Observer)
 	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
 	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	if c.Decline != nil {

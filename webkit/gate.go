@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -92,6 +93,11 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 	k.mustCheck() // a Kit that can't work: stop the website while it is wired
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The Gate's span, when the Observer traces: its outcome is the
+			// Event the Gate observes; the store steps and the handler are
+			// its children.
+			r, sp := spans.Begin(r, k.Observer, "opsgate.gate", spans.Labels{Route: routeGate})
+			defer sp.End(spans.Labels{}, nil)
 			s, joined := k.Sessions.SessionOf(r)
 			if !joined { // an ordinary browser: no store, no body read (W07)
 				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined"})
@@ -355,6 +361,11 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 	p := &performing{claim: *claim}
 	r = r.WithContext(context.WithValue(r.Context(), performingKey{}, p))
 	sw := &statusWriter{ResponseWriter: w, p: p, header: w.Header().Clone()}
+	hctx, hsp := spans.Start(r.Context(), "opsgate.handler", spans.Labels{Route: routeGate, Kind: kind})
+	hr := r // the handler's request, with its span when traced
+	if hctx != r.Context() {
+		hr = r.WithContext(hctx)
+	}
 	panicked := true
 	defer func() {
 		outcome := store.Unknown
@@ -367,6 +378,9 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 		var rec any
 		if panicked {
 			rec = recover()
+			hsp.End(spans.Labels{Outcome: outcomeName(outcome)}, errHandlerPanicked)
+		} else {
+			hsp.End(spans.Labels{Outcome: outcomeName(outcome)}, nil)
 		}
 		k.finish(r, p.claim, outcome, kind)
 		switch {
@@ -382,8 +396,22 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 			k.refuse(w, r, ErrOutcomeUnknown, nil)
 		}
 	}()
-	next.ServeHTTP(sw, r)
+	next.ServeHTTP(sw, hr)
 	panicked = false
+}
+
+// errHandlerPanicked ends the handler's span when it panicked.
+var errHandlerPanicked = errors.New("webkit: the handler panicked while performing")
+
+// outcomeName is the Observer's name of an outcome.
+func outcomeName(o store.Outcome) string {
+	switch o {
+	case store.Done:
+		return "performed"
+	case store.NotDone:
+		return "not_performed"
+	}
+	return "unknown"
 }
 
 func outcomeOf(status int) store.Outcome {
@@ -406,14 +434,7 @@ func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, 
 		k.storeFailed(r, "finish", err)
 	}
 	// An approval was used up (§6 W96); the outcome says what it became.
-	switch outcome {
-	case store.Done:
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "performed", Kind: kind})
-	case store.NotDone:
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "not_performed", Kind: kind})
-	default:
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unknown", Kind: kind})
-	}
+	k.observe(r.Context(), Event{Route: routeGate, Outcome: outcomeName(outcome), Kind: kind})
 }
 
 // statusWriter records the handler's final status. It keeps Flush and

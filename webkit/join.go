@@ -9,6 +9,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -64,6 +65,8 @@ const (
 func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// For the Observer: what became of the join, and at which step.
 	outcome, reason := "refused", "request"
+	r, sp := spans.Begin(r, j.Kit.Observer, "opsgate.join", spans.Labels{Route: routeJoin})
+	defer sp.End(spans.Labels{}, nil) // after the Event below, which labels it
 	defer func() { j.Kit.observe(r.Context(), Event{Route: routeJoin, Outcome: outcome, Reason: reason}) }()
 	if err := j.Kit.check(); err != nil { // not wired by NewMount, which checks
 		j.Kit.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))

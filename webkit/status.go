@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -80,6 +81,8 @@ func (k *Kit) routes() http.Handler {
 // credential), only the four states of §6 "Looking up an approved
 // operation". It never returns the operation.
 func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
+	r, sp := spans.Begin(r, k.Observer, "opsgate.status", spans.Labels{Route: routeStatus})
+	defer sp.End(spans.Labels{}, nil)
 	pages.NoStore(w.Header())
 	notFound := func() {
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "not_found"})

@@ -29,6 +29,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
@@ -112,6 +113,11 @@ func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
 // method, version, extension, body, Session and access token, then checks
 // 1–3 of §6 (through the store, atomically).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The endpoint's span, when the Observer traces: the Event labels it;
+	// the Session's verification (with the identity fetches), the store
+	// steps and the website's Decline are its children.
+	r, sp := spans.Begin(r, e.Observer, "opsgate.endpoint", spans.Labels{Route: "endpoint"})
+	defer sp.End(spans.Labels{}, nil) // after the Event, deferred next
 	if e.Observer != nil {
 		ow := &observedWriter{ResponseWriter: w}
 		defer func() { e.Observer.Observe(r.Context(), ow.event()) }()
@@ -202,11 +208,13 @@ type DeferredAuthenticator interface {
 	AuthenticateDeferred(ctx context.Context, r *http.Request) (webkit.Session, Replay, error)
 }
 
-func (e *Endpoint) authenticate(r *http.Request) (webkit.Session, Replay, error) {
+func (e *Endpoint) authenticate(r *http.Request) (s webkit.Session, replay Replay, err error) {
+	ctx, sp := spans.Start(r.Context(), "opsgate.endpoint.authenticate", spans.Labels{Route: "endpoint"})
+	defer func() { sp.End(spans.Labels{}, err) }()
 	if d, ok := e.Auth.(DeferredAuthenticator); ok {
-		return d.AuthenticateDeferred(r.Context(), r)
+		return d.AuthenticateDeferred(ctx, r)
 	}
-	s, err := e.Auth.Authenticate(r.Context(), r)
+	s, err = e.Auth.Authenticate(ctx, r)
 	return s, Replay{}, err
 }
 
@@ -309,7 +317,9 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 		if reply.Result == store.Recorded {
-			d := e.Decline(ctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
+			dctx, sp := spans.Start(ctx, "opsgate.endpoint.decline", spans.Labels{Route: "endpoint"})
+			d := e.Decline(dctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
+			sp.End(spans.Labels{Outcome: declineOutcome(d)}, nil)
 			if d != nil {
 				note(w, "declined", "")
 				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
@@ -326,6 +336,14 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		return
 	}
 	e.answer(w, ref, a, reply)
+}
+
+// declineOutcome labels the span of the website's Decline.
+func declineOutcome(d *webkit.Decline) string {
+	if d != nil {
+		return "declined"
+	}
+	return "accepted"
 }
 
 // refOperationID is the operation_id of a ref the store found.

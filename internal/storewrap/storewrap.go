@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -199,41 +200,63 @@ func (t observedStore) BoundByContext() bool {
 	return ok && b.BoundByContext()
 }
 
-func (t observedStore) step(ctx context.Context, name string, start time.Time, err error) {
+func (t observedStore) step(ctx context.Context, name string, start time.Time, sp spans.Span, err error) {
+	sp.End(spans.Labels{}, err)
 	t.o.StoreStep(ctx, name, time.Since(start), err)
 }
 
+// span starts the span of a store step, when the request is traced
+// (spans.Begin put a Tracer in its context): the Redis store's shared
+// round trips and durability confirmations are its children or links.
+func span(ctx context.Context, step string) (context.Context, spans.Span) {
+	return spans.Start(ctx, "opsgate.store."+step, spans.Labels{Step: step})
+}
+
 func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	ctx, sp := span(ctx, "take")
 	start := time.Now()
 	r, err := t.s.Take(ctx, owner, a, now)
-	t.step(ctx, "take", start, err)
+	t.step(ctx, "take", start, sp, err)
 	return r, err
 }
 
 func (t observedStore) Finish(ctx context.Context, c store.Claim, o store.Outcome, now time.Time) error {
+	ctx, sp := span(ctx, "finish")
 	start := time.Now()
 	err := t.s.Finish(ctx, c, o, now)
-	t.step(ctx, "finish", start, err)
+	t.step(ctx, "finish", start, sp, err)
 	return err
 }
 
 func (t observedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+	ctx, sp := span(ctx, "lookup")
 	start := time.Now()
 	r, found, err := t.s.Lookup(ctx, owner, ref, now)
-	t.step(ctx, "lookup", start, err)
+	t.step(ctx, "lookup", start, sp, err)
 	return r, found, err
 }
 
 func (t observedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+	ctx, sp := span(ctx, "record")
 	start := time.Now()
 	r, err := t.s.Record(ctx, owner, ref, a, now, opts)
-	t.step(ctx, "record", start, err)
+	t.step(ctx, "record", start, sp, err)
 	return r, err
 }
 
 func (t observedStore) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	ctx, sp := span(ctx, "use_once")
 	start := time.Now()
 	first, err := t.s.UseOnce(ctx, key, until, now)
-	t.step(ctx, "use_once", start, err)
+	t.step(ctx, "use_once", start, sp, err)
 	return first, err
+}
+
+// Release is traced but not timed: the Observer's steps are the five
+// above, and a release is rare (a claim whose action never started).
+func (t observedStore) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+	ctx, sp := span(ctx, "release")
+	released, err := t.s.Release(ctx, owner, token, now)
+	sp.End(spans.Labels{}, err)
+	return released, err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/spans"
 )
 
 // confirmer groups the confirmations of claims on one server, as a
@@ -40,6 +42,7 @@ type confirmRound struct {
 	deadline time.Time // the latest of its claims' deadlines
 	forever  bool      // one of its claims has no deadline
 	claims   int
+	traced   []context.Context // its traced claims', whose spans link to its own
 }
 
 // confirm confirms a claim that has had its reply: send writes a mark on
@@ -61,6 +64,9 @@ func (c *confirmer) confirm(ctx context.Context, send func(context.Context) erro
 		c.next = r
 	}
 	r.claims++
+	if spans.From(ctx) != nil {
+		r.traced = append(r.traced, ctx)
+	}
 	if d, ok := ctx.Deadline(); !ok {
 		r.forever = true
 	} else if d.After(r.deadline) {
@@ -89,7 +95,9 @@ func (c *confirmer) run(r *confirmRound) {
 		if !r.forever {
 			ctx, cancel = context.WithDeadline(ctx, r.deadline)
 		}
+		ctx, sp := spans.Shared(ctx, "opsgate.redis.confirm_round", r.traced, spans.Labels{Batch: r.claims})
 		r.err = r.send(ctx)
+		sp.End(spans.Labels{}, r.err)
 		cancel()
 		c.sent(r.claims)
 		close(r.done)

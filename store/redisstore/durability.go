@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -285,7 +286,9 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 		return v, nil
 	}
 	// Claims made at the same moment share one confirmation (confirmer).
-	err = n.confirms.confirm(ctx, func(ctx context.Context) error { return s.confirm(ctx, node, keys[1]) })
+	cctx, sp := spans.Start(ctx, "opsgate.redis.confirm", spans.Labels{Step: "take"})
+	err = n.confirms.confirm(cctx, func(ctx context.Context) error { return s.confirm(ctx, node, keys[1]) })
+	sp.End(spans.Labels{}, err)
 	if err != nil {
 		if !errors.Is(err, errNotConfirmed) {
 			// The claim's own deadline ended while it waited for its round.

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/spans"
 )
 
 // defaultPipelines is Options.Pipelines when zero.
@@ -219,11 +221,23 @@ func (p *pipeliner) send(batch []*queued) {
 			ctx, cancel = context.WithDeadline(ctx, d)
 			defer cancel()
 		}
+		// Traced, the round trip is a span of its own, linked to each
+		// request's step (and each step to it): a go-redis tracing hook
+		// under ctx is then its child, not the leader's alone.
+		sp := spans.None
+		if spans.From(lead) != nil {
+			members := make([]context.Context, len(batch))
+			for i, q := range batch {
+				members[i] = q.ctx
+			}
+			ctx, sp = spans.Shared(ctx, "opsgate.redis.round_trip", members, spans.Labels{Batch: len(batch)})
+		}
 		pipe := p.client.Pipeline()
 		for _, q := range batch {
 			_ = pipe.Process(ctx, q.cmd)
 		}
-		_, _ = pipe.Exec(ctx) // each command has its own reply or error
+		_, err := pipe.Exec(ctx) // each command has its own reply or error
+		sp.End(spans.Labels{}, ioError(err))
 	}
 	p.mu.Lock()
 	p.releaseLocked()
@@ -231,4 +245,15 @@ func (p *pipeliner) send(batch []*queued) {
 	for _, q := range batch[1:] {
 		signal(q.wake)
 	}
+}
+
+// ioError is err unless it is a step's own error reply (which Exec returns
+// as a batch's first failure): a round trip fails only when it did not
+// make it there and back.
+func ioError(err error) error {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return nil
+	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/opsgate/opsgate/internal/jose"
+	"github.com/opsgate/opsgate/internal/spans"
 )
 
 // loadedAgent is a Personal Agent as its Client ID Metadata Document describes it
@@ -445,7 +446,15 @@ func (r *Resolver) loadKeys(ctx context.Context, jwksURI string) ([]jose.PublicK
 // errRefusedAddress marks a dial refused by the address check.
 var errRefusedAddress = errors.New("address is not public")
 
-func (r *Resolver) fetch(ctx context.Context, u, what string, v any) error {
+func (r *Resolver) fetch(ctx context.Context, u, what string, v any) (err error) {
+	// A span when the request is traced: labelled by what it loads, never
+	// by the agent's URL.
+	kind := "jwks"
+	if what == "metadata document" {
+		kind = "metadata"
+	}
+	ctx, sp := spans.Start(ctx, "opsgate.identity.fetch", spans.Labels{Kind: kind})
+	defer func() { sp.End(spans.Labels{}, err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return invalid("%s %s: %v", what, u, err)
