@@ -78,6 +78,10 @@
 //     against a failover to a replica that lagged, and, when the master
 //     has appendfsync always (Check requires it), against a restart of
 //     the master without a failover.
+//   - DurableServer, for a server durable before it acknowledges a write
+//     (MemoryDB): nothing waited for beyond its reply. Check can't verify
+//     a managed server's promise; it refuses the mode on a server that
+//     shows it doesn't persist each write first.
 //   - DurableNone, chosen explicitly: nothing waited for. A restart or
 //     failover that loses recent writes can perform an approval twice;
 //     Check says so.

@@ -48,7 +48,23 @@ const (
 	// promoted replica that lagged can perform an approval a second time.
 	// Choose it explicitly, knowing that; Check reports the risk.
 	DurableNone
+	// DurableServer: Take returns the claim as soon as the server has
+	// acknowledged it, for a server that is durable before it
+	// acknowledges a write, such as Amazon MemoryDB (a multi-AZ
+	// transaction log). It waits for nothing more, so it is DurableNone
+	// on a server that isn't: choose it only for such a server. Check
+	// can't verify a managed server's promise (MemoryDB refuses CONFIG);
+	// it refuses the mode where it can see the server doesn't keep it
+	// (CONFIG answers, and appendfsync isn't always).
+	DurableServer
 )
+
+// confirms reports whether Take confirms a claim after the server's reply
+// (DurableDisk, DurableReplicas), as opposed to taking the reply as
+// enough (DurableNone, DurableServer).
+func (d durability) confirms() bool {
+	return d.Mode != DurableNone && d.Mode != DurableServer
+}
 
 func (m DurabilityMode) String() string {
 	switch m {
@@ -58,6 +74,8 @@ func (m DurabilityMode) String() string {
 		return "replicas"
 	case DurableNone:
 		return "none"
+	case DurableServer:
+		return "server"
 	}
 	return "DurabilityMode(" + strconv.Itoa(int(m)) + ")"
 }
@@ -133,6 +151,9 @@ func (s *rstore) ready(ctx context.Context, c *redis.Client, n *nodeState) error
 		return fmt.Errorf("wait for the server's durability check: %w", ctx.Err())
 	}
 	defer func() { <-n.lock }()
+	if m := s.durability.Mode; m != DurableDisk && m != DurableReplicas {
+		return fmt.Errorf("unknown durability mode %v", m)
+	}
 	if n.version[0] == 0 {
 		info, err := c.Info(ctx, "server").Result()
 		if err != nil {
@@ -382,7 +403,10 @@ const releaseAtLeast = 20 * time.Millisecond
 // failed to write, or a server that isn't Redis at all (miniredis, a demo
 // store), and a Cluster client that would notice a failover late (see
 // ClusterOptions). With DurableNone it returns an error naming that risk too, so
-// call it at start-up, and refuse to start or log the error loudly.
+// call it at start-up, and refuse to start or log the error loudly. With
+// DurableServer it takes a server that refuses CONFIG (a managed one) at
+// the operator's word, and refuses one that shows it doesn't persist each
+// write before replying.
 //
 // st must be a store New returned.
 func Check(ctx context.Context, st store.Store) error {
@@ -444,6 +468,18 @@ func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 	aof := infoField(pers, "aof_enabled") == "1"
 	slaves, _ := strconv.Atoi(infoField(repl, "connected_slaves"))
 	switch s.durability.Mode {
+	default:
+		return fmt.Errorf("%s: unknown durability mode %v: choose DurableDisk, DurableReplicas, DurableServer or DurableNone", addr, s.durability.Mode)
+	case DurableServer:
+		// A managed server (MemoryDB) refuses CONFIG: its promise can't be
+		// read, and choosing the mode is the operator's word for it. A
+		// server that answers shows whether it keeps it.
+		if _, err := node.ConfigGet(ctx, "appendfsync").Result(); err != nil {
+			return nil
+		}
+		if err := checkAOFAlways(ctx, node); err != nil {
+			return fmt.Errorf("%s: durability server, but this server shows it doesn't persist each write before it replies (%w): a restart loses recent claims and can perform an approval twice; choose DurableDisk or DurableReplicas (DurableServer is for a server such as MemoryDB)", addr, err)
+		}
 	case DurableNone:
 		risk := "durability none: a restart from an older snapshot, an AOF cut back by an OS crash, or a failover to a replica that lagged can perform an approval a second time"
 		if !aof {

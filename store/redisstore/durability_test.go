@@ -335,3 +335,78 @@ func TestDurableDiskRecovers(t *testing.T) {
 		t.Fatalf("always again: %+v, %v", res, err)
 	}
 }
+
+// DurableServer, for a server durable before it acknowledges (MemoryDB,
+// which refuses CONFIG and has no AOF): Take claims on the server's reply
+// alone, where DurableDisk can't verify anything on Redis 7.0 and refuses
+// every claim; Check takes the operator's word where CONFIG is refused,
+// and refuses the mode on a server that shows it doesn't persist each
+// write first (webkit/RULES.md "Durability").
+func TestDurableServer(t *testing.T) {
+	t.Parallel()
+	// A MemoryDB stand-in: CONFIG refused, as on a managed server.
+	managed, err := redistest.StartArgs(t, "--rename-command", "CONFIG", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := managed.Client(t)
+	srv := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableServer})
+	if err := redisstore.Check(t.Context(), srv); err != nil {
+		t.Errorf("Check, DurableServer on a server refusing CONFIG: %v", err)
+	}
+	if err := redisstore.Load(t.Context(), srv); err != nil {
+		t.Fatal(err)
+	}
+	waits := func() string {
+		info := mc.Info(t.Context(), "commandstats").Val()
+		return redisstore.InfoField(info, "cmdstat_wait") + redisstore.InfoField(info, "cmdstat_waitaof")
+	}
+	a, is := approvedAction(t, srv, "server")
+	if res, err := srv.Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
+		t.Fatalf("Take, DurableServer: %+v, %v", res, err)
+	}
+	wantStatus(t, srv, is.Ref, store.Performing)
+	if w := waits(); w != "" {
+		t.Errorf("DurableServer waited for something: %s", w)
+	}
+
+	disk := redisstore.New(mc, redisstore.Options{})
+	a, is = approvedAction(t, disk, "disk")
+	if _, err := disk.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
+		t.Errorf("DurableDisk where CONFIG is refused (Redis 7.0): %v, want ErrNotDurable", err)
+	}
+	wantStatus(t, disk, is.Ref, store.Approved)
+	if err := redisstore.Check(t.Context(), disk); err == nil {
+		t.Error("Check, DurableDisk where CONFIG is refused: ok")
+	}
+
+	// A self-hosted server that shows it doesn't fsync each write.
+	rdb, err := redistest.StartArgs(t, "--appendonly", "no")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = redisstore.Check(t.Context(), redisstore.New(rdb.Client(t), redisstore.Options{Durability: redisstore.DurableServer}))
+	if err == nil || !strings.Contains(err.Error(), "doesn't persist") {
+		t.Errorf("Check, DurableServer on a server with AOF off: %v, want the risk named", err)
+	}
+	always := redistest.Server(t)
+	if err := redisstore.Check(t.Context(), redisstore.New(always, redisstore.Options{Durability: redisstore.DurableServer})); err != nil {
+		t.Errorf("Check, DurableServer with appendfsync always: %v", err)
+	}
+}
+
+// A durability mode that isn't one of the four is refused: Check says so,
+// and Take claims nothing rather than confirming nothing.
+func TestDurabilityUnknown(t *testing.T) {
+	t.Parallel()
+	c := redistest.Server(t)
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurabilityMode(42)})
+	if err := redisstore.Check(t.Context(), st); err == nil || !strings.Contains(err.Error(), "unknown durability mode") {
+		t.Errorf("Check: %v, want unknown durability mode", err)
+	}
+	a, is := approvedAction(t, st, "k")
+	if res, err := st.Take(t.Context(), owner, a, at(time.Second)); err == nil || res.Claim != nil {
+		t.Errorf("Take: %+v, %v; want an error and no claim", res, err)
+	}
+	wantStatus(t, st, is.Ref, store.Approved)
+}

@@ -121,7 +121,7 @@ var errNotRedis = errors.New("redisstore: not a store returned by redisstore.New
 // FLUSH) runs the scripts instead. Old versions' libraries stay in Redis
 // until removed with FUNCTION DELETE; each is a few kilobytes.
 //
-// With a durability other than DurableNone it also reads what each master
+// With DurableDisk or DurableReplicas it also reads what each master
 // can confirm (its version; before Redis 7.2 its AOF settings), which
 // Take would otherwise do on its first claim there.
 //
@@ -205,7 +205,7 @@ func (s *rstore) load(ctx context.Context) error {
 	}
 	// Functions where the server has them; scripts otherwise.
 	s.functions.Store(s.loadFunctions(ctx) == nil)
-	if s.durability.Mode == DurableNone {
+	if !s.durability.confirms() {
 		return nil
 	}
 	nodes, err := s.masters(ctx)
@@ -341,7 +341,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	tokUntil := now.Add(storekit.ClaimTokenTTL)
 	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil))
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
-		if s.durability.Mode == DurableNone {
+		if !s.durability.confirms() {
 			return s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
 		}
 		return s.takeDurable(ctx, keys, args, owner, token, now)
