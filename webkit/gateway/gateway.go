@@ -1,0 +1,283 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/identity"
+)
+
+// options are what tests set besides the config file.
+type options struct {
+	// Resolver loads agents' keys; nil is a new identity.Resolver (with
+	// AllowLocal when the config allows local development). Tests give
+	// webkittest's Site.Resolver().
+	Resolver *identity.Resolver
+	// AccessTokens verifies the access tokens of signed-in Sessions; nil:
+	// no Session joins signed in.
+	AccessTokens identity.AccessTokens
+}
+
+// Gateway is the website side of the operations extension in front of an
+// unmodified website (the upstream): an http.Handler. Build it with [New].
+type Gateway struct {
+	handler http.Handler
+	listen  string
+	closers []func() error
+}
+
+// startTimeout bounds what New waits for: the Redis store's checks.
+const startTimeout = 10 * time.Second
+
+// maxBody is the longest request body the gateway reads to describe a
+// gated request: the Gate's own limit (longer ones get 413 from it).
+const maxBody = 1 << 20
+
+// New builds the gateway c describes: it connects to the store and checks
+// what it promises (a Redis whose durability can't hold is an error, but
+// for durability: none, which is logged), and wires the kit's endpoint,
+// join, scripts and poppy.json in front of the gated actions and the
+// upstream.
+//
+// logger gets the gateway's and the kit's logs; nil is slog.Default().
+// Neither ever logs a join cookie, a Poppy-Session header, an access
+// token, a cookie key or a request body.
+func New(c *Config, logger *slog.Logger) (*Gateway, error) {
+	return newGateway(c, logger, options{})
+}
+
+func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
+	if c == nil {
+		return nil, errors.New("gateway: Config is nil: read one with gateway.Load")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	g := &Gateway{listen: c.listen}
+
+	var kit *webkit.Kit
+	if len(c.keys) == 0 {
+		logger.Warn("opsgate-gateway: no cookie_keys: using random keys, so joins and waiting pages last only as long as this process")
+		kit = webkit.New()
+	} else {
+		kit = webkit.New(c.keys...)
+	}
+	kit.Logger = logger
+	kit.Chrome = c.chrome
+	if cs, ok := kit.Sessions.(*webkit.CookieSessions); ok && strings.HasPrefix(c.origin, "http://") {
+		cs.Insecure = true // allow_local over plain http: a browser drops Secure cookies there
+	}
+	if len(c.ownLogin) > 0 {
+		names := c.ownLogin
+		kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { // §4 W56
+			for _, n := range names {
+				if _, err := r.Cookie(n); err == nil {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	if c.store.redis != nil {
+		st, closeStore, err := openRedis(c.store, logger)
+		if err != nil {
+			return nil, err
+		}
+		kit.Store = st
+		g.closers = append(g.closers, closeStore)
+	} else {
+		kit.Store = store.NewMemory()
+	}
+
+	m, err := endpoint.NewMount(endpoint.Config{
+		Origin:       c.origin,
+		Name:         c.name,
+		Kit:          kit,
+		Resolver:     o.Resolver,
+		AccessTokens: o.AccessTokens,
+		AllowLocal:   c.allowLocal,
+	})
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("%s: %w", c.file, err)
+	}
+
+	origin, _ := url.Parse(c.origin)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Rewrite has already dropped the client's X-Forwarded-*
+			// headers: the upstream gets only the gateway's.
+			pr.SetURL(c.upstream)
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Forwarded-Host", origin.Host)
+			pr.Out.Header.Set("X-Forwarded-Proto", origin.Scheme)
+			dropGatewayCookies(pr.Out.Header)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			upstreamFailed(logger, w, r, err)
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	client := &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", proxy) // what no action matches goes to the upstream untouched
+	for _, a := range c.actions {
+		var h http.Handler
+		if a.describe != nil {
+			ask := &asker{a: a, upstream: c.upstream, client: client, logger: logger, kit: kit}
+			h = ask.wrap(kit.Gate(describedByUpstream)(proxy))
+		} else {
+			h = kit.Gate(a.describeFunc())(proxy)
+		}
+		if err := register(mux, a.pattern, h); err != nil { // Parse checked it: never
+			g.Close()
+			return nil, fmt.Errorf("%s:%d: match: %w", c.file, a.line, err)
+		}
+	}
+	poppy, err := newPoppyJSON(m, c.upstream, client, logger)
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("%s: %w", c.file, err)
+	}
+	site := m.Handler(mux)
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == poppyJSONPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			poppy.ServeHTTP(w, r)
+			return
+		}
+		site.ServeHTTP(w, r)
+	})
+	return g, nil
+}
+
+// ServeHTTP serves the gateway: the kit's routes, the gated actions, and
+// everything else proxied to the upstream.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
+
+// Addr is the address the config says to listen on (listen; ":8080" when
+// it says nothing).
+func (g *Gateway) Addr() string { return g.listen }
+
+// Close closes the store's connections. Shut the server down first, so
+// that the performances in flight finish.
+func (g *Gateway) Close() error {
+	var errs []error
+	for _, c := range g.closers {
+		errs = append(errs, c())
+	}
+	g.closers = nil
+	return errors.Join(errs...)
+}
+
+// openRedis connects the Redis store and checks that it keeps the
+// durability the config asks for.
+func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, func() error, error) {
+	client := redis.NewClient(sc.redis)
+	st := redisstore.New(client, redisstore.Options{Durability: sc.durability, Replicas: sc.replicas, Prefix: sc.prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := redisstore.Check(ctx, st); err != nil {
+		if sc.durability != redisstore.DurableNone {
+			client.Close()
+			return nil, nil, fmt.Errorf("gateway: store: %w", err)
+		}
+		logger.Warn("opsgate-gateway: store", "risk", err.Error()) // durability: none was chosen
+	}
+	if err := redisstore.Load(ctx, st); err != nil {
+		logger.Warn("opsgate-gateway: store: functions not loaded; the first calls cost one more round trip", "error", err.Error())
+	}
+	return st, client.Close, nil
+}
+
+// describeFunc is the Gate's describe of an action the config describes:
+// the key, terms and summary built from the request's path, query, form
+// and JSON body.
+func (a *action) describeFunc() webkit.Describe {
+	needForm := a.key.uses("form") || a.summary.uses("form") || a.terms.uses("form")
+	needJSON := a.key.uses("json") || a.summary.uses("json") || a.terms.uses("json")
+	return func(r *http.Request) (webkit.Action, error) {
+		var body []byte
+		if (needForm || needJSON) && r.Body != nil {
+			b, err := io.ReadAll(r.Body) // the Gate's copy: it restores it for the upstream
+			if err != nil {
+				return webkit.Action{}, fmt.Errorf("the request body could not be read")
+			}
+			body = b
+		}
+		d, err := readRequest(r, body, needForm, needJSON)
+		if err != nil {
+			return webkit.Action{}, err
+		}
+		return webkit.Action{
+			Key:      a.key.text(d),
+			Terms:    a.terms.build(d),
+			Summary:  a.summary.text(d),
+			Lifetime: a.lifetime,
+			Kind:     a.kind,
+		}, nil
+	}
+}
+
+// dropGatewayCookies removes the gateway's own cookies (the join cookie
+// and its marker) from a request to the upstream: they are the gateway's
+// credentials, and none of the upstream's business.
+func dropGatewayCookies(h http.Header) {
+	lines := h.Values("Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	var kept []string
+	for _, line := range lines {
+		for _, c := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(c), "=")
+			if name != "" && !isGatewayCookie(name) {
+				kept = append(kept, strings.TrimSpace(c))
+			}
+		}
+	}
+	h.Del("Cookie")
+	if len(kept) > 0 {
+		h.Set("Cookie", strings.Join(kept, "; "))
+	}
+}
+
+// upstreamFailed answers a request the upstream did not answer. A request
+// that never reached it (the connection was refused) performed nothing:
+// an approved repeat is then not performed, rather than of unknown
+// outcome (§7). Any other failure may have reached it: the Gate holds the
+// 502 back and answers that the outcome is not known yet (W142).
+func upstreamFailed(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		webkit.SetOutcome(r, store.NotDone)
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		logger.LogAttrs(r.Context(), slog.LevelInfo, "opsgate-gateway: the browser left before the upstream answered",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	} else {
+		logger.LogAttrs(r.Context(), slog.LevelWarn, "opsgate-gateway: the upstream did not answer",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusBadGateway)
+	io.WriteString(w, "The website did not answer. Try again in a moment.\n")
+}
