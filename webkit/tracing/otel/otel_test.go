@@ -204,13 +204,16 @@ type holdHook struct {
 	armed  atomic.Bool
 	held   chan struct{} // a command is being held
 	hold   chan struct{} // closed: let it go
+	// waits, when set, holds the first pipeline with a WAIT instead: a
+	// claim's durability confirmation.
+	waits bool
 }
 
 func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.armed.CompareAndSwap(true, false) {
+		if !h.waits && h.armed.CompareAndSwap(true, false) {
 			h.held <- struct{}{}
 			<-h.hold
 		}
@@ -222,6 +225,10 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		ctx, sp := h.tracer.Start(ctx, "redis.pipeline")
 		defer sp.End()
+		if h.waits && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "wait" }) && h.armed.CompareAndSwap(true, false) {
+			h.held <- struct{}{}
+			<-h.hold
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -322,6 +329,106 @@ func TestSharedRoundTripLinks(t *testing.T) {
 	}
 	if rode != 2 || len(trip.Links()) != 2 {
 		t.Errorf("%d takes rode the shared round trip, which links to %d: want 2 and 2", rode, len(trip.Links()))
+	}
+}
+
+// Claims made while a durability confirmation is on its way share the
+// next one (a mark and WAIT): that round is a span of its own, a root,
+// linked both ways with each claim's confirmation span.
+func TestSharedConfirmationLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a Redis and its replica")
+	}
+	master := redistest.Start(t)
+	if _, err := redistest.StartReplica(t, master); err != nil {
+		t.Skipf("replica: %v", err)
+	}
+	client := master.Client(t)
+	hook := &holdHook{held: make(chan struct{}, 1), hold: make(chan struct{}), waits: true}
+	client.AddHook(hook)
+	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 5 * time.Second})
+	s := newTraced(t, st)
+	hook.tracer = s.tp.Tracer("redis")
+
+	// Three approved operations, each waiting for its browser's repeat.
+	var waiting []*webkittest.Response
+	for i := range 3 {
+		sess := s.site.NewAgent().Session(fmt.Sprint("usr_", i))
+		b, err := sess.Join()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := b.PostForm(fmt.Sprintf("/orders/ord_%d/exchange", i), url.Values{"size": {"L"}})
+		if a := sess.Approve(res.Ref); a.StatusCode != http.StatusNoContent {
+			t.Fatalf("approval %d: %d %v", i, a.StatusCode, a.Err)
+		}
+		waiting = append(waiting, res)
+	}
+	confirmsStarted := func() int {
+		n := 0
+		for _, sp := range s.rec.Started() {
+			if sp.Name() == "opsgate.redis.confirm" {
+				n++
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	repeat := func(res *webkittest.Response) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if again := res.Continue(); again.Err != nil || again.StatusCode != http.StatusOK {
+				t.Errorf("repeat: %d %v", again.StatusCode, again.Err)
+			}
+		}()
+	}
+	hook.armed.Store(true)
+	repeat(waiting[0]) // its confirmation is held on its way
+	<-hook.held
+	repeat(waiting[1]) // these two claim meanwhile, and share the next
+	repeat(waiting[2])
+	for deadline := time.Now().Add(5 * time.Second); confirmsStarted() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the other claims never reached their confirmation")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // from their spans' start into the next round
+	close(hook.hold)
+	wg.Wait()
+
+	var rounds, confirms, waits []sdktrace.ReadOnlySpan
+	for _, sp := range s.rec.Ended() {
+		switch sp.Name() {
+		case "opsgate.redis.confirm_round":
+			rounds = append(rounds, sp)
+		case "opsgate.redis.confirm":
+			confirms = append(confirms, sp)
+		case "redis.pipeline":
+			waits = append(waits, sp)
+		}
+	}
+	if len(rounds) != 1 || len(confirms) != 3 {
+		t.Fatalf("%d shared confirmations, %d claims' confirmations: want 1 and 3", len(rounds), len(confirms))
+	}
+	round := rounds[0]
+	if round.Parent().IsValid() || len(round.Links()) != 2 {
+		t.Errorf("the shared confirmation: parent %v, %d links; want a root linked to 2 claims", round.Parent().SpanID(), len(round.Links()))
+	}
+	if size, _ := attr(round, "opsgate.batch.size"); size != "2" {
+		t.Errorf("batch size %q", size)
+	}
+	if !slices.ContainsFunc(waits, func(w sdktrace.ReadOnlySpan) bool { return w.Parent().SpanID() == round.SpanContext().SpanID() }) {
+		t.Error("the shared mark and WAIT's go-redis span is not the round's child")
+	}
+	linked := 0
+	for _, c := range confirms {
+		if slices.ContainsFunc(c.Links(), func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == round.SpanContext().SpanID() }) {
+			linked++
+		}
+	}
+	if linked != 2 {
+		t.Errorf("%d claims' confirmations link to the shared one, want 2", linked)
 	}
 }
 
