@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +108,144 @@ func TestCheckClusterReload(t *testing.T) {
 	if err := redisstore.Check(t.Context(), redisstore.New(def, redisstore.Options{})); err == nil || !strings.Contains(err.Error(), "ClusterOptions") {
 		t.Errorf("default Cluster client: %v, want the risk named", err)
 	}
+}
+
+// claimWithin repeats a Take of a (each 503 repeated, as a browser's
+// Continue would) until it claims, for at most limit, and returns when it
+// did (zero if never) and how many attempts failed closed.
+func claimWithin(t *testing.T, st store.Store, a store.TakeRequest, now time.Time, limit time.Duration) (time.Time, int) {
+	t.Helper()
+	failed := 0
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		res, err := st.Take(ctx, owner, a, now)
+		cancel()
+		if err == nil && res.Claim != nil {
+			if err := st.Finish(t.Context(), *res.Claim, store.Done, now); err != nil {
+				t.Fatal(err)
+			}
+			return time.Now(), failed
+		}
+		if err == nil {
+			t.Fatalf("Take: nothing to claim: %+v", res)
+		}
+		failed++
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Time{}, failed
+}
+
+func waitCount(t *testing.T, c *redis.Client, cmd string) int {
+	info := c.Info(t.Context(), "commandstats").Val()
+	n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(redisstore.InfoField(info, "cmdstat_"+cmd), ",", 2)[0], "calls="))
+	return n
+}
+
+// DurableReplicas{Replicas: 1} on 3 masters + 3 replicas, appendfsync
+// always (alone.go, webkit/RULES.md "Durability"):
+//   - the replica of the owner's master down but still known to the
+//     Cluster: claims fail closed (it could be promoted with older data);
+//   - the master killed and its replica promoted, with no replica of its
+//     own: claims are served again within 3 s of the promotion, confirmed
+//     on the new master's disk;
+//   - the old master back, as its replica: claims are confirmed by WAIT
+//     again once it has synced.
+//
+// Each approval performs once.
+func TestClusterFailoverReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a 6-node cluster")
+	}
+	nodes := redistest.ClusterOf(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always")
+	cc := redis.NewClusterClient(redisstore.ClusterOptions(nodes.Addrs()...))
+	t.Cleanup(func() { _ = cc.Close() })
+	st := redisstore.New(cc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1})
+	ctx := t.Context()
+	if err := redisstore.Check(ctx, st); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	master, err := cc.MasterForKey(ctx, "opsgate:{"+storekit.Slot(owner.Agent, owner.User)+"}:op:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old, heir *redistest.Instance
+	for k, m := range nodes.Masters {
+		if m.Addr == master.Options().Addr {
+			old, heir = m, nodes.Replicas[k]
+		}
+	}
+	if old == nil {
+		t.Fatalf("no master at %s", master.Options().Addr)
+	}
+	if _, failed := claimWithin(t, st, mustApprove(t, st, "before"), at(time.Second), 5*time.Second); failed > 0 {
+		t.Errorf("%d claims failed with the replica up", failed)
+	}
+
+	// The replica down, the master up: no fallback.
+	heir.Kill()
+	a := mustApprove(t, st, "replica down")
+	if served, failed := claimWithin(t, st, a, at(time.Second), 3*time.Second); !served.IsZero() {
+		t.Fatalf("claimed with the only replica down (after %d refusals): a failover to it would lose the claim", failed)
+	}
+	if err := heir.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.WaitLinked(ctx, heir.Addr); err != nil {
+		t.Fatal(err)
+	}
+	if served, failed := claimWithin(t, st, a, at(time.Second), 10*time.Second); served.IsZero() {
+		t.Fatalf("the replica back: still refused after %d tries", failed)
+	}
+
+	// The master killed: its replica is promoted, alone.
+	b := mustApprove(t, st, "failover")
+	if n, err := master.Wait(ctx, 1, 2*time.Second).Result(); err != nil || n < 1 {
+		t.Fatalf("WAIT: %d %v", n, err)
+	}
+	old.Kill()
+	hc := redis.NewClient(&redis.Options{Addr: heir.Addr})
+	defer hc.Close()
+	var promoted time.Time
+	for deadline := time.Now().Add(20 * time.Second); promoted.IsZero(); {
+		if info, err := hc.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:master") {
+			promoted = time.Now()
+		} else if time.Now().After(deadline) {
+			t.Fatalf("replica %s never promoted", heir.Addr)
+		} else {
+			time.Sleep(50 * time.Millisecond) // polling the cluster's state, not semantics
+		}
+	}
+	served, failed := claimWithin(t, st, b, at(2*time.Second), 10*time.Second)
+	if served.IsZero() {
+		t.Fatalf("the promoted replica, alone, refused every claim for 10 s (%d tries)", failed)
+	}
+	took := served.Sub(promoted)
+	t.Logf("DurableReplicas{1}: the promoted master, alone, served a claim %v after its promotion (%d tries refused)", took.Round(time.Millisecond), failed)
+	if took > 3*time.Second {
+		t.Errorf("served %v after the promotion, want within 3 s", took)
+	}
+	if res, err := st.Take(ctx, owner, b, at(3*time.Second)); err != nil || res.Claim != nil {
+		t.Fatalf("second Take: %+v, %v; want no claim", res, err)
+	}
+
+	// The old master back, as the new master's replica: WAIT again.
+	if err := old.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.WaitLinked(ctx, old.Addr); err != nil {
+		t.Fatal(err)
+	}
+	waits := waitCount(t, hc, "wait")
+	if served, failed := claimWithin(t, st, mustApprove(t, st, "rejoined"), at(3*time.Second), 10*time.Second); served.IsZero() {
+		t.Fatalf("with the old master rejoined as replica: refused %d times", failed)
+	}
+	if w := waitCount(t, hc, "wait"); w <= waits {
+		t.Errorf("with a replica again, the claim was not confirmed by WAIT (%d WAITs before, %d after)", waits, w)
+	}
+}
+
+func mustApprove(t *testing.T, st store.Store, key string) store.TakeRequest {
+	t.Helper()
+	a, _ := approvedAction(t, st, key)
+	return a
 }

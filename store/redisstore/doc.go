@@ -77,7 +77,12 @@
 //   - DurableReplicas: on Options.Replicas replicas (WAIT N). Protects
 //     against a failover to a replica that lagged, and, when the master
 //     has appendfsync always (Check requires it), against a restart of
-//     the master without a failover.
+//     the master without a failover. A Cluster master the Cluster knows
+//     no replica of (a replica promoted when its master died) confirms
+//     claims on its own disk while it is alone, so that its users aren't
+//     refused until a replica joins: served again within about half a
+//     second of the promotion in TestClusterFailoverReplicas, where
+//     WAIT alone refused them until the old master came back.
 //   - DurableServer, for a server durable before it acknowledges a write
 //     (MemoryDB): nothing waited for beyond its reply. Check can't verify
 //     a managed server's promise; it refuses the mode on a server that

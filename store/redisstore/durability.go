@@ -115,8 +115,9 @@ type nodeState struct {
 	lock     chan struct{} // held (one element) while a caller reads or checks the server
 	version  [2]int        // major, minor; zero until read
 	checked  time.Time
-	checkErr error     // the last check's verdict (DurableDisk before 7.2)
-	confirms confirmer // claims confirmed together (confirm.go)
+	checkErr error      // the last check's verdict (DurableDisk before 7.2)
+	confirms confirmer  // claims confirmed together (confirm.go)
+	alone    aloneState // DurableReplicas on a Cluster master without replicas (alone.go)
 }
 
 // waitAOF reports whether the server has WAITAOF (7.2 and later).
@@ -300,7 +301,7 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}
-	if s.durability.Mode != DurableReplicas && !n.waitAOF() {
+	if s.durability.Mode != DurableReplicas && !n.waitAOF() || s.confirmedAlone(ctx, node, n) {
 		// Disk before Redis 7.2, with appendfsync always (verified by
 		// ready): Redis wrote and fsynced the AOF before it sent the reply
 		// just read.
@@ -311,6 +312,9 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 	err = n.confirms.confirm(cctx, func(ctx context.Context) error { return s.confirm(ctx, node, keys[1]) })
 	sp.End(spans.Labels{}, err)
 	if err != nil {
+		if s.durability.Mode == DurableReplicas && errors.Is(err, errNotConfirmed) {
+			n.alone.fellShort() // alone.go
+		}
 		if !errors.Is(err, errNotConfirmed) {
 			// The claim's own deadline ended while it waited for its round.
 			err = fmt.Errorf("%w: %w", errNotConfirmed, err)
@@ -488,7 +492,11 @@ func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 		return fmt.Errorf("%s: %s", addr, risk)
 	case DurableReplicas:
 		if slaves < s.durability.replicas() {
-			return fmt.Errorf("%s: %d replicas connected, durability needs %d: every claim fails closed (503) until they are", addr, slaves, s.durability.replicas())
+			msg := "every claim fails closed (503) until they are"
+			if _, ok := s.client.(*redis.ClusterClient); ok {
+				msg += ", unless the Cluster knows no replica of this master: then its disk confirms claims alone (appendfsync always)"
+			}
+			return fmt.Errorf("%s: %d replicas connected, durability needs %d: %s", addr, slaves, s.durability.replicas(), msg)
 		}
 		// A master restarted without a failover comes back with what it
 		// persisted, and its replicas resync from it: only a master that
