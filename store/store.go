@@ -26,7 +26,13 @@
 // caller gave up) the caller can Release what Take may have claimed, and
 // a Take that arrives after its Release claims nothing. A Take repeated
 // with the same token returns the same claim, so a client that retries a
-// lost reply never claims twice.
+// lost reply never claims twice. A store may also undo, by itself, a claim
+// whose Take never returned it (the Redis store: one never marked started,
+// when the next request for the action or Performing comes), so that a
+// Take that ran after its caller gave up strands nothing even when that
+// caller is gone for good. It never undoes a claim Take returned: only its
+// holder (Finish, or Release when it did not run the handler) or Resolve
+// ends that one.
 //
 // Time always comes from the caller (an injectable clock), never from the
 // server, so that every web server judges expiry the same way and tests can

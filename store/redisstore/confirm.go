@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -10,13 +11,14 @@ import (
 
 // confirmer groups the confirmations of claims on one server, as a
 // database groups commits: claims that finish while a confirmation is on
-// its way share the next one, a single mark and WAIT (or WAITAOF).
+// its way share the next one, a single round trip of their start marks
+// (start.lua, one each) and one WAIT (or WAITAOF).
 //
 // That is sound for the reason one mark confirms one claim (Store.confirm):
 // Redis replicates and appends to the AOF in the order it runs commands, and
-// a round's mark is written only after every claim in the round had its
-// reply, so a confirmed mark confirms them all. A claim never joins a round
-// whose mark may already have been sent: it joins the next one.
+// a round's marks are written only after every claim in the round had its
+// reply, so a confirmed round confirms them all. A claim never joins a round
+// whose marks may already have been sent: it joins the next one.
 //
 // A claim that finds no confirmation on its way confirms itself at once,
 // under its own context, so that a claim alone is never delayed. Later
@@ -34,10 +36,28 @@ type confirmer struct {
 	onSent func(claims int)
 }
 
-// confirmRound is one mark and wait, for the claims that joined it.
+// startMark is one claim's start mark: its token key, token and clock.
+type startMark struct {
+	key, token, now string
+}
+
+// sendMarks writes a round's start marks and waits for them: started[i]
+// says whether marks[i] found its claim still held (start.lua); err, that
+// the round was not confirmed (then no claim of it is).
+type sendMarks func(ctx context.Context, marks []startMark) (started []bool, err error)
+
+// errNotStarted is a claim whose start mark found it undone (released, or
+// never started and undone by a later request or Performing): its handler
+// must not run.
+var errNotStarted = errors.New("claim undone before its start mark")
+
+// confirmRound is one round of marks and a wait, for the claims that
+// joined it.
 type confirmRound struct {
-	send     func(context.Context) error // its first claim's: mark and wait
-	done     chan struct{}               // closed once err is set
+	send     sendMarks // its first claim's: mark and wait
+	marks    []startMark
+	started  []bool
+	done     chan struct{} // closed once err and started are set
 	err      error
 	deadline time.Time // the latest of its claims' deadlines
 	forever  bool      // one of its claims has no deadline
@@ -45,24 +65,27 @@ type confirmRound struct {
 	traced   []context.Context // its traced claims', whose spans link to its own
 }
 
-// confirm confirms a claim that has had its reply: send writes a mark on
-// the claim's server and waits for it, in one round trip.
-func (c *confirmer) confirm(ctx context.Context, send func(context.Context) error) error {
+// confirm starts and confirms a claim that has had its reply: send writes
+// its start mark on the claim's server and waits for it, in one round
+// trip. It returns errNotStarted when the mark found the claim undone.
+func (c *confirmer) confirm(ctx context.Context, mark startMark, send sendMarks) error {
 	c.mu.Lock()
 	if !c.running {
 		// Nothing on its way: this claim's own round, at once.
 		c.running = true
 		c.mu.Unlock()
-		err := send(ctx)
+		started, err := send(ctx, []startMark{mark})
 		c.sent(1)
 		c.startNext()
-		return err
+		return startedOrNot(started, 0, err)
 	}
 	r := c.next
 	if r == nil {
 		r = &confirmRound{send: send, done: make(chan struct{})}
 		c.next = r
 	}
+	i := len(r.marks)
+	r.marks = append(r.marks, mark)
 	r.claims++
 	if spans.From(ctx) != nil {
 		r.traced = append(r.traced, ctx)
@@ -75,7 +98,7 @@ func (c *confirmer) confirm(ctx context.Context, send func(context.Context) erro
 	c.mu.Unlock()
 	select {
 	case <-r.done:
-		return r.err
+		return startedOrNot(r.started, i, r.err)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -96,7 +119,7 @@ func (c *confirmer) run(r *confirmRound) {
 			ctx, cancel = context.WithDeadline(ctx, r.deadline)
 		}
 		ctx, sp := spans.Shared(ctx, "opsgate.redis.confirm_round", r.traced, spans.Labels{Batch: r.claims})
-		r.err = r.send(ctx)
+		r.started, r.err = r.send(ctx, r.marks)
 		sp.End(spans.Labels{}, r.err)
 		cancel()
 		c.sent(r.claims)
@@ -121,4 +144,16 @@ func (c *confirmer) sent(claims int) {
 	if c.onSent != nil {
 		c.onSent(claims)
 	}
+}
+
+// startedOrNot is one claim's verdict from its round: the round's error,
+// or errNotStarted when its mark (the i-th) found the claim undone.
+func startedOrNot(started []bool, i int, err error) error {
+	if err != nil {
+		return err
+	}
+	if i >= len(started) || !started[i] {
+		return errNotStarted
+	}
+	return nil
 }

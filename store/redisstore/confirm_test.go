@@ -30,6 +30,18 @@ func (c *confirmer) joined() int {
 	return c.next.claims
 }
 
+// confirmFn confirms a claim whose round's send is send, every mark of
+// the round found held: the grouping alone, without start marks.
+func (c *confirmer) confirmFn(ctx context.Context, send func(context.Context) error) error {
+	return c.confirm(ctx, startMark{}, func(ctx context.Context, marks []startMark) ([]bool, error) {
+		started := make([]bool, len(marks))
+		for i := range started {
+			started[i] = true
+		}
+		return started, send(ctx)
+	})
+}
+
 type ctxKey struct{}
 
 func TestConfirmer(t *testing.T) {
@@ -40,7 +52,7 @@ func TestConfirmer(t *testing.T) {
 		c.onSent = func(n int) { rounds = append(rounds, n) }
 		ctx := context.WithValue(t.Context(), ctxKey{}, "mine")
 		var got any
-		err := c.confirm(ctx, func(ctx context.Context) error { got = ctx.Value(ctxKey{}); return nil })
+		err := c.confirmFn(ctx, func(ctx context.Context) error { got = ctx.Value(ctxKey{}); return nil })
 		if err != nil || got != "mine" || len(rounds) != 1 || rounds[0] != 1 {
 			t.Fatalf("err %v, context value %v, rounds %v", err, got, rounds)
 		}
@@ -57,7 +69,7 @@ func TestConfirmer(t *testing.T) {
 		gate := make(chan struct{})
 		first := make(chan error)
 		go func() {
-			first <- c.confirm(t.Context(), func(context.Context) error { <-gate; return nil })
+			first <- c.confirmFn(t.Context(), func(context.Context) error { <-gate; return nil })
 		}()
 		waitFor(t, "the first round on its way", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running })
 		var sends atomic.Int32
@@ -65,7 +77,7 @@ func TestConfirmer(t *testing.T) {
 		errs := make([]error, 10)
 		for i := range errs {
 			wg.Go(func() {
-				errs[i] = c.confirm(t.Context(), func(context.Context) error { sends.Add(1); return nil })
+				errs[i] = c.confirmFn(t.Context(), func(context.Context) error { sends.Add(1); return nil })
 			})
 		}
 		waitFor(t, "10 claims joined", func() bool { return c.joined() == 10 })
@@ -91,7 +103,7 @@ func TestConfirmer(t *testing.T) {
 		for _, forever := range []bool{false, true} {
 			var c confirmer
 			gate := make(chan struct{})
-			go c.confirm(t.Context(), func(context.Context) error { <-gate; return nil })
+			go c.confirmFn(t.Context(), func(context.Context) error { <-gate; return nil })
 			waitFor(t, "the first round on its way", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running })
 			later := time.Now().Add(time.Hour)
 			deadlines := make(chan time.Time, 1)
@@ -103,7 +115,7 @@ func TestConfirmer(t *testing.T) {
 				}
 				defer cancel()
 				wg.Go(func() {
-					c.confirm(ctx, func(ctx context.Context) error {
+					c.confirmFn(ctx, func(ctx context.Context) error {
 						d, ok := ctx.Deadline()
 						if !ok {
 							d = time.Time{}
@@ -131,15 +143,15 @@ func TestConfirmer(t *testing.T) {
 		var rounds atomic.Int32
 		c.onSent = func(int) { rounds.Add(1) }
 		gate := make(chan struct{})
-		go c.confirm(t.Context(), func(context.Context) error { <-gate; return nil })
+		go c.confirmFn(t.Context(), func(context.Context) error { <-gate; return nil })
 		waitFor(t, "the first round on its way", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running })
 		short, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 		defer cancel()
 		impatient := make(chan error)
-		go func() { impatient <- c.confirm(short, func(context.Context) error { return nil }) }()
+		go func() { impatient <- c.confirmFn(short, func(context.Context) error { return nil }) }()
 		waitFor(t, "the impatient claim joined", func() bool { return c.joined() == 1 })
 		patient := make(chan error)
-		go func() { patient <- c.confirm(t.Context(), func(context.Context) error { return nil }) }()
+		go func() { patient <- c.confirmFn(t.Context(), func(context.Context) error { return nil }) }()
 		waitFor(t, "the patient claim joined", func() bool { return c.joined() == 2 })
 		if err := <-impatient; !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("the impatient claim: %v", err)
@@ -155,13 +167,13 @@ func TestConfirmer(t *testing.T) {
 		var c confirmer
 		gate := make(chan struct{})
 		boom := errors.New("WAIT: 0 of 1 replicas")
-		go c.confirm(t.Context(), func(context.Context) error { <-gate; return nil })
+		go c.confirmFn(t.Context(), func(context.Context) error { <-gate; return nil })
 		waitFor(t, "the first round on its way", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.running })
 		errs := make([]error, 5)
 		var wg sync.WaitGroup
 		for i := range errs {
 			wg.Go(func() {
-				errs[i] = c.confirm(t.Context(), func(context.Context) error { return boom })
+				errs[i] = c.confirmFn(t.Context(), func(context.Context) error { return boom })
 			})
 		}
 		waitFor(t, "5 joined", func() bool { return c.joined() == 5 })
@@ -172,7 +184,7 @@ func TestConfirmer(t *testing.T) {
 				t.Errorf("claim %d: %v", i, err)
 			}
 		}
-		if err := c.confirm(t.Context(), func(context.Context) error { return nil }); err != nil {
+		if err := c.confirmFn(t.Context(), func(context.Context) error { return nil }); err != nil {
 			t.Errorf("the next claim, alone: %v", err)
 		}
 	})
@@ -201,7 +213,7 @@ func TestConfirmer(t *testing.T) {
 			wg.Go(func() {
 				for range 200 {
 					came := clock.Add(1) // the claim's reply arrived
-					if err := c.confirm(t.Context(), send); err != nil {
+					if err := c.confirmFn(t.Context(), send); err != nil {
 						t.Error(err)
 						return
 					}

@@ -254,8 +254,9 @@ func (s *rstore) nodeFor(ctx context.Context, key string) (*redis.Client, error)
 func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
 	var v []string
 	var err error
+	mark := startMark{key: keys[1], token: token, now: ns(now)}
 	for attempt := range 2 {
-		v, err = s.takeOnce(ctx, keys, args)
+		v, err = s.takeOnce(ctx, keys, args, mark)
 		if err == nil || attempt == 1 || !movedErr(err) {
 			break
 		}
@@ -284,7 +285,7 @@ func movedErr(err error) bool {
 		strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN")
 }
 
-func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]string, error) {
+func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any, mark startMark) ([]string, error) {
 	node, err := s.nodeFor(ctx, keys[0])
 	if err != nil {
 		return nil, err
@@ -304,18 +305,19 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 	if s.durability.Mode != DurableReplicas && !n.waitAOF() || s.confirmedAlone(ctx, node, n) {
 		// Disk before Redis 7.2, with appendfsync always (verified by
 		// ready): Redis wrote and fsynced the AOF before it sent the reply
-		// just read.
-		return v, nil
+		// just read. The start mark is a step of its own (start.go).
+		return v, s.startOne(ctx, node, mark)
 	}
-	// Claims made at the same moment share one confirmation (confirmer).
+	// Claims made at the same moment share one confirmation (confirmer),
+	// fused with their start marks.
 	cctx, sp := spans.Start(ctx, "opsgate.redis.confirm", spans.Labels{Step: "take"})
-	err = n.confirms.confirm(cctx, func(ctx context.Context) error { return s.confirm(ctx, node, keys[1]) })
+	err = n.confirms.confirm(cctx, mark, func(ctx context.Context, marks []startMark) ([]bool, error) { return s.confirm(ctx, node, marks) })
 	sp.End(spans.Labels{}, err)
 	if err != nil {
 		if s.durability.Mode == DurableReplicas && errors.Is(err, errNotConfirmed) {
 			n.alone.fellShort() // alone.go
 		}
-		if !errors.Is(err, errNotConfirmed) {
+		if !errors.Is(err, errNotConfirmed) && !errors.Is(err, errNotStarted) {
 			// The claim's own deadline ended while it waited for its round.
 			err = fmt.Errorf("%w: %w", errNotConfirmed, err)
 		}
@@ -324,50 +326,48 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any) ([]str
 	return v, nil
 }
 
-// confirm waits until a claim just made is on Options.Replicas replicas
-// (WAIT) or on the server's disk (WAITAOF, Redis 7.2 and later). Both wait
-// for the last write of their own connection, which did not make the
-// claim: so that connection first writes a mark in the claim's slot (the
-// base of its token key, tokKey). Redis replicates and appends to the AOF
-// in order, and the mark was written after the claim's reply arrived, so
-// a confirmed mark confirms the claim too. Mark and wait are one round
-// trip.
-func (s *rstore) confirm(ctx context.Context, node *redis.Client, tokKey string) error {
+// confirm writes the start marks of claims just made (start.lua, one per
+// claim: started[i] says whether marks[i] found its claim still held) and
+// waits until they are on Options.Replicas replicas (WAIT) or on the
+// server's disk (WAITAOF, Redis 7.2 and later). Both wait for the last
+// write of their own connection, which did not make the claims: the marks
+// are that write, in the claims' slots. Redis replicates and appends to
+// the AOF in order, and the marks were written after the claims' replies
+// arrived, so a confirmed mark confirms its claim too. Marks and wait are
+// one round trip.
+func (s *rstore) confirm(ctx context.Context, node *redis.Client, marks []startMark) ([]bool, error) {
 	d := s.durability
-	mark := tokKey[:strings.LastIndex(tokKey, "tok:")] + "mark"
 	conn := node.Conn()
 	defer conn.Close()
 	var wait *redis.Cmd
-	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, mark, "1", time.Minute)
+	started, err := s.startMarks(ctx, conn, node, marks, func(p redis.Pipeliner) {
 		if d.Mode == DurableReplicas {
 			wait = p.Do(ctx, "WAIT", d.replicas(), d.timeout().Milliseconds())
 		} else {
 			wait = p.Do(ctx, "WAITAOF", 1, 0, d.timeout().Milliseconds())
 		}
-		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", errNotConfirmed, err)
+		return nil, fmt.Errorf("%w: %w", errNotConfirmed, err)
 	}
 	if d.Mode == DurableReplicas {
 		got, err := wait.Int64()
 		if err != nil {
-			return fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
+			return nil, fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
 		}
 		if got < int64(d.replicas()) {
-			return fmt.Errorf("%w: %d of %d replicas acknowledged the claim within %v", errNotConfirmed, got, d.replicas(), d.timeout())
+			return nil, fmt.Errorf("%w: %d of %d replicas acknowledged the claim within %v", errNotConfirmed, got, d.replicas(), d.timeout())
 		}
-		return nil
+		return started, nil
 	}
 	r, err := wait.Int64Slice()
 	if err != nil {
-		return fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
+		return nil, fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
 	}
 	if len(r) < 1 || r[0] < 1 {
-		return fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
+		return nil, fmt.Errorf("%w: the claim was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
 	}
-	return nil
+	return started, nil
 }
 
 // releaseAfter releases a claim whose durability was not confirmed, so

@@ -1,5 +1,6 @@
 -- finish.lua (after lib.lua): Store.Finish (§7), and Reconciler.Resolve.
--- KEYS: the operation key ("<base>op:<operation_id>"), and on a single
+-- KEYS: the operation key ("<base>op:<operation_id>"), the index of
+--       performing operations of its hash slot (take.lua), and on a single
 --       Redis the agent's count of open operations (agent.lua).
 -- ARGV: 1 claim token, 2 outcome ('done', 'notdone', 'unknown'), 3 now,
 --       4 now + retention, 5 random suffix of a fresh revision, 6 '1' to
@@ -62,11 +63,13 @@ if outcome == 'done' then
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- did not.
   redis.call('ZREM', base .. 'open', opID)
-  if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[9] .. opID) end
+  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[9] .. opID) end
+  redis.call('ZREM', KEYS[2], op)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
-  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu')
+  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st')
+  redis.call('ZREM', KEYS[2], op)
   -- W90, W122: the used-up revision can't be approved again, so the
   -- operation offers the same terms under a fresh revision with the same
   -- expires_at: Lookup then names a revision an approval can still use,
@@ -79,7 +82,7 @@ elseif outcome == 'notdone' then
   end
   -- Open again, it counts among its owner's (and agent's) open
   -- operations until k.
-  reopen(base, opID, k, now, KEYS[2], ARGV[9])
+  reopen(base, opID, k, now, KEYS[3], ARGV[9])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no
@@ -88,6 +91,8 @@ else
   redis.call('HSET', op, 'fu', '1', 'k', kk)
   if kk ~= k then
     extend(op, ARGV[8])
+    -- Listed by Performing as long as it is kept.
+    extend(KEYS[2], ARGV[8])
     -- The action stays busy while it is (take.lua, W145).
     if f[4] then extend(base .. 'act:' .. f[4], ARGV[8]) end
   end

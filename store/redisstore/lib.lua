@@ -215,6 +215,30 @@ local function reopen(base, opID, k, now, agentKey, agentMember)
   end
 end
 
+-- index_score is a claim's score in its hash slot's index of performing
+-- operations (the "pf:" key, Store.Performing): its claimed-at instant in
+-- whole milliseconds, which a sorted set's score keeps exactly
+-- (nanoseconds it would round).
+local function index_score(t)
+  if #t <= 6 then return '0' end
+  return string.sub(t, 1, #t - 6)
+end
+
+-- unclaim undoes the claim of operation opID (key op), held by claimTok
+-- with approval ap, whose handler never ran (release.lua; a claim never
+-- marked started, take.lua and tidy.lua): the operation waits again until
+-- k, its approval applies again in its first-recorded place (W95, W144),
+-- it leaves the index idx of performing operations, and, when claimTok
+-- is given, its token is marked released (a Take or start mark with it
+-- later claims nothing).
+local function unclaim(base, op, opID, claimTok, ap, k, now, idx, tokTTL, tokUntil, agentKey, agentMember)
+  redis.call('HSET', op, 'state', 'open')
+  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'st', 'u:' .. ap)
+  reopen(base, opID, k, now, agentKey, agentMember)
+  if idx then redis.call('ZREM', idx, op) end
+  if claimTok then redis.call('SET', base .. 'tok:' .. claimTok, 'r ' .. tokUntil, 'PX', tokTTL) end
+end
+
 -- new_operation opens operation opID for an action (its digest akey, its
 -- key actKey) with revision rev as its first, and extra fields (its first
 -- approval and c, record.lua; ka, issue), unless the owner's cap of

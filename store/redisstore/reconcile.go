@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,64 +15,108 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// scanBatch is how many keys one SCAN step asks for: each step is short, so
-// Performing never blocks Redis for other web servers (webkit/RULES.md "Claims are
-// never stranded").
-const scanBatch = 500
+// indexBatch is how many slots' indexes one round trip of Performing
+// reads (each a ZRANGE of a small or missing key), and indexPage how many
+// operations it reads of one index at a time: each step is short, so
+// Performing never blocks Redis for other web servers (webkit/RULES.md
+// "Claims are never stranded").
+const (
+	indexBatch = 1024
+	indexPage  = 256
+)
 
-// Performing implements store.Store. It SCANs every master (each
-// Cluster node in turn) for the store's operation keys, a batch at a time,
-// and reads each batch's state with one pipelined HMGET per key: it costs
-// O(keys) in total, spread over many short steps, and holds Redis for none
-// of them longer than a small command does.
+// Performing implements store.Store. It reads the index of performing
+// operations (index.go) of every hash slot, indexBatch slots a round trip
+// (on a Cluster, each master reads its own slots' in the same pipeline),
+// and each batch's operations with one pipelined HMGET each: its cost
+// follows the operations being performed, plus a fixed pass over the
+// 16,384 slots, never the keyspace.
+//
+// A claim never marked started (start.go), made more than unstartedFor
+// and claimedBefore ago, is not listed: nothing ran for it and nothing
+// will, so Performing undoes it (tidy.lua) and its approval applies again
+// (W144). What it lists is what a person has to decide: a handler that
+// started and never reported (its web server died mid-handler, or its
+// Finish is still being retried), or one that reported an unknown outcome.
 func (s *rstore) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
 	return func(yield func(store.Stuck, error) bool) {
-		nodes, err := s.masters(ctx)
-		if err != nil {
-			yield(store.Stuck{}, fmt.Errorf("redisstore: performing: %w", err))
-			return
+		stop := strconv.FormatInt(claimedBefore.UnixMilli(), 10)
+		undoBefore := now.Add(-unstartedFor)
+		if claimedBefore.Before(undoBefore) {
+			undoBefore = claimedBefore
 		}
-		match := globEscape(s.prefix) + "{*}:op:*"
-		for _, node := range nodes {
-			var cursor uint64
-			for {
-				keys, next, err := node.Scan(ctx, cursor, match, scanBatch).Result()
-				if err != nil {
-					yield(store.Stuck{}, fmt.Errorf("redisstore: performing: %w", err))
+		for lo := 0; lo < hashSlots; lo += indexBatch {
+			members, err := s.indexed(ctx, lo, min(lo+indexBatch, hashSlots), stop)
+			if err != nil {
+				yield(store.Stuck{}, fmt.Errorf("redisstore: performing: %w", err))
+				return
+			}
+			found, err := s.stuck(ctx, members, claimedBefore, undoBefore, now)
+			if err != nil {
+				yield(store.Stuck{}, fmt.Errorf("redisstore: performing: %w", err))
+				return
+			}
+			for _, st := range found {
+				if !yield(st, nil) {
 					return
-				}
-				found, err := s.stuck(ctx, node, keys, claimedBefore, now)
-				if err != nil {
-					yield(store.Stuck{}, fmt.Errorf("redisstore: performing: %w", err))
-					return
-				}
-				for _, st := range found {
-					if !yield(st, nil) {
-						return
-					}
-				}
-				cursor = next
-				if cursor == 0 {
-					break
 				}
 			}
 		}
 	}
 }
 
-// stuckFields are what Performing reads of each operation hash.
-var stuckFields = []string{"state", "pa", "fu", "ap", "ag", "us", "acct", "k"}
+// indexed returns the operations that the indexes of slots lo to hi-1 list
+// as claimed by stop (Unix ms), with each one's index key.
+func (s *rstore) indexed(ctx context.Context, lo, hi int, stop string) ([][2]string, error) {
+	var out [][2]string
+	type page struct {
+		key    string
+		offset int64
+	}
+	pages := make([]page, 0, hi-lo)
+	for n := lo; n < hi; n++ {
+		pages = append(pages, page{key: s.indexKeyOfSlot(n)})
+	}
+	for len(pages) > 0 {
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.StringSliceCmd, len(pages))
+		for i, p := range pages {
+			cmds[i] = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{Key: p.key, ByScore: true, Start: "-inf", Stop: stop, Offset: p.offset, Count: indexPage})
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, err
+		}
+		var more []page
+		for i, c := range cmds {
+			ms := c.Val()
+			for _, m := range ms {
+				out = append(out, [2]string{pages[i].key, m})
+			}
+			if len(ms) == indexPage {
+				more = append(more, page{key: pages[i].key, offset: pages[i].offset + indexPage})
+			}
+		}
+		pages = more
+	}
+	return out, nil
+}
 
-// stuck reads keys' operations and returns those performing since before
-// claimedBefore.
-func (s *rstore) stuck(ctx context.Context, node redis.Cmdable, keys []string, claimedBefore, now time.Time) ([]store.Stuck, error) {
-	if len(keys) == 0 {
+// stuckFields are what Performing reads of each operation hash.
+var stuckFields = []string{"state", "pa", "fu", "ap", "ag", "us", "acct", "k", "st"}
+
+// stuck reads the operations of members ({index key, operation key}) and
+// returns those performing since before claimedBefore that a person has
+// to decide. On the way it tidies the index (tidy.lua): an operation no
+// longer performing (or forgotten) leaves it, and a claim never marked
+// started, made before undoBefore, is undone.
+func (s *rstore) stuck(ctx context.Context, members [][2]string, claimedBefore, undoBefore, now time.Time) ([]store.Stuck, error) {
+	if len(members) == 0 {
 		return nil, nil
 	}
-	pipe := node.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, stuckFields...)
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(members))
+	for i, m := range members {
+		cmds[i] = pipe.HMGet(ctx, m[1], stuckFields...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
@@ -82,14 +127,29 @@ func (s *rstore) stuck(ctx context.Context, node redis.Cmdable, keys []string, c
 		for j, v := range c.Val() {
 			f[j], _ = v.(string)
 		}
-		state, pa, fu, ap, ag, us, acct, k := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
+		state, pa, fu, ap, ag, us, acct, k, started := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]
 		claimedAt, ok := parseTime(pa)
 		keep, okK := parseTime(k)
-		if state != "performing" || !ok || ap == "" || !okK || now.After(keep) || !claimedAt.Before(claimedBefore) {
+		switch {
+		case state != "performing" || !okK || now.After(keep):
+			if err := s.tidy(ctx, members[i], ag, us, undoBefore, now); err != nil {
+				return nil, err
+			}
+			continue
+		case started == "0" && fu == "" && ok && claimedAt.Before(undoBefore):
+			// Never started, and its Take long gone: undone, not listed.
+			if err := s.tidy(ctx, members[i], ag, us, undoBefore, now); err != nil {
+				return nil, err
+			}
+			continue
+		case started == "0" && fu == "":
+			continue // its Take may still be on its way
+		case !ok || ap == "" || !claimedAt.Before(claimedBefore):
 			continue
 		}
-		opID := keys[i][strings.LastIndex(keys[i], ":op:")+len(":op:"):]
-		r, err := node.HMGet(ctx, keys[i], "t:"+ap, "s:"+ap, "x:"+ap, "a:"+ap, "u:"+ap).Result()
+		key := members[i][1]
+		opID := key[strings.LastIndex(key, ":op:")+len(":op:"):]
+		r, err := s.client.HMGet(ctx, key, "t:"+ap, "s:"+ap, "x:"+ap, "a:"+ap, "u:"+ap).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -112,6 +172,20 @@ func (s *rstore) stuck(ctx context.Context, node redis.Cmdable, keys []string, c
 	return out, nil
 }
 
+// tidy runs tidy.lua for one member of an index ({index key, operation
+// key}) of an operation of agent ag and User us.
+func (s *rstore) tidy(ctx context.Context, member [2]string, ag, us string, undoBefore, now time.Time) error {
+	tokUntil := now.Add(storekit.ClaimTokenTTL)
+	owner := store.Owner{Agent: ag, User: us}
+	_, _, err := withAgentCount(s, owner, member[:], []any{ns(now), ns(undoBefore), ttlMs(tokUntil, now), ns(tokUntil)}, func(keys []string, args []any) (string, error) {
+		return s.run(ctx, s.client, tidyStep, keys, args...).Text()
+	})
+	if err != nil {
+		s.failed(err)
+	}
+	return err
+}
+
 // masters returns a client for each master: the client itself, or each
 // Cluster master's, in a stable order.
 func (s *rstore) masters(ctx context.Context) ([]redis.Cmdable, error) {
@@ -132,18 +206,6 @@ func (s *rstore) masters(ctx context.Context) ([]redis.Cmdable, error) {
 	return out, err
 }
 
-// globEscape escapes the glob characters of a key prefix for SCAN MATCH.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // Resolve implements store.Store: finish.lua, whoever holds the claim.
 func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, now time.Time) error {
 	var o string
@@ -162,7 +224,7 @@ func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID str
 		return store.ErrNotPerforming
 	}
 	base := s.base(owner.Agent, owner.User)
-	keys := []string{base + "op:" + operationID}
+	keys := []string{base + "op:" + operationID, s.indexKey(owner.Agent, owner.User)}
 	args := []any{"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account, ttlMs(now.Add(s.retention), now)}
 	n, err := s.finish(ctx, owner, operationID, keys, args, o, true)
 	if err != nil {

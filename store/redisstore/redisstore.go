@@ -336,16 +336,22 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
-	keys = append(keys, base+"tok:"+token)
+	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User))
 	retained := now.Add(s.retention)
 	tokUntil := now.Add(storekit.ClaimTokenTTL)
-	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil))
+	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil), ns(now.Add(-unstartedFor)))
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if !s.durability.confirms() {
-			return s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
+			// The reply is enough (DurableNone, DurableServer): the start
+			// mark follows as a step of its own.
+			return s.takeNone(ctx, keys, args, owner, token, now)
 		}
 		return s.takeDurable(ctx, keys, args, owner, token, now)
 	}, s.maxOpenAgent)
+	if errors.Is(err, errNotStarted) {
+		// Undone before its start mark (start.go): nothing may run.
+		return store.TakeResult{}, store.ErrClaimLost
+	}
 	if err != nil {
 		s.failed(err)
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
@@ -566,7 +572,7 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		return store.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
-	keys := []string{base + "op:" + claim.Operation.ID}
+	keys := []string{base + "op:" + claim.Operation.ID, s.indexKey(claim.Owner.Agent, claim.Owner.User)}
 	args := []any{claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)}
 	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
@@ -591,7 +597,7 @@ func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, n
 		return false, nil
 	}
 	base := s.base(owner.Agent, owner.User)
-	keys := []string{base + "tok:" + token}
+	keys := []string{base + "tok:" + token, s.indexKey(owner.Agent, owner.User)}
 	args := []any{token, ns(now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), ns(now.Add(storekit.ClaimTokenTTL))}
 	// A released claim's operation comes back to its agent's count.
 	n, _, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) (int, error) {

@@ -1,7 +1,11 @@
 -- release.lua (after lib.lua): Store.Release (W144, webkit/RULES.md "Claims are
 -- never stranded").
--- KEYS: the claim token key ("<base>tok:<token>"), and on a single Redis
---       the agent's count of open operations (agent.lua).
+-- KEYS: the claim token key ("<base>tok:<token>"), the index of performing
+--       operations of its hash slot (take.lua), and on a single Redis the
+--       agent's count of open operations (agent.lua).
+-- Its holder releases a claim whether or not it was marked started
+-- (start.lua): the holder calls Release only when it did not run the
+-- handler (its start mark's confirmation failed, or its reply was lost).
 -- ARGV: 1 claim token, 2 now, 3 the token key's TTL in ms, 4 now + that
 --       TTL (when the token is forgotten, token_of), and with the agent's
 --       count: 5 its members' prefix ("<slot> ").
@@ -22,7 +26,5 @@ if f[1] ~= 'performing' or f[2] ~= token or not f[3] or f[4] or gone(f[5], now) 
 end
 -- The approval applies again, in its first-recorded place (W95): the
 -- operation's approvals keep the order they were recorded in.
-redis.call('HSET', op, 'state', 'open')
-redis.call('HDEL', op, 'claim', 'ap', 'pa', 'u:' .. f[3])
-reopen(base, tk, f[5], now, KEYS[2], ARGV[5])
+unclaim(base, op, tk, nil, f[3], f[5], now, KEYS[2], nil, nil, KEYS[3], ARGV[5])
 return 1

@@ -37,6 +37,10 @@ var (
 	agentLua string
 	//go:embed undo.lua
 	undoLua string
+	//go:embed start.lua
+	startLua string
+	//go:embed tidy.lua
+	tidyLua string
 
 	issueStep   = newStep("issue", issueLua)
 	takeStep    = newStep("take", takeLua)
@@ -46,8 +50,10 @@ var (
 	releaseStep = newStep("release", releaseLua)
 	agentStep   = newStep("agent", agentLua)
 	undoStep    = newStep("undo", undoLua)
+	startStep   = newStep("start", startLua)
+	tidyStep    = newStep("tidy", tidyLua)
 
-	steps = []*step{issueStep, takeStep, recordStep, finishStep, useOnceStep, releaseStep, agentStep, undoStep}
+	steps = []*step{issueStep, takeStep, recordStep, finishStep, useOnceStep, releaseStep, agentStep, undoStep, startStep, tidyStep}
 
 	// library is every step as one Redis function library. Its name (and
 	// its functions') carries a digest of the source, so that web servers

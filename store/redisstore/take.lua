@@ -1,12 +1,23 @@
 -- take.lua (after lib.lua): Store.Take, the Gate's one atomic step (§6
 -- "Websites", §7).
--- KEYS: the action key, the claim token key, and on a single Redis the
---       agent's count of open operations (agent.lua).
+-- KEYS: the action key, the claim token key, the index of performing
+--       operations of its hash slot ("<prefix>pf:{<tag>}", reconcile.go),
+--       and on a single Redis the agent's count of open operations
+--       (agent.lua).
 -- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
---       TTL in ms, 17 now + that TTL (when the token is forgotten), and with
---       the agent's count: 18 the agent's cap, 19 its members' prefix
---       ("<slot> ").
+--       TTL in ms, 17 now + that TTL (when the token is forgotten), 18 the
+--       instant before which a claim never marked started may be undone
+--       ('' never), and with the agent's count: 19 the agent's cap, 20 its
+--       members' prefix ("<slot> ").
+--
+-- A claim is made unstarted (st '0'): its handler may run only once the
+-- claimer's start mark (start.lua) has found it still held and marked it
+-- started (st '1'), in one atomic step. Until then it may be undone, by
+-- its holder's Release or, once claimed before ARGV[18], by the next
+-- request for the action (here) or by Performing (tidy.lua): a Take that
+-- Redis ran after its caller gave up never strands an approval, and the
+-- late caller's start mark then fails, so its handler never runs.
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
@@ -24,8 +35,9 @@ if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.matc
 end
 local v = redis.call('MGET', KEYS[2], KEYS[1])
 local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = KEYS[3], ARGV[18], ARGV[19]
+a.agentKey, a.maxAgent, a.agentMember = KEYS[4], ARGV[19], ARGV[20]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+local idx, unstartedBefore = KEYS[3], ARGV[18]
 local now, base = a.now, a.base
 
 -- The caller chose the token, so that it can release what this step
@@ -64,7 +76,17 @@ if opID then
   -- ever found (W104).
   if f[2] == a.acct and not gone(f[3], now) then
     if f[1] == 'performing' then
-      return {'busy'}
+      -- A claim never marked started, made long enough ago, has no
+      -- handler running and none to come (its start mark would now fail):
+      -- undo it, and claim for this request instead. Any other is busy.
+      local p = redis.call('HMGET', op, 'st', 'fu', 'pa', 'claim', 'ap')
+      if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
+        return {'busy'}
+      end
+      unclaim(base, op, opID, p[4], p[5], f[3], now, idx, tokTTL, tokUntil, a.agentKey, a.agentMember)
+      f[1] = 'open'
+      -- The hinted revision's used-at was read before the undo.
+      if p[5] == a.hint then f[11] = false end
     end
     if f[1] == 'open' then
       -- Its recorded approvals, first recorded first (W95), and its current
@@ -80,7 +102,10 @@ if opID then
         if t == a.terms and x and ap and not used and cmp(now, x) <= 0 then
           local k = later(retained, f[3]) -- W138
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
-            'pa', now, 'k', k)
+            'pa', now, 'k', k, 'st', '0')
+          -- Listed by Performing through its slot's index, not a SCAN.
+          redis.call('ZADD', idx, index_score(now), op)
+          extend(idx, retainedTTL)
           if k ~= f[3] then
             -- Not when its key is kept that long already (kt, record.lua).
             if not f[12] or cmp(retained, f[12]) > 0 then extend(op, retainedTTL) end

@@ -1824,6 +1824,52 @@ var _ = add("W95 W144 a released approval keeps its first-recorded place", func(
 	}
 })
 
+// A claim Take returned has passed its start mark (on Redis a step of its
+// own, atomic with the claim; in memory the claim itself): its handler may
+// be running, so no later request and no Performing undoes it, however
+// late. Only its holder (Finish, or Release when it never ran the
+// handler) or Resolve ends it. A store may undo a claim whose Take never
+// returned it (its reply lost), but never this one.
+var _ = add("W144 W145 a claim Take returned is never taken away, however late", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	c := e.claim(signedIn, a, at(2*time.Second))
+	for _, later := range []time.Duration{time.Minute, time.Hour} {
+		res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, storekit.NewToken()), at(later))
+		if err != nil || !res.Busy {
+			t.Fatalf("another request %v after a claim Take returned: %+v, %v; want busy (W145)", later, res, err)
+		}
+		if got := e.performing(at(later), at(later)); len(got) != 1 || got[is.Operation.ID].ClaimedAt.IsZero() {
+			t.Fatalf("Performing %v on: %v, want the claim, listed for a person to decide", later, got)
+		}
+	}
+	e.status(signedIn, is.Ref, at(time.Hour), store.Performing)
+	e.finish(c, store.Done, at(time.Hour))
+	e.status(signedIn, is.Ref, at(time.Hour+time.Second), store.Performed)
+})
+
+var _ = add("W144 a claim's holder releases it after Take returned it, and a late Take of its token claims nothing", func(t *testing.T, e *env) {
+	a := action(t, "k", `{}`)
+	is := e.issue(signedIn, a, at(0))
+	e.approve(signedIn, is, at(time.Second))
+	token := storekit.NewToken()
+	e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
+	// The holder never ran the handler (its browser left, its durability
+	// was not confirmed): it releases, minutes later, while its store was
+	// away.
+	e.release(signedIn, token, at(5*time.Minute), true)
+	e.status(signedIn, is.Ref, at(5*time.Minute), store.Approved)
+	if got := e.performing(at(time.Hour), at(5*time.Minute+time.Second)); len(got) != 0 {
+		t.Errorf("Performing after the release: %v, want none", got)
+	}
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(6*time.Minute)); !errors.Is(err, store.ErrClaimLost) {
+		t.Errorf("a Take of the released token, run late: %v, want ErrClaimLost", err)
+	}
+	c := e.claim(signedIn, a, at(7*time.Minute))
+	e.finish(c, store.Done, at(7*time.Minute))
+})
+
 // ---- Performing and Resolve: outcomes nobody reported ----
 
 func (e *env) reconciler() store.Store { return e.h.Store }

@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/opsgate/opsgate/internal/storekit"
+)
+
+// The index of performing operations (Store.Performing): one sorted set per
+// Redis Cluster hash slot, "<prefix>pf:{<tag>}", whose tag hashes to that
+// slot, so that the steps that claim, start, release and finish an
+// operation keep it in the same atomic step (take.lua, finish.lua,
+// release.lua, tidy.lua): every key of a step is in one slot. Its members
+// are the keys of the slot's operations being performed, scored by when
+// each was claimed (whole milliseconds). Performing reads the 16,384 sets
+// (each Cluster master its own slots' sets, through the Cluster client),
+// never the keyspace: its cost follows the operations performing, plus a
+// fixed pass over the slots, however many other keys the Redis holds.
+
+// hashSlots is the number of Redis Cluster hash slots.
+const hashSlots = 16384
+
+// indexKey is the index of performing operations of owner's hash slot.
+func (s *rstore) indexKey(agent, user string) string {
+	return s.prefix + "pf:{" + slotTag(hashSlot(storekit.Slot(agent, user))) + "}"
+}
+
+// indexKeyOfSlot is the index of hash slot n.
+func (s *rstore) indexKeyOfSlot(n int) string {
+	return s.prefix + "pf:{" + slotTag(n) + "}"
+}
+
+// hashSlot is the Redis Cluster hash slot of a key whose hash tag is tag
+// (CRC16/XMODEM of the tag, modulo 16,384).
+func hashSlot(tag string) int {
+	return int(crc16(tag) % hashSlots)
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster
+// computes key slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     []string
+)
+
+// slotTag is the shortest decimal number (the first found counting up from
+// 0) whose hash slot is n: the same on every web server, so they all keep
+// and read the same index keys.
+func slotTag(n int) string {
+	slotTagsOnce.Do(func() {
+		tags := make([]string, hashSlots)
+		left := hashSlots
+		for i := 0; left > 0; i++ {
+			t := strconv.Itoa(i)
+			if h := hashSlot(t); tags[h] == "" {
+				tags[h] = t
+				left--
+			}
+		}
+		slotTags = tags
+	})
+	return slotTags[n]
+}
