@@ -70,7 +70,8 @@ type Kit struct {
 	// Observer sees what the Gate, the status route, the endpoint and the
 	// join do, and each store step's latency; nil observes nothing. Set it before endpoint.NewMount,
 	// which hands it to the endpoint. See
-	// webkit/metrics/prometheus and webkit/metrics/otel.
+	// webkit/metrics/prometheus and webkit/metrics/otel; for spans,
+	// webkit/tracing/otel, an Observer with the metrics one behind it.
 	Observer Observer
 	// Chrome is the website's own frame around every page the kit writes
 	// (waiting, try again, not known yet, too many waiting): its name, a

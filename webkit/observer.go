@@ -7,9 +7,12 @@ import (
 
 // Observer sees what the kit does, so that Prometheus or OpenTelemetry can
 // be plugged in without the kit depending on either: the adapters are
-// webkit/metrics/prometheus and webkit/metrics/otel. Each method is called
-// on the request's goroutine, with the request's context; implementations
-// must be quick and safe for concurrent use.
+// webkit/metrics/prometheus and webkit/metrics/otel, and for spans
+// webkit/tracing/otel (it makes the spans of the Gate, the endpoint, the
+// store steps and the identity fetches when it is the Kit's Observer
+// itself, and passes every call on to the Observer behind it). Each
+// method is called on the request's goroutine, with the request's context;
+// implementations must be quick and safe for concurrent use.
 //
 // Every label an Observer gets comes from a small fixed set, or is an
 // action's Kind, which the website names (Action.Kind): never a key, an

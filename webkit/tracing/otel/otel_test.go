@@ -18,12 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
@@ -447,4 +449,46 @@ func attr(sp sdktrace.ReadOnlySpan, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// counting is a metrics Observer behind the tracer.
+type counting struct {
+	mu     sync.Mutex
+	events []string
+	steps  []string
+}
+
+func (c *counting) Observe(_ context.Context, e webkit.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e.Route+":"+e.Outcome)
+}
+
+func (c *counting) StoreStep(_ context.Context, step string, _ time.Duration, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.steps = append(c.steps, step)
+}
+
+// The tracer passes every Event and store step on to the Observer behind
+// it, so metrics go on as before; a route whose outcome is "unavailable"
+// is an error span.
+func TestPassesEventsOn(t *testing.T) {
+	s := newTraced(t, store.NewMemory())
+	next := &counting{}
+	tracer := tracingotel.New(s.tp.Tracer("github.com/opsgate/opsgate"), next)
+	ctx, sp := tracer.(spans.Tracer).StartSpan(t.Context(), "opsgate.gate", spans.Labels{Route: "gate"})
+	tracer.Observe(ctx, webkit.Event{Route: "gate", Outcome: "unavailable", Kind: "exchange"})
+	tracer.StoreStep(ctx, "take", time.Millisecond, nil)
+	sp.End(spans.Labels{}, nil)
+	if fmt.Sprint(next.events, next.steps) != "[gate:unavailable] [take]" {
+		t.Errorf("passed on: %v %v", next.events, next.steps)
+	}
+	ended := s.rec.Ended()
+	if len(ended) != 1 || ended[0].Status().Code != codes.Error {
+		t.Fatalf("spans %d, want one with status Error", len(ended))
+	}
+	if got := tree(ended); got != "opsgate.gate {kind=exchange outcome=unavailable route=gate} ERROR\n" {
+		t.Errorf("span: %q", got)
+	}
 }
