@@ -335,10 +335,12 @@ func (p *parser) storeSection(f field) (storeConfig, error) {
 			sc.durability = redisstore.DurableDisk
 		case "replicas":
 			sc.durability = redisstore.DurableReplicas
+		case "server":
+			sc.durability = redisstore.DurableServer
 		case "none":
 			sc.durability = redisstore.DurableNone
 		default:
-			return sc, p.errAt(df.value, "store.durability", "want disk, replicas or none, got %q", s)
+			return sc, p.errAt(df.value, "store.durability", "want disk, replicas, server or none, got %q", s)
 		}
 	}
 	if rf, ok := m["replicas"]; ok {

@@ -29,7 +29,7 @@ func TestConfigErrors(t *testing.T) {
 		{"http origin", "origin: http://localhost:8080\nupstream: http://x\n", "gateway.yaml:1: origin: \"http://localhost:8080\" is plain http"},
 		{"bad upstream", "origin: https://shop.example\nupstream: 127.0.0.1:3000\n", "gateway.yaml:2: upstream: want the website's own address"},
 		{"bad store", goodHead + "store: postgres\n", "gateway.yaml:6: store: want memory"},
-		{"bad durability", goodHead + "store:\n  redis: redis://localhost:6379\n  durability: fsync\n", "gateway.yaml:8: store.durability: want disk, replicas or none"},
+		{"bad durability", goodHead + "store:\n  redis: redis://localhost:6379\n  durability: fsync\n", "gateway.yaml:8: store.durability: want disk, replicas, server or none"},
 		{"replicas without replicas", goodHead + "store:\n  redis: redis://localhost:6379\n  replicas: 2\n", "gateway.yaml:8: store.replicas: only with durability: replicas"},
 		{"bad redis URL", goodHead + "store:\n  redis: mysql://x\n", "gateway.yaml:7: store.redis:"},
 		{"redis without keys", "origin: https://shop.example\nupstream: http://x\nstore:\n  redis: redis://localhost:6379\n", "cookie_keys: missing"},
