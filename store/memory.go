@@ -305,7 +305,7 @@ func (m *memory) dropOp(k memKey) {
 		m.actions.del(op.action)
 	}
 	if op.state == memOpen {
-		m.opened(op.owner, -1)
+		m.opened(k.slot, op.owner.Agent, -1)
 	}
 }
 
@@ -324,12 +324,13 @@ func (m *memory) dropLive(id string, op *memOperation, a *memAction) {
 
 // opened counts an owner's and its agent's open operations (waiting: not
 // being performed, not performed, not forgotten) up or down, as
-// redisstore's sets of open operations count them.
-func (m *memory) opened(o Owner, d int) {
+// redisstore's sets of open operations count them. slot is the owner's
+// (storekit.Slot, which every caller has at hand), agent its agent's.
+func (m *memory) opened(slot, agent string, d int) {
 	for _, c := range [...]struct {
 		m *shrinkMap[string, int]
 		k string
-	}{{&m.openOwner, storekit.Slot(o.Agent, o.User)}, {&m.openAgent, o.Agent}} {
+	}{{&m.openOwner, slot}, {&m.openAgent, agent}} {
 		if n, _ := c.m.get(c.k); n+d > 0 {
 			c.m.put(c.k, n+d)
 		} else {
@@ -392,16 +393,17 @@ func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now
 		return TakeResult{}, err
 	}
 	defer m.unlock()
-	return m.issue(owner, action, now)
+	slot := storekit.Slot(owner.Agent, owner.User)
+	return m.issue(owner, memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}, action, now)
 }
 
 // issue returns the action's operation and revision, reusing what it can
 // (W19, W20, W39) and making new ones only when it must (W24, W25, W141).
 // A new operation beyond the owner's or the agent's cap of open ones is
-// ErrRateLimited.
-func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
-	slot := storekit.Slot(owner.Agent, owner.User)
-	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
+// ErrRateLimited. ak is the action's key (the owner's slot, the action's
+// digest), which the caller has computed.
+func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time) (TakeResult, error) {
+	slot := ak.slot
 	a, _ := m.actions.get(ak)
 	op := (*memOperation)(nil)
 	if a != nil {
@@ -434,7 +436,7 @@ func (m *memory) issue(owner Owner, action TakeRequest, now time.Time) (TakeResu
 			m.actions.put(ak, a)
 		}
 		a.current = storekit.NewOperationID()
-		m.opened(owner, +1)
+		m.opened(slot, owner.Agent, +1)
 		k := memKey{slot, a.current}
 		op = &memOperation{owner: cloneOwner(owner), action: ak, ka: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
 		// Kept until its first revision's expires_at (m.keep below), even
@@ -529,12 +531,11 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 			}
 			return TakeResult{Claim: m.claimOf(op)}, nil
 		}
-	} else {
-		token = storekit.NewToken()
 	}
 	// The action's approvals are filed under the owner's account as well, so
 	// no other account's or signed-out approval is ever found (W104).
-	a, _ := m.actions.get(memKey{slot, storekit.ActionDigest(owner.Account, action.Key)})
+	ak := memKey{slot, storekit.ActionDigest(owner.Account, action.Key)}
+	a, _ := m.actions.get(ak)
 	busy := false
 	if a != nil {
 		// W145: the action's operation is being performed or its outcome
@@ -559,10 +560,13 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 				continue
 			}
 			// W95: the first recorded match; W96: only it is used up.
+			if token == "" {
+				token = storekit.NewToken() // only a claim needs one
+			}
 			a.setLive(k, slices.Delete(a.live[k], i, i+1))
 			r.used = true
 			op.state = memPerforming
-			m.opened(op.owner, -1) // an approval bounds it now, not the caps
+			m.opened(slot, op.owner.Agent, -1) // an approval bounds it now, not the caps
 			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, now, false
 			m.keep(op, now.Add(m.retention())) // W138
 			for j := range op.approvals {
@@ -586,7 +590,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 		// second approval of an action that may be taking effect (§7).
 		return TakeResult{Busy: true}, nil
 	}
-	is, err := m.issue(owner, action, now) // W99
+	is, err := m.issue(owner, ak, action, now) // W99
 	if err != nil {
 		return TakeResult{}, err
 	}
@@ -671,7 +675,7 @@ func (m *memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time)
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
-		m.opened(op.owner, +1)
+		m.opened(k.slot, op.owner.Agent, +1)
 		delete(m.performing, k)
 		// W90, W122: the used-up revision can't be approved again, so the
 		// operation offers the same terms under a fresh revision, with the
@@ -724,7 +728,7 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 	// W144: the operation waits again and the approval applies again, in
 	// its first-recorded place (W95).
 	op.state, op.token, op.unknown = memOpen, "", false
-	m.opened(op.owner, +1)
+	m.opened(c.op.slot, op.owner.Agent, +1)
 	delete(m.performing, c.op)
 	if r := op.revisions[op.claimed]; r != nil {
 		r.used = false
@@ -976,7 +980,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	}
 	a.current = c.ID
 	stored := cloneOwner(Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
-	m.opened(stored, +1)
+	m.opened(slot, stored.Agent, +1)
 	op := &memOperation{owner: stored, action: ak, computed: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
 	op.timer = memTimer{kind: memKindOp, key: k}
 	m.ops.put(k, op)

@@ -301,9 +301,12 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	base := k.basePath()
 	v := pages.Waiting{
 		Continue:  continueOf(r, body),
-		ScriptURL: base + "waiting.js",
-		StyleURL:  base + "opsgate.css",
+		ScriptURL: defaultBasePath + "waiting.js", // constants: no allocation on every 403
+		StyleURL:  defaultBasePath + "opsgate.css",
 		Chrome:    k.Chrome,
+	}
+	if base != defaultBasePath {
+		v.ScriptURL, v.StyleURL = base+"waiting.js", base+"opsgate.css"
 	}
 	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
 	if handle := k.seal.seal(page, k.now()); handle != "" {
@@ -426,8 +429,15 @@ func outcomeOf(status int) store.Outcome {
 }
 
 func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, kind string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finishTimeout)
-	defer cancel()
+	ctx := context.WithoutCancel(r.Context())
+	// A store that never waits on I/O refuses only a context already done
+	// (storekit.InProcess): a deadline would cost it four allocations and
+	// bound nothing.
+	if p, ok := k.Store.(storekit.InProcess); !ok || !p.InProcess() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, finishTimeout)
+		defer cancel()
+	}
 	if err := k.store().Finish(ctx, claim, outcome, k.now()); err != nil {
 		// The response is gone already: log and count. A lost finish
 		// leaves the operation performing, never performed twice.

@@ -10,7 +10,10 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 // handleSeal encrypts and authenticates a waiting page's handle (its ref
@@ -56,15 +59,35 @@ func (s handleSeal) seal(h waitHandle, now time.Time) string {
 	aead := s.aeads[0]
 	// plaintext: expiry (8 bytes, Unix seconds), ref, 0, terms digest
 	n := aead.NonceSize()
-	buf := make([]byte, n, n+8+len(h.Ref)+1+len(h.Terms)+aead.Overhead())
+	size := n + 8 + len(h.Ref) + 1 + len(h.Terms) + aead.Overhead()
+	scratch, _ := handleScratch.Get().(*[]byte)
+	if scratch == nil {
+		scratch = new([]byte)
+	}
+	if cap(*scratch) < size {
+		*scratch = make([]byte, 0, size)
+	}
+	defer handleScratch.Put(scratch)
+	buf := (*scratch)[:n:size]
 	rand.Read(buf[:n]) // never fails (crypto/rand)
 	pt := binary.BigEndian.AppendUint64(buf[n:], uint64(now.Add(maxWait).Unix()))
 	pt = append(pt, h.Ref...)
 	pt = append(pt, 0)
 	pt = append(pt, h.Terms...)
-	out := aead.Seal(buf[:n], buf[:n], pt, []byte(handleLabel))
-	return base64.RawURLEncoding.EncodeToString(out)
+	out := aead.Seal(buf[:n], buf[:n], pt, handleLabelBytes)
+	var sb strings.Builder
+	sb.Grow(base64.RawURLEncoding.EncodedLen(len(out)))
+	storekit.AppendBase64(&sb, out)
+	return sb.String()
 }
+
+// handleScratch holds seal's buffers (*[]byte): the handle's string is
+// its only allocation.
+var handleScratch sync.Pool
+
+// handleLabelBytes is handleLabel as the AEAD's additional data, made once:
+// a conversion passed to an interface's method is made on every call.
+var handleLabelBytes = []byte(handleLabel)
 
 // open returns the handle sealed in v, if one of the keys sealed it and it
 // has not expired.
@@ -80,7 +103,7 @@ func (s handleSeal) open(v string, now time.Time) (waitHandle, bool) {
 		if len(raw) < n+aead.Overhead()+8 {
 			return waitHandle{}, false
 		}
-		pt, err := aead.Open(nil, raw[:n], raw[n:], []byte(handleLabel))
+		pt, err := aead.Open(nil, raw[:n], raw[n:], handleLabelBytes)
 		if err != nil {
 			continue
 		}

@@ -55,3 +55,13 @@ func TestHandleSeal(t *testing.T) {
 		t.Errorf("after key rotation: %+v %v", got, ok)
 	}
 }
+
+// The handle is on every waiting page: its string is its only allocation.
+func TestHandleSealAllocations(t *testing.T) {
+	s := newHandleSeal([][]byte{[]byte(strings.Repeat("h", 32)), []byte(strings.Repeat("e", 32))})
+	h := waitHandle{Ref: "op_1.1791487200-k3Jd9Qx2mW8v." + strings.Repeat("x", 200), Terms: "abc"}
+	now := time.Date(2026, 10, 8, 12, 0, 0, 0, time.UTC)
+	if n := testing.AllocsPerRun(100, func() { s.seal(h, now) }); n > 1 {
+		t.Errorf("seal: %v allocations, want 1", n)
+	}
+}

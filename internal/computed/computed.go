@@ -31,6 +31,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 // SecretSize is the size of a Sealer's secret.
@@ -56,8 +58,24 @@ type Op struct {
 // retention after it was computed, so the epoch has moved on by then and
 // its operation_id never comes back (W141).
 func Epoch(now time.Time, retention time.Duration) string {
-	return strconv.FormatInt(now.UnixNano()/int64(retention), 10)
+	n := now.UnixNano() / int64(retention)
+	// The latest one is kept: it is the same for a whole retention, and
+	// every 403 asks for it.
+	if e := lastEpoch.Load(); e != nil && e.n == n {
+		return e.s
+	}
+	e := &epoch{n, strconv.FormatInt(n, 10)}
+	lastEpoch.Store(e)
+	return e.s
 }
+
+// epoch is an epoch's number and its decimal form.
+type epoch struct {
+	n int64
+	s string
+}
+
+var lastEpoch atomic.Pointer[epoch]
 
 // New returns the operation a request asks for, to be computed at now by
 // a store that remembers a performed operation for retention: its
@@ -81,6 +99,7 @@ type Sealer struct {
 	sealKey   []byte                    // derives each period's AES-256-GCM key (key)
 	idKey     []byte                    // keys the HMACs of operation_ids and revisions
 	macs      sync.Pool                 // of *macState, keyed with idKey
+	scratch   sync.Pool                 // of *[]byte, Seal's buffer
 	cur, prev atomic.Pointer[periodKey] // the latest periods' keys
 }
 
@@ -170,11 +189,12 @@ func (k *Sealer) key(n int64) cipher.AEAD {
 type macState struct {
 	h   hash.Hash
 	buf []byte
+	sum []byte // the last sum
 }
 
-// mac is HMAC-SHA256 with the id key over parts, then terms, each ended
-// by a 0, written into sum.
-func (k *Sealer) mac(sum *[sha256.Size]byte, terms []byte, parts ...string) []byte {
+// mac is HMAC-SHA256 with the id key over parts, then tail (when not
+// nil), then terms (when not nil), each ended by a 0, written into sum.
+func (k *Sealer) mac(sum *[sha256.Size]byte, terms, tail []byte, parts ...string) []byte {
 	m, _ := k.macs.Get().(*macState)
 	if m == nil {
 		m = &macState{h: hmac.New(sha256.New, k.idKey)}
@@ -184,28 +204,35 @@ func (k *Sealer) mac(sum *[sha256.Size]byte, terms []byte, parts ...string) []by
 	for _, p := range parts {
 		m.buf = append(append(m.buf, p...), 0)
 	}
+	if tail != nil {
+		m.buf = append(append(m.buf, tail...), 0)
+	}
 	if terms != nil {
 		m.buf = append(append(m.buf, terms...), 0)
 	}
 	m.h.Write(m.buf)
-	out := m.h.Sum(sum[:0])
+	// Summed into the pooled state, then copied: sum passed to the
+	// hash.Hash would escape to the heap on every call.
+	m.sum = m.h.Sum(m.sum[:0])
+	copy(sum[:], m.sum)
 	k.macs.Put(m)
-	return out
+	return sum[:]
 }
 
-// idChars writes the first n characters of sum's base64url: ID
+// appendIDChars appends the first n characters of sum's base64url: ID
 // characters of spec 8.2 (W22, W23).
-func idChars(sum []byte, n int) string {
+func appendIDChars(dst, sum []byte, n int) []byte {
 	var buf [44]byte
 	base64.RawURLEncoding.Encode(buf[:], sum[:32])
-	return string(buf[:n])
+	return append(dst, buf[:n]...)
 }
 
 // ID is the operation_id c describes for the owner whose keys start with
 // base.
 func (k *Sealer) ID(base string, c Op) string {
 	var sum [sha256.Size]byte
-	return "op_" + idChars(k.mac(&sum, nil, base, c.Action, c.Epoch), 20)
+	var id [23]byte // in one allocation: the string
+	return string(appendIDChars(append(id[:0], "op_"...), k.mac(&sum, nil, nil, base, c.Action, c.Epoch), 20))
 }
 
 // Neighbours are the operation_ids c's action gets in the epochs just
@@ -227,9 +254,11 @@ func (k *Sealer) Neighbours(base string, c Op) (before, after string) {
 
 // Revision is the revision of c's terms and expires_at in operation id.
 func (k *Sealer) Revision(id string, c Op) string {
-	sec := strconv.FormatInt(c.Expires.Unix(), 10)
+	var rev [20 + 1 + 16]byte // in one allocation: the string
+	sec := strconv.AppendInt(rev[:0], c.Expires.Unix(), 10)
 	var sum [sha256.Size]byte
-	return sec + "-" + idChars(k.mac(&sum, c.Terms, id, sec), 16)
+	sum2 := k.mac(&sum, c.Terms, sec, id)
+	return string(appendIDChars(append(sec, '-'), sum2, 16))
 }
 
 // sealedLen is the length of c's fields as Seal writes them, before the
@@ -250,10 +279,22 @@ func Size(c Op) int {
 }
 
 // Seal returns the ref of operation id, revision rev, computed as c, for
-// the owner whose keys start with base.
+// the owner whose keys start with base. It is on every 403 the Gate
+// answers: the seal is made in a pooled buffer, and the ref is its only
+// allocation.
 func (k *Sealer) Seal(base, id, rev string, c Op) string {
 	n := period(time.Now())
-	buf := make([]byte, headSize, headSize+sealedLen(c)+tagSize)
+	size := headSize + sealedLen(c) + tagSize
+	scratch, _ := k.scratch.Get().(*[]byte)
+	if scratch == nil {
+		scratch = new([]byte)
+	}
+	if cap(*scratch) < size+len(base)+8 {
+		*scratch = make([]byte, 0, size+len(base)+8)
+	}
+	// The seal, then its additional data after it (the AEAD writes no
+	// further than size).
+	buf := (*scratch)[:headSize:size]
 	binary.BigEndian.PutUint64(buf, uint64(n))
 	rand.Read(buf[8:headSize])
 	plain := buf[headSize:]
@@ -267,11 +308,18 @@ func (k *Sealer) Seal(base, id, rev string, c Op) string {
 	plain = append(plain, c.Summary...)
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Expires.Unix()))
 	plain = binary.BigEndian.AppendUint64(plain, uint64(c.Minted.UnixNano()))
-	sealed := k.key(n).Seal(buf[headSize:headSize], buf[8:headSize], plain, k.additional(base, buf[:8]))
+	ad := append(append((*scratch)[size:size], base...), buf[:8]...)
+	sealed := k.key(n).Seal(buf[headSize:headSize], buf[8:headSize], plain, ad)
 	sealed = buf[:headSize+len(sealed)]
-	ref := make([]byte, 0, len(id)+len(rev)+2+base64.RawURLEncoding.EncodedLen(len(sealed)))
-	ref = append(append(append(append(ref, id...), '.'), rev...), '.')
-	return string(base64.RawURLEncoding.AppendEncode(ref, sealed))
+	var ref strings.Builder
+	ref.Grow(len(id) + len(rev) + 2 + base64.RawURLEncoding.EncodedLen(len(sealed)))
+	ref.WriteString(id)
+	ref.WriteByte('.')
+	ref.WriteString(rev)
+	ref.WriteByte('.')
+	storekit.AppendBase64(&ref, sealed)
+	k.scratch.Put(scratch)
+	return ref.String()
 }
 
 // additional is a seal's additional data: the owner's key base and the

@@ -202,3 +202,33 @@ func TestKeptKeys(t *testing.T) {
 		t.Errorf("a key for the period after the next one")
 	}
 }
+
+// Every 403 a store computes calls ID, Revision and Seal: each makes
+// only the string it returns (Seal works in a pooled buffer).
+func TestSealerAllocations(t *testing.T) {
+	k, err := NewSealer(NewSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testOp()
+	c.ID = k.ID("base-1", c)
+	rev := k.Revision(c.ID, c)
+	k.Seal("base-1", c.ID, rev, c) // the period's key, once
+	for _, f := range []struct {
+		name string
+		f    func()
+	}{
+		{"ID", func() { k.ID("base-1", c) }},
+		{"Revision", func() { k.Revision(c.ID, c) }},
+		{"Seal", func() { k.Seal("base-1", c.ID, rev, c) }},
+		{"Epoch", func() { Epoch(time.Unix(1_800_000_000, 0), 24*time.Hour) }},
+	} {
+		want := 1.0
+		if f.name == "Epoch" {
+			want = 0
+		}
+		if n := testing.AllocsPerRun(100, f.f); n > want {
+			t.Errorf("%s: %v allocations, want %v", f.name, n, want)
+		}
+	}
+}

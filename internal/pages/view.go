@@ -36,13 +36,6 @@ type Continue struct {
 	Why string
 }
 
-func (c Continue) enctype() string {
-	if c.Multipart {
-		return "multipart/form-data"
-	}
-	return "application/x-www-form-urlencoded"
-}
-
 // Waiting is the view of the waiting page (§4 W65). It never carries the
 // operation, its revision or its ref (W64).
 type Waiting struct {
