@@ -252,29 +252,30 @@ func StartCluster(h Host, masters, replicas int, nodeTimeout time.Duration, extr
 	cn := &ClusterNodes{}
 	byID := map[string]*Instance{}
 	masterOf := map[*Instance]string{}
+	// A node redis-cli made a replica may still call itself a master for
+	// a moment: a node is settled once it is a master that owns slots, or
+	// a replica that names its master.
 	for _, n := range nodes {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr})
-		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
-		if err == nil {
-			byID[id] = n
-			var info string
-			if info, err = c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:slave") {
-				var master string
-				for {
-					if master, err = c.Do(ctx, "CLUSTER", "NODES").Text(); err != nil {
-						break
-					}
-					if m := myMaster(master); m != "" {
-						masterOf[n] = m
-						break
-					}
-					if ctx.Err() != nil {
-						err = ctx.Err()
-						break
-					}
-					time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
-				}
+		var err error
+		for {
+			var out string
+			if out, err = c.Do(ctx, "CLUSTER", "NODES").Text(); err != nil {
+				break
 			}
+			id, master, settled := myRole(out)
+			if settled {
+				byID[id] = n
+				if master != "" {
+					masterOf[n] = master
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				err = fmt.Errorf("its role never settled: %w", ctx.Err())
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
 		}
 		c.Close()
 		if err != nil {
@@ -299,6 +300,9 @@ func StartCluster(h Host, masters, replicas int, nodeTimeout time.Duration, extr
 			}
 		}
 	}
+	if len(cn.Masters) != masters || len(cn.Replicas) != masters*replicas {
+		return nil, fmt.Errorf("redistest: redis-cli made %d masters and %d replicas, want %d and %d", len(cn.Masters), len(cn.Replicas), masters, masters*replicas)
+	}
 	for _, r := range cn.Replicas {
 		if err := waitLinked(ctx, r.Addr); err != nil {
 			return nil, err
@@ -307,16 +311,24 @@ func StartCluster(h Host, masters, replicas int, nodeTimeout time.Duration, extr
 	return cn, nil
 }
 
-// myMaster returns the master's ID from the "myself,slave" line of CLUSTER
-// NODES, or "".
-func myMaster(nodes string) string {
+// myRole reads the "myself" line of CLUSTER NODES: the node's ID, its
+// master's ID when it is a replica, and whether it is settled (a replica
+// that names its master, or a master that owns slots).
+func myRole(nodes string) (id, master string, settled bool) {
 	for line := range strings.SplitSeq(nodes, "\n") {
 		f := strings.Fields(line)
-		if len(f) > 3 && strings.Contains(f[2], "myself") && strings.Contains(f[2], "slave") && f[3] != "-" {
-			return f[3]
+		if len(f) < 8 || !strings.Contains(f[2], "myself") {
+			continue
 		}
+		switch {
+		case strings.Contains(f[2], "slave") && f[3] != "-":
+			return f[0], f[3], true
+		case strings.Contains(f[2], "master") && len(f) > 8:
+			return f[0], "", true
+		}
+		return f[0], "", false
 	}
-	return ""
+	return "", "", false
 }
 
 // WaitLinked waits until the replica at addr reports its link to its

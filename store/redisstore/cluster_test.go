@@ -156,7 +156,7 @@ func TestClusterFailoverReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a 6-node cluster")
 	}
-	nodes := redistest.ClusterOf(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always")
+	nodes := redistest.ClusterOf(t, 3, 1, time.Second, "--appendonly", "yes", "--appendfsync", "always", "--repl-diskless-sync-delay", "0")
 	cc := redis.NewClusterClient(redisstore.ClusterOptions(nodes.Addrs()...))
 	t.Cleanup(func() { _ = cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1})
@@ -228,10 +228,19 @@ func TestClusterFailoverReplicas(t *testing.T) {
 		t.Fatalf("second Take: %+v, %v; want no claim", res, err)
 	}
 
-	// The old master back, as the new master's replica: WAIT again.
+	// The old master back, as the new master's replica. While it syncs it
+	// is a known replica, and claims fail closed: how long is
+	// repl-diskless-sync-delay (5 s by default, 0 here).
+	restarted := time.Now()
 	if err := old.Restart(); err != nil {
 		t.Fatal(err)
 	}
+	served, failed = claimWithin(t, st, mustApprove(t, st, "rejoining"), at(3*time.Second), 15*time.Second)
+	if served.IsZero() {
+		t.Fatalf("with the old master rejoining as replica: refused %d times", failed)
+	}
+	t.Logf("the old master restarted: a claim served %v later (%d tries refused)", served.Sub(restarted).Round(time.Millisecond), failed)
+	// Once it has synced: WAIT again.
 	if err := redistest.WaitLinked(ctx, old.Addr); err != nil {
 		t.Fatal(err)
 	}
