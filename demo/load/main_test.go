@@ -87,7 +87,10 @@ func TestCeilingSmall(t *testing.T) {
 // TestFaultsShort runs the fault suite's short version (what CI runs):
 // no double performance in a durable mode, and the suite sees the doubles
 // that a Redis restarted from an older snapshot causes, so that its count
-// means something.
+// means something. Every line counts what is left performing (stranded,
+// stuck), and the scenarios that outlast the kit's retries run: a 10 s
+// stall, 10 s of lost replies, a kill with handlers running, a master
+// restart under DurableReplicas.
 func TestFaultsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the fault suite kills, stalls and restarts redis-servers for a minute")
@@ -117,6 +120,21 @@ func TestFaultsShort(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("faults: %d scenarios, ", len(results))) {
 		t.Errorf("last line %q", last)
+	}
+	counted := regexp.MustCompile(`  stranded +\d+  stuck +\d+  `)
+	for _, l := range lines[1 : len(lines)-1] {
+		if !counted.MatchString(l) {
+			t.Errorf("no stranded/stuck counts: %q", l)
+		}
+	}
+	ran := map[string]bool{}
+	for _, r := range results {
+		ran[r.name] = r.skipped == ""
+	}
+	for _, name := range []string{"stalled Redis 10s (SIGSTOP, SIGCONT)", "replies lost 10s after Take (proxy drops them)", "SIGKILL mid-handler, down 3s, restart with AOF", "master SIGKILL + restart, no failover"} {
+		if !ran[name] {
+			t.Errorf("%s: not run", name)
+		}
 	}
 }
 
