@@ -102,13 +102,15 @@
 // claim since its last save on the replicas too. In a fault run
 // (TestReplicasMasterRestart: 20 approvals performed, the master
 // SIGKILLed and restarted) all 20 performed again with RDB, none with
-// appendfsync always. The store could notice such a restart (the master's
-// run_id changes, its replication offset goes back), but only a web
-// server that saw the master before it; one started after it has nothing
-// to compare, and none can tell which of the approvals that came back had
-// been used. So Check refuses DurableReplicas unless every master has
-// appendonly yes with appendfsync always; where it can't have that
-// (ElastiCache has no AOF), the risk is the one Check names.
+// appendfsync always. The store could notice a restart (the master's
+// run_id changes, its replication offset goes back), but not one that
+// lost claims: both change on every restart, one that lost nothing too
+// (with appendfsync always the offset went from 55,786 to 0 in the fault
+// run); only a web server that saw the master before can compare, and
+// none can tell which of the approvals that came back had been used. So
+// Check refuses DurableReplicas unless every master has appendonly yes
+// with appendfsync always; where it can't have that (ElastiCache has no
+// AOF), the risk is the one Check names.
 //
 // No mode survives data brought back from before a claim: a backup
 // restored, or a disk that lost writes it had confirmed. In the same
