@@ -11,6 +11,7 @@
 //	go run ./demo/load -store memory        # one process, one Memory store
 //	go run ./demo/load -port 9100 -redis-addr 127.0.0.1:6390   # web servers on 9100, 9101, …; the embedded store's address
 //	go run ./demo/load -ceiling              # the store beside Redis's own ceiling (ceiling.go)
+//	go run ./demo/load -side-by-side         # the Gate beside a hand-rolled gate; each store step beside its floor (sidebyside.go)
 //	go run ./demo/load -faults               # crashes, stalls, failovers, lost replies (faults.go)
 //	go run ./demo/load -hostile              # legitimate traffic quiet and under attack (hostile.go)
 //
@@ -74,6 +75,9 @@ func main() {
 		port       = flag.Int("port", 0, "the first web server's port on 127.0.0.1, the others on the next ones (0: free ports)")
 		pipelines  = flag.Int("pipelines", 0, "-ceiling: the store's Options.Pipelines (0: its default; negative: none)")
 		redisAddr  = flag.String("redis-addr", "", "the embedded miniredis's address (default: a free port on 127.0.0.1)")
+		side       = flag.Bool("side-by-side", false, "the Gate beside a hand-rolled gate on the same redis-server, and each store step beside its floor (sidebyside.go; starts a redis-server unless -redis)")
+		requests   = flag.Int("requests", 16_000, "-side-by-side: requests in each phase of each round")
+		rounds     = flag.Int("rounds", 5, "-side-by-side: rounds")
 	)
 	flag.Parse()
 	// Ctrl-C cancels the run, so that every server it started is stopped.
@@ -104,6 +108,18 @@ func main() {
 			os.Exit(1)
 		}
 		if res.legit5xx+res.attack5xx > 0 {
+			os.Exit(1)
+		}
+		return
+	}
+	if *side {
+		if *limit == 2*time.Minute { // the default: 5 rounds of 9 phases need longer
+			cancel()
+			ctx, cancel = context.WithTimeout(sigCtx, 30*time.Minute)
+			defer cancel()
+		}
+		if _, err := runSideBySide(ctx, sideConfig{redisURL: *redisURL, requests: *requests, rounds: *rounds, clients: 50, stepOps: 10_000, approvals: 1000, out: os.Stdout}); err != nil {
+			fmt.Fprintln(os.Stderr, "load -side-by-side:", err)
 			os.Exit(1)
 		}
 		return

@@ -1,0 +1,794 @@
+package main
+
+// -side-by-side: the Gate beside what a team without the kit would write
+// (a hand-rolled gate), in one process and one run, on the same
+// redis-server, through one http.Server and 50 keep-alive clients; and each
+// store step beside a floor function that makes only the reads and writes
+// the step must make.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+)
+
+type sideConfig struct {
+	redisURL  string
+	requests  int // each phase of each round
+	rounds    int
+	clients   int // keep-alive HTTP clients
+	stepOps   int // operations through each store step (and floor) per round
+	approvals int // approval requests (and bare checks) per round
+	out       io.Writer
+}
+
+// sideResult is what the last line reports, for tests.
+type sideResult struct {
+	// Medians over the rounds of the ratios paired within each round.
+	r403, rRepeat, rApproval float64
+	// rSteps is the worst step's median ratio of Redis CPU to its floor's.
+	rSteps float64
+	// statuses counts each phase's answers, for tests.
+	statuses map[string]map[int]int
+}
+
+// sidePhase is one timed phase of a round.
+type sidePhase struct {
+	rate              float64       // requests per second
+	p50, p99          time.Duration // latency
+	procCPU, redisCPU time.Duration // per request; -1 where it can't be read
+	statuses          map[int]int
+	errors            int
+}
+
+// The phases, in the order each round runs them.
+const (
+	phBare      = "bare handler"
+	phHand403   = "hand-rolled 403"
+	phKit403    = "kit redis 403 JSON"
+	phKit403H   = "kit redis 403 HTML"
+	phMem403    = "kit memory 403 JSON"
+	phMem403H   = "kit memory 403 HTML"
+	phHandRep   = "hand-rolled repeat"
+	phKitRep    = "kit redis repeat"
+	phMemRep    = "kit memory repeat"
+	sideOrigin  = "https://shop.example"
+	handCookie  = "hand_user"
+	sideAgentID = "https://agent.example/side-by-side"
+)
+
+var sidePhases = []string{phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H, phHandRep, phKitRep, phMemRep}
+
+func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
+	res := sideResult{statuses: map[string]map[int]int{}}
+	say := func(format string, args ...any) { fmt.Fprintf(c.out, format, args...) }
+	var opts *redis.Options
+	where := ""
+	if c.redisURL != "" {
+		o, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			return res, fmt.Errorf("-redis: %w", err)
+		}
+		opts, where = o, "at "+o.Addr
+	} else {
+		procs, err := redistest.NewProcs()
+		if err != nil {
+			return res, err
+		}
+		defer procs.Close()
+		srv, err := redistest.StartArgs(procs)
+		if err != nil {
+			return res, fmt.Errorf("start redis-server (or give -redis): %w", err)
+		}
+		opts, where = &redis.Options{Addr: srv.Addr}, "started on "+srv.Addr+", no persistence"
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.PoolSize = 64
+	// One client for the kit's store, one for the hand-rolled gate, one for
+	// the tool's own INFO and set-up: each as a web server has its own.
+	kitClient, handClient, toolClient := redis.NewClient(opts), redis.NewClient(opts), redis.NewClient(opts)
+	defer kitClient.Close()
+	defer handClient.Close()
+	defer toolClient.Close()
+	say("opsgate side by side: redis-server %s %s; %d CPUs (GOMAXPROCS %d); one http.Server, %d keep-alive clients, %d requests per phase, %d rounds\n",
+		infoField(ctx, toolClient, "server", "redis_version"), where, runtime.NumCPU(), runtime.GOMAXPROCS(0), c.clients, c.requests, c.rounds)
+	say("durability none on both sides; the kit's caps out of reach (its counts kept); the hand-rolled gate: one EVALSHA per request, an HSET of state performed after the handler, a plain cookie\n")
+
+	prefix := fmt.Sprintf("sb%06x:", time.Now().UnixNano()&0xffffff)
+	rs := redisstore.New(kitClient, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1})
+	if err := redisstore.Load(ctx, rs); err != nil {
+		return res, err
+	}
+	ms, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+	var performed atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		performed.Add(1)
+		io.WriteString(w, "exchanged\n")
+	})
+	hand := newHandGate(handClient, prefix+"hand:", handler)
+	kits := map[string]*webkit.Kit{}
+	mux := http.NewServeMux()
+	mux.Handle("POST /bare/orders/{order}/exchange", handler)
+	mux.Handle("POST /hand/orders/{order}/exchange", hand)
+	for name, st := range map[string]store.Store{"redis": rs, "memory": ms} {
+		kit := webkit.New(keys...)
+		kit.Store = st
+		kit.Logger = slog.New(slog.DiscardHandler)
+		kit.Sessions.(*webkit.CookieSessions).Insecure = true
+		kits[name] = kit
+		mux.Handle("POST /kit/"+name+"/orders/{order}/exchange", kit.Gate(describe)(handler))
+	}
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: c.clients, MaxIdleConnsPerHost: c.clients, MaxConnsPerHost: c.clients}}
+	defer client.CloseIdleConnections()
+
+	// 50 Users, each with a join cookie of each kit and a plain cookie.
+	const users = 50
+	sessions := make([]webkit.Session, users)
+	cookies := map[string][]*http.Cookie{}
+	for i := range users {
+		sessions[i] = webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: sideAgentID, User: fmt.Sprintf("usr_%d", i), Extensions: map[string]string{"operations": "3"}}
+		for name, kit := range kits {
+			rec := httptest.NewRecorder()
+			if err := kit.Sessions.Bind(rec, httptest.NewRequest("GET", "/", nil), sessions[i]); err != nil {
+				return res, err
+			}
+			cookies[name] = append(cookies[name], rec.Result().Cookies()[0])
+		}
+		cookies["hand"] = append(cookies["hand"], &http.Cookie{Name: handCookie, Value: sessions[i].User})
+	}
+	stores := map[string]store.Store{"redis": rs, "memory": ms}
+
+	rounds := make([]map[string]sidePhase, 0, c.rounds)
+	var approvalRatios []float64
+	stepRatios := map[string][]float64{}
+	stepUsec := map[string][]float64{}
+	for round := range c.rounds {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		got := map[string]sidePhase{}
+		order := func(ph string, i int) string { return fmt.Sprintf("r%d%s%d", round, phaseTag[ph], i) }
+		// Ordinary requests; then the 403s, each of a new action.
+		for _, ph := range []string{phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H} {
+			path, who, accept := phaseRoute(ph)
+			got[ph] = sideRun(ctx, c.clients, c.requests, toolClient, func(i int) (int, error) {
+				var ck *http.Cookie
+				if who != "" {
+					ck = cookies[who][i%users]
+				}
+				return sidePost(ctx, client, srv.URL+path+order(ph, i)+"/exchange", accept, ck)
+			})
+		}
+		// The repeats: each request's action approved beforehand, untimed.
+		if err := hand.approve(ctx, c.requests, func(i int) (string, string) {
+			return sessions[i%users].User, order(phHandRep, i)
+		}); err != nil {
+			return res, fmt.Errorf("hand-rolled approvals: %w", err)
+		}
+		for _, name := range []string{"redis", "memory"} {
+			ph := map[string]string{"redis": phKitRep, "memory": phMemRep}[name]
+			if err := kitApprove(ctx, client, stores[name], srv.URL+"/kit/"+name+"/orders/", c.clients, c.requests, func(i int) (string, *http.Cookie, store.Owner) {
+				return order(ph, i), cookies[name][i%users], sessions[i%users].Owner()
+			}); err != nil {
+				return res, fmt.Errorf("kit %s approvals: %w", name, err)
+			}
+		}
+		for _, ph := range []string{phHandRep, phKitRep, phMemRep} {
+			path, who, accept := phaseRoute(ph)
+			got[ph] = sideRun(ctx, c.clients, c.requests, toolClient, func(i int) (int, error) {
+				return sidePost(ctx, client, srv.URL+path+order(ph, i)+"/exchange", accept, cookies[who][i%users])
+			})
+		}
+		rounds = append(rounds, got)
+		for ph, p := range got {
+			if res.statuses[ph] == nil {
+				res.statuses[ph] = map[int]int{}
+			}
+			for s, n := range p.statuses {
+				res.statuses[ph][s] += n
+			}
+			res.statuses[ph][-1] += p.errors
+		}
+
+		// The approval request against the two bare signature checks.
+		ac, err := approvalCost(ctx, rs, toolClient, c.approvals)
+		if err != nil {
+			return res, fmt.Errorf("approval: %w", err)
+		}
+		approvalRatios = append(approvalRatios, float64(ac.latency)/float64(ac.bare))
+
+		// Each store step beside its floor.
+		steps, err := stepsAndFloors(ctx, rs, toolClient, prefix+"floor:", round, c.stepOps)
+		if err != nil {
+			return res, fmt.Errorf("steps: %w", err)
+		}
+		for _, s := range steps {
+			stepUsec[s.name] = append(stepUsec[s.name], s.usec)
+			stepUsec[s.name+" floor"] = append(stepUsec[s.name+" floor"], s.floor)
+			stepRatios[s.name] = append(stepRatios[s.name], s.usec/s.floor)
+		}
+		say("round %d: 403/hand=%.2f repeat/hand=%.2f memory 403/hand=%.2f memory repeat/hand=%.2f HTML/JSON=%.2f approval/bare=%.2f steps/floor %s\n",
+			round+1, got[phKit403].rate/got[phHand403].rate, got[phKitRep].rate/got[phHandRep].rate,
+			got[phMem403].rate/got[phHand403].rate, got[phMemRep].rate/got[phHandRep].rate,
+			got[phKit403H].rate/got[phKit403].rate, approvalRatios[round], stepLine(steps))
+	}
+
+	// Per phase: the median over the rounds of each figure.
+	say("\n%-22s %10s %10s %10s %14s %14s  %s\n", "phase (median of rounds)", "req/s", "p50", "p99", "process CPU", "redis CPU", "answers (all rounds)")
+	for _, ph := range sidePhases {
+		var rate, p50, p99, pc, rc []float64
+		for _, r := range rounds {
+			p := r[ph]
+			rate, p50, p99 = append(rate, p.rate), append(p50, float64(p.p50)), append(p99, float64(p.p99))
+			pc, rc = append(pc, float64(p.procCPU)), append(rc, float64(p.redisCPU))
+		}
+		say("%-22s %10.0f %10v %10v %11.1f µs %11.1f µs  %s\n", ph, median(rate), time.Duration(median(p50)).Round(time.Microsecond),
+			time.Duration(median(p99)).Round(time.Microsecond), median(pc)/1e3, median(rc)/1e3, answers(res.statuses[ph]))
+	}
+	say("(process CPU: this whole process, the 50 clients included, per request; the bare handler's line is what the HTTP round trip alone costs it. redis CPU: redis-server's used_cpu_user+sys per request)\n")
+	paired := func(a, b string) []float64 {
+		var out []float64
+		for _, r := range rounds {
+			out = append(out, r[a].rate/r[b].rate)
+		}
+		return out
+	}
+	for _, p := range []struct{ name, a, b, target string }{
+		{"kit redis 403 / hand-rolled 403", phKit403, phHand403, "target ≥ 0.9"},
+		{"kit redis repeat / hand-rolled repeat", phKitRep, phHandRep, "target ≥ 0.7"},
+		{"kit memory 403 / hand-rolled 403", phMem403, phHand403, ""},
+		{"kit memory repeat / hand-rolled repeat", phMemRep, phHandRep, ""},
+		{"kit redis 403 HTML / JSON", phKit403H, phKit403, ""},
+	} {
+		say("%-40s %s %s\n", p.name, spreadOf(paired(p.a, p.b)), p.target)
+	}
+	say("%-40s %s target ≤ 1.2 (one goroutine, best of 5 batches each round)\n", "approval request / two bare checks", spreadOf(approvalRatios))
+	worst := ""
+	for _, name := range stepNames {
+		m := median(stepRatios[name])
+		say("step %-9s redis CPU %5.1f µs per call, its floor's %5.1f µs: %s target ≤ 1.5\n", name, median(stepUsec[name]), median(stepUsec[name+" floor"]), spreadOf(stepRatios[name]))
+		if m > res.rSteps {
+			res.rSteps, worst = m, name
+		}
+	}
+	say("(floors: %s)\n", floorDoc)
+	res.r403 = median(paired(phKit403, phHand403))
+	res.rRepeat = median(paired(phKitRep, phHandRep))
+	res.rApproval = median(approvalRatios)
+	// The handler ran for every bare request and every repeat, once.
+	if want := int64(4 * c.requests * c.rounds); performed.Load() != want {
+		return res, fmt.Errorf("the handler ran %d times, want %d (the bare requests and each approved repeat once)", performed.Load(), want)
+	}
+	say("the handler ran %d times: each bare request and each approved repeat once; the worst step: %s\n", performed.Load(), worst)
+	say("side by side: 403/hand=%.2f repeat/hand=%.2f approval/bare=%.2f steps/floor=%.2f\n", res.r403, res.rRepeat, res.rApproval, res.rSteps)
+	return res, nil
+}
+
+var phaseTag = map[string]string{phBare: "b", phHand403: "h", phKit403: "k", phKit403H: "K", phMem403: "m", phMem403H: "M", phHandRep: "H", phKitRep: "R", phMemRep: "E"}
+
+// phaseRoute is a phase's path, whose cookie it sends ("" none, else the
+// key of cookies) and its Accept.
+func phaseRoute(ph string) (path, who, accept string) {
+	switch ph {
+	case phBare:
+		return "/bare/orders/", "", "application/json"
+	case phHand403, phHandRep:
+		return "/hand/orders/", "hand", "application/json"
+	case phKit403, phKitRep:
+		return "/kit/redis/orders/", "redis", "application/json"
+	case phKit403H:
+		return "/kit/redis/orders/", "redis", "text/html"
+	case phMem403, phMemRep:
+		return "/kit/memory/orders/", "memory", "application/json"
+	case phMem403H:
+		return "/kit/memory/orders/", "memory", "text/html"
+	}
+	panic("phase " + ph)
+}
+
+func sidePost(ctx context.Context, client *http.Client, url, accept string, cookie *http.Cookie) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("sku=stormline-insulated-m"))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", accept)
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// sideRun runs n requests from clients goroutines and measures them: the
+// rate, p50 and p99, and this process's and redis-server's CPU per request.
+func sideRun(ctx context.Context, clients, n int, info *redis.Client, do func(i int) (int, error)) sidePhase {
+	p := sidePhase{statuses: map[int]int{}, procCPU: -1, redisCPU: -1}
+	lat := make([]time.Duration, n)
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	redis0 := serverCPU(ctx, info)
+	cpu0, cpuOK := processCPU()
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				status, err := do(i)
+				lat[i] = time.Since(t)
+				mu.Lock()
+				if err != nil {
+					p.errors++
+				} else {
+					p.statuses[status]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
+	redis1 := serverCPU(ctx, info)
+	p.rate = float64(n) / elapsed.Seconds()
+	slices.Sort(lat)
+	p.p50, p.p99 = lat[n/2], lat[min(n-1, n*99/100)]
+	if cpuOK {
+		p.procCPU = (cpu1 - cpu0) / time.Duration(n)
+	}
+	if redis0 >= 0 && redis1 >= 0 {
+		p.redisCPU = (redis1 - redis0) / time.Duration(n)
+	}
+	return p
+}
+
+// kitApprove makes n operations approved through a kit: each request's
+// 403 (JSON) gives its ref, and its approval is recorded in the store, as
+// the endpoint records it (W90).
+func kitApprove(ctx context.Context, client *http.Client, st store.Store, base string, clients, n int, of func(i int) (string, *http.Cookie, store.Owner)) error {
+	var failed atomic.Pointer[error]
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && failed.Load() == nil; i = int(next.Add(1) - 1) {
+				order, cookie, owner := of(i)
+				err := func() error {
+					req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+order+"/exchange", strings.NewReader("sku=stormline-insulated-m"))
+					if err != nil {
+						return err
+					}
+					req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+					req.Header.Set("Accept", "application/json")
+					req.AddCookie(cookie)
+					resp, err := client.Do(req)
+					if err != nil {
+						return err
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					_, ref, err := headers.ParseOperation(resp.Header.Values(headers.Operation))
+					if resp.StatusCode != http.StatusForbidden || err != nil {
+						return fmt.Errorf("order %s: status %d, Poppy-Operation: %v", order, resp.StatusCode, err)
+					}
+					id, rev, ok := storekit.SplitRef(ref)
+					if !ok {
+						return fmt.Errorf("order %s: ref %q", order, ref)
+					}
+					rep, err := st.Record(ctx, owner, ref, store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), store.RecordOptions{})
+					if err == nil && rep.Result != store.Recorded {
+						err = fmt.Errorf("order %s: record: %v", order, rep.Result)
+					}
+					return err
+				}()
+				if err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// handGate is what a team without the kit would write: the operation is
+// one Redis hash per User and action; one EVALSHA either creates it as
+// waiting (403, its id in Poppy-Operation) or turns an approved one whose
+// terms are the request's into performing (the handler runs); an HSET of
+// state performed follows the handler. The User is a plain cookie.
+type handGate struct {
+	client *redis.Client
+	prefix string
+	script *redis.Script
+	next   http.Handler
+}
+
+// handScript: KEYS[1] the operation; ARGV 1 a new operation_id, 2 the
+// terms, 3 the summary, 4 expires_at (Unix seconds), 5 its TTL in ms.
+const handScript = `
+local f = redis.call('HMGET', KEYS[1], 'state', 'id', 'terms')
+if f[1] == 'approved' and f[3] == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'state', 'performing')
+  return {'perform', f[2]}
+end
+if f[1] then return {f[1], f[2]} end
+redis.call('HSET', KEYS[1], 'state', 'waiting', 'id', ARGV[1], 'terms', ARGV[2], 'summary', ARGV[3], 'expires', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {'waiting', ARGV[1]}
+`
+
+func newHandGate(client *redis.Client, prefix string, next http.Handler) *handGate {
+	return &handGate{client: client, prefix: prefix, script: redis.NewScript(handScript), next: next}
+}
+
+// handTerms are the terms a request asks for, as the kit's describe gives
+// them (demo/load's describe), encoded as a team would.
+func handTerms(r *http.Request, order string) ([]byte, string) {
+	terms, _ := json.Marshal(map[string]any{"order_id": order, "replacement_sku": r.PostFormValue("sku"), "price_difference": map[string]string{"amount": "70.00", "currency": "USD"}})
+	return terms, "Exchange the jacket on order " + order + " for $70.00 more."
+}
+
+func (h *handGate) key(user, order string) string {
+	return h.prefix + "{" + user + "}:op:exchange:" + order
+}
+
+func (h *handGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, err := r.Cookie(handCookie)
+	if err != nil {
+		h.next.ServeHTTP(w, r) // an ordinary browser
+		return
+	}
+	order := r.PathValue("order")
+	terms, summary := handTerms(r, order)
+	var id [15]byte
+	rand.Read(id[:])
+	expires := time.Now().Add(10 * time.Minute)
+	key := h.key(c.Value, order)
+	res, err := h.script.Run(r.Context(), h.client, []string{key}, "op_"+base64.RawURLEncoding.EncodeToString(id[:]), terms, summary,
+		expires.Unix(), (10 * time.Minute).Milliseconds()).StringSlice()
+	if err != nil || len(res) != 2 {
+		http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusServiceUnavailable)
+		return
+	}
+	switch res[0] {
+	case "perform":
+		h.next.ServeHTTP(w, r)
+		h.client.HSet(context.WithoutCancel(r.Context()), key, "state", "performed")
+	case "waiting":
+		w.Header().Set(headers.Operation, `ref="`+res[1]+`"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"error":"approval_required"}`)
+	default: // performing, performed
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"error":"`+res[0]+`"}`)
+	}
+}
+
+// approve writes n approved operations, as the hand-rolled endpoint would
+// on the agent's approval, in pipelines of 500.
+func (h *handGate) approve(ctx context.Context, n int, of func(i int) (user, order string)) error {
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("sku=stormline-insulated-m"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for start := 0; start < n; start += 500 {
+		pipe := h.client.Pipeline()
+		for i := start; i < min(n, start+500); i++ {
+			user, order := of(i)
+			terms, summary := handTerms(r, order)
+			key := h.key(user, order)
+			pipe.HSet(ctx, key, "state", "approved", "id", "op_hand"+strconv.Itoa(i), "terms", terms, "summary", summary, "expires", time.Now().Add(10*time.Minute).Unix())
+			pipe.PExpire(ctx, key, 10*time.Minute)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spreadOf says the median of rounds' ratios and their range.
+func spreadOf(v []float64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f (rounds %.2f–%.2f)", median(v), slices.Min(v), slices.Max(v))
+}
+
+func answers(st map[int]int) string {
+	var out []string
+	for _, s := range slices.Sorted(func(yield func(int) bool) {
+		for s := range st {
+			if !yield(s) {
+				return
+			}
+		}
+	}) {
+		if s == -1 {
+			if st[s] > 0 {
+				out = append(out, fmt.Sprintf("%d errors", st[s]))
+			}
+			continue
+		}
+		out = append(out, fmt.Sprintf("%d×%d", st[s], s))
+	}
+	return strings.Join(out, " ")
+}
+
+var errNoFunctions = errors.New("the server has no functions (Redis 7 or later): no floors")
+
+// stepNames are the store's steps a gated action goes through, in order.
+var stepNames = []string{"403", "record", "claim", "finish"}
+
+// stepFigure is one step's Redis CPU per call and its floor's, in µs.
+type stepFigure struct {
+	name        string
+	usec, floor float64
+}
+
+func stepLine(steps []stepFigure) string {
+	var parts []string
+	for _, s := range steps {
+		parts = append(parts, fmt.Sprintf("%s %.2f", s.name, s.usec/s.floor))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// floorDoc says what each floor does.
+const floorDoc = "403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
+	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
+	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX); " +
+	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted. " +
+	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps, and measured by INFO commandstats (every command but INFO)"
+
+// floorLibrary holds the floor functions (floorDoc).
+const floorLibrary = `#!lua name=opsgate_sbs_floor
+redis.register_function('sbs_floor_403', function(KEYS, ARGV)
+  return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3])
+end)
+redis.register_function('sbs_floor_record', function(KEYS, ARGV)
+  if redis.call('EXISTS', KEYS[1], KEYS[2]) ~= 0 then return 0 end
+  local r = ARGV[2]
+  redis.call('HSET', KEYS[1], 'state', 'open', 'acct', ARGV[1], 'cur', r, 'al', r,
+    't:' .. r, ARGV[3], 's:' .. r, ARGV[4], 'x:' .. r, ARGV[5], 'a:' .. r, ARGV[6])
+  redis.call('PEXPIRE', KEYS[1], ARGV[7])
+  redis.call('SET', KEYS[2], ARGV[8], 'PX', ARGV[7])
+  return 1
+end)
+redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
+  redis.call('MGET', KEYS[1], KEYS[2])
+  local r = ARGV[2]
+  local f = redis.call('HMGET', KEYS[3], 'state', 'acct', 't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r)
+  if f[1] ~= 'open' then return {} end
+  redis.call('HSET', KEYS[3], 'state', 'performing', 'claim', ARGV[1], 'ap', r, 'u:' .. r, ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  return f
+end)
+redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
+  local f = redis.call('HMGET', KEYS[1], 'state', 'claim')
+  if f[1] ~= 'performing' or f[2] ~= ARGV[1] then return 0 end
+  redis.call('HSET', KEYS[1], 'state', 'performed')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return 1
+end)`
+
+// commandUsec is the server CPU in µs INFO commandstats counts for every
+// command but INFO (the tool's own), and their calls.
+func commandUsec(ctx context.Context, c *redis.Client) (usec, calls float64) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return -1, -1
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls += x
+			case "usec":
+				usec += x
+			}
+		}
+	}
+	return usec, calls
+}
+
+// each runs f for 0..n-1 from g goroutines; the first error ends it.
+func each(ctx context.Context, g, n int, f func(i int) error) error {
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && failed.Load() == nil && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if err := f(i); err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return *p
+	}
+	return ctx.Err()
+}
+
+// measured runs f for 0..n-1 from 50 goroutines and returns the server CPU
+// per step, in µs.
+func measured(ctx context.Context, info *redis.Client, n int, f func(i int) error) (float64, error) {
+	u0, _ := commandUsec(ctx, info)
+	if err := each(ctx, 50, n, f); err != nil {
+		return 0, err
+	}
+	u1, _ := commandUsec(ctx, info)
+	if u0 < 0 || u1 < 0 {
+		return 0, errors.New("INFO commandstats: unreadable")
+	}
+	return (u1 - u0) / float64(n), nil
+}
+
+// stepsAndFloors takes n new actions through the store's steps (the 403's
+// Take, Record, the Take that claims, Finish), each step for all of them
+// in turn, and n through the floor functions the same way, and returns
+// each step's server CPU beside its floor's.
+func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, prefix string, round, n int) ([]stepFigure, error) {
+	if err := client.FunctionLoadReplace(ctx, floorLibrary).Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoFunctions, err)
+	}
+	owners := make([]store.Owner, 50)
+	for i := range owners {
+		owners[i] = store.Owner{Agent: sideAgentID, User: "usr_step_" + strconv.Itoa(i)}
+	}
+	action := func(i int) store.TakeRequest {
+		id := strconv.Itoa(round) + "_" + strconv.Itoa(i)
+		return store.TakeRequest{
+			Key:      "exchange:step" + id,
+			Terms:    []byte(`{"order_id":"ord_` + id + `","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
+			Summary:  "Exchange the jacket on order " + id + " for $70.00 more.",
+			Lifetime: 10 * time.Minute,
+		}
+	}
+	refs := make([]string, n)
+	claims := make([]store.Claim, n)
+	var out []stepFigure
+	kit := map[string]float64{}
+	var err error
+	if kit["403"], err = measured(ctx, client, n, func(i int) error {
+		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
+		if err == nil && r.Ref == "" {
+			err = fmt.Errorf("the 403's Take: %+v", r)
+		}
+		refs[i] = r.Ref
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if kit["record"], err = measured(ctx, client, n, func(i int) error {
+		id, rev, _ := storekit.SplitRef(refs[i])
+		rep, err := st.Record(ctx, owners[i%50], refs[i], store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), store.RecordOptions{})
+		if err == nil && rep.Result != store.Recorded {
+			err = fmt.Errorf("record: %v", rep.Result)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if kit["claim"], err = measured(ctx, client, n, func(i int) error {
+		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
+		if err == nil && r.Claim == nil {
+			err = fmt.Errorf("the claiming Take: %+v", r)
+		}
+		if err == nil {
+			claims[i] = *r.Claim
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if kit["finish"], err = measured(ctx, client, n, func(i int) error {
+		return st.Finish(ctx, claims[i], store.Done, time.Now())
+	}); err != nil {
+		return nil, err
+	}
+
+	// The floors, on keys shaped as the store's: one slot per owner.
+	keysOf := func(i int) (tok, act, op string) {
+		base := prefix + "{" + strconv.Itoa(round) + "u" + strconv.Itoa(i%50) + "}:"
+		id := strconv.Itoa(i)
+		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id
+	}
+	const rev = "1796052877-abcdefghijklmnop"
+	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
+	keep := strconv.FormatInt((15 * time.Minute).Milliseconds(), 10)
+	floor := map[string]float64{}
+	if floor["403"], err = measured(ctx, client, n, func(i int) error {
+		tok, act, op := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
+	}); err != nil {
+		return nil, err
+	}
+	if floor["record"], err = measured(ctx, client, n, func(i int) error {
+		_, act, op := keysOf(i)
+		a := action(i)
+		return client.FCall(ctx, "sbs_floor_record", []string{op, act}, "", rev, a.Terms, a.Summary, "1796052877",
+			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev).Err()
+	}); err != nil {
+		return nil, err
+	}
+	if floor["claim"], err = measured(ctx, client, n, func(i int) error {
+		tok, act, op := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op}, "tok"+strconv.Itoa(i), rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep).Err()
+	}); err != nil {
+		return nil, err
+	}
+	if floor["finish"], err = measured(ctx, client, n, func(i int) error {
+		tok, _, op := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok}, "tok"+strconv.Itoa(i), keep).Err()
+	}); err != nil {
+		return nil, err
+	}
+	for _, name := range stepNames {
+		out = append(out, stepFigure{name, kit[name], floor[name]})
+	}
+	return out, nil
+}
