@@ -170,3 +170,47 @@ func TestHostileShort(t *testing.T) {
 		}
 	}
 }
+
+// TestSideBySideSmall runs -side-by-side briefly on a redis-server it
+// starts: every phase answers as it should (403s, then 200s once each
+// approved), every figure is measured, and the last line is the summary.
+func TestSideBySideSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a redis-server and an HTTP server under load for seconds")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	const n = 200
+	res, err := runSideBySide(ctx, sideConfig{requests: n, rounds: 2, clients: 10, stepOps: 200, approvals: 20, out: &out})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ph, want := range map[string]int{phBare: 200, phHand403: 403, phKit403: 403, phKit403H: 403, phMem403: 403, phMem403H: 403, phHandRep: 200, phKitRep: 200, phMemRep: 200} {
+		if got := res.statuses[ph]; got[want] != 2*n || len(got) != 2 || got[-1] != 0 {
+			t.Errorf("%s: answers %v, want %d×%d", ph, got, 2*n, want)
+		}
+	}
+	for name, v := range map[string]float64{"403/hand": res.r403, "repeat/hand": res.rRepeat, "approval/bare": res.rApproval, "steps/floor": res.rSteps} {
+		if !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
+	for _, step := range stepNames {
+		if !regexp.MustCompile(`step ` + step + ` +functions' CPU +\d+\.\d µs per step, its floor's +\d+\.\d µs`).MatchString(out.String()) {
+			t.Errorf("no figure for the step %s beside its floor", step)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	m := regexp.MustCompile(`^side by side: 403/hand=(\d+\.\d\d) repeat/hand=(\d+\.\d\d) approval/bare=(\d+\.\d\d) steps/floor=(\d+\.\d\d)$`).FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		t.Fatalf("last line %q", lines[len(lines)-1])
+	}
+	if want := fmt.Sprintf("%.2f %.2f %.2f %.2f", res.r403, res.rRepeat, res.rApproval, res.rSteps); strings.Join(m[1:], " ") != want {
+		t.Errorf("last line %q, measured %s", lines[len(lines)-1], want)
+	}
+}

@@ -169,6 +169,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	var approvalRatios []float64
 	stepRatios := map[string][]float64{}
 	stepUsec := map[string][]float64{}
+	var lastSteps []stepFigure
 	for round := range c.rounds {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -230,8 +231,13 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 			return res, fmt.Errorf("steps: %w", err)
 		}
 		for _, s := range steps {
+			if round == c.rounds-1 {
+				lastSteps = append(lastSteps, s)
+			}
 			stepUsec[s.name] = append(stepUsec[s.name], s.usec)
 			stepUsec[s.name+" floor"] = append(stepUsec[s.name+" floor"], s.floor)
+			stepUsec[s.name+" cpu"] = append(stepUsec[s.name+" cpu"], s.cpu)
+			stepUsec[s.name+" floor cpu"] = append(stepUsec[s.name+" floor cpu"], s.floorCPU)
 			stepRatios[s.name] = append(stepRatios[s.name], s.usec/s.floor)
 		}
 		say("round %d: 403/hand=%.2f repeat/hand=%.2f memory 403/hand=%.2f memory repeat/hand=%.2f HTML/JSON=%.2f approval/bare=%.2f steps/floor %s\n",
@@ -273,12 +279,17 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	worst := ""
 	for _, name := range stepNames {
 		m := median(stepRatios[name])
-		say("step %-9s redis CPU %5.1f µs per call, its floor's %5.1f µs: %s target ≤ 1.5\n", name, median(stepUsec[name]), median(stepUsec[name+" floor"]), spreadOf(stepRatios[name]))
+		say("step %-7s functions' CPU %5.1f µs per step, its floor's %5.1f µs: %s target ≤ 1.5; all redis-server's CPU %5.1f µs, its floor's %5.1f µs\n",
+			name, median(stepUsec[name]), median(stepUsec[name+" floor"]), spreadOf(stepRatios[name]), median(stepUsec[name+" cpu"]), median(stepUsec[name+" floor cpu"]))
 		if m > res.rSteps {
 			res.rSteps, worst = m, name
 		}
 	}
 	say("(floors: %s)\n", floorDoc)
+	for _, s := range lastSteps {
+		say("step %-7s last round, per step: %s\n", s.name, s.how)
+		say("     %-7s its floor:             %s\n", "", s.floorHow)
+	}
 	res.r403 = median(paired(phKit403, phHand403))
 	res.rRepeat = median(paired(phKitRep, phHandRep))
 	res.rApproval = median(approvalRatios)
@@ -576,7 +587,11 @@ var stepNames = []string{"403", "record", "claim", "finish"}
 // stepFigure is one step's Redis CPU per call and its floor's, in µs.
 type stepFigure struct {
 	name        string
-	usec, floor float64
+	usec, floor float64 // the functions' server CPU per step (perStep)
+	// cpu, floorCPU: redis-server's whole CPU per step, its I/O too.
+	cpu, floorCPU float64
+	// how, floorHow: the commands each took, per step (perStep).
+	how, floorHow string
 }
 
 func stepLine(steps []stepFigure) string {
@@ -590,9 +605,9 @@ func stepLine(steps []stepFigure) string {
 // floorDoc says what each floor does.
 const floorDoc = "403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
 	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
-	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX); " +
+	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
 	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted. " +
-	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps, and measured by INFO commandstats (every command but INFO)"
+	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps; a step's CPU is its functions' usec in INFO commandstats (the commands they call included: the per-command lines below count those twice)"
 
 // floorLibrary holds the floor functions (floorDoc).
 const floorLibrary = `#!lua name=opsgate_sbs_floor
@@ -617,6 +632,13 @@ redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
   redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
   return f
 end)
+redis.register_function('sbs_floor_start', function(KEYS, ARGV)
+  redis.call('GET', KEYS[1])
+  local f = redis.call('HMGET', KEYS[2], 'state', 'claim')
+  if f[1] ~= 'performing' or f[2] ~= ARGV[1] then return 0 end
+  redis.call('HSET', KEYS[2], 'st', '1')
+  return 1
+end)
 redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
   local f = redis.call('HMGET', KEYS[1], 'state', 'claim')
   if f[1] ~= 'performing' or f[2] ~= ARGV[1] then return 0 end
@@ -626,30 +648,69 @@ redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
   return 1
 end)`
 
-// commandUsec is the server CPU in µs INFO commandstats counts for every
-// command but INFO (the tool's own), and their calls.
-func commandUsec(ctx context.Context, c *redis.Client) (usec, calls float64) {
+// commandStats is INFO commandstats: each command's calls and µs, every
+// command but INFO (the tool's own); nil when it can't be read.
+func commandStats(ctx context.Context, c *redis.Client) map[string]scriptCalls {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return -1, -1
+		return nil
 	}
+	out := map[string]scriptCalls{}
 	for line := range strings.SplitSeq(info, "\n") {
 		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
 			continue
 		}
+		var s scriptCalls
 		for f := range strings.SplitSeq(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
 			x, _ := strconv.ParseFloat(v, 64)
 			switch k {
 			case "calls":
-				calls += x
+				s.calls = x
 			case "usec":
-				usec += x
+				s.usec = x
 			}
 		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = s
 	}
-	return usec, calls
+	return out
+}
+
+// scriptCommands are the commands that run the store's steps and the
+// floors; the commands a function calls are counted in its own time too.
+var scriptCommands = map[string]bool{"fcall": true, "fcall_ro": true, "eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true}
+
+// perStep is what the commands took between two commandStats, per step
+// of n: the functions' and scripts' µs (the commands they call included),
+// and each command's calls and µs, largest first.
+func perStep(before, after map[string]scriptCalls, n int) (float64, string) {
+	type cmd struct {
+		name        string
+		calls, usec float64
+	}
+	var cmds []cmd
+	scripts := 0.0
+	for name, a := range after {
+		b := before[name]
+		if a.calls == b.calls {
+			continue
+		}
+		c := cmd{name, (a.calls - b.calls) / float64(n), (a.usec - b.usec) / float64(n)}
+		if c.calls < 0.005 {
+			continue // a connection's HELLO, a CLIENT SETINFO
+		}
+		if scriptCommands[name] {
+			scripts += c.usec
+		}
+		cmds = append(cmds, c)
+	}
+	slices.SortFunc(cmds, func(a, b cmd) int { return int(1000 * (b.usec - a.usec)) })
+	var parts []string
+	for _, c := range cmds {
+		parts = append(parts, fmt.Sprintf("%s %.2f× %.1f µs", strings.ToUpper(c.name), c.calls, c.usec))
+	}
+	return scripts, strings.Join(parts, ", ")
 }
 
 // each runs f for 0..n-1 from g goroutines; the first error ends it.
@@ -673,18 +734,29 @@ func each(ctx context.Context, g, n int, f func(i int) error) error {
 	return ctx.Err()
 }
 
-// measured runs f for 0..n-1 from 50 goroutines and returns the server CPU
-// per step, in µs.
-func measured(ctx context.Context, info *redis.Client, n int, f func(i int) error) (float64, error) {
-	u0, _ := commandUsec(ctx, info)
+// measured runs f for 0..n-1 from 50 goroutines and returns, per step,
+// the functions' server CPU in µs (INFO commandstats), redis-server's
+// whole CPU in µs (used_cpu_user+sys: its I/O too), and what commands
+// made it.
+func measured(ctx context.Context, info *redis.Client, n int, f func(i int) error) (stepCost, error) {
+	before, cpu0 := commandStats(ctx, info), serverCPU(ctx, info)
 	if err := each(ctx, 50, n, f); err != nil {
-		return 0, err
+		return stepCost{}, err
 	}
-	u1, _ := commandUsec(ctx, info)
-	if u0 < 0 || u1 < 0 {
-		return 0, errors.New("INFO commandstats: unreadable")
+	after, cpu1 := commandStats(ctx, info), serverCPU(ctx, info)
+	if before == nil || after == nil || cpu0 < 0 || cpu1 < 0 {
+		return stepCost{}, errors.New("INFO: unreadable")
 	}
-	return (u1 - u0) / float64(n), nil
+	var c stepCost
+	c.usec, c.how = perStep(before, after, n)
+	c.cpu = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n)
+	return c, nil
+}
+
+// stepCost is one step's server CPU, as measured says.
+type stepCost struct {
+	usec, cpu float64
+	how       string
 }
 
 // stepsAndFloors takes n new actions through the store's steps (the 403's
@@ -711,7 +783,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 	refs := make([]string, n)
 	claims := make([]store.Claim, n)
 	var out []stepFigure
-	kit := map[string]float64{}
+	kit := map[string]stepCost{}
 	var err error
 	if kit["403"], err = measured(ctx, client, n, func(i int) error {
 		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
@@ -760,7 +832,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 	const rev = "1796052877-abcdefghijklmnop"
 	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
 	keep := strconv.FormatInt((15 * time.Minute).Milliseconds(), 10)
-	floor := map[string]float64{}
+	floor := map[string]stepCost{}
 	if floor["403"], err = measured(ctx, client, n, func(i int) error {
 		tok, act, op := keysOf(i)
 		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
@@ -777,7 +849,12 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 	}
 	if floor["claim"], err = measured(ctx, client, n, func(i int) error {
 		tok, act, op := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op}, "tok"+strconv.Itoa(i), rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep).Err()
+		token := "tok" + strconv.Itoa(i)
+		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep).Err(); err != nil {
+			return err
+		}
+		// The start mark, after the claim's reply, as the store makes it.
+		return client.FCall(ctx, "sbs_floor_start", []string{tok, op}, token).Err()
 	}); err != nil {
 		return nil, err
 	}
@@ -788,7 +865,8 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 		return nil, err
 	}
 	for _, name := range stepNames {
-		out = append(out, stepFigure{name, kit[name], floor[name]})
+		k, f := kit[name], floor[name]
+		out = append(out, stepFigure{name, k.usec, f.usec, k.cpu, f.cpu, k.how, f.how})
 	}
 	return out, nil
 }
