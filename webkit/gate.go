@@ -440,8 +440,17 @@ func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, 
 	}
 	if err := k.store().Finish(ctx, claim, outcome, k.now()); err != nil {
 		// The response is gone already: log and count. A lost finish
-		// leaves the operation performing, never performed twice.
+		// leaves the operation performing, never performed twice; it is
+		// tried again until it lands (retry.go), so that the operation
+		// reads performed soon after the store is back.
 		k.storeFailed(r, "finish", err)
+		if !errors.Is(err, store.ErrClaimLost) {
+			st := k.newRetryStep(r.URL.Path)
+			st.claim, st.owner, st.outcome, st.until = slimClaim(claim), claim.Owner, outcome, time.Now().Add(finishRetryFor)
+			if !k.retryLater(st) {
+				k.dropped(st)
+			}
+		}
 	}
 	// An approval was used up (§6 W96); the outcome says what it became.
 	k.observe(r.Context(), Event{Route: routeGate, Outcome: outcomeName(outcome), Kind: kind})

@@ -115,6 +115,9 @@ type Kit struct {
 	seal handleSeal
 	// wrapped is the store the kit calls (see store()).
 	wrapped atomic.Pointer[wrappedStore]
+	// retries are the Releases and Finishes that failed, tried again
+	// until they land (retry.go).
+	retries retries
 	// built says New made the Kit; err is what it found wrong with its
 	// keys (Check).
 	built bool

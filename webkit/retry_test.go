@@ -1,0 +1,158 @@
+package webkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/storetest"
+)
+
+// awayStore is a store that is away while down is set: Release and Finish
+// fail (and count their tries); with loseTake, Take runs and its reply is
+// lost, as when Redis runs a Take after its caller gave up.
+type awayStore struct {
+	store.Store
+	down                   atomic.Bool
+	loseTake               atomic.Bool
+	releases, finishes     atomic.Int64 // tries while down
+	releasedOK, finishedOK atomic.Int64 // tries that landed
+}
+
+var errAway = errors.New("store away (test)")
+
+func (s *awayStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	return storetest.Issue(ctx, s.Store, o, a, now)
+}
+
+func (s *awayStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	res, err := s.Store.Take(ctx, o, a, now)
+	if s.loseTake.Load() {
+		return store.TakeResult{}, errAway
+	}
+	return res, err
+}
+
+func (s *awayStore) Release(ctx context.Context, o store.Owner, token string, now time.Time) (bool, error) {
+	if s.down.Load() {
+		s.releases.Add(1)
+		return false, errAway
+	}
+	s.releasedOK.Add(1)
+	return s.Store.Release(ctx, o, token, now)
+}
+
+func (s *awayStore) Finish(ctx context.Context, c store.Claim, o store.Outcome, now time.Time) error {
+	if s.down.Load() {
+		s.finishes.Add(1)
+		return errAway
+	}
+	s.finishedOK.Add(1)
+	return s.Store.Finish(ctx, c, o, now)
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
+}
+
+// RULES.md "Claims are never stranded", W144: a claim whose handler never
+// ran is released however long the store was away. The Gate's Release
+// fails again and again (the store is down for many tries, not the three
+// of 0, +1 and +4 s the Gate made before) and lands once the store is
+// back; the approval then performs on the next repeat, once.
+func TestGateReleaseRetriedUntilTheStoreIsBack(t *testing.T) {
+	t.Parallel()
+	mem := store.NewMemory()
+	st := &awayStore{Store: mem}
+	e := newGateEnv(t, st, newClock())
+	e.kit.retries.delays = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+	approved := e.approve(sesIn, "ord_7", "M")
+
+	st.loseTake.Store(true)
+	st.down.Store(true)
+	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 503 || e.runs.Load() != 0 {
+		t.Fatalf("Take's reply lost: %d runs %d, want 503 and nothing run", rec.Code, e.runs.Load())
+	}
+	st.loseTake.Store(false)
+	// Away for 20 tries of the Release.
+	waitFor(t, "20 tries of the Release", func() bool { return st.releases.Load() >= 20 })
+	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+		t.Fatalf("while the store is away: %s, want performing (its Release can't land)", got.Status)
+	}
+	if n := e.kit.pendingRetries(); n != 1 {
+		t.Errorf("%d steps wait to be retried, want 1", n)
+	}
+	st.down.Store(false)
+	waitFor(t, "the Release to land", func() bool { return e.kit.pendingRetries() == 0 && st.releasedOK.Load() > 0 })
+	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Approved {
+		t.Fatalf("after the store came back: %s, want approved", got.Status)
+	}
+	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
+		t.Fatalf("W144 repeat: %d runs %d, want 200 and one run", rec.Code, e.runs.Load())
+	}
+	t.Logf("released after %d failed tries", st.releases.Load())
+}
+
+// A Finish that failed (the store went away while the handler ran) is
+// tried again until it lands: the performed operation reads performed
+// soon after the store is back, rather than performing for a day.
+func TestGateFinishRetriedUntilTheStoreIsBack(t *testing.T) {
+	t.Parallel()
+	mem := store.NewMemory()
+	st := &awayStore{Store: mem}
+	e := newGateEnv(t, st, newClock())
+	e.kit.retries.delays = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+	approved := e.approve(sesIn, "ord_7", "M")
+	st.down.Store(true)
+	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
+		t.Fatalf("performing: %d runs %d", rec.Code, e.runs.Load())
+	}
+	waitFor(t, "20 tries of the Finish", func() bool { return st.finishes.Load() >= 20 })
+	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+		t.Fatalf("while the store is away: %s, want performing", got.Status)
+	}
+	st.down.Store(false)
+	waitFor(t, "the Finish to land", func() bool { return e.kit.pendingRetries() == 0 && st.finishedOK.Load() > 0 })
+	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performed {
+		t.Fatalf("after the store came back: %s, want performed", got.Status)
+	}
+	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code == 200 || e.runs.Load() != 1 {
+		t.Errorf("repeat after performed: %d runs %d, want no second run", rec.Code, e.runs.Load())
+	}
+}
+
+// The steps waiting to be retried are bounded: past the Kit's cap, a
+// failed step is logged and left to the store and to reconciliation, and
+// memory stays bounded however long the store is away.
+func TestGateRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	mem := store.NewMemory()
+	st := &awayStore{Store: mem}
+	e := newGateEnv(t, st, newClock())
+	e.kit.retries.delays = []time.Duration{time.Hour}
+	e.kit.retries.max = 3
+	st.down.Store(true)
+	for i := range 10 {
+		order := fmt.Sprint("ord_", i)
+		e.approve(sesIn, order, "M")
+		st.loseTake.Store(true)
+		if rec := e.do(e.request(joinedIn, "order="+order+"&size=M", "text/html")); rec.Code != 503 {
+			t.Fatalf("Take's reply lost: %d", rec.Code)
+		}
+		st.loseTake.Store(false)
+	}
+	waitFor(t, "10 first tries", func() bool { return st.releases.Load() >= 10 })
+	if n := e.kit.pendingRetries(); n != 3 {
+		t.Errorf("%d steps wait to be retried, want the cap of 3", n)
+	}
+}
