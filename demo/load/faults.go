@@ -83,6 +83,19 @@ func (r faultResult) String() string {
 	return s
 }
 
+// durableLeft returns what the durable modes' scenarios left performing
+// that a machine could have settled: stranded and stuck operations, which
+// must be 0 (webkit/RULES.md "Claims are never stranded").
+func durableLeft(results []faultResult) (stranded, stuck int) {
+	for _, r := range results {
+		if r.durable && r.skipped == "" {
+			stranded += r.stranded
+			stuck += r.stuck
+		}
+	}
+	return stranded, stuck
+}
+
 // runFaults runs every scenario and returns the double performances in
 // durable modes, which must be 0.
 func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, durableDoubles int, err error) {
@@ -95,7 +108,7 @@ func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, dura
 	// lines saying what the scenario line says.
 	redis.SetLogger(quietLogger{})
 	fmt.Fprintf(c.out, "opsgate faults: redis-server processes on loopback, %s run\n", map[bool]string{true: "short", false: "full"}[c.short])
-	total, skipped, stranded, stuck := 0, 0, 0, 0
+	total, skipped := 0, 0
 	for _, sc := range faultScenarios {
 		if ctx.Err() != nil {
 			return results, durableDoubles, ctx.Err()
@@ -124,11 +137,10 @@ func runFaults(ctx context.Context, c faultsConfig) (results []faultResult, dura
 			total += r.doubles
 			if r.durable {
 				durableDoubles += r.doubles
-				stranded += r.stranded
-				stuck += r.stuck
 			}
 		}
 	}
+	stranded, stuck := durableLeft(results)
 	fmt.Fprintf(c.out, "faults: %d scenarios, %d double performances (%d in durable modes; stranded %d, stuck %d in durable modes; %d scenarios skipped)\n", len(results), total, durableDoubles, stranded, stuck, skipped)
 	return results, durableDoubles, err
 }
@@ -154,11 +166,12 @@ type faultScenario struct {
 }
 
 // faultScenarios are the suite, in order. The short run (CI) keeps it
-// about a minute: one 10 s stall and one 10 s loss (the retries they
-// outlast take about 9 s), a kill with handlers running, the master
-// restart Check vouches for; the lagging replica and the Cluster failover
-// have tests of their own in store/redisstore (TestDurableReplicas,
-// TestClusterFailover).
+// about a minute: a 10 s stall and 10 s of lost replies (longer than the
+// kit's first retries), a kill with handlers running, the older snapshot
+// (so that the count of doubles is seen to work) and the dead web server.
+// The lagging replica, the Cluster failover and the master restart have
+// tests of their own in store/redisstore (TestDurableReplicas,
+// TestClusterFailover, TestReplicasMasterRestart).
 var faultScenarios = []faultScenario{
 	{"kill", false, faultKillAOF},
 	{"kill mid-handler", true, faultKillMidHandler},
@@ -168,7 +181,7 @@ var faultScenarios = []faultScenario{
 	{"stall 25s", false, faultStall(25 * time.Second)},
 	{"replica none", false, faultLaggingReplica("none")},
 	{"replica durable", false, faultLaggingReplica("replicas 1")},
-	{"master restart aof", true, faultMasterRestart("aof")},
+	{"master restart aof", false, faultMasterRestart("aof")},
 	{"master restart rdb", false, faultMasterRestart("rdb")},
 	{"master restored rdb", false, faultMasterRestart("restored")},
 	{"cluster", false, faultClusterKill},
