@@ -229,6 +229,7 @@ const (
 	memKindOp memKind = iota
 	memKindOnce
 	memKindClaim
+	memKindLog // an operation's audit entries
 )
 
 // memHeap is a min-heap of timers by until, kept in fixed-size chunks: it

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/opsgate/opsgate/internal/computed"
 )
@@ -35,7 +38,8 @@ import (
 // come for a minute. It starts with the store's first record and ends by
 // itself once the store is empty or no longer referenced; there is nothing
 // to stop. Once performed, an operation keeps only its account, its id
-// and the names of its revisions (Record): about 430 bytes.
+// and the names of its revisions (Record): about 430 bytes; its audit
+// entries (Entry: approval recorded, claimed, performed) about 1,050 more.
 //
 // It keeps its records in the process: a restart forgets every
 // approval, and every claim with it, which can lose an approval but never
@@ -68,6 +72,7 @@ type memory struct {
 	performing map[memKey]struct{}              // operations performing, for Performing
 	openOwner  shrinkMap[string, int]           // open operations by storekit.Slot(agent, user)
 	openAgent  shrinkMap[string, int]           // open operations by agent
+	logs       shrinkMap[memKey, *memLog]       // (slot, operation_id) → its audit entries
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
 
@@ -253,7 +258,7 @@ func (m *memory) unlock() {
 func (m *memory) size() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len()
+	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len() + m.logs.len()
 }
 
 // sweep drops up to memSweepBudget records the caller's now has made
@@ -280,6 +285,8 @@ func (m *memory) dropExpired(now time.Time) bool {
 		m.once.del(t.key.slot)
 	case memKindClaim:
 		m.claims.del(t.key.slot)
+	case memKindLog:
+		m.logs.del(t.key)
 	}
 	return true
 }
@@ -559,6 +566,9 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 				busy = true
 				continue
 			}
+			if m.logFull(slot, l.op, now) { // webkit/RULES.md "Bounded work"
+				return TakeResult{}, fmt.Errorf("%w: the operation's audit log is full", ErrRateLimited)
+			}
 			// W95: the first recorded match; W96: only it is used up.
 			if token == "" {
 				token = storekit.NewToken() // only a claim needs one
@@ -582,7 +592,9 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 			}
 			m.performing[k] = struct{}{}
 			m.setClaim(token, &memClaim{op: k}, now)
-			return TakeResult{Claim: m.claimOf(op)}, nil
+			c := m.claimOf(op)
+			m.log(slot, newEntry(ctx, storekit.EntryClaimed, c.Owner, c.Operation, c.Approval, now), op.timer.until)
+			return TakeResult{Claim: c}, nil
 		}
 	}
 	if busy {
@@ -631,12 +643,20 @@ func (m *memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 	if op == nil || op.state != memPerforming || claim.Token == "" || op.token != claim.Token {
 		return ErrClaimLost
 	}
-	m.end(memKey{slot, claim.Operation.ID}, op, outcome, now)
+	m.end(ctx, memKey{slot, claim.Operation.ID}, op, outcome, false, now)
 	return nil
 }
 
-// end ends op's claim with outcome (Finish, Resolve).
-func (m *memory) end(k memKey, op *memOperation, outcome Outcome, now time.Time) {
+// end ends op's claim with outcome (Finish, Resolve when resolved), and
+// writes its audit entry: none for an Unknown outcome reported again,
+// which changes nothing.
+func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Outcome, resolved bool, now time.Time) {
+	c, again := m.claimOf(op), outcome == Unknown && op.unknown
+	defer func() {
+		if !again {
+			m.log(k.slot, newEntry(ctx, endEntry(outcome, resolved), c.Owner, c.Operation, c.Approval, now), op.timer.until)
+		}
+	}()
 	switch outcome {
 	case Done:
 		// The claim's token is never asked about again (as redisstore
@@ -727,6 +747,8 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 	}
 	// W144: the operation waits again and the approval applies again, in
 	// its first-recorded place (W95).
+	cl := m.claimOf(op)
+	m.log(c.op.slot, newEntry(ctx, storekit.EntryReleased, cl.Owner, cl.Operation, cl.Approval, now), op.timer.until)
 	op.state, op.token, op.unknown = memOpen, "", false
 	m.opened(c.op.slot, op.owner.Agent, +1)
 	delete(m.performing, c.op)
@@ -867,6 +889,17 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if len(op.approvals) >= storekit.MaxApprovalsPerOperation {
 		return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
 	}
+	if opts.Decline != "" {
+		// §6 "Declining": nothing recorded but the decline's entry.
+		if m.logFull(slot, id, now) {
+			return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
+		}
+		approval.OperationID, approval.RecordedAt, approval.UsedAt = id, time.Time{}, time.Time{}
+		e := newEntry(ctx, storekit.EntryDeclined, owner, r.op, approval, now)
+		e.Reason = opts.Decline
+		m.log(slot, e, op.timer.until)
+		return RecordReply{Result: Recorded, Operation: r.op}, nil
+	}
 	if opts.CheckOnly {
 		return RecordReply{Result: Recorded, Operation: r.op}, nil
 	}
@@ -874,6 +907,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	approval.OperationID, approval.RecordedAt, approval.UsedAt = id, now, time.Time{}
 	op.approvals = append(op.approvals, approval)
 	m.keep(op, r.op.ExpiresAt) // W102
+	m.log(slot, newEntry(ctx, storekit.EntryRecorded, owner, r.op, approval, now), op.timer.until)
 	a, _ := m.actions.get(op.action)
 	if a == nil {
 		a = &memAction{}
@@ -1068,6 +1102,199 @@ func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, o
 	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
 		return ErrNotPerforming
 	}
-	m.end(memKey{slot, operationID}, op, outcome, now)
+	m.end(ctx, memKey{slot, operationID}, op, outcome, true, now)
 	return nil
+}
+
+// memLog is an operation's audit entries, in the order they were
+// written, kept compact (BenchmarkMemoryRetained): what all of them share
+// once, times as Unix nanoseconds, and the strings many entries repeat
+// (the web server, the Session, the kind) interned.
+type memLog struct {
+	timer   memTimer
+	owner   Owner
+	ops     []memEntryOp // the revisions the entries are about
+	entries []memEntry
+}
+
+// memEntryOp is a revision some entry of a log is about.
+type memEntryOp struct {
+	revision, digest string
+	summary          unique.Handle[string]
+	expiresAt        int64
+}
+
+// memEntry is one Entry of a memLog.
+type memEntry struct {
+	reference                          string
+	id                                 uint64 // random: Entry.ID is "<operation_id>.<id>"
+	at, approvedAt, recordedAt, usedAt int64
+	what, op                           uint8 // index in entryWhats, in memLog.ops
+	approver, inputType                unique.Handle[string]
+	session, kind, instance, note      unique.Handle[string] // note: Reason or By
+}
+
+// entryWhats are the values of Entry.What, by memEntry.what.
+var entryWhats = [...]string{storekit.EntryRecorded, storekit.EntryDeclined, storekit.EntryClaimed, storekit.EntryReleased,
+	storekit.EntryPerformed, storekit.EntryNotPerformed, storekit.EntryUnknown, storekit.EntryResolved, storekit.EntryResolvedNotDo}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// add appends e, which is about the log's operation.
+func (l *memLog) add(e Entry) {
+	op := -1
+	for i, o := range l.ops {
+		if o.revision == e.Operation.Revision {
+			op = i
+			break
+		}
+	}
+	if op < 0 {
+		op = len(l.ops)
+		l.ops = append(l.ops, memEntryOp{revision: strings.Clone(e.Operation.Revision), digest: e.TermsDigest,
+			summary: unique.Make(e.Operation.Summary), expiresAt: nanos(e.Operation.ExpiresAt)})
+	}
+	note := e.Reason
+	if e.By != "" {
+		note = e.By
+	}
+	a := e.Approval
+	ref := a.Reference
+	if n := len(l.entries); n > 0 && l.entries[n-1].reference == ref {
+		ref = l.entries[n-1].reference // the same approval's: shared
+	} else {
+		ref = strings.Clone(ref)
+	}
+	// Grown one at a time: most logs hold three entries, and at most
+	// MaxEntriesPerOperation.
+	l.entries = slices.Grow(l.entries[:len(l.entries):len(l.entries)], 1)
+	l.entries = append(l.entries, memEntry{
+		id: rand.Uint64(), reference: ref,
+		at: nanos(e.At), approvedAt: nanos(a.ApprovedAt), recordedAt: nanos(a.RecordedAt), usedAt: nanos(a.UsedAt),
+		what: uint8(slices.Index(entryWhats[:], e.What)), op: uint8(op),
+		approver: unique.Make(string(a.Approver)), inputType: unique.Make(a.InputType),
+		session: unique.Make(e.Session), kind: unique.Make(e.Kind), instance: unique.Make(e.Instance), note: unique.Make(note),
+	})
+}
+
+// entry is the i-th entry of the log of operation id.
+func (l *memLog) entry(id string, i int) Entry {
+	me, op := l.entries[i], l.ops[l.entries[i].op]
+	e := Entry{
+		ID: id + "." + strconv.FormatUint(me.id, 36), What: entryWhats[me.what], At: fromNanos(me.at), Instance: me.instance.Value(), Owner: l.owner,
+		Session: me.session.Value(), Kind: me.kind.Value(), TermsDigest: op.digest,
+		Operation: Operation{ID: id, Revision: op.revision, Summary: op.summary.Value(), ExpiresAt: fromNanos(op.expiresAt)},
+		Approval: Approval{OperationID: id, Revision: op.revision, Approver: Approver(me.approver.Value()),
+			ApprovedAt: fromNanos(me.approvedAt), InputType: me.inputType.Value(), Reference: me.reference,
+			RecordedAt: fromNanos(me.recordedAt), UsedAt: fromNanos(me.usedAt)},
+	}
+	if e.What == storekit.EntryResolved || e.What == storekit.EntryResolvedNotDo {
+		e.By = me.note.Value()
+	} else {
+		e.Reason = me.note.Value()
+	}
+	return e
+}
+
+// endEntry is what the entry of a claim's end says.
+func endEntry(outcome Outcome, resolved bool) string {
+	switch {
+	case resolved && outcome == Done:
+		return storekit.EntryResolved
+	case resolved:
+		return storekit.EntryResolvedNotDo
+	case outcome == Done:
+		return storekit.EntryPerformed
+	case outcome == NotDone:
+		return storekit.EntryNotPerformed
+	}
+	return storekit.EntryUnknown
+}
+
+func (m *memory) auditRetention() time.Duration {
+	if m.cfg.AuditRetention > 0 {
+		return m.cfg.AuditRetention
+	}
+	return storekit.DefaultAuditRetention
+}
+
+// liveLog returns the audit log of (slot, id), nil when there is none or
+// it is forgotten by now.
+func (m *memory) liveLog(k memKey, now time.Time) *memLog {
+	l, _ := m.logs.get(k)
+	if l == nil || now.After(l.timer.until) {
+		return nil
+	}
+	return l
+}
+
+// logFull says whether the operation's audit log holds as many entries
+// as a decline or a claim may find (storekit.EntriesBeforeRefusal).
+func (m *memory) logFull(slot, id string, now time.Time) bool {
+	l := m.liveLog(memKey{slot, id}, now)
+	return l != nil && len(l.entries) >= storekit.EntriesBeforeRefusal
+}
+
+// log appends e to its operation's audit log, in the step that commits
+// it, and keeps the log for the audit retention after e, and at least
+// until opUntil (while the operation is remembered).
+func (m *memory) log(slot string, e Entry, opUntil time.Time) {
+	k := memKey{slot, e.Operation.ID}
+	l := m.liveLog(k, e.At)
+	if l == nil {
+		if old, ok := m.logs.get(k); ok { // forgotten, not swept yet
+			m.expiry.remove(&old.timer)
+		}
+		l = &memLog{timer: memTimer{kind: memKindLog, key: k}, owner: cloneOwner(e.Owner)}
+		m.logs.put(k, l)
+		m.expiry.add(&l.timer)
+	}
+	l.add(e)
+	m.expiry.extend(&l.timer, e.At.Add(m.auditRetention()))
+	m.expiry.extend(&l.timer, opUntil)
+}
+
+// Entries implements Store. It reads one shard of the logs at a time
+// under the lock, and yields outside it.
+func (m *memory) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[Entry, error] {
+	return func(yield func(Entry, error) bool) {
+		for i := range memShards {
+			// Not m.lock: to is the caller's now for these entries only, and
+			// must not sweep what a later call still finds.
+			if err := ctx.Err(); err != nil {
+				yield(Entry{}, fmt.Errorf("store: memory: %w", err))
+				return
+			}
+			m.mu.Lock()
+			var out []Entry
+			for k, l := range m.logs.shards[i].m {
+				if (operationID != "" && k.id != operationID) || to.After(l.timer.until) {
+					continue
+				}
+				for i, me := range l.entries {
+					if at := fromNanos(me.at); !at.Before(from) && at.Before(to) {
+						out = append(out, l.entry(k.id, i))
+					}
+				}
+			}
+			m.mu.Unlock()
+			for _, e := range out {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -18,7 +18,9 @@
 //   - [Store.Release]: undo a claim whose action never started (W144).
 //
 // A job or an admin page settles outcomes nobody reported with
-// [Store.Performing] and [Store.Resolve].
+// [Store.Performing] and [Store.Resolve]. Each of these steps that commits
+// writes its audit [Entry] in the same atomic step; [Store.Entries] reads
+// them (§6, §8.1).
 //
 // Claims are never stranded (W144): the caller chooses the claim's token
 // (TakeRequest.ClaimToken) before Take, so that even when Take's reply is lost
@@ -335,6 +337,13 @@ type RecordOptions struct {
 	// website's decline hook can run after the checks pass (§6
 	// "Declining"). It may still issue a fresh revision (see W122 above).
 	CheckOnly bool
+
+	// Decline, when not "", is the reason the website declines the
+	// approval (§6 "Declining"): Record makes the checks as CheckOnly
+	// does, records no approval, and, when they pass (Recorded), records
+	// the decline as an Entry with this Reason. A decline beyond an
+	// operation's bound of entries gets RateLimited and records nothing.
+	Decline string
 }
 
 // RecordReply is Record's answer.
@@ -472,6 +481,21 @@ type Store interface {
 	// Finish(NotDone) does (W98). It returns ErrNotPerforming when the
 	// operation is not performing.
 	Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error
+
+	// Entries yields the audit entries (Entry) of operationID, or of
+	// every operation when it is "", whose At is from from up to, not
+	// including, to; to is also the caller's now, by which entries past
+	// their retention are gone. An operation's entries come in the order
+	// they were written, different operations' in no particular order. It
+	// reads a batch at a time, without blocking the store for long, and
+	// may repeat an entry written while it runs. A non-nil error ends it.
+	//
+	// A step writes its Entry in its own atomic step (see Entry), with
+	// what WithEntry put in its context; an operation keeps at most 64
+	// entries (a decline or a claim past 44 is refused), for
+	// AuditRetention after its latest (24 hours by default), and never
+	// less long than the operation is remembered at that step.
+	Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[Entry, error]
 }
 
 // ErrClaimLost is returned by Finish for a claim that is no longer the

@@ -71,6 +71,9 @@ const (
 type MemoryConfig struct {
 	Retention                        time.Duration
 	MaxOpenPerOwner, MaxOpenPerAgent int
+	// AuditRetention is how long an operation's audit entries are kept
+	// after its latest (zero: DefaultAuditRetention).
+	AuditRetention time.Duration
 }
 
 // NewMemory, set by package store, returns a store of store.NewMemory

@@ -48,6 +48,11 @@ type Options struct {
 	// revision expires (early, when later revisions outlive it). 0 is
 	// storekit.DefaultMaxOpenPerAgent; negative is no cap.
 	MaxOpenPerAgent int
+	// AuditRetention is how long an operation's audit entries
+	// (store.Entry) are kept after its latest, and never less than the
+	// operation is remembered at that step; 24 hours when zero. An entry
+	// costs about 400 bytes of Redis memory (webkit/AUDIT.md).
+	AuditRetention time.Duration
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
@@ -80,6 +85,8 @@ type rstore struct {
 	prefix     string
 	retention  time.Duration
 	durability durability
+	// auditRetention is Options.AuditRetention, its default applied.
+	auditRetention time.Duration
 
 	maxOpenOwner int
 	maxOpenAgent int
@@ -174,6 +181,9 @@ func New(client redis.UniversalClient, opts Options) store.Store {
 	}
 	if s.retention <= 0 {
 		s.retention = storekit.DefaultRetention
+	}
+	if s.auditRetention = opts.AuditRetention; s.auditRetention <= 0 {
+		s.auditRetention = storekit.DefaultAuditRetention
 	}
 	return s
 }
