@@ -146,6 +146,9 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 		pages.WriteBadRequest(w, err.Error())
 		return
 	}
+	// The store's audit entries of this request's steps (Take, Release,
+	// Finish) carry its Session's sid and the action's kind (§8.1).
+	r = r.WithContext(store.WithEntry(r.Context(), store.Entry{Session: s.ID, Kind: act.kind()}))
 	d := decide(s, nil)
 	if d.do == doTake {
 		sa, err := k.storeAction(act)

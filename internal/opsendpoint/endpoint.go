@@ -303,6 +303,9 @@ func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
 func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, replay Replay) {
 	owner := session.Owner()
 	now := e.now()
+	// The store's audit entry of the approval or its decline names the
+	// Session (§8.1).
+	ctx = store.WithEntry(ctx, store.Entry{Session: session.ID})
 	// The request's single-use key is used up by the first Record, before
 	// its checks: a replay records nothing.
 	once := store.RecordOptions{Once: replay.Key, OnceUntil: replay.Until}
@@ -321,8 +324,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			d := e.Decline(dctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
 			sp.End(spans.Labels{Outcome: declineOutcome(d)}, nil)
 			if d != nil {
-				note(w, "declined", "")
-				writeDecline(w, a, d) // W125, W126, W134: nothing recorded
+				e.decline(w, ctx, owner, ref, a, d)
 				return
 			}
 		} else {
@@ -344,6 +346,29 @@ func declineOutcome(d *webkit.Decline) string {
 		return "declined"
 	}
 	return "accepted"
+}
+
+// decline records the website's decline of approval a, in a store step
+// of its own (its audit entry, with its reason, §6, §8.1), and answers it:
+// approval_declined, recording no approval (W125, W126, W134). When the
+// checks no longer pass (the operation changed since), the answer is
+// theirs.
+func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, owner store.Owner, ref string, a store.Approval, d *webkit.Decline) {
+	reason := d.Reason
+	if reason == "" {
+		reason = "(no reason given)"
+	}
+	reply, err := e.Store.Record(ctx, owner, ref, a, e.now(), store.RecordOptions{Decline: reason})
+	if err != nil {
+		e.storeDown(w, err)
+		return
+	}
+	if reply.Result != store.Recorded {
+		e.answer(w, ref, a, reply)
+		return
+	}
+	note(w, "declined", "")
+	writeDecline(w, a, d)
 }
 
 // refOperationID is the operation_id of a ref the store found.
