@@ -38,9 +38,6 @@ type entryHead struct {
 	Session  string `json:"sid,omitempty"`
 	Kind     string `json:"kd,omitempty"`
 	Note     string `json:"n,omitempty"` // Reason, or By of a resolution
-	// Approval is the approval as sent, when the caller has it and the
-	// store does not keep it (a decline's).
-	Approval string `json:"ap,omitempty"`
 }
 
 // entryTail is the script's half: the operation's revision, its summary
@@ -57,21 +54,19 @@ type entryTail struct {
 	Approval string `json:"a"`
 	Used     string `json:"u"`
 	Keep     string `json:"k"`
+	Account  string `json:"ac"` // the operation's, when the caller didn't know it
 }
 
 // auditArgs are the three arguments every script that may write an entry
 // takes: the entry's head, the terms' digest (” when the caller doesn't
 // know the terms) and now plus the audit retention.
-func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, declined *store.Approval, terms []byte, now time.Time) []any {
+func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) []any {
 	e := store.EntryOf(ctx)
 	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
 		note = e.By
 	}
 	h := entryHead{ID: storekit.NewToken(), What: what, At: now.UnixNano(), Instance: e.Instance,
 		Agent: owner.Agent, User: owner.User, Account: owner.Account, Session: e.Session, Kind: e.Kind, Note: note}
-	if declined != nil {
-		h.Approval = string(encodeApproval(*declined, time.Time{}))
-	}
 	head, _ := json.Marshal(h) // strings and integers only: never fails
 	digest := ""
 	if terms != nil {
@@ -98,6 +93,9 @@ func decodeEntry(v string) (e store.Entry, keep time.Time, ok bool) {
 	if !ok {
 		return store.Entry{}, time.Time{}, false
 	}
+	if t.Account != "" {
+		h.Account = t.Account
+	}
 	e = store.Entry{ID: h.ID, What: h.What, At: time.Unix(0, h.At).UTC(), Instance: h.Instance,
 		Owner: store.Owner{Agent: h.Agent, User: h.User, Account: h.Account}, Session: h.Session, Kind: h.Kind,
 		Operation: store.Operation{ID: t.Op, Revision: t.Revision, Summary: t.Summary}, TermsDigest: t.Digest}
@@ -107,12 +105,8 @@ func decodeEntry(v string) (e store.Entry, keep time.Time, ok bool) {
 	if e.TermsDigest == "" && t.Terms != "" {
 		e.TermsDigest = termsDigest([]byte(t.Terms))
 	}
-	ap := t.Approval
-	if ap == "" {
-		ap = h.Approval
-	}
-	e.Approval = decodeApproval(ap, t.Op, t.Revision)
-	if h.Approval != "" { // a decline: recorded nowhere
+	e.Approval = decodeApproval(t.Approval, t.Op, t.Revision)
+	if h.What == storekit.EntryDeclined { // recorded nowhere
 		e.Approval.RecordedAt = time.Time{}
 	}
 	if t.Used != "" {
@@ -213,4 +207,21 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// scanBatch is how many keys one SCAN step of Entries asks for: each step
+// is short, so reading the ledger never blocks Redis for other web
+// servers.
+const scanBatch = 500
+
+// globEscape escapes the glob characters of a key prefix for SCAN MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

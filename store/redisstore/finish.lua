@@ -5,13 +5,14 @@
 -- ARGV: 1 claim token, 2 outcome ('done', 'notdone', 'unknown'), 3 now,
 --       4 now + retention, 5 random suffix of a fresh revision, 6 '1' to
 --       resolve (whoever holds the claim) else '0', 7 the account (to
---       resolve), 8 the TTL in ms that keeps a key until 4, and with the
---       agent's count: 9 its members' prefix ("<slot> ").
+--       resolve), 8 the TTL in ms that keeps a key until 4, 9-11 the
+--       audit entry's (lib.lua audit), and with the agent's count: 12 its
+--       members' prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 local op = KEYS[1]
 local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c')
+local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu')
 local k = f[6]
 if f[1] ~= 'performing' or gone(k, now) then
   return 0
@@ -22,6 +23,12 @@ elseif not f[2] or f[2] ~= token then
   return 0
 end
 local ap, cur = f[3], f[7]
+-- The entry's: the claimed revision and its approval, read before they go.
+-- An unknown outcome reported again changes nothing and writes none.
+local e = nil
+if ap and not (outcome == 'unknown' and f[13]) then
+  e = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
+end
 if outcome == 'done' then
   -- Remembered until the approved revision's expires_at (k is at least
   -- every revision's), and for the retention at least (W137).
@@ -63,7 +70,7 @@ if outcome == 'done' then
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- did not.
   redis.call('ZREM', base .. 'open', opID)
-  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[9] .. opID) end
+  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[12] .. opID) end
   redis.call('ZREM', KEYS[2], op)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
@@ -82,7 +89,7 @@ elseif outcome == 'notdone' then
   end
   -- Open again, it counts among its owner's (and agent's) open
   -- operations until k.
-  reopen(base, opID, k, now, KEYS[3], ARGV[9])
+  reopen(base, opID, k, now, KEYS[3], ARGV[12])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no
@@ -96,5 +103,7 @@ else
     -- The action stays busy while it is (take.lua, W145).
     if f[4] then extend(base .. 'act:' .. f[4], ARGV[8]) end
   end
+  k = kk
 end
+if e then audit(base, opID, {ARGV[9], ARGV[10], ARGV[11]}, ap, e[2], e[3], e[1], e[4], e[5], k, now) end
 return 1

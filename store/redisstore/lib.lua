@@ -454,3 +454,48 @@ local function request(KEYS, ARGV)
     opID = false, hint = '', prev = '', f = false, c = false,
   }
 end
+
+-- The audit log (store.Entry, audit.go): each operation's entries are a
+-- list "<base>log:<operation_id>" in its slot, appended to by the step
+-- that commits what an entry records, in the same script. A decline or a
+-- claim is refused once the log holds AUDIT_REFUSE entries
+-- (storekit.EntriesBeforeRefusal), which leaves room for all that may
+-- follow within 64 (webkit/RULES.md "Bounded work").
+local AUDIT_REFUSE = 44
+
+-- audit appends an entry to operation opID's log: au is the caller's
+-- three arguments (the entry's head, JSON; the terms' digest, '' when the
+-- caller doesn't know the terms; now plus the audit retention), the rest
+-- what the step knows: the revision, its summary, expires_at and terms
+-- (kept only when the caller sent no digest), the stored approval, when
+-- it was used up, and k, the operation's keep-until. The log is kept
+-- until the later of au[3] and k. With refuse (a decline, a claim) it
+-- writes nothing and returns false when the log is full: call it before
+-- the step's writes.
+local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct)
+  local keep = later(au[3], k)
+  local tail = {o = opID, v = rev or '', s = summary or '', x = x or '', d = au[2], t = '',
+    a = approval or '', u = used or '', k = keep, ac = acct}
+  if au[2] == '' then tail.t = terms or '' end
+  local log = base .. 'log:' .. opID
+  local n = redis.call('RPUSH', log, au[1] .. '\n' .. cjson.encode(tail))
+  if refuse and n > AUDIT_REFUSE then
+    redis.call('RPOP', log)
+    return false
+  end
+  if n == 1 then
+    redis.call('PEXPIRE', log, ttl(keep, now))
+  else
+    redis.call('PEXPIRE', log, ttl(keep, now), 'GT')
+  end
+  return true
+end
+
+-- audit_unclaim writes the entry of a claim undone: by its holder
+-- (release.lua), or unstarted, by the next request or by Performing
+-- (take.lua, tidy.lua). Call it before unclaim, which drops the used-at.
+-- The account is the operation's (tidy's caller doesn't know it).
+local function audit_unclaim(base, op, opID, ap, k, now, au)
+  local e = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap, 'acct')
+  audit(base, opID, au, ap, e[2], e[3], e[1], e[4], e[5], k, now, false, e[6])
+end

@@ -177,7 +177,8 @@ func (s *rstore) stuck(ctx context.Context, members [][2]string, claimedBefore, 
 func (s *rstore) tidy(ctx context.Context, member [2]string, ag, us string, undoBefore, now time.Time) error {
 	tokUntil := now.Add(storekit.ClaimTokenTTL)
 	owner := store.Owner{Agent: ag, User: us}
-	_, _, err := withAgentCount(s, owner, member[:], []any{ns(now), ns(undoBefore), ttlMs(tokUntil, now), ns(tokUntil)}, func(keys []string, args []any) (string, error) {
+	args := append([]any{ns(now), ns(undoBefore), ttlMs(tokUntil, now), ns(tokUntil)}, s.auditArgs(ctx, storekit.EntryReleased, owner, "", nil, now)...)
+	_, _, err := withAgentCount(s, owner, member[:], args, func(keys []string, args []any) (string, error) {
 		return s.run(ctx, s.client, tidyStep, keys, args...).Text()
 	})
 	if err != nil {
@@ -226,6 +227,11 @@ func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID str
 	base := s.base(owner.Agent, owner.User)
 	keys := []string{base + "op:" + operationID, s.indexKey(owner.Agent, owner.User)}
 	args := []any{"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account, ttlMs(now.Add(s.retention), now)}
+	what := storekit.EntryResolved
+	if outcome == store.NotDone {
+		what = storekit.EntryResolvedNotDo
+	}
+	args = append(args, s.auditArgs(ctx, what, owner, "", nil, now)...)
 	n, err := s.finish(ctx, owner, operationID, keys, args, o, true)
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)

@@ -1,26 +1,29 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
 -- KEYS: the operation key ("<base>op:<operation_id>", the ref's); for a
---       computed ref (ARGV[11]), its action key; the request's
+--       computed ref (ARGV[14]), its action key; the request's
 --       single-use key when ARGV[9] is set; on a single Redis, for a
 --       computed ref, the agent's count of open operations (agent.lua).
 -- ARGV: 1 account, 2 approval operation_id, 3 approval revision, 4 now,
---       5 approval JSON, 6 check only ('1' or '0'), 7 random suffix of a
---       fresh revision (see W122 below), 8 the ref's revision, 9 the
---       single-use key's until ('' for none), 10 the TTL in ms that keeps a
---       key until then, and for a computed ref (computed.go):
---       11 'c', 12 its account, 13 terms, 14 summary, 15 expires_at,
---       16 agent, 17 user, 18 the owner's cap of open operations, 19 the
---       TTL in ms that keeps a key until 15, 20 its neighbours'
---       operation_ids ('.'-separated, lib.lua neighbours_allow), 21 when
---       it was minted, 22 15 plus the retention (kt: see below), 23 the
---       TTL in ms that keeps a key until 22, and with the agent's count:
---       24 the agent's cap, 25 its members' prefix ("<slot> ").
+--       5 approval JSON, 6 check only ('1'), decline ('d': the checks,
+--       and the decline's audit entry when they pass) or '0', 7 random
+--       suffix of a fresh revision (see W122 below), 8 the ref's revision,
+--       9 the single-use key's until ('' for none), 10 the TTL in ms that
+--       keeps a key until then, 11-13 the audit entry's (lib.lua audit),
+--       and for a computed ref (computed.go):
+--       14 'c', 15 its account, 16 terms, 17 summary, 18 expires_at,
+--       19 agent, 20 user, 21 the owner's cap of open operations, 22 the
+--       TTL in ms that keeps a key until 18, 23 its neighbours'
+--       operation_ids ('.'-separated, lib.lua neighbours_allow), 24 when
+--       it was minted, 25 18 plus the retention (kt: see below), 26 the
+--       TTL in ms that keeps a key until 25, and with the agent's count:
+--       27 the agent's cap, 28 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}.
 local op = KEYS[1]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local computed = ARGV[11] == 'c'
+local computed = ARGV[14] == 'c'
+local au = {ARGV[11], ARGV[12], ARGV[13]}
 local onceKey = KEYS[2]
 if computed then onceKey = KEYS[3] end
 -- The request's single-use key, used up before anything else: a replayed
@@ -42,13 +45,13 @@ if computed then
   -- sent for it, as Take would have stored it, and then checked like any
   -- other. Its ref was sealed by this store for this owner, so its
   -- revision was returned (W74).
-  local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[13], ARGV[14], ARGV[15]
-  local agentKey = ARGV[24] and KEYS[#KEYS]
+  local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[16], ARGV[17], ARGV[18]
+  local agentKey = ARGV[27] and KEYS[#KEYS]
   -- Most often nothing of the action is kept at all: not the operation,
   -- not its action key, not its neighbours. One EXISTS says so, and the
   -- reads below that would each find nothing are skipped.
   local kept = {op, actKey}
-  for id in string.gmatch(ARGV[20], '[^.]+') do kept[#kept + 1] = base .. 'op:' .. id end
+  for id in string.gmatch(ARGV[23], '[^.]+') do kept[#kept + 1] = base .. 'op:' .. id end
   local nothing = redis.call('EXISTS', unpack(kept)) == 0
   local g, cur, prev = {}, nil, ''
   if not nothing then
@@ -67,7 +70,7 @@ if computed then
       if not known then
         local ak = nil
         if cur == opID then ak = actKey end
-        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[19], prev, agentKey, ARGV[25])
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[22], prev, agentKey, ARGV[28])
       end
     end
   else
@@ -80,7 +83,7 @@ if computed then
     if cur and cur ~= opID and not gone(redis.call('HGET', base .. 'op:' .. cur, 'k'), now) then
       return {'notfound'}
     end
-    if not nothing and not neighbours_allow(base, ARGV[20], ARGV[21], now) then return {'notfound'} end
+    if not nothing and not neighbours_allow(base, ARGV[23], ARGV[24], now) then return {'notfound'} end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
     local akey = string.match(actKey, 'act:([^:]*)$')
     -- The approval of this very revision by its own account passes checks
@@ -91,22 +94,23 @@ if computed then
     -- plus the retention, which covers what a claim before expires_at must
     -- keep (W138), so the claim makes no PEXPIRE of it (take.lua). Whether
     -- it is remembered is still judged by k alone.
-    local extra = {'c', '1', 'kt', ARGV[22]}
+    local extra = {'c', '1', 'kt', ARGV[25]}
     local approve = false
-    if ARGV[12] == acct and apOp == opID and apRev == rev and checkOnly ~= '1' then
+    if ARGV[15] == acct and apOp == opID and apRev == rev and checkOnly == '0' then
       approve = true
-      extra = {'c', '1', 'kt', ARGV[22], 'a:' .. rev, approval, 'al', rev}
+      extra = {'c', '1', 'kt', ARGV[25], 'a:' .. rev, approval, 'al', rev}
     end
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[12], ARGV[16], ARGV[17], terms, summary, x, now, ARGV[18], prev, ARGV[19], agentKey, ARGV[24], ARGV[25], extra, ARGV[23]) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[15], ARGV[19], ARGV[20], terms, summary, x, now, ARGV[21], prev, ARGV[22], agentKey, ARGV[27], ARGV[28], extra, ARGV[26]) then
       return {'limited'}
     end
     if approve then
+      audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
       return {'recorded', opID, rev, summary, terms, x}
     end
     -- Otherwise what the checks read is known without reading it.
     local t, s = false, false
     if apRev == rev then t, s = terms, summary end
-    fresh = {'open', ARGV[12], rev, x, false, rev, terms, t, s, t and x, false, false}
+    fresh = {'open', ARGV[15], rev, x, false, rev, terms, t, s, t and x, false, false}
   end
 end
 -- Everything the checks read, in one call: the operation, the ref's
@@ -169,12 +173,18 @@ local al = words(f[5])
 if #al >= MAX_APPROVALS then
   return {'limited'}
 end
-if checkOnly == '1' then
-  return reply -- §6 "Declining": the checks alone
+if checkOnly == 'd' then
+  -- §6 "Declining": the decline's entry, and nothing recorded (W134).
+  if not audit(base, opID, au, apRev, s, x, t, approval, nil, k, now, true) then return {'limited'} end
+  return reply
+end
+if checkOnly ~= '0' then
+  return reply -- the checks alone
 end
 -- First recorded first (W95): the approved revisions in the order recorded.
 al[#al + 1] = apRev
 redis.call('HSET', op, 'a:' .. apRev, approval, 'al', table.concat(al, ' '))
+audit(base, opID, au, apRev, s, x, t, approval, nil, k, now)
 -- An operation is kept at least until each revision's expires_at (k), so
 -- the approved one's (W102) needs nothing more.
 return reply

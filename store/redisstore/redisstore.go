@@ -350,6 +350,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	retained := now.Add(s.retention)
 	tokUntil := now.Add(storekit.ClaimTokenTTL)
 	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil), ns(now.Add(-unstartedFor)))
+	args = append(args, s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)...)
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if !s.durability.confirms() {
 			// The reply is enough (DurableNone, DurableServer): the start
@@ -517,8 +518,17 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		}
 		keys, once, onceTTL = append(keys, k), ns(opts.OnceUntil), ttlMs(opts.OnceUntil, now)
 	}
+	what := storekit.EntryRecorded
+	if opts.Decline != "" {
+		checkOnly, what = "d", storekit.EntryDeclined
+	}
+	var terms []byte // known here for a computed ref only
+	if c != nil {
+		terms = c.Terms
+	}
 	args := []any{owner.Account, approval.OperationID, approval.Revision, ns(now),
 		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL}
+	args = append(args, s.auditArgs(ctx, what, owner, opts.Decline, terms, now)...)
 	var v []string
 	var err error
 	if c == nil {
@@ -584,6 +594,8 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	keys := []string{base + "op:" + claim.Operation.ID, s.indexKey(claim.Owner.Agent, claim.Owner.User)}
 	args := []any{claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)}
+	what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[outcome]
+	args = append(args, s.auditArgs(ctx, what, claim.Owner, "", claim.Operation.Terms, now)...)
 	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
 		s.failed(err)
@@ -609,6 +621,7 @@ func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, n
 	base := s.base(owner.Agent, owner.User)
 	keys := []string{base + "tok:" + token, s.indexKey(owner.Agent, owner.User)}
 	args := []any{token, ns(now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), ns(now.Add(storekit.ClaimTokenTTL))}
+	args = append(args, s.auditArgs(ctx, storekit.EntryReleased, owner, "", nil, now)...)
 	// A released claim's operation comes back to its agent's count.
 	n, _, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) (int, error) {
 		return s.run(ctx, s.client, releaseStep, keys, args...).Int()

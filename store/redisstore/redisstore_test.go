@@ -233,14 +233,17 @@ func TestCallsPerStep(t *testing.T) {
 			t.Fatalf("Take: ref %s, want the first one's %s", again.Ref, is.Ref)
 		}
 	})
-	step("Record", 2, func() { recordOK(t, st, is, at(2*time.Second)) })
+	// Each step that commits writes its audit entry (lib.lua audit): an
+	// RPUSH and a PEXPIRE, and Finish one HMGET of the claimed revision.
+	step("Record", 4, func() { recordOK(t, st, is, at(2*time.Second)) })
 	var claim store.Claim
-	// 13: the claim's 7, its entry in its slot's index of performing
+	// 15: the claim's 7, its entry in its slot's index of performing
 	// operations (ZADD, and PEXPIRE GT then NX for an index just made: the
-	// last claim's Finish emptied it, and Redis dropped it), and its start
-	// mark's GET, HMGET and HSET (start.lua).
-	step("the Take that claims (and takes its operation off its owner's count)", 13, func() { claim = takeClaim(t, st, a, at(3*time.Second)) })
-	// 8 or 9 (its ZREM from the index among them): a stored operation's action key stays, naming it while it
+	// last claim's Finish emptied it, and Redis dropped it), its start
+	// mark's GET, HMGET and HSET (start.lua), and its audit entry's 2.
+	step("the Take that claims (and takes its operation off its owner's count)", 15, func() { claim = takeClaim(t, st, a, at(3*time.Second)) })
+	// 11 or 12 (its ZREM from the index, and its audit entry's HMGET,
+	// RPUSH and PEXPIRE among them): a stored operation's action key stays, naming it while it
 	// is remembered (ka, lib.lua issue), so Finish extends it (lib.lua
 	// extend): one PEXPIRE GT, and a PEXPIRE NX after it when the key's
 	// TTL is already as long to the millisecond (the claim set it to the
@@ -249,8 +252,8 @@ func TestCallsPerStep(t *testing.T) {
 	if err := st.Finish(ctx, claim, store.Done, at(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if got := inner() - before; got != 8 && got != 9 {
-		t.Errorf("Finish: %d redis.calls, want 8 or 9", got)
+	if got := inner() - before; got != 11 && got != 12 {
+		t.Errorf("Finish: %d redis.calls, want 11 or 12", got)
 	}
 
 	// With the agent's cap (the default), on a single Redis the 403 step
@@ -275,9 +278,9 @@ func TestCallsPerStep(t *testing.T) {
 	}
 	a = action("c", `{"v":1}`, time.Hour)
 	step("the 403 step, computed", 1, func() { is = takeIssued(t, st, a, at(6*time.Second)) })
-	step("Record storing a computed operation", 7, func() { recordOK(t, st, is, at(7*time.Second)) })
-	step("the Take that claims a computed operation", 13, func() { claim = takeClaim(t, st, a, at(8*time.Second)) })
-	step("Finish of a computed operation", 7, func() {
+	step("Record storing a computed operation", 9, func() { recordOK(t, st, is, at(7*time.Second)) })
+	step("the Take that claims a computed operation", 15, func() { claim = takeClaim(t, st, a, at(8*time.Second)) })
+	step("Finish of a computed operation", 10, func() {
 		if err := st.Finish(ctx, claim, store.Done, at(9*time.Second)); err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,9 @@
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
 --       TTL in ms, 17 now + that TTL (when the token is forgotten), 18 the
 --       instant before which a claim never marked started may be undone
---       ('' never), and with the agent's count: 19 the agent's cap, 20 its
---       members' prefix ("<slot> ").
+--       ('' never), 19-21 the audit entry of a claim (lib.lua audit), and
+--       with the agent's count: 22 the agent's cap, 23 its members' prefix
+--       ("<slot> ").
 --
 -- A claim is made unstarted (st '0'): its handler may run only once the
 -- claimer's start mark (start.lua) has found it still held and marked it
@@ -35,7 +36,7 @@ if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.matc
 end
 local v = redis.call('MGET', KEYS[2], KEYS[1])
 local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = KEYS[4], ARGV[19], ARGV[20]
+a.agentKey, a.maxAgent, a.agentMember = KEYS[4], ARGV[22], ARGV[23]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 local idx, unstartedBefore = KEYS[3], ARGV[18]
 local now, base = a.now, a.base
@@ -83,6 +84,10 @@ if opID then
       if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
         return {'busy'}
       end
+      -- Its entry says released, made for this request (the caller's
+      -- head for a claim, renamed; the undone revision's own terms).
+      local rel = string.gsub(string.gsub(ARGV[19], '"w":"claimed"', '"w":"released"', 1), '"id":"', '"id":"u', 1)
+      audit_unclaim(base, op, opID, p[5], f[3], now, {rel, '', ARGV[21]})
       unclaim(base, op, opID, p[4], p[5], f[3], now, idx, tokTTL, tokUntil, a.agentKey, a.agentMember)
       f[1] = 'open'
       -- The hinted revision's used-at was read before the undo.
@@ -101,6 +106,11 @@ if opID then
         -- only it.
         if t == a.terms and x and ap and not used and cmp(now, x) <= 0 then
           local k = later(retained, f[3]) -- W138
+          -- The claim's entry first: a full log refuses the claim (lib.lua
+          -- audit).
+          if not audit(base, opID, {ARGV[19], ARGV[20], ARGV[21]}, r, s, x, '', ap, now, k, now, true) then
+            return {'limited'}
+          end
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k, 'st', '0')
           -- Listed by Performing through its slot's index, not a SCAN.
