@@ -28,6 +28,8 @@ import (
 type Config struct {
 	file       string
 	listen     string
+	admin      string // admin_listen: health, readiness and metrics; "" for none
+	shutdown   time.Duration
 	origin     string
 	upstream   *url.URL
 	name       string
@@ -69,6 +71,7 @@ type action struct {
 const (
 	defaultListen          = ":8080"
 	defaultDescribeTimeout = 2 * time.Second
+	defaultShutdown        = 30 * time.Second
 )
 
 // Load reads and checks the config file at path.
@@ -203,11 +206,11 @@ func (p *parser) strings(f field, name string) ([]string, error) {
 }
 
 func (p *parser) config(root *yaml.Node) (*Config, error) {
-	m, err := p.mapping(root, "", "listen", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions")
+	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions")
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{listen: defaultListen}
+	c := &Config{listen: defaultListen, shutdown: defaultShutdown}
 	if f, ok := m["allow_local"]; ok {
 		if c.allowLocal, err = p.boolean(f, "allow_local"); err != nil {
 			return nil, err
@@ -215,6 +218,19 @@ func (p *parser) config(root *yaml.Node) (*Config, error) {
 	}
 	if f, ok := m["listen"]; ok {
 		if c.listen, err = p.str(f, "listen"); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["admin_listen"]; ok {
+		if c.admin, err = p.str(f, "admin_listen"); err != nil {
+			return nil, err
+		}
+		if c.admin == c.listen {
+			return nil, p.errAt(f.value, "admin_listen", "the same address as listen: metrics and health go on a listener of their own")
+		}
+	}
+	if f, ok := m["shutdown_timeout"]; ok {
+		if c.shutdown, err = p.duration(f, "shutdown_timeout"); err != nil {
 			return nil, err
 		}
 	}

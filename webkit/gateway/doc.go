@@ -18,7 +18,7 @@
 //
 //	c, err := gateway.Load("opsgate-gateway.yaml")
 //	g, err := gateway.New(c, nil) // nil: slog.Default()
-//	http.ListenAndServe(g.Addr(), g)
+//	err = g.Run(ctx) // until ctx ends; or serve g, an http.Handler, yourself
 //
 // It is built only on the kit's public API: packages webkit, endpoint,
 // store and store/redisstore.

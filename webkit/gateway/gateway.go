@@ -36,9 +36,14 @@ type options struct {
 // Gateway is the website side of the operations extension in front of an
 // unmodified website (the upstream): an http.Handler. Build it with [New].
 type Gateway struct {
-	handler http.Handler
-	listen  string
-	closers []func() error
+	handler         http.Handler
+	listen          string
+	adminAddr       string
+	admin           http.Handler
+	shutdownTimeout time.Duration
+	logger          *slog.Logger
+	closers         []func() error
+	adminState
 }
 
 // startTimeout bounds what New waits for: the Redis store's checks.
@@ -68,7 +73,7 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	g := &Gateway{listen: c.listen}
+	g := &Gateway{listen: c.listen, adminAddr: c.admin, shutdownTimeout: c.shutdown, logger: logger}
 
 	var kit *webkit.Kit
 	if len(c.keys) == 0 {
@@ -94,16 +99,21 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 		}
 	}
 	if c.store.redis != nil {
-		st, closeStore, err := openRedis(c.store, logger)
+		st, client, err := openRedis(c.store, logger)
 		if err != nil {
 			return nil, err
 		}
 		kit.Store = st
-		g.closers = append(g.closers, closeStore)
+		g.closers = append(g.closers, client.Close)
+		g.ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
 	} else {
 		kit.Store = store.NewMemory()
 	}
 
+	if err := g.newAdmin(kit); err != nil { // before NewMount, which takes the Observer
+		g.Close()
+		return nil, err
+	}
 	m, err := endpoint.NewMount(endpoint.Config{
 		Origin:       c.origin,
 		Name:         c.name,
@@ -172,10 +182,6 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 // everything else proxied to the upstream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.handler.ServeHTTP(w, r) }
 
-// Addr is the address the config says to listen on (listen; ":8080" when
-// it says nothing).
-func (g *Gateway) Addr() string { return g.listen }
-
 // Close closes the store's connections. Shut the server down first, so
 // that the performances in flight finish.
 func (g *Gateway) Close() error {
@@ -189,7 +195,7 @@ func (g *Gateway) Close() error {
 
 // openRedis connects the Redis store and checks that it keeps the
 // durability the config asks for.
-func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, func() error, error) {
+func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, *redis.Client, error) {
 	client := redis.NewClient(sc.redis)
 	st := redisstore.New(client, redisstore.Options{Durability: sc.durability, Replicas: sc.replicas, Prefix: sc.prefix})
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -204,7 +210,7 @@ func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, func() error, 
 	if err := redisstore.Load(ctx, st); err != nil {
 		logger.Warn("opsgate-gateway: store: functions not loaded; the first calls cost one more round trip", "error", err.Error())
 	}
-	return st, client.Close, nil
+	return st, client, nil
 }
 
 // describeFunc is the Gate's describe of an action the config describes:
