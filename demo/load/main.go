@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,8 +79,20 @@ func main() {
 		side       = flag.Bool("side-by-side", false, "the Gate beside a hand-rolled gate on the same redis-server, and each store step beside its floor (sidebyside.go; starts a redis-server unless -redis)")
 		requests   = flag.Int("requests", 16_000, "-side-by-side: requests in each phase of each round")
 		rounds     = flag.Int("rounds", 5, "-side-by-side: rounds")
+		cpuProfile = flag.String("cpuprofile", "", "write this process's CPU profile of the run to this file (go tool pprof)")
 	)
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "load -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	// Ctrl-C cancels the run, so that every server it started is stopped.
 	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

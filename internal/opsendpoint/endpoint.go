@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
@@ -133,8 +134,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// W14: a request that doesn't declare operations v3 gets no operation.
-	ext, err := headers.ParseExtensions(r.Header.Values(headers.Extensions))
-	if err != nil || !headers.DeclaresOperations(ext) {
+	if !declaresOperations(r.Header.Values(headers.Extensions)) {
 		note(w, "extension_required", "")
 		writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
 		return
@@ -187,6 +187,33 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.approve(w, r.Context(), session, ref, approval, replay)
 }
+
+// declaresOperations reports whether a request's Poppy-Extensions lines
+// declare operations v3 (W14). The verdict on the last single line seen is
+// kept: an agent sends the same line on every request, and parsing it as
+// a Structured Field List costs a dozen allocations.
+func declaresOperations(values []string) bool {
+	if len(values) == 1 {
+		if last := lastExtensions.Load(); last != nil && last.line == values[0] {
+			return last.declares
+		}
+	}
+	ext, err := headers.ParseExtensions(values)
+	declares := err == nil && headers.DeclaresOperations(ext)
+	if len(values) == 1 {
+		lastExtensions.Store(&extensionsVerdict{values[0], declares})
+	}
+	return declares
+}
+
+// extensionsVerdict is one Poppy-Extensions line and whether it declares
+// operations v3.
+type extensionsVerdict struct {
+	line     string
+	declares bool
+}
+
+var lastExtensions atomic.Pointer[extensionsVerdict]
 
 // Replay is a request's single-use key (a Session JWT's jti) that its
 // Authenticator left for the endpoint to use up, until Until.
