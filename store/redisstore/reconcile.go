@@ -74,8 +74,8 @@ func (s *rstore) indexed(ctx context.Context, lo, hi int, stop string) ([][2]str
 		offset int64
 	}
 	pages := make([]page, 0, hi-lo)
-	for n := lo; n < hi; n++ {
-		pages = append(pages, page{key: s.indexKeyOfSlot(n)})
+	for _, key := range s.indexesToRead(ctx, lo, hi) {
+		pages = append(pages, page{key: key})
 	}
 	for len(pages) > 0 {
 		pipe := s.client.Pipeline()
@@ -99,6 +99,47 @@ func (s *rstore) indexed(ctx context.Context, lo, hi int, stop string) ([][2]str
 		pages = more
 	}
 	return out, nil
+}
+
+// existsGroup is how many index keys one EXISTS asks about on a single
+// Redis (indexesToRead).
+const existsGroup = 64
+
+// indexesToRead returns the index keys of slots lo to hi-1 that Performing
+// reads. On a single Redis (a *redis.Client) one EXISTS asks about
+// existsGroup of them at once, and only the groups that have one are read:
+// an index exists only while its slot has an operation performing (Redis
+// drops an empty sorted set), so a listing costs about hashSlots /
+// existsGroup commands plus the groups that hold operations. A Cluster
+// (and a proxy in front of one, which refuses keys of many slots in one
+// command: CROSSSLOT) reads every index, each on its own master.
+func (s *rstore) indexesToRead(ctx context.Context, lo, hi int) []string {
+	keys := make([]string, 0, hi-lo)
+	for n := lo; n < hi; n++ {
+		keys = append(keys, s.indexKeyOfSlot(n))
+	}
+	c, ok := s.client.(*redis.Client)
+	if !ok || s.manySlotsRefused.Load() {
+		return keys
+	}
+	pipe := c.Pipeline()
+	var cmds []*redis.IntCmd
+	for i := 0; i < len(keys); i += existsGroup {
+		cmds = append(cmds, pipe.Exists(ctx, keys[i:min(i+existsGroup, len(keys))]...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if redis.HasErrorPrefix(err, "CROSSSLOT") {
+			s.manySlotsRefused.Store(true)
+		}
+		return keys // read them all: the ZRANGEs will say what is wrong
+	}
+	var out []string
+	for i, cmd := range cmds {
+		if cmd.Val() > 0 {
+			out = append(out, keys[i*existsGroup:min((i+1)*existsGroup, len(keys))]...)
+		}
+	}
+	return out
 }
 
 // stuckFields are what Performing reads of each operation hash.

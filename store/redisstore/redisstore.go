@@ -96,6 +96,11 @@ type rstore struct {
 	// refuses a step's keys in two slots (a proxy in front of a Cluster).
 	agentInStep atomic.Bool
 
+	// manySlotsRefused is set for good when the server refused one
+	// command's keys in many slots (a proxy in front of a Cluster):
+	// Performing then reads each slot's index on its own (reconcile.go).
+	manySlotsRefused atomic.Bool
+
 	// functions is set once Load loaded the steps as a function library.
 	functions atomic.Bool
 
