@@ -226,7 +226,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 		approvalRatios = append(approvalRatios, float64(ac.latency)/float64(ac.bare))
 
 		// Each store step beside its floor.
-		steps, err := stepsAndFloors(ctx, rs, toolClient, prefix+"floor:", round, c.stepOps)
+		steps, err := stepsAndFloors(ctx, rs, toolClient, prefix, prefix+"floor:", round, c.stepOps)
 		if err != nil {
 			return res, fmt.Errorf("steps: %w", err)
 		}
@@ -606,7 +606,8 @@ func stepLine(steps []stepFigure) string {
 const floorDoc = "403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
 	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
 	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
-	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted. " +
+	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted; " +
+	"and record, claim and finish each append an audit entry as long as the store's own (RPUSH, PEXPIRE), composed by the caller. " +
 	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps; a step's CPU is its functions' usec in INFO commandstats (the commands they call included: the per-command lines below count those twice)"
 
 // floorLibrary holds the floor functions (floorDoc).
@@ -614,6 +615,12 @@ const floorLibrary = `#!lua name=opsgate_sbs_floor
 redis.register_function('sbs_floor_403', function(KEYS, ARGV)
   return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3])
 end)
+local function entry(log, e, ttl)
+  if e and e ~= '' then
+    redis.call('RPUSH', log, e)
+    redis.call('PEXPIRE', log, ttl)
+  end
+end
 redis.register_function('sbs_floor_record', function(KEYS, ARGV)
   if redis.call('EXISTS', KEYS[1], KEYS[2]) ~= 0 then return 0 end
   local r = ARGV[2]
@@ -621,6 +628,7 @@ redis.register_function('sbs_floor_record', function(KEYS, ARGV)
     't:' .. r, ARGV[3], 's:' .. r, ARGV[4], 'x:' .. r, ARGV[5], 'a:' .. r, ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[2], ARGV[8], 'PX', ARGV[7])
+  entry(KEYS[3], ARGV[9], ARGV[7])
   return 1
 end)
 redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
@@ -630,6 +638,7 @@ redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
   if f[1] ~= 'open' then return {} end
   redis.call('HSET', KEYS[3], 'state', 'performing', 'claim', ARGV[1], 'ap', r, 'u:' .. r, ARGV[3])
   redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  entry(KEYS[4], ARGV[6], ARGV[5])
   return f
 end)
 redis.register_function('sbs_floor_start', function(KEYS, ARGV)
@@ -645,8 +654,25 @@ redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
   redis.call('HSET', KEYS[1], 'state', 'performed')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('DEL', KEYS[2])
+  entry(KEYS[3], ARGV[3], ARGV[2])
   return 1
 end)`
+
+// storeEntries reads the audit log the store kept for one operation that
+// went through the whole cycle (recorded, claimed, performed) and returns
+// each step's entry length; empty when there is none.
+func storeEntries(ctx context.Context, c *redis.Client, prefix string, owner store.Owner, opID string) map[string]int {
+	log := prefix + "{" + storekit.Slot(owner.Agent, owner.User) + "}:log:" + opID
+	entries, err := c.LRange(ctx, log, 0, -1).Result()
+	out := map[string]int{}
+	if err != nil || len(entries) != 3 {
+		return out
+	}
+	for i, step := range []string{"record", "claim", "finish"} {
+		out[step] = len(entries[i])
+	}
+	return out
+}
 
 // commandStats is INFO commandstats: each command's calls and µs, every
 // command but INFO (the tool's own); nil when it can't be read.
@@ -763,7 +789,7 @@ type stepCost struct {
 // Take, Record, the Take that claims, Finish), each step for all of them
 // in turn, and n through the floor functions the same way, and returns
 // each step's server CPU beside its floor's.
-func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, prefix string, round, n int) ([]stepFigure, error) {
+func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, storePrefix, prefix string, round, n int) ([]stepFigure, error) {
 	if err := client.FunctionLoadReplace(ctx, floorLibrary).Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoFunctions, err)
 	}
@@ -824,33 +850,44 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 	}
 
 	// The floors, on keys shaped as the store's: one slot per owner.
-	keysOf := func(i int) (tok, act, op string) {
+	keysOf := func(i int) (tok, act, op, log string) {
 		base := prefix + "{" + strconv.Itoa(round) + "u" + strconv.Itoa(i%50) + "}:"
 		id := strconv.Itoa(i)
-		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id
+		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id, base + "log:op_" + id
+	}
+	// The audit entry each committing step appends, as long as the
+	// store's own (none when its scripts write none): the floor's is
+	// composed by the caller, one RPUSH and its TTL.
+	entries := storeEntries(ctx, client, storePrefix, owners[0], claims[0].Operation.ID)
+	pad := func(step string) string {
+		n := entries[step]
+		if n == 0 {
+			return ""
+		}
+		return strings.Repeat("e", n)
 	}
 	const rev = "1796052877-abcdefghijklmnop"
 	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
 	keep := strconv.FormatInt((15 * time.Minute).Milliseconds(), 10)
 	floor := map[string]stepCost{}
 	if floor["403"], err = measured(ctx, client, n, func(i int) error {
-		tok, act, op := keysOf(i)
+		tok, act, op, _ := keysOf(i)
 		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
 	}); err != nil {
 		return nil, err
 	}
 	if floor["record"], err = measured(ctx, client, n, func(i int) error {
-		_, act, op := keysOf(i)
+		_, act, op, log := keysOf(i)
 		a := action(i)
-		return client.FCall(ctx, "sbs_floor_record", []string{op, act}, "", rev, a.Terms, a.Summary, "1796052877",
-			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev).Err()
+		return client.FCall(ctx, "sbs_floor_record", []string{op, act, log}, "", rev, a.Terms, a.Summary, "1796052877",
+			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev, pad("record")).Err()
 	}); err != nil {
 		return nil, err
 	}
 	if floor["claim"], err = measured(ctx, client, n, func(i int) error {
-		tok, act, op := keysOf(i)
+		tok, act, op, log := keysOf(i)
 		token := "tok" + strconv.Itoa(i)
-		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep).Err(); err != nil {
+		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad("claim")).Err(); err != nil {
 			return err
 		}
 		// The start mark, after the claim's reply, as the store makes it.
@@ -859,8 +896,8 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, p
 		return nil, err
 	}
 	if floor["finish"], err = measured(ctx, client, n, func(i int) error {
-		tok, _, op := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok}, "tok"+strconv.Itoa(i), keep).Err()
+		tok, _, op, log := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad("finish")).Err()
 	}); err != nil {
 		return nil, err
 	}
