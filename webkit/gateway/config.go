@@ -39,6 +39,15 @@ type Config struct {
 	ownLogin   []string
 	chrome     templates.Chrome
 	actions    []*action
+
+	tokens         *tokenConfig // access_tokens: nil for no signed-in joins
+	identityPrefix string       // identity_headers
+}
+
+// tokenConfig is the access_tokens section: the issuer whose JWTs sign a
+// join in (§4 W54).
+type tokenConfig struct {
+	issuer, audience, jwksURL string
 }
 
 // storeConfig is the store section: memory, or a Redis.
@@ -206,11 +215,11 @@ func (p *parser) strings(f field, name string) ([]string, error) {
 }
 
 func (p *parser) config(root *yaml.Node) (*Config, error) {
-	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions")
+	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions", "access_tokens", "identity_headers")
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{listen: defaultListen, shutdown: defaultShutdown}
+	c := &Config{listen: defaultListen, shutdown: defaultShutdown, identityPrefix: defaultIdentityPrefix}
 	if f, ok := m["allow_local"]; ok {
 		if c.allowLocal, err = p.boolean(f, "allow_local"); err != nil {
 			return nil, err
@@ -286,7 +295,49 @@ func (p *parser) config(root *yaml.Node) (*Config, error) {
 			return nil, err
 		}
 	}
+	if f, ok := m["access_tokens"]; ok {
+		if c.tokens, err = p.accessTokens(f, c.allowLocal); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["identity_headers"]; ok {
+		if c.identityPrefix, err = p.str(f, "identity_headers"); err != nil {
+			return nil, err
+		}
+		if !validHeaderName(c.identityPrefix) || !strings.HasSuffix(c.identityPrefix, "-") || len(c.identityPrefix) < 3 {
+			return nil, p.errAt(f.value, "identity_headers", "want a header-name prefix ending in -, such as X-Opsgate-, got %q", c.identityPrefix)
+		}
+		c.identityPrefix = http.CanonicalHeaderKey(c.identityPrefix)
+	}
 	return c, nil
+}
+
+func (p *parser) accessTokens(f field, allowLocal bool) (*tokenConfig, error) {
+	m, err := p.mapping(f.value, "access_tokens", "issuer", "audience", "jwks_url")
+	if err != nil {
+		return nil, err
+	}
+	tc := &tokenConfig{}
+	for _, k := range []struct {
+		name string
+		dst  *string
+	}{{"issuer", &tc.issuer}, {"audience", &tc.audience}, {"jwks_url", &tc.jwksURL}} {
+		sf, ok := m[k.name]
+		if !ok {
+			if k.name == "audience" {
+				continue
+			}
+			return nil, p.errAt(f.value, "access_tokens."+k.name, "missing")
+		}
+		if *k.dst, err = p.str(sf, "access_tokens."+k.name); err != nil {
+			return nil, err
+		}
+	}
+	u, err := url.Parse(tc.jwksURL)
+	if err != nil || u.Host == "" || !(u.Scheme == "https" || u.Scheme == "http" && allowLocal) {
+		return nil, p.errAt(m["jwks_url"].value, "access_tokens.jwks_url", "want the issuer's https URL of its key set (http only with allow_local), got %q", tc.jwksURL)
+	}
+	return tc, nil
 }
 
 func (p *parser) origin(f field, allowLocal bool) (string, error) {

@@ -61,6 +61,9 @@ func TestConfigErrors(t *testing.T) {
 		{"describe not a path", goodHead + "actions:\n  - match: POST /x\n    describe: describe\n", "gateway.yaml:8: actions[0].describe: want a path on the upstream"},
 		{"describe_timeout without describe", goodHead + "actions:\n  - match: POST /x\n    key: k\n    describe_timeout: 1s\n", "gateway.yaml:9: actions[0].describe_timeout: only with describe"},
 		{"bad describe header", goodHead + "actions:\n  - match: POST /x\n    describe: /d\n    describe_headers: [\"X Bad\"]\n", "gateway.yaml:9: actions[0].describe_headers[0]: \"X Bad\" is not a header name"},
+		{"JWKS over http", goodHead + "access_tokens:\n  issuer: https://auth.example\n  jwks_url: http://auth.example/jwks\n", "gateway.yaml:8: access_tokens.jwks_url: want the issuer's https URL"},
+		{"no issuer", goodHead + "access_tokens:\n  jwks_url: https://auth.example/jwks\n", "gateway.yaml:7: access_tokens.issuer: missing"},
+		{"bad identity prefix", goodHead + "identity_headers: X-Opsgate\n", "gateway.yaml:6: identity_headers: want a header-name prefix ending in -"},
 		{"twice", goodHead + "origin: https://other.example\n", "gateway.yaml:6: origin: given twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

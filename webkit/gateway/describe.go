@@ -40,7 +40,16 @@ type describeRequest struct {
 	PathValues map[string]string   `json:"path_values,omitempty"`
 	Headers    map[string][]string `json:"headers,omitempty"`
 	Body       *string             `json:"body,omitempty"`
+	Session    describeSession     `json:"session"`
 	BodyBase64 string              `json:"body_base64,omitempty"`
+}
+
+// describeSession is whom the request is for: the Session the browser is
+// joined to (account only when it joined signed in).
+type describeSession struct {
+	Agent   string `json:"agent"`
+	User    string `json:"user"`
+	Account string `json:"account,omitempty"`
 }
 
 // describeAnswer is the describe URL's answer to a gated request.
@@ -66,6 +75,9 @@ type asker struct {
 	client   *http.Client
 	logger   *slog.Logger
 	kit      *webkit.Kit
+	// identityPrefix starts the identity headers, never taken from a
+	// client.
+	identityPrefix string
 }
 
 // described is the upstream's answer, handed to the Gate's describe in
@@ -115,7 +127,7 @@ func (k *asker) wrap(gated http.Handler) http.Handler {
 			}
 			body = b
 		}
-		d, err := k.ask(r, body)
+		d, err := k.ask(r, body, s)
 		if err != nil {
 			k.logger.LogAttrs(r.Context(), slog.LevelError, "opsgate-gateway: the describe URL failed; nothing was performed",
 				slog.String("path", r.URL.Path), slog.String("describe", k.a.describe.Path), slog.String("error", err.Error()))
@@ -130,8 +142,9 @@ func (k *asker) wrap(gated http.Handler) http.Handler {
 }
 
 // ask POSTs the request to the describe URL and reads its answer.
-func (k *asker) ask(r *http.Request, body []byte) (*described, error) {
-	dr := describeRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Headers: map[string][]string{}}
+func (k *asker) ask(r *http.Request, body []byte, s webkit.Session) (*described, error) {
+	dr := describeRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Headers: map[string][]string{},
+		Session: describeSession{Agent: s.Agent, User: s.User, Account: s.Account}}
 	for _, w := range wildcardRE.FindAllStringSubmatch(k.a.pattern, -1) {
 		if v := r.PathValue(w[1]); v != "" && w[1] != "$" {
 			if dr.PathValues == nil {
@@ -141,6 +154,9 @@ func (k *asker) ask(r *http.Request, body []byte) (*described, error) {
 		}
 	}
 	for _, h := range append([]string{"Content-Type"}, k.a.describeHeaders...) {
+		if strings.HasPrefix(h, k.identityPrefix) {
+			continue // a client's: forged; the Session is in "session"
+		}
 		if vs := r.Header.Values(h); len(vs) > 0 {
 			if h == "Cookie" {
 				c := http.Header{"Cookie": vs}

@@ -114,12 +114,20 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
+	client := &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	tokens := o.AccessTokens
+	if tokens == nil && c.tokens != nil {
+		keys := &jwks{url: c.tokens.jwksURL, client: client}
+		tokens = &identity.JWTAccessTokens{Issuer: c.tokens.issuer, Audience: c.tokens.audience, KeyFunc: keys.key}
+	}
 	m, err := endpoint.NewMount(endpoint.Config{
 		Origin:       c.origin,
 		Name:         c.name,
 		Kit:          kit,
 		Resolver:     o.Resolver,
-		AccessTokens: o.AccessTokens,
+		AccessTokens: tokens,
 		AllowLocal:   c.allowLocal,
 	})
 	if err != nil {
@@ -137,6 +145,7 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 			pr.Out.Header.Set("X-Forwarded-Host", origin.Host)
 			pr.Out.Header.Set("X-Forwarded-Proto", origin.Scheme)
 			dropGatewayCookies(pr.Out.Header)
+			identityHeaders(c.identityPrefix, kit, pr.In, pr.Out.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			upstreamFailed(logger, w, r, err)
@@ -144,15 +153,12 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
-	client := &http.Client{
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/", proxy) // what no action matches goes to the upstream untouched
 	for _, a := range c.actions {
 		var h http.Handler
 		if a.describe != nil {
-			ask := &asker{a: a, upstream: c.upstream, client: client, logger: logger, kit: kit}
+			ask := &asker{a: a, upstream: c.upstream, client: client, logger: logger, kit: kit, identityPrefix: c.identityPrefix}
 			h = ask.wrap(kit.Gate(describedByUpstream)(proxy))
 		} else {
 			h = kit.Gate(a.describeFunc())(proxy)
