@@ -179,7 +179,9 @@ func (s *Server) adminResolve(w http.ResponseWriter, r *http.Request) {
 		}))
 		return
 	}
-	err := rc.Resolve(r.Context(), owner, id, outcome, s.cfg.Clock())
+	// The ledger names who resolved it (store.Entry.By): the staff.
+	ctx := store.WithEntry(r.Context(), store.Entry{By: "staff (admin page)"})
+	err := rc.Resolve(ctx, owner, id, outcome, s.cfg.Clock())
 	// Every Resolve is logged: who it was for and what was said, never a
 	// token or a cookie.
 	s.cfg.Logger.Info("demo shop: staff resolved an operation",

@@ -118,6 +118,7 @@ func (s *Server) account(w http.ResponseWriter, r *http.Request) {
 	v := s.viewerOf(r)
 	acct, _ := s.dbOf(r).Account(v.Account)
 	av := views.AccountView{Account: acct, Orders: s.dbOf(r).Orders(v.Account), SignedIn: v.SignedIn, Agent: v.Joined, Reset: r.URL.Query().Has("reset")}
+	av.Decisions = s.agentDecisions(r, v)
 	if sub, ok := s.dbOf(r).Subscription(v.Account); ok {
 		av.Subscription = &sub
 	}

@@ -293,6 +293,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+PathLeave, s.leave)
 	mux.HandleFunc("GET "+PathAdmin, s.adminOperations)
 	mux.HandleFunc("POST /admin/operations/resolve", s.adminResolve)
+	mux.HandleFunc("GET /admin/ledger", s.adminLedger)
 	mux.HandleFunc("POST /admin/signin", s.staffSignIn)
 	mux.HandleFunc("POST /admin/signout", s.staffSignOut)
 	static, _ := fs.Sub(staticFiles, "static")
