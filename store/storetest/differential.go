@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -63,6 +64,11 @@ func Differential(t *testing.T, seeds, steps int, reference, subject func(t test
 				if ga != gb {
 					t.Fatalf("seed %d, step %d: %s\nreference: %s\nsubject:   %s\nsteps so far:\n%s",
 						seed, step, c, ga, gb, strings.Join(log, "\n"))
+				}
+				// The audit entries, too: the same steps wrote them (§8.1).
+				if la, lb := a.ledger(t, now), b.ledger(t, now); la != lb {
+					t.Fatalf("seed %d, step %d: %s: the entries differ\nreference:\n%s\nsubject:\n%s\nsteps so far:\n%s",
+						seed, step, c, la, lb, strings.Join(log, "\n"))
 				}
 			}
 		})
@@ -212,6 +218,36 @@ func (w *world) seen(ref string, owner int) {
 	}
 	w.refs = append(w.refs, ref)
 	w.owners = append(w.owners, owner)
+}
+
+// ledger describes every audit entry the store holds at now, in this
+// world's numbering: each operation's in the order written, operations by
+// their number.
+func (w *world) ledger(t *testing.T, now time.Time) string {
+	t.Helper()
+	byOp := map[string][]string{}
+	for e, err := range w.h.Store.Entries(t.Context(), "", base.Add(-time.Hour), now.Add(time.Nanosecond)) {
+		if err != nil {
+			t.Fatalf("Entries: %v", err)
+		}
+		num := func(id string) string {
+			if i, ok := w.ids[id]; ok {
+				return fmt.Sprint("#", i)
+			}
+			return "?"
+		}
+		op := num(e.Operation.ID)
+		byOp[op] = append(byOp[op], fmt.Sprintf("%s rev %s at %s owner %s/%s/%s used %v", e.What, num(e.Operation.Revision),
+			e.At.Sub(base), e.Agent, e.User, e.Account, !e.Approval.UsedAt.IsZero()))
+	}
+	ops := slices.Sorted(maps.Keys(byOp))
+	var b strings.Builder
+	for _, op := range ops {
+		for _, l := range byOp[op] {
+			fmt.Fprintf(&b, "op %s %s\n", op, l)
+		}
+	}
+	return b.String()
 }
 
 func (w *world) op(op store.Operation) string {
