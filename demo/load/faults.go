@@ -1458,11 +1458,16 @@ func faultMasterRestart(persist string) func(context.Context, *redistest.Procs, 
 	}
 }
 
-// firstClause returns the gist of a long error from Check: without its
-// package and server prefixes, up to its first " (" or ": ".
+// checkServer is a server's address in Check's error, and what follows.
+var checkServer = regexp.MustCompile(`\S+:\d+: `)
+
+// firstClause returns the gist of a long error from Check: what follows
+// the first server address ("127.0.0.1:6379: "), up to its first " (" or
+// ": ".
 func firstClause(s string) string {
-	s = strings.TrimPrefix(s, "redisstore: ")
-	s = regexp.MustCompile(`^\S+:\d+: `).ReplaceAllString(s, "")
+	if m := checkServer.FindStringSubmatchIndex(s); m != nil {
+		s = s[m[1]:]
+	}
 	for _, sep := range []string{" (", ": "} {
 		if i := strings.Index(s, sep); i > 0 {
 			s = s[:i]

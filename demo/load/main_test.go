@@ -144,6 +144,18 @@ func TestFaultsShort(t *testing.T) {
 	}
 }
 
+// TestFirstClause: the gist of Check's verdict on a scenario's line.
+func TestFirstClause(t *testing.T) {
+	for in, want := range map[string]string{
+		"redisstore: check (durability replicas): 127.0.0.1:40107: the master doesn't persist each write before it replies (appendfsync everysec): restarted without a failover": "the master doesn't persist each write before it replies",
+		"redisstore: check: dial tcp: connection refused": "redisstore",
+	} {
+		if got := firstClause(in); got != want {
+			t.Errorf("firstClause(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 // TestHostileShort runs -hostile briefly: legitimate traffic goes on under
 // attack with no 5xx, and attackers get refusals, not server errors. The
 // p99 target is for the full run on a quiet machine, not asserted here.
