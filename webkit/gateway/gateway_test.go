@@ -121,7 +121,7 @@ actions:
 `
 
 // setKeys puts cookie keys in the environment variables the configs name.
-func setKeys(t *testing.T) {
+func setKeys(t testing.TB) {
 	t.Setenv("GW_TEST_HASH", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("h", 32))))
 	t.Setenv("GW_TEST_ENC", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("e", 32))))
 }
