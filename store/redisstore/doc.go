@@ -124,10 +124,35 @@
 // When Take's reply is lost or late, the caller releases the claim
 // (Release): the approval applies again, and a Take with that token that
 // Redis runs later claims nothing. A Take repeated with its token returns
-// the same claim, never a second one. An outcome nobody reported (a web
-// server killed mid-handler, a lost Finish) leaves the operation
-// performing: Performing lists those and Resolve settles each (see
-// ExampleStore_Performing).
+// the same claim, never a second one.
+//
+// Take returns a claim only after its start mark: a step, atomic with the
+// claim, that finds the claim still held by its token and marks it
+// started. With DurableDisk on Redis 7.2 and later and with
+// DurableReplicas the marks are the writes WAITAOF or WAIT confirms, so
+// they cost no round trip; with DurableNone, DurableServer and DurableDisk
+// before 7.2 the mark is one more round trip on the claim path. A claim
+// never marked started has no handler running and none to come: once it
+// is 10 seconds old, the next request for its action undoes it (and claims
+// the approval itself), and so does Performing; the mark of the Take that
+// made it, should it come after all, then fails, and Take returns
+// store.ErrClaimLost. Whichever of the two steps runs first decides, so
+// however long Redis was away and whether or not the web server that made
+// the claim is still running, no approval is left claimed with no handler,
+// and none runs twice. A claim marked started is ended only by its holder
+// (Finish, or Release when it did not run the handler) or by Resolve.
+//
+// An outcome nobody reported (a web server killed mid-handler, a Finish
+// that never landed: the kit tries a failed Finish again until it does)
+// leaves the operation performing: Performing lists those and Resolve
+// settles each (see ExampleStore_Performing). Performing never walks the
+// keyspace: the steps keep an index of the operations being performed in
+// each Cluster hash slot (one small sorted set per slot, in that slot), and
+// Performing reads those. Listing 10 operations on loopback took 9 ms with
+// no other keys in the Redis and 15 ms with 1,000,000 (SCAN took 881 ms);
+// on a Cluster of three masters, each reading its own slots' indexes, 38
+// and 44 ms. Operations claimed by a version of the kit before this index
+// (during a rolling deploy) are not listed.
 //
 // # Bounded work
 //

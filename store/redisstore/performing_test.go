@@ -132,3 +132,38 @@ func BenchmarkPerforming(b *testing.B) {
 		})
 	}
 }
+
+// go test -run '^$' -bench PerformingCluster -benchtime 20x ./store/redisstore/
+// The same on a Redis Cluster of three masters (loopback): each master
+// reads the indexes of its own slots, about 5,461 each.
+func BenchmarkPerformingCluster(b *testing.B) {
+	c := redistest.Cluster(b)
+	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
+	if err := redisstore.Load(b.Context(), st); err != nil {
+		b.Fatal(err)
+	}
+	performingOps(b, st, 10)
+	added := 0
+	for _, others := range []int{0, 1_000_000} {
+		ctx := context.Background()
+		for ; added < others; added += 1000 {
+			pipe := c.Pipeline()
+			for j := range 1000 {
+				pipe.Set(ctx, fmt.Sprint("other:", added+j), "v", 0)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if others > 0 {
+			time.Sleep(3 * time.Second) // as BenchmarkPerforming
+		}
+		b.Run(fmt.Sprint("unrelated=", others), func(b *testing.B) {
+			for range b.N {
+				if n := countPerforming(b, st, at(time.Minute)); n != 10 {
+					b.Fatalf("Performing found %d, want 10", n)
+				}
+			}
+		})
+	}
+}
