@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,5 +58,53 @@ func TestAuditBytesPerOperation(t *testing.T) {
 	t.Logf("the audit log of a performed operation (3 entries): %.0f bytes of Redis memory", per)
 	if per > 3000 {
 		t.Errorf("%.0f bytes per operation's audit log, want ≤ 3,000", per)
+	}
+}
+
+// entryWhats is what the entries of operationID say, in order.
+func entryWhats(t *testing.T, st store.Store, operationID string, now time.Time) []string {
+	t.Helper()
+	var w []string
+	for e, err := range st.Entries(t.Context(), operationID, base.Add(-time.Hour), now.Add(time.Second)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = append(w, e.What)
+	}
+	return w
+}
+
+// §8.1, W144: a claim never marked started, undone by the next request or
+// by Performing (take.lua, tidy.lua), writes its "released" entry in the
+// same step: its "claimed" entry is never left without an end.
+func TestUnstartedClaimUndoneIsReleased(t *testing.T) {
+	t.Parallel()
+	for name, open := range startModes(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			for _, by := range []string{"the next request", "Performing"} {
+				h := &stepHook{lost: map[string]bool{"take": true}}
+				st, other := open(t, h)
+				a := action("lost-"+by, `{"v":1}`, time.Hour)
+				is := takeIssued(t, other, a, at(0))
+				recordOK(t, other, is, at(0))
+				if _, err := st.Take(ctx, owner, a, at(time.Second)); err == nil {
+					t.Fatal("Take with its reply lost: no error")
+				}
+				want := []string{"approval recorded", "claimed", "released"}
+				if by == "the next request" {
+					if r, err := other.Take(ctx, owner, a, at(12*time.Second)); err != nil || r.Claim == nil {
+						t.Fatalf("the next request: %+v, %v", r, err)
+					}
+					want = append(want, "claimed")
+				} else {
+					performing(t, other, at(time.Hour), at(time.Hour))
+				}
+				if got := entryWhats(t, other, is.Operation.ID, at(time.Hour)); !slices.Equal(got, want) {
+					t.Errorf("undone by %s: entries %q, want %q", by, got, want)
+				}
+			}
+		})
 	}
 }
