@@ -66,7 +66,7 @@ type entryKey struct{}
 //	ctx = store.WithEntry(ctx, store.Entry{By: "staff:alice"})
 //	err := st.Resolve(ctx, owner, operationID, store.Done, time.Now())
 func WithEntry(ctx context.Context, e Entry) context.Context {
-	if prev, ok := ctx.Value(entryKey{}).(Entry); ok {
+	if prev, ok := ctx.Value(entryKey{}).(*Entry); ok {
 		if e.Session == "" {
 			e.Session = prev.Session
 		}
@@ -80,14 +80,32 @@ func WithEntry(ctx context.Context, e Entry) context.Context {
 			e.Instance = prev.Instance
 		}
 	}
-	return context.WithValue(ctx, entryKey{}, Entry{Session: e.Session, Kind: e.Kind, By: e.By, Instance: e.Instance})
+	return &entryContext{ctx, Entry{Session: e.Session, Kind: e.Kind, By: e.By, Instance: e.Instance}}
+}
+
+// entryContext is ctx carrying an Entry's head (WithEntry) in one
+// allocation: context.WithValue would box the Entry in a second one, on
+// every gated request.
+type entryContext struct {
+	context.Context
+	head Entry
+}
+
+func (c *entryContext) Value(key any) any {
+	if key == (entryKey{}) {
+		return &c.head
+	}
+	return c.Context.Value(key)
 }
 
 // EntryOf returns what WithEntry put in ctx, for a store of one's own
 // that writes Entries: Session, Kind, By, and Instance (the host name
 // when none was set).
 func EntryOf(ctx context.Context) Entry {
-	e, _ := ctx.Value(entryKey{}).(Entry)
+	var e Entry
+	if head, ok := ctx.Value(entryKey{}).(*Entry); ok {
+		e = *head
+	}
 	if e.Instance == "" {
 		e.Instance = storekit.Instance()
 	}
@@ -108,5 +126,7 @@ func newEntry(ctx context.Context, what string, owner Owner, op Operation, ap Ap
 // termsDigest is Entry.TermsDigest of canonical terms.
 func termsDigest(terms []byte) string {
 	sum := sha256.Sum256(terms)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	var b [43]byte // on the stack: the string is the only allocation
+	base64.RawURLEncoding.Encode(b[:], sum[:])
+	return string(b[:])
 }

@@ -679,7 +679,9 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 		// (store.Record): its account and its revisions' names, not their
 		// terms, summaries or approvals.
 		op.memPending = nil
-		op.order = slices.Clone(op.order)
+		if cap(op.order) > len(op.order) {
+			op.order = slices.Clone(op.order)
+		}
 		op.owner = Owner{Account: op.owner.Account}
 		delete(m.performing, k)
 		// A computed operation's action no longer names it once it is

@@ -320,8 +320,19 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 
 // performing is what the handler of a taken approval can reach.
 type performing struct {
+	// The request's context: performing is the handler's, so that it
+	// carries itself (Value) without an allocation of its own.
+	context.Context
 	claim   store.Claim
 	outcome atomic.Int32 // store.Outcome set by SetOutcome; 0 for none
+	sw      statusWriter // the handler's writer, in the same allocation
+}
+
+func (p *performing) Value(key any) any {
+	if key == (performingKey{}) {
+		return p
+	}
+	return p.Context.Value(key)
 }
 
 type performingKey struct{}
@@ -364,9 +375,13 @@ const finishTimeout = 10 * time.Second
 // way and logged; a panic after the response began goes on up, so that the
 // server aborts the half-written response.
 func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, kind string) {
-	p := &performing{claim: *claim}
-	r = r.WithContext(context.WithValue(r.Context(), performingKey{}, p))
-	sw := &statusWriter{ResponseWriter: w, p: p, header: w.Header().Clone()}
+	p := &performing{Context: r.Context(), claim: *claim}
+	r = r.WithContext(p)
+	sw := &p.sw
+	sw.ResponseWriter, sw.p = w, p
+	if h := w.Header(); len(h) > 0 { // none to keep: restoreHeader clears them
+		sw.header = h.Clone()
+	}
 	hctx, hsp := spans.Start(r.Context(), "opsgate.handler", spans.Labels{Route: routeGate, Kind: kind})
 	hr := r // the handler's request, with its span when traced
 	if hctx != r.Context() {
