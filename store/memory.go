@@ -1050,6 +1050,17 @@ func (m *memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 	return m.useOnce(key, until, now), nil
 }
 
+// Marked reports whether key is marked by UseOnce and not expired at now,
+// without marking it (storekit.OnceMarked).
+func (m *memory) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
+	if err := m.lock(ctx, now); err != nil {
+		return false, err
+	}
+	defer m.unlock()
+	prev, ok := m.once.get(key)
+	return ok && !now.After(prev.until), nil
+}
+
 // useOnce marks key used until until; false when it was already.
 func (m *memory) useOnce(key string, until, now time.Time) bool {
 	if prev, ok := m.once.get(key); ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -98,7 +99,7 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 			// its children.
 			r, sp := spans.Begin(r, k.Observer, "opsgate.gate", spans.Labels{Route: routeGate})
 			defer sp.End(spans.Labels{}, nil)
-			s, joined := k.Sessions.SessionOf(r)
+			s, unbound, joined := k.bindingOf(r)
 			if !joined { // an ordinary browser: no store, no body read (W07)
 				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined"})
 				next.ServeHTTP(w, r)
@@ -109,14 +110,15 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			k.serveSession(w, r, s, describe, next)
+			k.serveSession(w, r, s, unbound, describe, next)
 		})
 	}
 }
 
 // serveSession handles a request from a browser handled as Session s (§4
-// W54, W55).
-func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, describe Describe, next http.Handler) {
+// W54, W55). unbound, when not "", is the key of the marker that says
+// Unbind ended the browser's binding (CookieSessions).
+func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, unbound string, describe Describe, next http.Handler) {
 	body, err := k.sentBody(r)
 	if errors.Is(err, errBodySpent) {
 		k.bodySpent(w, r)
@@ -144,6 +146,21 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		pages.WriteBadRequest(w, err.Error())
+		return
+	}
+	// A copy of a join cookie that Unbind ended is no binding: the browser
+	// is an ordinary one, and an ordinary browser's request goes to the
+	// handler (§4 W07), as with an expired cookie. Asked only now, so that
+	// a request the Gate doesn't gate costs no store read. When the store
+	// can't say, nothing is performed: 503 (§7 W143).
+	if ended, err := k.unbound(r.Context(), unbound); err != nil {
+		k.storeFailed(r, "marked", err)
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unavailable", Kind: act.kind()})
+		k.refuse(w, r, ErrStoreUnavailable, nil)
+		return
+	} else if ended {
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined", Kind: act.kind()})
+		next.ServeHTTP(w, r)
 		return
 	}
 	// The store's audit entries of this request's steps (Take, Release,
@@ -181,6 +198,27 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, de
 	case doAskApproval:
 		k.askApproval(w, r, s, d.issued, body, act.kind())
 	}
+}
+
+// bindingOf returns the Session r's browser is joined to, as
+// Kit.Sessions.SessionOf does, but leaves to unbound the check that Unbind
+// did not end a CookieSessions binding: unbound is its marker's key.
+func (k *Kit) bindingOf(r *http.Request) (s Session, unbound string, joined bool) {
+	if c, ok := k.Sessions.(*CookieSessions); ok {
+		b, ok := c.current(r)
+		return b.session, b.unbound, ok
+	}
+	s, joined = k.Sessions.SessionOf(r)
+	return s, "", joined
+}
+
+// unbound reports whether Unbind ended the binding whose marker's key is
+// key (bindingOf): one store read; none for "".
+func (k *Kit) unbound(ctx context.Context, key string) (bool, error) {
+	if key == "" {
+		return false, nil
+	}
+	return storewrap.Marked(ctx, k.store(), key, k.now())
 }
 
 // step is what the Gate does with a request from a Session.

@@ -164,7 +164,8 @@ func New(keys ...[]byte) *Kit {
 		return k
 	}
 	cs := newCookieSessions(keys...)
-	cs.clock = k.now // the join cookies read Kit.Clock
+	cs.clock = k.now   // the join cookies read Kit.Clock
+	cs.store = k.store // and keep Unbind's markers in Kit.Store
 	k.Sessions = cs
 	k.seal = newHandleSeal(keys)
 	return k

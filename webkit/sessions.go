@@ -1,6 +1,9 @@
 package webkit
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +13,9 @@ import (
 
 	"github.com/gorilla/securecookie"
 	"github.com/gorilla/sessions"
+
+	"github.com/opsgate/opsgate/internal/storewrap"
+	"github.com/opsgate/opsgate/store"
 )
 
 // Sessions binds browsers to the Poppy Sessions they were joined to (spec 6
@@ -18,14 +24,16 @@ import (
 // was never joined.
 type Sessions interface {
 	// SessionOf returns the Session r's browser is joined to; false for an
-	// ordinary browser, or a binding that is missing, expired or forged.
+	// ordinary browser, or a binding that is missing, expired, forged or
+	// ended by Unbind.
 	SessionOf(r *http.Request) (Session, bool)
 	// Bind joins the browser to s: the kit's join endpoint calls it, or the
 	// website's own login callback when its identity provider hosts the
 	// join. Binding a signed-in Session is "a join with an access token"
 	// (§4 W54): call it with Account set only after the token was verified.
 	Bind(w http.ResponseWriter, r *http.Request, s Session) error
-	// Unbind ends the binding, when the Session ends or signs out.
+	// Unbind ends the binding, when the Session ends or signs out; the
+	// browser's copy of it, replayed later, no longer works.
 	Unbind(w http.ResponseWriter, r *http.Request) error
 }
 
@@ -43,7 +51,10 @@ const (
 // is set, and lasts MaxAge. Change the fields before serving.
 //
 // The cookie's value is a credential of the browser's join: the kit never
-// logs it.
+// logs it. Unbind leaves a marker in the Kit's Store, until the cookie
+// would have expired, so that a copy of an unbound cookie, replayed, is no
+// binding; the Gate and the status route check it on a joined browser's
+// requests (one store read), never on an ordinary browser's.
 type CookieSessions struct {
 	// Name is the cookie's name; "" is "opsgate_join". A Secure cookie on
 	// Path "/" without Domain gets the __Host- prefix, as the browser then
@@ -61,6 +72,9 @@ type CookieSessions struct {
 	Insecure bool
 	// clock is the time: the Kit's Clock (New sets it); nil is time.Now.
 	clock func() time.Time
+	// store is the Kit's Store, with its deadline (New sets it), where
+	// Unbind leaves its markers; nil keeps none.
+	store func() store.Store
 
 	codecs  []securecookie.Codec
 	decoded decodedCookies
@@ -159,20 +173,46 @@ func hasCookie(r *http.Request, name string) bool {
 }
 
 // SessionOf returns the Session the browser is joined to. A missing,
-// expired, forged or unreadable cookie is simply no binding.
+// expired, forged or unreadable cookie is simply no binding, and so is one
+// Unbind ended: for a cookie that reads as a binding it asks the Kit's
+// Store (in r's context) whether Unbind left its marker, and a store that
+// fails to answer makes it no binding too. (The Gate and the status route
+// answer 503 instead when the store fails.)
 func (c *CookieSessions) SessionOf(r *http.Request) (Session, bool) {
-	if c == nil || !hasCookie(r, c.name()) {
-		return Session{}, false
-	}
-	s, joined, ok := c.read(r)
+	b, ok := c.current(r)
 	if !ok {
 		return Session{}, false
 	}
-	// A minute of clock skew between web servers is forgiven.
-	if age := c.now().Sub(joined); age < -time.Minute || age > c.maxAge() {
+	if ended, err := c.ended(r.Context(), b); err != nil || ended {
 		return Session{}, false
 	}
-	return s, true
+	return b.session, true
+}
+
+// current returns the binding r's cookie carries when it is one that has
+// not expired, without asking whether Unbind ended it (ended does).
+func (c *CookieSessions) current(r *http.Request) (binding, bool) {
+	if c == nil || !hasCookie(r, c.name()) {
+		return binding{}, false
+	}
+	b, ok := c.read(r)
+	if !ok {
+		return binding{}, false
+	}
+	// A minute of clock skew between web servers is forgiven.
+	if age := c.now().Sub(b.joined); age < -time.Minute || age > c.maxAge() {
+		return binding{}, false
+	}
+	return b, true
+}
+
+// ended reports whether Unbind ended b: whether its marker is in the
+// Kit's Store. One read, and none without a store.
+func (c *CookieSessions) ended(ctx context.Context, b binding) (bool, error) {
+	if c.store == nil {
+		return false, nil
+	}
+	return storewrap.Marked(ctx, c.store(), b.unbound, c.now())
 }
 
 // joinedAt returns when the browser was joined to its Session.
@@ -180,23 +220,23 @@ func (c *CookieSessions) joinedAt(r *http.Request) (time.Time, bool) {
 	if c == nil || !hasCookie(r, c.name()) {
 		return time.Time{}, false
 	}
-	_, joined, ok := c.read(r)
-	return joined, ok
+	b, ok := c.read(r)
+	return b.joined, ok
 }
 
-func (c *CookieSessions) read(r *http.Request) (Session, time.Time, bool) {
+func (c *CookieSessions) read(r *http.Request) (binding, bool) {
 	value, ok := cookieValue(r, c.name())
 	if !ok || len(value) > maxJoinCookie {
-		return Session{}, time.Time{}, false
+		return binding{}, false
 	}
 	// Decoding (HMAC, AES, JSON) was a joined request's largest cost; the
 	// same browser sends the same value on every request.
 	if b, ok := c.decoded.get(value); ok {
-		return b.session, b.joined, true
+		return b, true
 	}
 	var cs cookieSession
 	if securecookie.DecodeMulti(c.name(), value, &cs, c.codecs...) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
-		return Session{}, time.Time{}, false
+		return binding{}, false
 	}
 	b := binding{session: Session{
 		ID:         cs.ID,
@@ -204,9 +244,20 @@ func (c *CookieSessions) read(r *http.Request) (Session, time.Time, bool) {
 		User:       cs.User,
 		Account:    cs.Account,
 		Extensions: cs.Extensions,
-	}, joined: time.Unix(cs.JoinedAt, 0)}
+	}, joined: time.Unix(cs.JoinedAt, 0), unbound: unboundKey(value)}
 	c.decoded.put(value, b)
-	return b.session, b.joined, true
+	return b, true
+}
+
+// unboundKey is the single-use key (store.Store.UseOnce) of the marker
+// Unbind leaves for the cookie value: a digest of the value, which is
+// different for every Bind (securecookie encrypts with a random IV and
+// stamps the time), so it names this one binding and can't be made
+// without the cookie. The prefix keeps it apart from every other
+// single-use key the kit makes (a jti's: storekit.OnceKey, "jti:").
+func unboundKey(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return "opsgate-unbound:" + base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // cookieValue returns the value of r's first cookie named name, without
@@ -234,6 +285,7 @@ func cookieValue(r *http.Request, name string) (string, bool) {
 type binding struct {
 	session Session
 	joined  time.Time
+	unbound string // the key of the marker Unbind leaves (unboundKey)
 }
 
 // decodedCookies remembers decoded join cookies by their exact value, in
@@ -300,11 +352,22 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 }
 
 // Unbind removes the binding: the cookie and the kit join's binding
-// marker expire now.
+// marker expire now, and, when r carries a join cookie that is a binding,
+// a marker in the Kit's Store says it ended, until the cookie would have
+// expired (joined + MaxAge): a copy of the cookie replayed later is no
+// binding. It returns an error when the store could not keep the marker;
+// the browser's cookies are expired all the same.
 func (c *CookieSessions) Unbind(w http.ResponseWriter, r *http.Request) error {
 	opts := c.options()
 	opts.MaxAge = -1
 	http.SetCookie(w, sessions.NewCookie(c.name(), "", opts))
 	c.unmarkBound(w)
+	b, ok := c.current(r)
+	if !ok || c.store == nil {
+		return nil
+	}
+	if _, err := c.store().UseOnce(r.Context(), b.unbound, b.joined.Add(c.maxAge()), c.now()); err != nil {
+		return fmt.Errorf("webkit: unbind: the store kept no marker, so a copy of the cookie still works until it expires: %w", err)
+	}
 	return nil
 }

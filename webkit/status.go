@@ -88,7 +88,14 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "not_found"})
 		pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
 	}
-	s, joined := k.Sessions.SessionOf(r)
+	unavailable := func(op string, err error) {
+		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
+			slog.String("op", op), slog.String("error", err.Error()))
+		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "unavailable"})
+		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
+		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
+	}
+	s, unbound, joined := k.bindingOf(r)
 	if !joined {
 		notFound()
 		return
@@ -107,13 +114,17 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		notFound()
 		return
 	}
+	// A copy of a join cookie that Unbind ended authorises nothing.
+	if ended, err := k.unbound(r.Context(), unbound); err != nil {
+		unavailable("marked", err)
+		return
+	} else if ended {
+		notFound()
+		return
+	}
 	rec, found, err := k.store().Lookup(r.Context(), s.Owner(), ref, k.now())
 	if err != nil {
-		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
-			slog.String("op", "lookup"), slog.String("error", err.Error()))
-		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "unavailable"})
-		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
-		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
+		unavailable("lookup", err)
 		return
 	}
 	// §3: same agent, same User (Lookup's part) and the same account.

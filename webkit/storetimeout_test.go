@@ -25,6 +25,7 @@ type stallStore struct {
 	done     chan error    // the late Take's result
 	released chan bool     // each Release's result
 	once     sync.Once
+	onTake   func() // when set, called as a Take starts
 }
 
 func newStallStore(s store.Store, runFirst bool) *stallStore {
@@ -37,6 +38,9 @@ func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.TakeReque
 }
 
 func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	if s.onTake != nil {
+		s.onTake()
+	}
 	if s.runFirst {
 		res, err := s.Store.Take(context.Background(), o, a, now)
 		<-s.gate
@@ -236,9 +240,12 @@ func TestGateClientGoneReleases(t *testing.T) {
 	st.unstall()
 	e := newGateEnv(t, st, newClock())
 	approved := e.approve(sesIn, "ord_7", "M")
+	// The browser leaves as the Take starts (after the Gate checked that
+	// its binding was not ended).
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	st.onTake = cancel
 	e.do(e.request(joinedIn, formM, "text/html").WithContext(ctx)) // nobody reads the answer
+	st.onTake = nil
 	if e.runs.Load() != 0 {
 		t.Fatalf("client gone: the handler ran")
 	}

@@ -210,9 +210,8 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 // leave (POST /leave, the agent bar's "Leave") ends the browser's join:
 // Sessions.Unbind expires the join cookie and its binding marker, so the
 // browser is an ordinary one again and can be joined anew. The shop's own
-// login, if any, stays. (A copy of the old cookie replayed by hand still
-// reads as the binding until its 12 h lifetime ends: CookieSessions keeps
-// no record of an unbound cookie.)
+// login, if any, stays. Unbind also leaves a marker in the kit's store, so
+// a copy of the old cookie replayed by hand is no binding either.
 func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
 	if sess, joined := s.kit.Sessions.SessionOf(r); joined {
 		if err := s.kit.Sessions.Unbind(w, r); err != nil {

@@ -3,7 +3,10 @@
 // markers a store implements so that the kit can call it directly.
 package storekit
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // InProcess is implemented by a store whose calls never wait on I/O and
 // return at once when their context is done, such as store.NewMemory's. A caller
@@ -81,3 +84,14 @@ type MemoryConfig struct {
 // reports how many records it holds, so that a test can show that nothing
 // grows without bound.
 var NewMemory func(cfg MemoryConfig) (st any, size func() int)
+
+// OnceMarked is implemented by a store that can tell, without marking
+// it, whether a single-use key is marked (UseOnce) and not expired at
+// now: one read. The kit checks with it the marker Sessions.Unbind leaves
+// for an ended join cookie, on a joined browser's requests. Both stores of
+// this module implement it; for any other store, storewrap.Marked asks
+// with a UseOnce whose mark has expired already, which is as correct and
+// writes a key.
+type OnceMarked interface {
+	Marked(ctx context.Context, key string, now time.Time) (bool, error)
+}

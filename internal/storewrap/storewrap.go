@@ -162,6 +162,27 @@ func (t timedStore) UseOnce(ctx context.Context, key string, until, now time.Tim
 	return call(t, ctx, "use once", func(ctx context.Context) (bool, error) { return t.s.UseOnce(ctx, key, until, now) })
 }
 
+// Marked reports whether key is marked by UseOnce and not expired at now,
+// without marking it: with s's own read (storekit.OnceMarked) when it has
+// one, else with a UseOnce whose mark expired a nanosecond before now. That
+// UseOnce finds a mark that is not expired (and leaves it), or leaves one
+// that is: each is one atomic step, so a UseOnce that marks key for later
+// (Unbind's) is seen by every check after it, whichever runs first.
+func Marked(ctx context.Context, s store.Store, key string, now time.Time) (bool, error) {
+	if m, ok := s.(storekit.OnceMarked); ok {
+		return m.Marked(ctx, key, now)
+	}
+	first, err := s.UseOnce(ctx, key, now.Add(-time.Nanosecond), now)
+	return err == nil && !first, err
+}
+
+func (t timedStore) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
+	if t.how == inProcess {
+		return Marked(ctx, t.s, key, now)
+	}
+	return call(t, ctx, "marked", func(ctx context.Context) (bool, error) { return Marked(ctx, t.s, key, now) })
+}
+
 // StepObserver sees each store call: webkit.Observer's StoreStep.
 type StepObserver interface {
 	StoreStep(ctx context.Context, step string, took time.Duration, err error)
@@ -252,7 +273,17 @@ func (t observedStore) UseOnce(ctx context.Context, key string, until, now time.
 	return first, err
 }
 
-// Release is traced but not timed: the Observer's steps are the five
+// Marked is timed as the step "marked": the check, on a joined browser's
+// request, that Sessions.Unbind did not end its binding.
+func (t observedStore) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
+	ctx, sp := span(ctx, "marked")
+	start := time.Now()
+	marked, err := Marked(ctx, t.s, key, now)
+	t.step(ctx, "marked", start, sp, err)
+	return marked, err
+}
+
+// Release is traced but not timed: the Observer's steps are the six
 // above, and a release is rare (a claim whose action never started).
 func (t observedStore) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
 	ctx, sp := span(ctx, "release")

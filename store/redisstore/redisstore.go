@@ -755,6 +755,21 @@ func (s *rstore) onceKey(key string) string {
 	return s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
 }
 
+// Marked reports whether key is marked by UseOnce and not expired at now,
+// without marking it (storekit.OnceMarked): a step of its own, so that
+// it shares round trips with the others (Options.Pipelines).
+func (s *rstore) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("redisstore: marked: %w", err)
+	}
+	n, err := s.run(ctx, s.client, markedStep, []string{s.onceKey(key)}, ns(now)).Int()
+	if err != nil {
+		s.failed(err)
+		return false, fmt.Errorf("redisstore: marked: %w", err)
+	}
+	return n == 1, nil
+}
+
 // UseOnce implements store.Store.
 func (s *rstore) UseOnce(ctx context.Context, key string, until time.Time, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {

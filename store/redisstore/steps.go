@@ -41,6 +41,8 @@ var (
 	startLua string
 	//go:embed tidy.lua
 	tidyLua string
+	//go:embed marked.lua
+	markedLua string
 
 	issueStep   = newStep("issue", issueLua)
 	takeStep    = newStep("take", takeLua)
@@ -52,8 +54,9 @@ var (
 	undoStep    = newStep("undo", undoLua)
 	startStep   = newStep("start", startLua)
 	tidyStep    = newStep("tidy", tidyLua)
+	markedStep  = newStep("marked", markedLua)
 
-	steps = []*step{issueStep, takeStep, recordStep, finishStep, useOnceStep, releaseStep, agentStep, undoStep, startStep, tidyStep}
+	steps = []*step{issueStep, takeStep, recordStep, finishStep, useOnceStep, releaseStep, agentStep, undoStep, startStep, tidyStep, markedStep}
 
 	// library is every step as one Redis function library. Its name (and
 	// its functions') carries a digest of the source, so that web servers

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"strings"
 	"sync"
 	"testing"
@@ -1447,6 +1448,57 @@ var _ = add("UseOnce: first use only, until the given time", func(t *testing.T, 
 	use("jti-1", at(2*time.Minute), until.Add(time.Second), true)
 	use("jti-1", at(2*time.Minute), until.Add(2*time.Second), false)
 })
+
+var _ = add("Marked: a UseOnce marker read without setting it, as UseOnce judges it", func(t *testing.T, e *env) {
+	// The kit reads the marker Sessions.Unbind leaves with it, on a joined
+	// browser's requests: with the store's own read (storekit.OnceMarked)
+	// when it has one, else with storewrap.Marked's expired UseOnce; both
+	// must agree with UseOnce, and the read must set nothing.
+	type marker interface {
+		Marked(ctx context.Context, key string, now time.Time) (bool, error)
+	}
+	if _, ok := e.h.Store.(storekit.OnceMarked); !ok {
+		t.Logf("%T has no read of its own: storewrap.Marked uses UseOnce", e.h.Store)
+	}
+	readers := map[string]func(s store.Store) marker{
+		"own or fallback": func(s store.Store) marker { return markedBy{s, storewrap.Marked} },
+		"fallback":        func(s store.Store) marker { return markedBy{useOnceOnly{s}, storewrap.Marked} },
+	}
+	for name, reader := range readers {
+		key := "opsgate-unbound:" + name
+		marked := func(client int, now time.Time, want bool) {
+			t.Helper()
+			got, err := reader(e.client(client)).Marked(e.ctx(), key, now)
+			if err != nil || got != want {
+				t.Fatalf("%s: Marked at %v: %v, %v; want %v", name, now.Sub(base), got, err, want)
+			}
+		}
+		marked(0, at(0), false)
+		marked(1, at(0), false) // reading set nothing
+		if first, err := e.client(2).UseOnce(e.ctx(), key, at(time.Minute), at(time.Second)); err != nil || !first {
+			t.Fatalf("%s: UseOnce after Marked: %v %v, want the first use", name, first, err)
+		}
+		marked(3, at(2*time.Second), true)
+		marked(0, at(time.Minute), true) // until is inclusive, as UseOnce's
+		marked(1, at(time.Minute+time.Second), false)
+		if first, err := e.client(2).UseOnce(e.ctx(), key, at(2*time.Minute), at(time.Minute+2*time.Second)); err != nil || !first {
+			t.Fatalf("%s: UseOnce past until: %v %v, want a first use", name, first, err)
+		}
+	}
+})
+
+// markedBy reads with f; useOnceOnly hides a store's own read, so that
+// storewrap.Marked falls back to UseOnce.
+type markedBy struct {
+	s store.Store
+	f func(context.Context, store.Store, string, time.Time) (bool, error)
+}
+
+func (m markedBy) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
+	return m.f(ctx, m.s, key, now)
+}
+
+type useOnceOnly struct{ store.Store }
 
 var _ = add("RecordOptions.Once: the request's single-use key is used up in the same step, and a replay records nothing", func(t *testing.T, e *env) {
 	a := action(t, "k", `{"size":"M"}`)

@@ -61,7 +61,7 @@ func New(meter metric.Meter) (*Observer, error) {
 		return nil, err
 	}
 	o.storeSteps, err = meter.Float64Histogram("opsgate.store.step.duration",
-		metric.WithDescription("Duration of each store call (take, finish, lookup, record, issue, use_once)."),
+		metric.WithDescription("Duration of each store call (take, finish, lookup, record, issue, use_once, marked)."),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5))
 	if err != nil {

@@ -60,7 +60,7 @@ func New(reg prom.Registerer) (*Observer, error) {
 		}, []string{"outcome"}),
 		storeSteps: prom.NewHistogramVec(prom.HistogramOpts{
 			Name:    "opsgate_store_step_duration_seconds",
-			Help:    "Duration of each store call (take, finish, lookup, record, issue, use_once).",
+			Help:    "Duration of each store call (take, finish, lookup, record, issue, use_once, marked).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"step"}),
 		storeErrors: prom.NewCounterVec(prom.CounterOpts{
