@@ -65,9 +65,10 @@ func (h *stepHook) process(_ context.Context, cmds []redis.Cmder, next func() er
 }
 
 // startModes are the stores the start mark is tested on: DurableNone on
-// miniredis and on a redis-server (its own step), and DurableDisk on a
-// redis-server (fused with the confirmation: with appendfsync always on
-// 7.0 its own step; with WAITAOF on 7.2 and later in the same round trip).
+// miniredis and on a redis-server (its own step), DurableDisk on a
+// redis-server (with appendfsync always on 7.0 its own step; with WAITAOF
+// on 7.2 and later in the confirmation's round trip), and DurableReplicas
+// (the marks are the writes WAIT confirms, confirm.go).
 func startModes(t *testing.T) map[string]func(t *testing.T, h *stepHook) (store.Store, store.Store) {
 	return map[string]func(t *testing.T, h *stepHook) (store.Store, store.Store){
 		"none on miniredis": func(t *testing.T, h *stepHook) (store.Store, store.Store) {
@@ -83,6 +84,17 @@ func startModes(t *testing.T) map[string]func(t *testing.T, h *stepHook) (store.
 			t.Cleanup(func() { _ = other.Close() })
 			c.AddHook(h)
 			return redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}), redisstore.New(other, redisstore.Options{Durability: redisstore.DurableNone})
+		},
+		"replicas": func(t *testing.T, h *stepHook) (store.Store, store.Store) {
+			if testing.Short() {
+				t.Skip("-short: starts a replica")
+			}
+			master := redistest.Start(t)
+			redistest.Replica(t, master)
+			c, other := master.Client(t), master.Client(t)
+			c.AddHook(h)
+			opts := redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 2 * time.Second}
+			return redisstore.New(c, opts), redisstore.New(other, opts)
 		},
 		"disk": func(t *testing.T, h *stepHook) (store.Store, store.Store) {
 			c := redistest.Server(t)
