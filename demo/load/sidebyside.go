@@ -176,17 +176,21 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 		}
 		got := map[string]sidePhase{}
 		order := func(ph string, i int) string { return fmt.Sprintf("r%d%s%d", round, phaseTag[ph], i) }
-		// Ordinary requests; then the 403s, each of a new action.
-		for _, ph := range []string{phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H} {
+		// Ordinary requests; then the 403s, each of a new action. The
+		// phases of a group run in turn, a slice of each at a time
+		// (sideSlices), so that a change in what else the machine runs
+		// lands on all of them alike.
+		post := func(ph string) func(i int) (int, error) {
 			path, who, accept := phaseRoute(ph)
-			got[ph] = sideRun(ctx, c.clients, c.requests, toolClient, func(i int) (int, error) {
+			return func(i int) (int, error) {
 				var ck *http.Cookie
 				if who != "" {
 					ck = cookies[who][i%users]
 				}
 				return sidePost(ctx, client, srv.URL+path+order(ph, i)+"/exchange", accept, ck)
-			})
+			}
 		}
+		interleaved(ctx, c.clients, c.requests, toolClient, got, post, phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H)
 		// The repeats: each request's action approved beforehand, untimed.
 		if err := hand.approve(ctx, c.requests, func(i int) (string, string) {
 			return sessions[i%users].User, order(phHandRep, i)
@@ -201,12 +205,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 				return res, fmt.Errorf("kit %s approvals: %w", name, err)
 			}
 		}
-		for _, ph := range []string{phHandRep, phKitRep, phMemRep} {
-			path, who, accept := phaseRoute(ph)
-			got[ph] = sideRun(ctx, c.clients, c.requests, toolClient, func(i int) (int, error) {
-				return sidePost(ctx, client, srv.URL+path+order(ph, i)+"/exchange", accept, cookies[who][i%users])
-			})
-		}
+		interleaved(ctx, c.clients, c.requests, toolClient, got, post, phHandRep, phKitRep, phMemRep)
 		rounds = append(rounds, got)
 		for ph, p := range got {
 			if res.statuses[ph] == nil {
@@ -343,10 +342,73 @@ func sidePost(ctx context.Context, client *http.Client, url, accept string, cook
 	return resp.StatusCode, nil
 }
 
-// sideRun runs n requests from clients goroutines and measures them: the
-// rate, p50 and p99, and this process's and redis-server's CPU per request.
-func sideRun(ctx context.Context, clients, n int, info *redis.Client, do func(i int) (int, error)) sidePhase {
-	p := sidePhase{statuses: map[int]int{}, procCPU: -1, redisCPU: -1}
+// sideSlices is how many slices each phase of a group is run in, in
+// turn with the group's other phases.
+const sideSlices = 8
+
+// interleaved runs n requests of each of phases (post gives a phase's
+// request i) in sideSlices turns, a slice of every phase in each, and
+// puts each phase's figures over all its slices in got.
+func interleaved(ctx context.Context, clients, n int, info *redis.Client, got map[string]sidePhase, post func(ph string) func(int) (int, error), phases ...string) {
+	type acc struct {
+		elapsed, proc, redis time.Duration
+		cpuOK                bool
+		lat                  []time.Duration
+		statuses             map[int]int
+		errors               int
+	}
+	accs := map[string]*acc{}
+	for _, ph := range phases {
+		accs[ph] = &acc{cpuOK: true, statuses: map[int]int{}}
+	}
+	for s := range sideSlices {
+		lo, hi := s*n/sideSlices, (s+1)*n/sideSlices
+		for _, ph := range phases {
+			do := post(ph)
+			r := sideRun(ctx, clients, hi-lo, info, func(i int) (int, error) { return do(lo + i) })
+			a := accs[ph]
+			a.elapsed += r.elapsed
+			a.lat = append(a.lat, r.lat...)
+			if r.procCPU < 0 || r.redisCPU < 0 {
+				a.cpuOK = false
+			}
+			a.proc += r.procCPU
+			a.redis += r.redisCPU
+			for k, v := range r.statuses {
+				a.statuses[k] += v
+			}
+			a.errors += r.errors
+		}
+	}
+	for ph, a := range accs {
+		p := sidePhase{statuses: a.statuses, errors: a.errors, procCPU: -1, redisCPU: -1}
+		p.rate = float64(len(a.lat)) / a.elapsed.Seconds()
+		slices.Sort(a.lat)
+		if len(a.lat) > 0 {
+			p.p50, p.p99 = a.lat[len(a.lat)/2], a.lat[min(len(a.lat)-1, len(a.lat)*99/100)]
+		}
+		if a.cpuOK && len(a.lat) > 0 {
+			p.procCPU, p.redisCPU = a.proc/time.Duration(len(a.lat)), a.redis/time.Duration(len(a.lat))
+		}
+		got[ph] = p
+	}
+}
+
+// sideSlice is one slice of a phase, as sideRun measured it: its time,
+// its latencies, and this process's and redis-server's CPU in all (-1
+// where it can't be read).
+type sideSlice struct {
+	elapsed  time.Duration
+	lat      []time.Duration
+	procCPU  time.Duration
+	redisCPU time.Duration
+	statuses map[int]int
+	errors   int
+}
+
+// sideRun runs n requests from clients goroutines and measures them.
+func sideRun(ctx context.Context, clients, n int, info *redis.Client, do func(i int) (int, error)) sideSlice {
+	p := sideSlice{statuses: map[int]int{}, procCPU: -1, redisCPU: -1}
 	lat := make([]time.Duration, n)
 	var mu sync.Mutex
 	var next atomic.Int64
@@ -375,17 +437,15 @@ func sideRun(ctx context.Context, clients, n int, info *redis.Client, do func(i 
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	p.elapsed = time.Since(start)
 	cpu1, _ := processCPU()
 	redis1 := serverCPU(ctx, info)
-	p.rate = float64(n) / elapsed.Seconds()
-	slices.Sort(lat)
-	p.p50, p.p99 = lat[n/2], lat[min(n-1, n*99/100)]
+	p.lat = lat
 	if cpuOK {
-		p.procCPU = (cpu1 - cpu0) / time.Duration(n)
+		p.procCPU = cpu1 - cpu0
 	}
 	if redis0 >= 0 && redis1 >= 0 {
-		p.redisCPU = (redis1 - redis0) / time.Duration(n)
+		p.redisCPU = redis1 - redis0
 	}
 	return p
 }
@@ -658,22 +718,6 @@ redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
   return 1
 end)`
 
-// storeEntries reads the audit log the store kept for one operation that
-// went through the whole cycle (recorded, claimed, performed) and returns
-// each step's entry length; empty when there is none.
-func storeEntries(ctx context.Context, c *redis.Client, prefix string, owner store.Owner, opID string) map[string]int {
-	log := prefix + "{" + storekit.Slot(owner.Agent, owner.User) + "}:log:" + opID
-	entries, err := c.LRange(ctx, log, 0, -1).Result()
-	out := map[string]int{}
-	if err != nil || len(entries) != 3 {
-		return out
-	}
-	for i, step := range []string{"record", "claim", "finish"} {
-		out[step] = len(entries[i])
-	}
-	return out
-}
-
 // commandStats is INFO commandstats: each command's calls and µs, every
 // command but INFO (the tool's own); nil when it can't be read.
 func commandStats(ctx context.Context, c *redis.Client) map[string]scriptCalls {
@@ -760,23 +804,49 @@ func each(ctx context.Context, g, n int, f func(i int) error) error {
 	return ctx.Err()
 }
 
-// measured runs f for 0..n-1 from 50 goroutines and returns, per step,
-// the functions' server CPU in µs (INFO commandstats), redis-server's
-// whole CPU in µs (used_cpu_user+sys: its I/O too), and what commands
-// made it.
-func measured(ctx context.Context, info *redis.Client, n int, f func(i int) error) (stepCost, error) {
-	before, cpu0 := commandStats(ctx, info), serverCPU(ctx, info)
-	if err := each(ctx, 50, n, f); err != nil {
-		return stepCost{}, err
+// paired runs step and then floor for 0..n-1, each from 50 goroutines,
+// in sideSlices turns of a slice of each (before, when not nil, runs after
+// step's first slice), and returns each one's server CPU per call: its
+// functions' µs (INFO commandstats), redis-server's whole CPU in µs
+// (used_cpu_user+sys: its I/O too), and what commands made it.
+func paired(ctx context.Context, info *redis.Client, n int, step, floor func(i int) error, before func()) (stepCost, stepCost, error) {
+	type acc struct {
+		diff map[string]scriptCalls
+		cpu  time.Duration
 	}
-	after, cpu1 := commandStats(ctx, info), serverCPU(ctx, info)
-	if before == nil || after == nil || cpu0 < 0 || cpu1 < 0 {
-		return stepCost{}, errors.New("INFO: unreadable")
+	var accs [2]acc
+	for k := range accs {
+		accs[k].diff = map[string]scriptCalls{}
 	}
-	var c stepCost
-	c.usec, c.how = perStep(before, after, n)
-	c.cpu = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n)
-	return c, nil
+	for s := range sideSlices {
+		lo, hi := s*n/sideSlices, (s+1)*n/sideSlices
+		for k, f := range []func(int) error{step, floor} {
+			b, cpu0 := commandStats(ctx, info), serverCPU(ctx, info)
+			if err := each(ctx, 50, hi-lo, func(i int) error { return f(lo + i) }); err != nil {
+				return stepCost{}, stepCost{}, err
+			}
+			a, cpu1 := commandStats(ctx, info), serverCPU(ctx, info)
+			if a == nil || b == nil || cpu0 < 0 || cpu1 < 0 {
+				return stepCost{}, stepCost{}, errors.New("INFO: unreadable")
+			}
+			for name, x := range a {
+				d := accs[k].diff[name]
+				d.calls += x.calls - b[name].calls
+				d.usec += x.usec - b[name].usec
+				accs[k].diff[name] = d
+			}
+			accs[k].cpu += cpu1 - cpu0
+			if k == 0 && s == 0 && before != nil {
+				before()
+			}
+		}
+	}
+	var out [2]stepCost
+	for k := range accs {
+		out[k].usec, out[k].how = perStep(map[string]scriptCalls{}, accs[k].diff, n)
+		out[k].cpu = float64(accs[k].cpu) / float64(time.Microsecond) / float64(n)
+	}
+	return out[0], out[1], nil
 }
 
 // stepCost is one step's server CPU, as measured says.
@@ -808,30 +878,66 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	}
 	refs := make([]string, n)
 	claims := make([]store.Claim, n)
-	var out []stepFigure
-	kit := map[string]stepCost{}
+	keysOf := func(i int) (tok, act, op, log string) {
+		base := prefix + "{" + strconv.Itoa(round) + "u" + strconv.Itoa(i%50) + "}:"
+		id := strconv.Itoa(i)
+		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id, base + "log:op_" + id
+	}
+	// The audit entry each committing step appends, as long as the
+	// store's own (none when its scripts write none): the floor's is
+	// composed by the caller, one RPUSH and its TTL. entry is the length
+	// of the store's k-th entry of its first operation, read once its step
+	// has run for it.
+	entry := func(k int) string {
+		id, _, _ := storekit.SplitRef(refs[0])
+		log := storePrefix + "{" + storekit.Slot(owners[0].Agent, owners[0].User) + "}:log:" + id
+		e, err := client.LIndex(ctx, log, int64(k)).Result()
+		if err != nil {
+			return ""
+		}
+		return strings.Repeat("e", len(e))
+	}
+	const rev = "1796052877-abcdefghijklmnop"
+	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
+	keep := strconv.FormatInt((15 * time.Minute).Milliseconds(), 10)
+	var pad string
+	kit, floor := map[string]stepCost{}, map[string]stepCost{}
 	var err error
-	if kit["403"], err = measured(ctx, client, n, func(i int) error {
+	// Each step, and its floor, for all n operations, in sideSlices turns
+	// of a slice of each: what else the machine runs lands on both alike.
+	run := func(name string, step, fl func(i int) error, before func()) error {
+		kit[name], floor[name], err = paired(ctx, client, n, step, fl, before)
+		return err
+	}
+	if err := run("403", func(i int) error {
 		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
 		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("the 403's Take: %+v", r)
 		}
 		refs[i] = r.Ref
 		return err
-	}); err != nil {
+	}, func(i int) error {
+		tok, act, op, _ := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
+	}, nil); err != nil {
 		return nil, err
 	}
-	if kit["record"], err = measured(ctx, client, n, func(i int) error {
+	if err := run("record", func(i int) error {
 		id, rev, _ := storekit.SplitRef(refs[i])
 		rep, err := st.Record(ctx, owners[i%50], refs[i], store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), store.RecordOptions{})
 		if err == nil && rep.Result != store.Recorded {
 			err = fmt.Errorf("record: %v", rep.Result)
 		}
 		return err
-	}); err != nil {
+	}, func(i int) error {
+		_, act, op, log := keysOf(i)
+		a := action(i)
+		return client.FCall(ctx, "sbs_floor_record", []string{op, act, log}, "", rev, a.Terms, a.Summary, "1796052877",
+			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev, pad).Err()
+	}, func() { pad = entry(0) }); err != nil {
 		return nil, err
 	}
-	if kit["claim"], err = measured(ctx, client, n, func(i int) error {
+	if err := run("claim", func(i int) error {
 		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
 		if err == nil && r.Claim == nil {
 			err = fmt.Errorf("the claiming Take: %+v", r)
@@ -840,67 +946,26 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 			claims[i] = *r.Claim
 		}
 		return err
-	}); err != nil {
-		return nil, err
-	}
-	if kit["finish"], err = measured(ctx, client, n, func(i int) error {
-		return st.Finish(ctx, claims[i], store.Done, time.Now())
-	}); err != nil {
-		return nil, err
-	}
-
-	// The floors, on keys shaped as the store's: one slot per owner.
-	keysOf := func(i int) (tok, act, op, log string) {
-		base := prefix + "{" + strconv.Itoa(round) + "u" + strconv.Itoa(i%50) + "}:"
-		id := strconv.Itoa(i)
-		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id, base + "log:op_" + id
-	}
-	// The audit entry each committing step appends, as long as the
-	// store's own (none when its scripts write none): the floor's is
-	// composed by the caller, one RPUSH and its TTL.
-	entries := storeEntries(ctx, client, storePrefix, owners[0], claims[0].Operation.ID)
-	pad := func(step string) string {
-		n := entries[step]
-		if n == 0 {
-			return ""
-		}
-		return strings.Repeat("e", n)
-	}
-	const rev = "1796052877-abcdefghijklmnop"
-	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)
-	keep := strconv.FormatInt((15 * time.Minute).Milliseconds(), 10)
-	floor := map[string]stepCost{}
-	if floor["403"], err = measured(ctx, client, n, func(i int) error {
-		tok, act, op, _ := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
-	}); err != nil {
-		return nil, err
-	}
-	if floor["record"], err = measured(ctx, client, n, func(i int) error {
-		_, act, op, log := keysOf(i)
-		a := action(i)
-		return client.FCall(ctx, "sbs_floor_record", []string{op, act, log}, "", rev, a.Terms, a.Summary, "1796052877",
-			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev, pad("record")).Err()
-	}); err != nil {
-		return nil, err
-	}
-	if floor["claim"], err = measured(ctx, client, n, func(i int) error {
+	}, func(i int) error {
 		tok, act, op, log := keysOf(i)
 		token := "tok" + strconv.Itoa(i)
-		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad("claim")).Err(); err != nil {
+		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad).Err(); err != nil {
 			return err
 		}
 		// The start mark, after the claim's reply, as the store makes it.
 		return client.FCall(ctx, "sbs_floor_start", []string{tok, op}, token).Err()
-	}); err != nil {
+	}, func() { pad = entry(1) }); err != nil {
 		return nil, err
 	}
-	if floor["finish"], err = measured(ctx, client, n, func(i int) error {
+	if err := run("finish", func(i int) error {
+		return st.Finish(ctx, claims[i], store.Done, time.Now())
+	}, func(i int) error {
 		tok, _, op, log := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad("finish")).Err()
-	}); err != nil {
+		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad).Err()
+	}, func() { pad = entry(2) }); err != nil {
 		return nil, err
 	}
+	var out []stepFigure
 	for _, name := range stepNames {
 		k, f := kit[name], floor[name]
 		out = append(out, stepFigure{name, k.usec, f.usec, k.cpu, f.cpu, k.how, f.how})
