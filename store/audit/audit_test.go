@@ -175,9 +175,11 @@ func TestKilledBetweenStepAndHook(t *testing.T) {
 	fast(t, time.Now)
 	s := &sink{}
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go Deliver(ctx, st, time.Now().Add(-time.Hour), s.hook)
+	done := make(chan error, 1)
+	go func() { done <- Deliver(ctx, st, time.Now().Add(-time.Hour), s.hook) }()
 	waitFor(t, "the entries pushed again", func() bool { return len(s.whats()) == 3 })
+	cancel()
+	<-done // before fast's cleanup puts the pace back
 	if got := s.whats(); !slices.Equal(got, want) {
 		t.Errorf("pushed %q, want %q", got, want)
 	}
