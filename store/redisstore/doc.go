@@ -20,8 +20,9 @@
 //
 // New takes any redis.UniversalClient of Redis 7.0 or later (Check says so
 // on an older one). Each method is one round trip (one FCALL after Load,
-// one EVALSHA otherwise). A Take that claims costs one more to confirm its
-// durability; on a Cluster, storing a new operation costs one more to count
+// one EVALSHA otherwise). A Take that claims costs one more: its start
+// mark, which is also the write its durability confirmation waits for
+// (see "Claims are never stranded"); on a Cluster, storing a new operation costs one more to count
 // it against its agent's cap, whose count is in a slot of its own. What the
 // steps cost Redis is measured by `go run ./demo/load -ceiling`
 // (demo/load/PERFORMANCE.md).
