@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
 )
 
@@ -154,5 +158,88 @@ func TestGateRetriesAreBounded(t *testing.T) {
 	waitFor(t, "10 first tries", func() bool { return st.releases.Load() >= 10 })
 	if n := e.kit.pendingRetries(); n != 3 {
 		t.Errorf("%d steps wait to be retried, want the cap of 3", n)
+	}
+}
+
+// lostTake is a client hook that loses the reply of the store's take step
+// (FCALL of a function named *_take, once Load loaded them): Redis runs it,
+// the web server gets an error and never sends the claim's start mark, as
+// when it dies right after sending the Take.
+type lostTake struct{}
+
+func (lostTake) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (lostTake) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return lose([]redis.Cmder{cmd}, next(ctx, cmd))
+	}
+}
+func (lostTake) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { return lose(cmds, next(ctx, cmds)) }
+}
+
+func lose(cmds []redis.Cmder, err error) error {
+	for _, c := range cmds {
+		a := c.Args()
+		if len(a) > 1 && fmt.Sprint(a[0]) == "fcall" && strings.HasSuffix(fmt.Sprint(a[1]), "_take") {
+			for _, c := range cmds {
+				c.SetErr(errAway)
+			}
+			return errAway
+		}
+	}
+	return err
+}
+
+// deadServer is the store as a web server sees it that dies right after
+// sending its Take: none of its Releases lands.
+type deadServer struct{ store.Store }
+
+func (s deadServer) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	return storetest.Issue(ctx, s.Store, o, a, now)
+}
+
+func (s deadServer) Release(context.Context, store.Owner, string, time.Time) (bool, error) {
+	return false, errAway
+}
+
+// RULES.md "Claims are never stranded", W144: a web server that dies after
+// sending its Take (Redis runs it, the reply is lost, no Release lands)
+// leaves a claim no handler runs. That claim was never marked started, so
+// another web server's request for the action, once the claim is 10 s old,
+// undoes it and performs the approval, once; before then it is busy (the
+// first Take may still be on its way).
+func TestGateClaimOfADeadServerPerformsElsewhere(t *testing.T) {
+	t.Parallel()
+	inst := sharedRedis(t)
+	clock := newClock()
+	c := inst.Client(t)
+	c.AddHook(lostTake{})
+	first := redisstore.New(c, redisstore.Options{Prefix: "dead:"})
+	other := redisstore.New(inst.Client(t), redisstore.Options{Prefix: "dead:"})
+	for _, st := range []store.Store{first, other} {
+		if err := redisstore.Load(t.Context(), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := newGateEnv(t, deadServer{first}, clock)
+	alive := newGateEnv(t, other, clock)
+	approved := alive.approve(sesIn, "ord_7", "M")
+
+	if rec := dead.do(dead.request(joinedIn, formM, "text/html")); rec.Code != 503 || dead.runs.Load() != 0 {
+		t.Fatalf("the dying server: %d runs %d, want 503 and nothing run", rec.Code, dead.runs.Load())
+	}
+	if got := alive.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+		t.Fatalf("after the lost Take: %s, want performing (Redis ran it)", got.Status)
+	}
+	clock.Add(time.Second)
+	if rec := alive.do(alive.request(joinedIn, formM, "text/html")); rec.Code != 503 || alive.runs.Load() != 0 {
+		t.Fatalf("another server at once: %d runs %d, want 503 (busy) and nothing run", rec.Code, alive.runs.Load())
+	}
+	clock.Add(10 * time.Second)
+	if rec := alive.do(alive.request(joinedIn, formM, "text/html")); rec.Code != 200 || alive.runs.Load() != 1 {
+		t.Fatalf("another server 11 s on: %d runs %d, want 200 and one run", rec.Code, alive.runs.Load())
+	}
+	if got := alive.lookup(sesIn, approved.Ref); got.Status != store.Performed {
+		t.Errorf("after: %s, want performed", got.Status)
 	}
 }
