@@ -56,11 +56,32 @@ type sideResult struct {
 	statuses map[string]map[int]int
 }
 
+// callCounter counts the commands a go-redis client sends (a pipeline's
+// each): the store calls a request makes.
+type callCounter struct{ n atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
 // sidePhase is one timed phase of a round.
 type sidePhase struct {
 	rate              float64       // requests per second
 	p50, p99          time.Duration // latency
 	procCPU, redisCPU time.Duration // per request; -1 where it can't be read
+	calls             float64       // Redis commands sent per request (the kit's and the hand-rolled gate's clients)
 	statuses          map[int]int
 	errors            int
 }
@@ -111,6 +132,9 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	// One client for the kit's store, one for the hand-rolled gate, one for
 	// the tool's own INFO and set-up: each as a web server has its own.
 	kitClient, handClient, toolClient := redis.NewClient(opts), redis.NewClient(opts), redis.NewClient(opts)
+	calls := &callCounter{}
+	kitClient.AddHook(calls)
+	handClient.AddHook(calls)
 	defer kitClient.Close()
 	defer handClient.Close()
 	defer toolClient.Close()
@@ -190,7 +214,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 				return sidePost(ctx, client, srv.URL+path+order(ph, i)+"/exchange", accept, ck)
 			}
 		}
-		interleaved(ctx, c.clients, c.requests, toolClient, got, post, phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H)
+		interleaved(ctx, c.clients, c.requests, toolClient, calls, got, post, phBare, phHand403, phKit403, phKit403H, phMem403, phMem403H)
 		// The repeats: each request's action approved beforehand, untimed.
 		if err := hand.approve(ctx, c.requests, func(i int) (string, string) {
 			return sessions[i%users].User, order(phHandRep, i)
@@ -205,7 +229,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 				return res, fmt.Errorf("kit %s approvals: %w", name, err)
 			}
 		}
-		interleaved(ctx, c.clients, c.requests, toolClient, got, post, phHandRep, phKitRep, phMemRep)
+		interleaved(ctx, c.clients, c.requests, toolClient, calls, got, post, phHandRep, phKitRep, phMemRep)
 		rounds = append(rounds, got)
 		for ph, p := range got {
 			if res.statuses[ph] == nil {
@@ -246,18 +270,18 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	}
 
 	// Per phase: the median over the rounds of each figure.
-	say("\n%-22s %10s %10s %10s %14s %14s  %s\n", "phase (median of rounds)", "req/s", "p50", "p99", "process CPU", "redis CPU", "answers (all rounds)")
+	say("\n%-22s %10s %10s %10s %14s %14s %11s  %s\n", "phase (median of rounds)", "req/s", "p50", "p99", "process CPU", "redis CPU", "redis calls", "answers (all rounds)")
 	for _, ph := range sidePhases {
-		var rate, p50, p99, pc, rc []float64
+		var rate, p50, p99, pc, rc, cl []float64
 		for _, r := range rounds {
 			p := r[ph]
 			rate, p50, p99 = append(rate, p.rate), append(p50, float64(p.p50)), append(p99, float64(p.p99))
-			pc, rc = append(pc, float64(p.procCPU)), append(rc, float64(p.redisCPU))
+			pc, rc, cl = append(pc, float64(p.procCPU)), append(rc, float64(p.redisCPU)), append(cl, p.calls)
 		}
-		say("%-22s %10.0f %10v %10v %11.1f µs %11.1f µs  %s\n", ph, median(rate), time.Duration(median(p50)).Round(time.Microsecond),
-			time.Duration(median(p99)).Round(time.Microsecond), median(pc)/1e3, median(rc)/1e3, answers(res.statuses[ph]))
+		say("%-22s %10.0f %10v %10v %11.1f µs %11.1f µs %11.2f  %s\n", ph, median(rate), time.Duration(median(p50)).Round(time.Microsecond),
+			time.Duration(median(p99)).Round(time.Microsecond), median(pc)/1e3, median(rc)/1e3, median(cl), answers(res.statuses[ph]))
 	}
-	say("(process CPU: this whole process, the 50 clients included, per request; the bare handler's line is what the HTTP round trip alone costs it. redis CPU: redis-server's used_cpu_user+sys per request)\n")
+	say("(process CPU: this whole process, the 50 clients included, per request; the bare handler's line is what the HTTP round trip alone costs it. redis CPU: redis-server's used_cpu_user+sys per request. redis calls: the commands the kit's store and the hand-rolled gate send per request; the kit's Unbind check is one)\n")
 	paired := func(a, b string) []float64 {
 		var out []float64
 		for _, r := range rounds {
@@ -349,8 +373,9 @@ const sideSlices = 8
 // interleaved runs n requests of each of phases (post gives a phase's
 // request i) in sideSlices turns, a slice of every phase in each, and
 // puts each phase's figures over all its slices in got.
-func interleaved(ctx context.Context, clients, n int, info *redis.Client, got map[string]sidePhase, post func(ph string) func(int) (int, error), phases ...string) {
+func interleaved(ctx context.Context, clients, n int, info *redis.Client, calls *callCounter, got map[string]sidePhase, post func(ph string) func(int) (int, error), phases ...string) {
 	type acc struct {
+		calls                int64
 		elapsed, proc, redis time.Duration
 		cpuOK                bool
 		lat                  []time.Duration
@@ -365,8 +390,10 @@ func interleaved(ctx context.Context, clients, n int, info *redis.Client, got ma
 		lo, hi := s*n/sideSlices, (s+1)*n/sideSlices
 		for _, ph := range phases {
 			do := post(ph)
+			c0 := calls.n.Load()
 			r := sideRun(ctx, clients, hi-lo, info, func(i int) (int, error) { return do(lo + i) })
 			a := accs[ph]
+			a.calls += calls.n.Load() - c0
 			a.elapsed += r.elapsed
 			a.lat = append(a.lat, r.lat...)
 			if r.procCPU < 0 || r.redisCPU < 0 {
@@ -383,6 +410,7 @@ func interleaved(ctx context.Context, clients, n int, info *redis.Client, got ma
 	for ph, a := range accs {
 		p := sidePhase{statuses: a.statuses, errors: a.errors, procCPU: -1, redisCPU: -1}
 		p.rate = float64(len(a.lat)) / a.elapsed.Seconds()
+		p.calls = float64(a.calls) / float64(max(len(a.lat), 1))
 		slices.Sort(a.lat)
 		if len(a.lat) > 0 {
 			p.p50, p.p99 = a.lat[len(a.lat)/2], a.lat[min(len(a.lat)-1, len(a.lat)*99/100)]
@@ -642,7 +670,7 @@ func answers(st map[int]int) string {
 var errNoFunctions = errors.New("the server has no functions (Redis 7 or later): no floors")
 
 // stepNames are the store's steps a gated action goes through, in order.
-var stepNames = []string{"403", "record", "claim", "finish"}
+var stepNames = []string{"unbound", "403", "record", "claim", "finish"}
 
 // stepFigure is one step's Redis CPU per call and its floor's, in µs.
 type stepFigure struct {
@@ -663,7 +691,7 @@ func stepLine(steps []stepFigure) string {
 }
 
 // floorDoc says what each floor does.
-const floorDoc = "403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
+const floorDoc = "unbound (the Gate's check that Unbind did not end the join cookie, before the Take): one GET of the marker; 403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
 	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
 	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
 	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted; " +
@@ -672,6 +700,10 @@ const floorDoc = "403: one EXISTS of the claim token's, the action's and the com
 
 // floorLibrary holds the floor functions (floorDoc).
 const floorLibrary = `#!lua name=opsgate_sbs_floor
+redis.register_function('sbs_floor_marked', function(KEYS, ARGV)
+  if redis.call('GET', KEYS[1]) then return 1 end
+  return 0
+end)
 redis.register_function('sbs_floor_403', function(KEYS, ARGV)
   return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3])
 end)
@@ -963,6 +995,21 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		tok, _, op, log := keysOf(i)
 		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad).Err()
 	}, func() { pad = entry(2) }); err != nil {
+		return nil, err
+	}
+	// The Gate's check that Unbind did not end the join cookie
+	// (storekit.OnceMarked), before every Take of a joined browser's.
+	marked, ok := st.(storekit.OnceMarked)
+	if !ok {
+		return nil, errors.New("the store has no Marked step")
+	}
+	if err := run("unbound", func(i int) error {
+		_, err := marked.Marked(ctx, "unbind:"+strconv.Itoa(round)+":"+strconv.Itoa(i), time.Now())
+		return err
+	}, func(i int) error {
+		_, _, op, _ := keysOf(i)
+		return client.FCall(ctx, "sbs_floor_marked", []string{op + ":m"}).Err()
+	}, nil); err != nil {
 		return nil, err
 	}
 	var out []stepFigure
