@@ -73,6 +73,7 @@ type memory struct {
 	openOwner  shrinkMap[string, int]           // open operations by storekit.Slot(agent, user)
 	openAgent  shrinkMap[string, int]           // open operations by agent
 	logs       shrinkMap[memKey, *memLog]       // (slot, operation_id) → its audit entries
+	openAll    int                              // open operations of every agent
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
 
@@ -344,6 +345,35 @@ func (m *memory) opened(slot, agent string, d int) {
 			c.m.del(c.k)
 		}
 	}
+	m.openAll = max(m.openAll+d, 0)
+}
+
+// errOverallCap is what a call an overall cap refused returns
+// (storekit.MemoryConfig.MaxOpen, MaxReplayMarkers; redisstore's
+// Options).
+var errOverallCap = fmt.Errorf("%w (%w)", ErrRateLimited, storekit.ErrOverall)
+
+// overAll says whether every agent together already has as many open
+// operations as the overall cap allows, once those forgotten by now are
+// dropped.
+func (m *memory) overAll(now time.Time) bool {
+	for over(m.openAll, m.cfg.MaxOpen, storekit.DefaultMaxOpen) {
+		if !m.dropExpired(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// markersFull says whether the store holds as many single-use markers as
+// the overall cap allows, once those expired by now are dropped.
+func (m *memory) markersFull(now time.Time) bool {
+	for over(m.once.len(), m.cfg.MaxReplayMarkers, storekit.DefaultMaxReplayMarkers) {
+		if !m.dropExpired(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // overCaps says whether owner (in slot) already has as many open
@@ -434,6 +464,9 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 			if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
 				return computedIssued(k, slot, c), nil
 			}
+		}
+		if m.overAll(now) {
+			return TakeResult{}, errOverallCap
 		}
 		if m.overCaps(owner, slot) {
 			return TakeResult{}, ErrRateLimited
@@ -832,7 +865,11 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{}, err
 	}
 	defer m.unlock()
-	// The request's single-use key first: a replay records nothing.
+	// The request's single-use key first: a replay records nothing, and
+	// none is set past the overall cap of markers.
+	if opts.Once != "" && m.markersFull(now) {
+		return RecordReply{Result: RateLimited}, nil
+	}
 	if opts.Once != "" && !m.useOnce(opts.Once, opts.OnceUntil, now) {
 		return RecordReply{Result: Replayed}, nil
 	}
@@ -999,7 +1036,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
 		return "", nil, NotFound
 	}
-	if m.overCaps(owner, slot) {
+	if m.overCaps(owner, slot) || m.overAll(now) {
 		return "", nil, RateLimited
 	}
 	k := memKey{slot, c.ID}
@@ -1047,6 +1084,9 @@ func (m *memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 		return false, err
 	}
 	defer m.unlock()
+	if m.markersFull(now) {
+		return false, errOverallCap
+	}
 	return m.useOnce(key, until, now), nil
 }
 

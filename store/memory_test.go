@@ -30,6 +30,15 @@ func TestMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Harness { return memoryHarness(t) })
 }
 
+// The overall caps across agents (Config.MaxOpen, MaxReplayMarkers).
+func TestMemoryOverallCaps(t *testing.T) {
+	t.Parallel()
+	storetest.OverallCaps(t, func(t *testing.T) storetest.Harness {
+		m, _ := memstore.New(memstore.Config{MaxOpen: 3, MaxReplayMarkers: 3})
+		return storetest.Harness{Store: m}
+	})
+}
+
 // The suite on what a website gets: NewMemory, its defaults.
 func TestNewMemory(t *testing.T) {
 	t.Parallel()

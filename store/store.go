@@ -78,7 +78,10 @@
 //   - An owner (agent and User) has at most MaxOpenPerOwner open operations
 //     (waiting: not being performed, not performed, not forgotten), and an
 //     agent MaxOpenPerAgent, so one agent can't grow the store without
-//     bound. The kit's stores count an operation when they store it: a
+//     bound; and every agent together at most an overall cap (MaxOpen),
+//     since made-up agents cost nothing, as are the single-use markers
+//     UseOnce and RecordOptions.Once keep (MaxReplayMarkers): past it,
+//     UseOnce gets ErrRateLimited and Record RateLimited. The kit's stores count an operation when they store it: a
 //     waiting operation is computed into its ref and stored by its first
 //     approval, which gets RateLimited past a cap (429 with Retry-After
 //     from the endpoint); one stored when its ref is returned (terms too
@@ -505,8 +508,10 @@ type Store interface {
 var ErrClaimLost = errors.New("store: claim is no longer held")
 
 // ErrRateLimited is returned (wrapped) by Take when a new stored
-// operation would pass the owner's or the agent's cap of open operations:
-// the Gate answers 429 with Retry-After and performs nothing.
+// operation would pass the owner's, the agent's or the overall cap of
+// open operations, and by UseOnce past the overall cap of single-use
+// markers: the Gate and the endpoint answer 429 with Retry-After and
+// perform nothing.
 var ErrRateLimited = errors.New("store: too many open operations")
 
 // ErrNotPerforming is returned by Resolve for an operation that is not

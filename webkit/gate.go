@@ -191,7 +191,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 	}
 	switch d.do {
 	case doRefuse:
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: d.outcome, Kind: act.kind()})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: d.outcome, Reason: capReason(d.reason), Kind: act.kind()})
 		k.refuse(w, r, d.reason, nil)
 	case doPerform:
 		k.perform(w, r, next, d.claim, act.kind())
@@ -219,6 +219,16 @@ func (k *Kit) unbound(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	return storewrap.Marked(ctx, k.store(), key, k.now())
+}
+
+// capReason is an Event's Reason for a refusal: "overall" when the store's
+// overall cap of open operations across agents refused it (its Observer
+// then sees that cap reached), else "".
+func capReason(reason error) string {
+	if errors.Is(reason, storekit.ErrOverall) {
+		return "overall"
+	}
+	return ""
 }
 
 // step is what the Gate does with a request from a Session.

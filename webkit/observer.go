@@ -45,7 +45,8 @@ const (
 // ref: the operation was issued or reused), "performed", "not_performed",
 // "unknown" (an approval was used up and the handler's outcome was that),
 // "busy" and "unavailable" (503, nothing performed), "rate_limited" (429:
-// the owner's or agent's cap of open operations), "extension_required",
+// the owner's or agent's cap of open operations, or with Reason "overall"
+// the store's cap across agents), "extension_required",
 // "invalid_request" (describe refused the request or its body).
 //
 // Endpoint outcomes: a lookup answers "operation" (approval_required with
@@ -53,7 +54,9 @@ const (
 // "declined", "challenge" (sign_in_required) or "refused" with Reason
 // "check1", "check2" or "check3" (§6 "What the Company checks"), or
 // "csrf" when the website's CSRF protection refused it first, or
-// "rate_limited" (429: the operation's cap of approvals); any
+// "rate_limited" (429: a cap of the operation's approvals or of open
+// operations; with Reason "overall", the store's cap of single-use
+// markers across agents); any
 // request may get "invalid_request", "extension_required",
 // "unauthenticated" (Reason "session" or "token") or "unavailable" (Reason
 // "store" or "verification").

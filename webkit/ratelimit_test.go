@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/memstore"
 
 	"github.com/opsgate/opsgate/store"
 )
@@ -78,5 +82,51 @@ func TestGateOwnerCap(t *testing.T) {
 	}
 	if rec := e.do(e.request(joinedIn, "order=ord_0&size=M", "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
 		t.Errorf("an approved operation again: %d (runs %d), want 200, performed", rec.Code, e.runs.Load())
+	}
+}
+
+// overallObserver keeps the Gate's events.
+type overallObserver struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (o *overallObserver) Observe(_ context.Context, e Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, e)
+}
+
+func (o *overallObserver) StoreStep(context.Context, string, time.Duration, error) {}
+
+// The store's overall cap of open operations, across agents (made-up
+// client_ids cost nothing): past it, a request that would store one more
+// gets 429 with Retry-After, runs nothing, and the Observer sees
+// rate_limited with Reason "overall" (the cap reached).
+func TestGateOverallCap(t *testing.T) {
+	t.Parallel()
+	st, _ := memstore.New(memstore.Config{MaxOpen: 1})
+	e := newGateEnv(t, st, newClock())
+	obs := &overallObserver{}
+	e.kit.Observer = obs
+	long := "order=ord_" + strings.Repeat("x", storekit.MaxRefLength) + "&size=M" // stored when its ref is returned
+	ask := func(s Session) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/exchange", strings.NewReader(long))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.AddCookie(joinCookie(t, e.kit, s))
+		return e.do(r)
+	}
+	if rec := ask(sesIn); rec.Code != 403 {
+		t.Fatalf("the first agent's: %d, want 403", rec.Code)
+	}
+	other := sesIn
+	other.ID, other.Agent = "ses_made_up", "https://made-up.example/"
+	rec := ask(other)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || e.runs.Load() != 0 {
+		t.Fatalf("another agent's past the overall cap: %d Retry-After %q runs %d, want 429", rec.Code, rec.Header().Get("Retry-After"), e.runs.Load())
+	}
+	last := obs.events[len(obs.events)-1]
+	if last.Outcome != "rate_limited" || last.Reason != "overall" {
+		t.Errorf("the Observer saw %+v, want rate_limited, overall", last)
 	}
 }

@@ -79,6 +79,16 @@ type phaseStats struct {
 
 const hostileOrigin = "https://shop.example"
 
+// hostileMaxOpen is the shop's overall cap of open operations across
+// agents (redisstore.Options.MaxOpen): small, so that the made-up agents
+// reach it within a run (the default, storekit.DefaultMaxOpen, is
+// 100,000). The legitimate agents perform what they store at once, so
+// they hold a few at a time; once the made-up agents have filled the cap,
+// every agent's next stored operation is refused (429) until theirs
+// expire: the cap bounds the store, it can't tell a made-up agent from a
+// new one.
+const hostileMaxOpen = 200
+
 // hostileShop is the website under attack: web servers sharing a Redis,
 // each with its Gate, endpoint and join.
 type hostileShop struct {
@@ -120,7 +130,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 	for range 2 {
 		cl := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 		clients = append(clients, cl)
-		st := redisstore.New(cl, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone})
+		st := redisstore.New(cl, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone, MaxOpen: hostileMaxOpen})
 		kit := webkit.New(keys...)
 		kit.Store = st
 		kit.Logger = slog.New(slog.DiscardHandler)
@@ -781,8 +791,11 @@ type madeUpAgents struct {
 	mu     sync.Mutex
 	agents map[int]*agentside.Delegation
 	stored atomic.Int64 // approvals recorded (204): open operations stored
-	tried  atomic.Int64
-	seq    atomic.Int64 // the requests' numbers, across phases
+	// refused counts approvals refused (429): the overall cap, or the
+	// replay markers' cap
+	refused atomic.Int64
+	tried   atomic.Int64
+	seq     atomic.Int64 // the requests' numbers, across phases
 }
 
 // madeUpPerAgent is how many operations each made-up agent stores, one
@@ -790,14 +803,14 @@ type madeUpAgents struct {
 const madeUpPerAgent = 50
 
 type madeUpStats struct {
-	agents        int
-	stored, tried int64
+	agents                 int
+	stored, tried, refused int64
 }
 
 func (m *madeUpAgents) stats() madeUpStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return madeUpStats{agents: len(m.agents), stored: m.stored.Load(), tried: m.tried.Load()}
+	return madeUpStats{agents: len(m.agents), stored: m.stored.Load(), tried: m.tried.Load(), refused: m.refused.Load()}
 }
 
 // delegation is made-up agent i's, made on first use: a fresh key pair
@@ -877,8 +890,11 @@ func (m *madeUpAgents) attack(shop *hostileShop, client *http.Client) func(conte
 		}
 		st, _, _ = sendSession(ctx, client, base, approve, `{"ref":"`+ref+`"}`,
 			fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"`, answer.Operation.OperationID, answer.Operation.Revision))
-		if st == http.StatusNoContent {
+		switch st {
+		case http.StatusNoContent:
 			m.stored.Add(1)
+		case http.StatusTooManyRequests:
+			m.refused.Add(1)
 		}
 		return st
 	}
@@ -902,6 +918,8 @@ func keyKind(prefix, key string) string {
 		return "replay marker"
 	case strings.HasPrefix(k, "agent:"):
 		return "agent's open count"
+	case strings.HasPrefix(k, "overall:"):
+		return "overall count"
 	case k == "seal":
 		return "seal"
 	case strings.HasPrefix(k, "{"):
@@ -987,6 +1005,6 @@ func (fp footprint) print(w io.Writer, m madeUpStats) {
 	}
 	fmt.Fprintf(w, "redis total %d bytes; per stored operation (its owner's and agent's keys) ≈ %d B; per replay marker ≈ %d B\n",
 		total, perOp/int64(max(ops, 1)), fp.bytes["replay marker"]/int64(max(fp.keys["replay marker"], 1)))
-	fmt.Fprintf(w, "made-up agents: %d agents stored %d open operations (of %d tries), none performed; no cap across agents bounds them\n",
-		m.agents, m.stored, m.tried)
+	fmt.Fprintf(w, "made-up agents: %d agents stored %d open operations (of %d tries, %d refused with 429), none performed; the overall cap of open operations is %d\n",
+		m.agents, m.stored, m.tried, m.refused, hostileMaxOpen)
 }

@@ -253,6 +253,11 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 	}
 	first, err := e.Store.UseOnce(ctx, replay.Key, replay.Until, e.now())
 	switch {
+	case errors.Is(err, store.ErrRateLimited): // the store's overall cap of single-use markers
+		note(w, "rate_limited", "overall")
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many requests; try again later")
+		return false
 	case err != nil:
 		e.storeDown(w, err)
 		return false
@@ -437,10 +442,10 @@ func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, r
 		writeApprovalRequired(w, reply.Operation)
 	case store.OperationExpired: // W101
 		writeInvalidRequest(w)
-	case store.RateLimited: // the operation's cap of approvals (webkit/RULES.md "Bounded work")
+	case store.RateLimited: // a cap: the operation's approvals, the open operations (the owner's, the agent's, overall), the single-use markers (webkit/RULES.md "Bounded work")
 		note(w, "rate_limited", "")
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
-		writeError(w, http.StatusTooManyRequests, "rate_limited", "this operation has too many approvals; try again later")
+		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many approvals or operations waiting; try again later")
 	default: // store.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
 		writeInvalidRequest(w)
 	}

@@ -5,6 +5,7 @@ package storekit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -64,7 +65,13 @@ const (
 	MaxApprovalsPerOperation = 16
 	DefaultMaxOpenPerOwner   = 100
 	DefaultMaxOpenPerAgent   = 10000
-	DefaultRetention         = 24 * time.Hour
+	// DefaultMaxOpen and DefaultMaxReplayMarkers are the overall caps, of
+	// open operations and of single-use markers (a JWT's jti), across every
+	// agent: about 230 MB (with their audit logs) and 136 MB of Redis when
+	// full (webkit/DEPLOYING.md).
+	DefaultMaxOpen          = 100_000
+	DefaultMaxReplayMarkers = 1_000_000
+	DefaultRetention        = 24 * time.Hour
 )
 
 // MemoryConfig is what a test may set on a store of store.NewMemory: its
@@ -76,8 +83,14 @@ type MemoryConfig struct {
 	MaxOpenPerOwner, MaxOpenPerAgent int
 	// AuditRetention is how long an operation's audit entries are kept
 	// after its latest (zero: DefaultAuditRetention).
-	AuditRetention time.Duration
+	AuditRetention            time.Duration
+	MaxOpen, MaxReplayMarkers int
 }
+
+// ErrOverall is wrapped, beside store.ErrRateLimited, by the error of a
+// step an overall cap refused (Options.MaxOpen, MaxReplayMarkers): the
+// kit then reports the cap to its Observer (Reason "overall").
+var ErrOverall = errors.New("an overall cap of the store is reached")
 
 // NewMemory, set by package store, returns a store of store.NewMemory
 // with cfg (a store.Store), and a function that

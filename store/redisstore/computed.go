@@ -197,6 +197,12 @@ func (s *rstore) recordComputed(ctx context.Context, k *computed.Sealer, owner s
 	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
 	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted),
 		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now))
+	// The overall cap first: an approval past it stores nothing.
+	if full, err := s.open.full(ctx, s.client, now); err != nil {
+		return nil, fmt.Errorf("open operations: %w", err)
+	} else if full {
+		return []string{"limited"}, nil
+	}
 	if s.maxOpenAgent > 0 && !s.agentInStep.Load() {
 		// On a Cluster: count first, then record.
 		n, err := s.run(ctx, s.client, agentStep, []string{s.agentKey(owner.Agent)},
@@ -211,5 +217,13 @@ func (s *rstore) recordComputed(ctx context.Context, k *computed.Sealer, owner s
 	v, _, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		return s.run(ctx, s.client, recordStep, keys, args...).StringSlice()
 	}, s.maxOpenAgent)
+	if err == nil && len(v) > 0 {
+		switch v[0] {
+		case "notfound", "replayed", "limited", "already":
+			// Stored nothing (or stored before).
+		default: // stored by this approval (then checked): it counts
+			s.open.add(ctx, s.client, c.Expires, 1, now)
+		}
+	}
 	return v, err
 }

@@ -53,6 +53,19 @@ type Options struct {
 	// operation is remembered at that step; 24 hours when zero. An entry
 	// costs about 400 bytes of Redis memory (webkit/AUDIT.md).
 	AuditRetention time.Duration
+	// MaxOpen caps the operations open across every agent, and
+	// MaxReplayMarkers the single-use markers (UseOnce, a Session JWT's jti,
+	// kept about 330 s each) the store holds at once: client_ids cost
+	// nothing, so the caps per owner and per agent alone don't bound the
+	// store. Past either, a step that would store one more gets
+	// store.ErrRateLimited (429 with Retry-After) and stores nothing.
+	// Each count is one hash that every web server adds to and reads at
+	// most once a second (every call near the cap), in a round trip of its
+	// own: the caps hold across web servers to within the calls in
+	// flight. 0 is storekit.DefaultMaxOpen or
+	// storekit.DefaultMaxReplayMarkers; negative, no cap. webkit/DEPLOYING.md
+	// sizes them.
+	MaxOpen, MaxReplayMarkers int
 	// Durability is what a claim must reach before Take returns it; the
 	// zero value is DurableDisk, which needs AOF with appendfsync always
 	// on Redis before 7.2 (see DurabilityMode). Call Check at start-up.
@@ -90,6 +103,9 @@ type rstore struct {
 
 	maxOpenOwner int
 	maxOpenAgent int
+	// open and markers count operations and single-use markers against
+	// the overall caps (overall.go); nil when uncapped.
+	open, markers *overallCount
 	// agentInStep: the agent's count is kept by the step that opens an
 	// operation (a single Redis, where every key is on one server), not by
 	// a step of its own (countNew). Cleared for good when the server
@@ -175,6 +191,8 @@ func New(client redis.UniversalClient, opts Options) store.Store {
 	if s.maxOpenAgent == 0 {
 		s.maxOpenAgent = storekit.DefaultMaxOpenPerAgent
 	}
+	s.open = overallCap(s.prefix+"overall:{open}", opts.MaxOpen, storekit.DefaultMaxOpen)
+	s.markers = overallCap(s.prefix+"overall:{markers}", opts.MaxReplayMarkers, storekit.DefaultMaxReplayMarkers)
 	c, single := client.(*redis.Client)
 	s.agentInStep.Store(single && s.maxOpenAgent > 0)
 	if single && opts.Pipelines >= 0 {
@@ -331,6 +349,11 @@ func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.Take
 			return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
 	}
+	if len(v) > 5 && v[5] == "new" {
+		if err := s.countOverall(ctx, owner, keys[0], op, now); err != nil {
+			return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+		}
+	}
 	return store.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 }
 
@@ -396,6 +419,11 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		}
 		if len(v) > 6 && v[6] == "new" && !counted {
 			if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
+				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+			}
+		}
+		if len(v) > 6 && v[6] == "new" {
+			if err := s.countOverall(ctx, owner, keys[0], op, now); err != nil {
 				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
 		}
@@ -534,6 +562,14 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	args := []any{owner.Account, approval.OperationID, approval.Revision, ns(now),
 		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL}
 	args = append(args, s.auditArgs(ctx, what, owner, opts.Decline, terms, now)...)
+	if opts.Once != "" {
+		// The overall cap of single-use markers, before the step sets one.
+		if refused, err := s.markerRefused(ctx, now); err != nil {
+			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+		} else if refused {
+			return store.RecordReply{Result: store.RateLimited}, nil
+		}
+	}
 	var v []string
 	var err error
 	if c == nil {
@@ -547,6 +583,9 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	}
 	if len(v) == 0 {
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
+	}
+	if opts.Once != "" && v[0] != "replayed" {
+		s.markers.add(ctx, s.client, opts.OnceUntil, 1, now)
 	}
 	var r store.RecordReply
 	switch v[0] {
@@ -609,6 +648,9 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 	if n != 1 {
 		return store.ErrClaimLost
 	}
+	if o == "done" { // performed: it leaves the overall count of open operations
+		s.open.add(ctx, s.client, claim.Operation.ExpiresAt, -1, now)
+	}
 	return nil
 }
 
@@ -645,6 +687,9 @@ func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, n
 func (s *rstore) recordNotFound(ctx context.Context, opts store.RecordOptions, now time.Time) (store.RecordReply, error) {
 	if opts.Once != "" {
 		used, err := s.UseOnce(ctx, opts.Once, opts.OnceUntil, now)
+		if errors.Is(err, storekit.ErrOverall) {
+			return store.RecordReply{Result: store.RateLimited}, nil
+		}
 		if err != nil {
 			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 		}
@@ -775,10 +820,18 @@ func (s *rstore) UseOnce(ctx context.Context, key string, until time.Time, now t
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("redisstore: use once: %w", err)
 	}
+	if refused, err := s.markerRefused(ctx, now); err != nil {
+		return false, fmt.Errorf("redisstore: use once: %w", err)
+	} else if refused {
+		return false, fmt.Errorf("redisstore: use once: %w", errOverallCap)
+	}
 	n, err := s.run(ctx, s.client, useOnceStep, []string{s.onceKey(key)}, ns(until), ns(now)).Int()
 	if err != nil {
 		s.failed(err)
 		return false, fmt.Errorf("redisstore: use once: %w", err)
+	}
+	if n == 1 {
+		s.markers.add(ctx, s.client, until, 1, now)
 	}
 	return n == 1, nil
 }

@@ -203,7 +203,9 @@ func TestFunctions(t *testing.T) {
 // inner commands a function runs are counted apart from its FCALL.
 func TestCallsPerStep(t *testing.T) {
 	t.Parallel()
-	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone, MaxOpenPerAgent: -1})
+	// Without the overall caps: their counts are a round trip of their
+	// own, at most once a second and only near a cap (TestOverallCaps).
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone, MaxOpenPerAgent: -1, MaxOpen: -1, MaxReplayMarkers: -1})
 	ctx := t.Context()
 	inner := func() int { // the redis.calls the steps made
 		t.Helper()
@@ -259,7 +261,7 @@ func TestCallsPerStep(t *testing.T) {
 	// With the agent's cap (the default), on a single Redis the 403 step
 	// that stores a new operation also counts it: 3 more calls in the same step (its
 	// count, the member, the set's TTL), rather than a step of its own.
-	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
+	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone, MaxOpen: -1, MaxReplayMarkers: -1})
 	if err := redisstore.Load(ctx, capped); err != nil {
 		t.Fatal(err)
 	}
