@@ -531,3 +531,60 @@ func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {
 // replicas). The claim has been released: nothing may be performed, and
 // the Gate answers 503 with Retry-After, as for a store that is down.
 var errNotDurable = errors.New("redisstore: claim not confirmed durable")
+
+// confirmFinish waits until the Finish just run on the operation at key is
+// on Options.Replicas replicas (WAIT), or on the server's disk (WAITAOF,
+// Redis 7.2 and later), as takeOnce confirms a claim: a write of its own
+// in the operation's slot, after the Finish's reply, and a wait for it on
+// the same connection. Redis replicates and appends in order, so the
+// write confirmed confirms the Finish. With DurableDisk before Redis 7.2
+// (appendfsync always) the Finish's reply was the confirmation; with
+// DurableNone and DurableServer nothing is waited for.
+func (s *rstore) confirmFinish(ctx context.Context, key string) error {
+	d := s.durability
+	if d.Mode != DurableReplicas && d.Mode != DurableDisk {
+		return nil
+	}
+	node, err := s.nodeFor(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotConfirmed, err)
+	}
+	n := s.node(node.Options().Addr)
+	if d.Mode == DurableDisk && !n.waitAOF() {
+		return nil
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	var wait *redis.Cmd
+	_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key+":finished", "1", time.Second)
+		if d.Mode == DurableReplicas {
+			wait = p.Do(ctx, "WAIT", d.replicas(), d.timeout().Milliseconds())
+		} else {
+			wait = p.Do(ctx, "WAITAOF", 1, 0, d.timeout().Milliseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotConfirmed, err)
+	}
+	if d.Mode == DurableReplicas {
+		got, err := wait.Int64()
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: WAIT: %w", errNotConfirmed, err)
+		case got < int64(d.replicas()) && !s.confirmedAlone(ctx, node, n):
+			n.alone.fellShort()
+			return fmt.Errorf("%w: %d of %d replicas acknowledged the finish within %v", errNotConfirmed, got, d.replicas(), d.timeout())
+		}
+		return nil
+	}
+	r, err := wait.Int64Slice()
+	if err != nil {
+		return fmt.Errorf("%w: WAITAOF: %w", errNotConfirmed, err)
+	}
+	if len(r) < 1 || r[0] < 1 {
+		return fmt.Errorf("%w: the finish was not fsynced to the AOF within %v", errNotConfirmed, d.timeout())
+	}
+	return nil
+}

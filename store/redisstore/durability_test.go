@@ -410,3 +410,45 @@ func TestDurabilityUnknown(t *testing.T) {
 	}
 	wantStatus(t, st, is.Ref, store.Approved)
 }
+
+// W135 DurableReplicas: a Finish is confirmed on the replica as its claim
+// was. With the replica stalled, Finish says so (an error, which the Gate
+// tries again), rather than nil for a performed operation that a replica
+// promoted now would still have as performing; tried again once the
+// replica is back, the Finish that landed is confirmed and reads
+// performed. (Found by demo/load -faults "lagging replica promoted":
+// operations performed at the handler stayed performing.)
+func TestDurableReplicasConfirmsFinish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a replica")
+	}
+	t.Parallel()
+	master := redistest.Start(t)
+	replica := redistest.Replica(t, master)
+	st := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 200 * time.Millisecond})
+	a, is := approvedAction(t, st, "finish confirmed")
+	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	if err != nil || res.Claim == nil {
+		t.Fatalf("Take: %+v, %v", res, err)
+	}
+	replica.PauseT(t)
+	err = st.Finish(t.Context(), *res.Claim, store.Done, at(2*time.Second))
+	if rerr := replica.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil || errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Finish with the replica stalled: %v; want an error saying it is not confirmed", err)
+	}
+	// The Gate's retry: the Finish landed on the master before, so this
+	// one finds the claim finished, and is confirmed now.
+	var again error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if again = st.Finish(t.Context(), *res.Claim, store.Done, at(3*time.Second)); errors.Is(again, store.ErrClaimLost) {
+			break
+		}
+	}
+	if !errors.Is(again, store.ErrClaimLost) {
+		t.Fatalf("Finish tried again with the replica back: %v; want ErrClaimLost (it landed before, confirmed now)", again)
+	}
+	wantStatus(t, st, is.Ref, store.Performed)
+}

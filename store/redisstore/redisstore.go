@@ -645,6 +645,14 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		s.failed(err)
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
+	// A Finish is confirmed as its claim was (W135): otherwise a replica
+	// promoted before it had the Finish keeps the operation performing
+	// although it was performed. Not confirmed, it is an error, and the
+	// Gate tries the Finish again; a Finish that already landed is then
+	// confirmed again, and a replica promoted meanwhile gets it.
+	if err := s.confirmFinish(ctx, keys[0]); err != nil {
+		return fmt.Errorf("redisstore: finish: %w", err)
+	}
 	if n != 1 {
 		return store.ErrClaimLost
 	}

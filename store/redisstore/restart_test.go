@@ -56,8 +56,16 @@ func (r restartRun) run(t *testing.T, n int) restartResult {
 		actions[i], _ = approvedAction(t, st, fmt.Sprint(r.name, i))
 	}
 	// The backup: a snapshot of the approvals, before any claim.
-	if err := mc.BgSave(t.Context()).Err(); err != nil {
-		t.Fatal(err)
+	// The replica's full sync may be saving already: wait for it, and
+	// save again, so that the snapshot holds the approvals.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := mc.BgSave(t.Context()).Err()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "already in progress") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	waitBgsave(t, mc)
 	backup := t.TempDir()
