@@ -581,6 +581,24 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// diskRig starts a redis-server with AOF and appendfsync always, the web
+// servers' stores on it with durability disk, and a rig of joined
+// browsers: the setup of the scenarios whose fault is the server itself.
+// stop ends all three.
+func diskRig(procs *redistest.Procs, c faultsConfig) (srv *redistest.Instance, r *rig, stop func(), err error) {
+	if srv, err = redistest.StartArgs(procs, aofAlways...); err != nil {
+		return nil, nil, nil, err
+	}
+	opts, _ := c.durability("disk")
+	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
+	if r, err = newRig(stores, c.browsers(), c.short); err != nil {
+		closeStores()
+		srv.Stop()
+		return nil, nil, nil, err
+	}
+	return srv, r, func() { r.Close(); closeStores(); srv.Stop() }, nil
+}
+
 // storesOn returns n stores, one client each (as separate web servers
 // have), on addr, and a func closing the clients.
 func storesOn(addr string, n int, opts redisstore.Options) ([]store.Store, func()) {
@@ -665,19 +683,11 @@ func failed(res faultResult, err error) faultResult {
 // always: every write is on disk before Redis answers).
 func faultKillAOF(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 	res := faultResult{name: "SIGKILL + restart with AOF", mode: "disk: appendfsync always", durable: true}
-	srv, err := redistest.StartArgs(procs, aofAlways...)
+	srv, r, stop, err := diskRig(procs, c)
 	if err != nil {
 		return failed(res, err)
 	}
-	defer srv.Stop()
-	opts, _ := c.durability("disk")
-	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
-	defer closeStores()
-	r, err := newRig(stores, c.browsers(), c.short)
-	if err != nil {
-		return failed(res, err)
-	}
-	defer r.Close()
+	defer stop()
 	err = runLoad(ctx, r, c.load(), func(ctx context.Context) (time.Time, error) {
 		r.performPending(ctx)
 		srv.Kill()
@@ -735,19 +745,11 @@ func faultRestartOlder(ctx context.Context, procs *redistest.Procs, c faultsConf
 func faultStall(stall time.Duration) func(context.Context, *redistest.Procs, faultsConfig) faultResult {
 	return func(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 		res := faultResult{name: fmt.Sprintf("stalled Redis %v (SIGSTOP, SIGCONT)", stall), mode: "disk: appendfsync always", durable: true}
-		srv, err := redistest.StartArgs(procs, aofAlways...)
+		srv, r, stop, err := diskRig(procs, c)
 		if err != nil {
 			return failed(res, err)
 		}
-		defer srv.Stop()
-		opts, _ := c.durability("disk")
-		stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
-		defer closeStores()
-		r, err := newRig(stores, c.browsers(), c.short)
-		if err != nil {
-			return failed(res, err)
-		}
-		defer r.Close()
+		defer stop()
 		var ordinaryMax time.Duration
 		err = runLoad(ctx, r, c.load()+stall, func(ctx context.Context) (time.Time, error) {
 			if err := srv.Pause(); err != nil {
@@ -1321,19 +1323,11 @@ func faultLostReply(loss time.Duration) func(context.Context, *redistest.Procs, 
 func faultKillMidHandler(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 	down := 3 * time.Second // longer than the kit's store calls retry
 	res := faultResult{name: fmt.Sprintf("SIGKILL mid-handler, down %v, restart with AOF", down), mode: "disk: appendfsync always", durable: true}
-	srv, err := redistest.StartArgs(procs, aofAlways...)
+	srv, r, stop, err := diskRig(procs, c)
 	if err != nil {
 		return failed(res, err)
 	}
-	defer srv.Stop()
-	opts, _ := c.durability("disk")
-	stores, closeStores := storesOn(srv.Addr, c.servers(), opts)
-	defer closeStores()
-	r, err := newRig(stores, c.browsers(), c.short)
-	if err != nil {
-		return failed(res, err)
-	}
-	defer r.Close()
+	defer stop()
 	inHandler := 0
 	err = runLoad(ctx, r, c.load()+down, func(ctx context.Context) (time.Time, error) {
 		r.delay.Store(int64(200 * time.Millisecond))
