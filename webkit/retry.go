@@ -67,6 +67,7 @@ type retries struct {
 	mu      sync.Mutex
 	steps   retryHeap
 	running bool          // its goroutine runs
+	trying  int           // steps out of the heap while being tried (0 or 1)
 	wake    chan struct{} // a step sooner than the goroutine waits for
 
 	// delays and max, when set (tests), replace defaultRetryDelays and
@@ -131,11 +132,12 @@ func (k *Kit) retryLater(st *retryStep) bool {
 	return true
 }
 
-// pendingRetries is how many steps wait to be tried again.
+// pendingRetries is how many steps wait to be tried again, counting the
+// one being tried now.
 func (k *Kit) pendingRetries() int {
 	k.retries.mu.Lock()
 	defer k.retries.mu.Unlock()
-	return len(k.retries.steps)
+	return len(k.retries.steps) + k.retries.trying
 }
 
 // runRetries tries each queued step when it is due, until none is left.
@@ -163,16 +165,20 @@ func (k *Kit) runRetries() {
 			continue
 		}
 		heap.Pop(&q.steps)
+		q.trying++
 		q.mu.Unlock()
 		if k.try(st) {
+			q.settled()
 			continue
 		}
 		if !time.Now().Before(st.until) {
 			k.gaveUp(st)
+			q.settled()
 			continue
 		}
 		st.tries++
 		q.mu.Lock()
+		q.trying--
 		d := q.delay(st.tries)
 		// Whatever else is due waits for this one's next try at the
 		// earliest: the store just failed.
@@ -186,6 +192,13 @@ func (k *Kit) runRetries() {
 		heap.Push(&q.steps, st)
 		q.mu.Unlock()
 	}
+}
+
+// settled counts off the step that was being tried.
+func (q *retries) settled() {
+	q.mu.Lock()
+	q.trying--
+	q.mu.Unlock()
 }
 
 // newRetryStep is a step of a request's, with what it needs of the Kit.
