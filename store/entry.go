@@ -80,7 +80,7 @@ func WithEntry(ctx context.Context, e Entry) context.Context {
 			e.Instance = prev.Instance
 		}
 	}
-	return &entryContext{ctx, Entry{Session: e.Session, Kind: e.Kind, By: e.By, Instance: e.Instance}}
+	return &entryContext{Context: ctx, head: Entry{Session: e.Session, Kind: e.Kind, By: e.By, Instance: e.Instance}}
 }
 
 // entryContext is ctx carrying an Entry's head (WithEntry) in one
@@ -89,13 +89,29 @@ func WithEntry(ctx context.Context, e Entry) context.Context {
 type entryContext struct {
 	context.Context
 	head Entry
+	// marker, when not "", is the marker a Take checks first
+	// (storekit.WithEntryMarker).
+	marker string
 }
 
 func (c *entryContext) Value(key any) any {
-	if key == (entryKey{}) {
+	switch key {
+	case entryKey{}:
 		return &c.head
+	case storekit.MarkerKey{}:
+		if c.marker != "" {
+			return &c.marker
+		}
 	}
 	return c.Context.Value(key)
+}
+
+func init() {
+	storekit.WithEntryMarker = func(ctx context.Context, session, kind, marker string) context.Context {
+		c := WithEntry(ctx, Entry{Session: session, Kind: kind}).(*entryContext)
+		c.marker = marker
+		return c
+	}
 }
 
 // EntryOf returns what WithEntry put in ctx, for a store of one's own

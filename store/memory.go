@@ -556,6 +556,13 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 		return TakeResult{}, err
 	}
 	defer m.unlock()
+	// The marker the Gate names (Unbind's, for the browser's join
+	// cookie), checked in the same step (storekit.MarkedInTake).
+	if key := storekit.MarkerOf(ctx); key != "" {
+		if prev, ok := m.once.get(key); ok && !now.After(prev.until) {
+			return TakeResult{}, fmt.Errorf("store: take: %w", storekit.ErrMarked)
+		}
+	}
 	slot := storekit.Slot(owner.Agent, owner.User)
 	token := action.ClaimToken
 	if token != "" {
@@ -1089,6 +1096,10 @@ func (m *memory) UseOnce(ctx context.Context, key string, until time.Time, now t
 	}
 	return m.useOnce(key, until, now), nil
 }
+
+// MarkedInTake reports that Take checks the marker its context names
+// (storekit.MarkedInTake).
+func (m *memory) MarkedInTake() bool { return true }
 
 // Marked reports whether key is marked by UseOnce and not expired at now,
 // without marking it (storekit.OnceMarked).

@@ -151,24 +151,29 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 	// A copy of a join cookie that Unbind ended is no binding: the browser
 	// is an ordinary one, and an ordinary browser's request goes to the
 	// handler (§4 W07), as with an expired cookie. Asked only now, so that
-	// a request the Gate doesn't gate costs no store read. When the store
-	// can't say, nothing is performed: 503 (§7 W143).
-	if ended, err := k.unbound(r.Context(), unbound); err != nil {
-		k.storeFailed(r, "marked", err)
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unavailable", Kind: act.kind()})
-		k.refuse(w, r, ErrStoreUnavailable, nil)
-		return
-	} else if ended {
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined", Kind: act.kind()})
-		next.ServeHTTP(w, r)
+	// a request the Gate doesn't gate costs no store read; and, when the
+	// store can, by Take in its own step (storekit.MarkedInTake), so that
+	// it costs no round trip of its own. When the store can't say,
+	// nothing is performed: 503 (§7 W143).
+	d := decide(s, nil)
+	inTake := unbound != "" && d.do == doTake && storewrap.MarksInTake(k.store())
+	if !inTake && k.endedBinding(w, r, unbound, act, next) {
 		return
 	}
 	// The store's audit entries of this request's steps (Take, Release,
-	// Finish) carry its Session's sid and the action's kind (§8.1).
-	r = r.WithContext(store.WithEntry(r.Context(), store.Entry{Session: s.ID, Kind: act.kind()}))
-	d := decide(s, nil)
+	// Finish) carry its Session's sid and the action's kind (§8.1); and
+	// the context names the marker the Take checks (in the same
+	// allocation).
+	if inTake {
+		r = r.WithContext(storekit.WithEntryMarker(r.Context(), s.ID, act.kind(), unbound))
+	} else {
+		r = r.WithContext(store.WithEntry(r.Context(), store.Entry{Session: s.ID, Kind: act.kind()}))
+	}
 	if d.do == doTake {
 		sa, err := k.storeAction(act)
+		if err != nil && inTake && k.endedBinding(w, r, unbound, act, next) {
+			return
+		}
 		if err != nil {
 			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
 				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
@@ -181,6 +186,11 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 		// claims can be released when its reply is lost or late (W144).
 		sa.ClaimToken = storekit.NewToken()
 		res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
+		if errors.Is(err, storekit.ErrMarked) { // nothing taken: no binding
+			k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined", Kind: act.kind()})
+			next.ServeHTTP(w, r)
+			return
+		}
 		d = decide(s, &taken{res: res, err: err, gone: r.Context().Err()})
 		if d.release {
 			k.release(r, s.Owner(), sa.ClaimToken)
@@ -210,6 +220,26 @@ func (k *Kit) bindingOf(r *http.Request) (s Session, unbound string, joined bool
 	}
 	s, joined = k.Sessions.SessionOf(r)
 	return s, "", joined
+}
+
+// endedBinding checks, by a store step of its own, that Unbind did not
+// end the browser's binding (its marker's key is unbound): when it did,
+// the request is an ordinary browser's and goes to next; when the store
+// can't say, 503. It reports whether it answered r.
+func (k *Kit) endedBinding(w http.ResponseWriter, r *http.Request, unbound string, act Action, next http.Handler) bool {
+	ended, err := k.unbound(r.Context(), unbound)
+	switch {
+	case err != nil:
+		k.storeFailed(r, "marked", err)
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unavailable", Kind: act.kind()})
+		k.refuse(w, r, ErrStoreUnavailable, nil)
+		return true
+	case ended:
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined", Kind: act.kind()})
+		next.ServeHTTP(w, r)
+		return true
+	}
+	return false
 }
 
 // unbound reports whether Unbind ended the binding whose marker's key is

@@ -1185,6 +1185,10 @@ func (c *countingStore) Marked(ctx context.Context, key string, now time.Time) (
 	return storewrap.Marked(ctx, c.Store, key, now)
 }
 
+// MarkedInTake is the counted store's: its Take checks the Unbind marker
+// in the same round trip (storekit.MarkedInTake).
+func (c *countingStore) MarkedInTake() bool { return storewrap.MarksInTake(c.Store) }
+
 // InProcess and BoundByContext are the counted store's: counting adds no
 // waiting.
 func (c *countingStore) InProcess() bool {

@@ -26,8 +26,8 @@ type Observer interface {
 	// StoreStep: one call of the store (step is its method in lower case:
 	// "take", "finish", "lookup", "record", "use_once"; "marked" is the
 	// check, on a joined browser's request, that Unbind did not end its
-	// binding), how long
-	// it took, and its error (nil when it worked). A "take" that failed
+	// binding, made by "take" itself on this module's stores), how long it
+	// took, and its error (nil when it worked). A "take" that failed
 	// performed nothing (fail closed).
 	StoreStep(ctx context.Context, step string, took time.Duration, err error)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/securecookie"
 	"github.com/gorilla/sessions"
 
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 )
@@ -244,7 +245,7 @@ func (c *CookieSessions) read(r *http.Request) (binding, bool) {
 		User:       cs.User,
 		Account:    cs.Account,
 		Extensions: cs.Extensions,
-	}, joined: time.Unix(cs.JoinedAt, 0), unbound: unboundKey(value)}
+	}, joined: time.Unix(cs.JoinedAt, 0), unbound: unboundKey(cs.Agent, cs.User, value)}
 	c.decoded.put(value, b)
 	return b, true
 }
@@ -253,11 +254,14 @@ func (c *CookieSessions) read(r *http.Request) (binding, bool) {
 // Unbind leaves for the cookie value: a digest of the value, which is
 // different for every Bind (securecookie encrypts with a random IV and
 // stamps the time), so it names this one binding and can't be made
-// without the cookie. The prefix keeps it apart from every other
-// single-use key the kit makes (a jti's: storekit.OnceKey, "jti:").
-func unboundKey(value string) string {
+// without the cookie. It is a key of the binding's owner
+// (storekit.OnceKey): with the owner's records (on Redis, in their
+// Cluster slot), so that the Gate's Take checks it in the same step
+// (storekit.MarkedInTake). The "unbound:" prefix keeps it apart from the
+// other single-use keys the kit makes (a jti's: "jti:").
+func unboundKey(agent, user, value string) string {
 	sum := sha256.Sum256([]byte(value))
-	return "opsgate-unbound:" + base64.RawURLEncoding.EncodeToString(sum[:16])
+	return storekit.OnceKey(agent, user, "unbound:"+base64.RawURLEncoding.EncodeToString(sum[:16]))
 }
 
 // cookieValue returns the value of r's first cookie named name, without

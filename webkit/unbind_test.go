@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // A join cookie that Unbind ended stops working when a copy of it is
@@ -20,14 +21,33 @@ import (
 // whose request the Gate hands to the handler without a Poppy-Operation
 // and without a claim, and the status route knows no ref for it (W93).
 // Before, the copy read as the binding for its whole 12 h lifetime.
+//
+// Both stores of this module check the marker inside the Gate's Take
+// (storekit.MarkedInTake); "/other store" is one that can't, whose check
+// is a UseOnce of its own (storewrap.Marked).
 func TestUnbindEndsAReplayedCookie(t *testing.T) {
+	type variant struct {
+		name string
+		wrap func(store.Store) store.Store
+	}
+	var variants []variant
 	for _, be := range backends() {
-		t.Run(be.name, func(t *testing.T) {
+		variants = append(variants,
+			variant{be.name, func(s store.Store) store.Store { return s }},
+			variant{be.name + "/other store", func(s store.Store) store.Store { return plainStore{s} }})
+	}
+	for i, v := range variants {
+		be := backends()[i/2]
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
 			if be.name == "redis" {
 				sharedRedis(t)
 			}
-			more := be.more(t)
+			moreOf := be.more(t)
+			more := func() store.Store { return v.wrap(moreOf()) }
+			if got := storewrap.MarksInTake(more()); got != (v.name == be.name) {
+				t.Fatalf("MarksInTake = %v", got)
+			}
 			c := newClock()
 			a, b := newGateEnv(t, more(), c), newGateEnv(t, more(), c) // two web servers
 			form := url.Values{"order": {"A1"}, "size": {"M"}}.Encode()
@@ -168,4 +188,13 @@ func (s *onceSpy) Marked(ctx context.Context, key string, now time.Time) (bool, 
 		return false, s.fail
 	}
 	return storewrap.Marked(ctx, s.Store, key, now)
+}
+
+// plainStore is a store that offers only store.Store's methods (and the
+// Issue the tests set up approvals with): a store of another module, as
+// far as the kit can tell.
+type plainStore struct{ store.Store }
+
+func (p plainStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+	return storetest.Issue(ctx, p.Store, o, a, now)
 }

@@ -281,7 +281,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 		say("%-22s %10.0f %10v %10v %11.1f µs %11.1f µs %11.2f  %s\n", ph, median(rate), time.Duration(median(p50)).Round(time.Microsecond),
 			time.Duration(median(p99)).Round(time.Microsecond), median(pc)/1e3, median(rc)/1e3, median(cl), answers(res.statuses[ph]))
 	}
-	say("(process CPU: this whole process, the 50 clients included, per request; the bare handler's line is what the HTTP round trip alone costs it. redis CPU: redis-server's used_cpu_user+sys per request. redis calls: the commands the kit's store and the hand-rolled gate send per request; the kit's Unbind check is one)\n")
+	say("(process CPU: this whole process, the 50 clients included, per request; the bare handler's line is what the HTTP round trip alone costs it. redis CPU: redis-server's used_cpu_user+sys per request. redis calls: the commands the kit's store and the hand-rolled gate send per request; the kit's Take checks the Unbind marker in its own step)\n")
 	paired := func(a, b string) []float64 {
 		var out []float64
 		for _, r := range rounds {
@@ -670,7 +670,7 @@ func answers(st map[int]int) string {
 var errNoFunctions = errors.New("the server has no functions (Redis 7 or later): no floors")
 
 // stepNames are the store's steps a gated action goes through, in order.
-var stepNames = []string{"unbound", "403", "record", "claim", "finish"}
+var stepNames = []string{"403", "record", "claim", "finish"}
 
 // stepFigure is one step's Redis CPU per call and its floor's, in µs.
 type stepFigure struct {
@@ -691,21 +691,17 @@ func stepLine(steps []stepFigure) string {
 }
 
 // floorDoc says what each floor does.
-const floorDoc = "unbound (the Gate's check that Unbind did not end the join cookie, before the Take): one GET of the marker; 403: one EXISTS of the claim token's, the action's and the computed operation's keys; " +
+const floorDoc = "403: one EXISTS of the claim token's, the action's, the computed operation's and the Unbind marker's keys (the Gate names the marker of the browser's join cookie, storekit.MarkedInTake); " +
 	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
-	"claim: the token and action keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
+	"claim: the token, action and Unbind marker keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
 	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted; " +
 	"and record, claim and finish each append an audit entry as long as the store's own (RPUSH, PEXPIRE), composed by the caller. " +
 	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps; a step's CPU is its functions' usec in INFO commandstats (the commands they call included: the per-command lines below count those twice)"
 
 // floorLibrary holds the floor functions (floorDoc).
 const floorLibrary = `#!lua name=opsgate_sbs_floor
-redis.register_function('sbs_floor_marked', function(KEYS, ARGV)
-  if redis.call('GET', KEYS[1]) then return 1 end
-  return 0
-end)
 redis.register_function('sbs_floor_403', function(KEYS, ARGV)
-  return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3])
+  return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 end)
 local function entry(log, e, ttl)
   if e and e ~= '' then
@@ -724,7 +720,7 @@ redis.register_function('sbs_floor_record', function(KEYS, ARGV)
   return 1
 end)
 redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
-  redis.call('MGET', KEYS[1], KEYS[2])
+  redis.call('MGET', KEYS[1], KEYS[2], KEYS[5])
   local r = ARGV[2]
   local f = redis.call('HMGET', KEYS[3], 'state', 'acct', 't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r)
   if f[1] ~= 'open' then return {} end
@@ -941,8 +937,14 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		kit[name], floor[name], err = paired(ctx, client, n, step, fl, before)
 		return err
 	}
+	// The Gate's Takes name the marker Unbind would leave for the
+	// browser's join cookie (storekit.MarkedInTake): never set here.
+	marked := func(i int) context.Context {
+		o := owners[i%50]
+		return storekit.WithMarker(ctx, storekit.OnceKey(o.Agent, o.User, "unbound:"+strconv.Itoa(round)+":"+strconv.Itoa(i)))
+	}
 	if err := run("403", func(i int) error {
-		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
+		r, err := st.Take(marked(i), owners[i%50], action(i), time.Now())
 		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("the 403's Take: %+v", r)
 		}
@@ -950,7 +952,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return err
 	}, func(i int) error {
 		tok, act, op, _ := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op}).Err()
+		return client.FCall(ctx, "sbs_floor_403", []string{tok, act, op, op + ":m"}).Err()
 	}, nil); err != nil {
 		return nil, err
 	}
@@ -970,7 +972,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return nil, err
 	}
 	if err := run("claim", func(i int) error {
-		r, err := st.Take(ctx, owners[i%50], action(i), time.Now())
+		r, err := st.Take(marked(i), owners[i%50], action(i), time.Now())
 		if err == nil && r.Claim == nil {
 			err = fmt.Errorf("the claiming Take: %+v", r)
 		}
@@ -981,7 +983,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	}, func(i int) error {
 		tok, act, op, log := keysOf(i)
 		token := "tok" + strconv.Itoa(i)
-		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad).Err(); err != nil {
+		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log, op + ":m"}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad).Err(); err != nil {
 			return err
 		}
 		// The start mark, after the claim's reply, as the store makes it.
@@ -995,21 +997,6 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		tok, _, op, log := keysOf(i)
 		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad).Err()
 	}, func() { pad = entry(2) }); err != nil {
-		return nil, err
-	}
-	// The Gate's check that Unbind did not end the join cookie
-	// (storekit.OnceMarked), before every Take of a joined browser's.
-	marked, ok := st.(storekit.OnceMarked)
-	if !ok {
-		return nil, errors.New("the store has no Marked step")
-	}
-	if err := run("unbound", func(i int) error {
-		_, err := marked.Marked(ctx, "unbind:"+strconv.Itoa(round)+":"+strconv.Itoa(i), time.Now())
-		return err
-	}, func(i int) error {
-		_, _, op, _ := keysOf(i)
-		return client.FCall(ctx, "sbs_floor_marked", []string{op + ":m"}).Err()
-	}, nil); err != nil {
 		return nil, err
 	}
 	var out []stepFigure

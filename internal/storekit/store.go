@@ -108,3 +108,58 @@ var NewMemory func(cfg MemoryConfig) (st any, size func() int)
 type OnceMarked interface {
 	Marked(ctx context.Context, key string, now time.Time) (bool, error)
 }
+
+// MarkedInTake is implemented by a store whose Take checks, in its own
+// atomic step, the single-use marker its context names (WithMarker): when
+// that key is marked (UseOnce) and not expired at the Take's now, Take
+// does nothing and returns an error that wraps ErrMarked. The kit names
+// with it the marker Sessions.Unbind leaves for an ended join cookie, so
+// that a joined browser's gated request costs one store step, not two.
+// The key must be a OnceKey of the Take's owner (on Redis, in its Cluster
+// slot). A store that wraps another passes on its MarkedInTake, as
+// storewrap's do; for any other store, the kit checks with OnceMarked
+// first.
+type MarkedInTake interface {
+	MarkedInTake() bool
+}
+
+// ErrMarked is wrapped by the error of a Take that found the marker its
+// context names (MarkedInTake).
+var ErrMarked = errors.New("the marker the Take was to check is set")
+
+// MarkerKey is the context key of the marker a Take checks
+// (WithMarker); its value is a *string.
+type MarkerKey struct{}
+
+// markerContext is ctx naming a marker, in one allocation.
+type markerContext struct {
+	context.Context
+	key string
+}
+
+func (c *markerContext) Value(key any) any {
+	if key == (MarkerKey{}) {
+		return &c.key
+	}
+	return c.Context.Value(key)
+}
+
+// WithMarker returns ctx naming key as the marker a Take checks first
+// (MarkedInTake).
+func WithMarker(ctx context.Context, key string) context.Context {
+	return &markerContext{ctx, key}
+}
+
+// WithEntryMarker, set by package store, returns store.WithEntry(ctx,
+// store.Entry{Session: session, Kind: kind}) that also names marker as
+// WithMarker does, in the one allocation WithEntry makes: the Gate's
+// context for a joined browser's gated request.
+var WithEntryMarker func(ctx context.Context, session, kind, marker string) context.Context
+
+// MarkerOf returns the marker ctx names (WithMarker), or "".
+func MarkerOf(ctx context.Context) string {
+	if k, ok := ctx.Value(MarkerKey{}).(*string); ok {
+		return *k
+	}
+	return ""
+}

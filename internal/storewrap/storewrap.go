@@ -176,6 +176,16 @@ func Marked(ctx context.Context, s store.Store, key string, now time.Time) (bool
 	return err == nil && !first, err
 }
 
+// MarksInTake reports whether s's Take checks the marker its context
+// names (storekit.MarkedInTake).
+func MarksInTake(s store.Store) bool {
+	m, ok := s.(storekit.MarkedInTake)
+	return ok && m.MarkedInTake()
+}
+
+// MarkedInTake is the bounded store's (storekit.MarkedInTake).
+func (t timedStore) MarkedInTake() bool { return MarksInTake(t.s) }
+
 func (t timedStore) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
 	if t.how == inProcess {
 		return Marked(ctx, t.s, key, now)
@@ -220,6 +230,9 @@ func (t observedStore) BoundByContext() bool {
 	b, ok := t.s.(storekit.ContextBound)
 	return ok && b.BoundByContext()
 }
+
+// MarkedInTake is the observed store's (storekit.MarkedInTake).
+func (t observedStore) MarkedInTake() bool { return MarksInTake(t.s) }
 
 func (t observedStore) step(ctx context.Context, name string, start time.Time, sp spans.Span, err error) {
 	sp.End(spans.Labels{}, err)

@@ -374,11 +374,16 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
-	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User))
+	marker, checked, err := s.takeMarker(ctx, owner, keys[0], now)
+	if err != nil {
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+	}
+	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User), marker)
 	retained := now.Add(s.retention)
 	tokUntil := now.Add(storekit.ClaimTokenTTL)
 	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil), ns(now.Add(-unstartedFor)))
 	args = append(args, s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)...)
+	args = append(args, checked)
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if !s.durability.confirms() {
 			// The reply is enough (DurableNone, DurableServer): the start
@@ -399,6 +404,8 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
 	}
 	switch v[0] {
+	case "marked":
+		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", storekit.ErrMarked)
 	case "released":
 		return store.TakeResult{}, store.ErrClaimLost
 	case "lost":
@@ -806,6 +813,33 @@ func (s *rstore) onceKey(key string) string {
 	}
 	sum := sha256.Sum256([]byte(key))
 	return s.prefix + "jti:{" + base64.RawURLEncoding.EncodeToString(sum[:15]) + "}"
+}
+
+// MarkedInTake reports that Take checks the marker its context names
+// (storekit.MarkedInTake).
+func (s *rstore) MarkedInTake() bool { return true }
+
+// takeMarker returns the key take.lua is to check as the marker ctx
+// names (storekit.WithMarker), and "1" when there is one to check
+// (KEYS[4] and ARGV[22] of take.lua); with none, the action key and "".
+// A marker of another slot than the owner's can't be read in Take's step
+// on a Cluster: it is checked by a step of its own first.
+func (s *rstore) takeMarker(ctx context.Context, owner store.Owner, actKey string, now time.Time) (key, checked string, err error) {
+	m := storekit.MarkerOf(ctx)
+	if m == "" {
+		return actKey, "", nil
+	}
+	if slot, _, ok := storekit.SplitOnceKey(m); ok && slot == storekit.Slot(owner.Agent, owner.User) {
+		return s.onceKey(m), "1", nil
+	}
+	marked, err := s.Marked(ctx, m, now)
+	if err != nil {
+		return "", "", err
+	}
+	if marked {
+		return "", "", storekit.ErrMarked
+	}
+	return actKey, "", nil
 }
 
 // Marked reports whether key is marked by UseOnce and not expired at now,

@@ -2,15 +2,17 @@
 -- "Websites", §7).
 -- KEYS: the action key, the claim token key, the index of performing
 --       operations of its hash slot ("<prefix>pf:{<tag>}", reconcile.go),
---       and on a single Redis the agent's count of open operations
---       (agent.lua).
+--       the marker to check first (storekit.MarkedInTake: Unbind's for
+--       the browser's join cookie, a UseOnce key of this slot; the action
+--       key again when there is none), and on a single Redis the agent's
+--       count of open operations (agent.lua).
 -- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
 --       TTL in ms, 17 now + that TTL (when the token is forgotten), 18 the
 --       instant before which a claim never marked started may be undone
---       ('' never), 19-21 the audit entry of a claim (lib.lua audit), and
---       with the agent's count: 22 the agent's cap, 23 its members' prefix
---       ("<slot> ").
+--       ('' never), 19-21 the audit entry of a claim (lib.lua audit), 22
+--       '1' when KEYS[4] is a marker to check, and with the agent's count:
+--       23 the agent's cap, 24 its members' prefix ("<slot> ").
 --
 -- A claim is made unstarted (st '0'): its handler may run only once the
 -- claimer's start mark (start.lua) has found it still held and marked it
@@ -22,21 +24,28 @@
 -- Returns {'claim', opID, revision, summary, terms, expires, approval, used}
 -- or {'busy'} or {'issued', opID, revision, summary, terms, expires, new},
 -- where terms '' means the request's (stored terms are never empty)
--- or {'released'} or {'lost'} or {'limited'}, or {'compute'} when the
--- caller is to compute a new operation (computed.go).
--- The 403 step in its most common case: no
+-- or {'released'} or {'lost'} or {'limited'} or {'marked'} (the marker
+-- is set: nothing done), or {'compute'} when the caller is to compute a
+-- new operation (computed.go).
+-- The 403 step in its most common case: no marker, no
 -- claim with this token, nothing stored for the action, and the operation
 -- the caller computes (its id ends the seed) not kept either: one EXISTS
 -- says so, and this is what issue (lib.lua) would answer then, without
 -- reading the rest. (When any of them is kept, the steps below read them
 -- and judge by their keep-until.)
 local dot = string.find(ARGV[8], '.', 1, true)
-if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1)) == 0 then
+if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1), KEYS[4]) == 0 then
   return {'compute'}
+end
+-- A marker that is set and not expired (useonce.lua): Unbind ended the
+-- browser's binding, so this is no joined browser's request.
+if ARGV[22] == '1' then
+  local m = redis.call('GET', KEYS[4])
+  if m and cmp(ARGV[7], m) <= 0 then return {'marked'} end
 end
 local v = redis.call('MGET', KEYS[2], KEYS[1])
 local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = KEYS[4], ARGV[22], ARGV[23]
+a.agentKey, a.maxAgent, a.agentMember = KEYS[5], ARGV[23], ARGV[24]
 local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
 local idx, unstartedBefore = KEYS[3], ARGV[18]
 local now, base = a.now, a.base

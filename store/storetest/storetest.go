@@ -1487,6 +1487,60 @@ var _ = add("Marked: a UseOnce marker read without setting it, as UseOnce judges
 	}
 })
 
+var _ = add("MarkedInTake: a Take checks the marker its context names first, and does nothing when it is set", func(t *testing.T, e *env) {
+	// The Gate names Unbind's marker for the browser's join cookie
+	// (storekit.WithMarker), a OnceKey of the Take's owner, so that a
+	// joined browser's gated request is one step. A store that doesn't
+	// check it says so (the Gate then checks with Marked first).
+	if !storewrap.MarksInTake(e.h.Store) {
+		t.Skipf("%T does not check a marker in Take", e.h.Store)
+	}
+	key := storekit.OnceKey(signedIn.Agent, signedIn.User, "unbound:storetest")
+	marked := storekit.WithMarker(e.ctx(), key)
+	a := action(t, "k", `{"size":"M"}`)
+	// Not marked: Take is the Take it would be.
+	is, err := e.client(0).Take(marked, signedIn, a, at(0))
+	if err != nil || is.Ref == "" {
+		t.Fatalf("Take with a marker not set: %+v, %v; want an issued operation", is, err)
+	}
+	e.approve(signedIn, is, at(time.Second))
+	if first, err := e.client(1).UseOnce(e.ctx(), key, at(time.Minute), at(2*time.Second)); err != nil || !first {
+		t.Fatalf("UseOnce of the marker: %v %v", first, err)
+	}
+	// Set: nothing done, on every client, whatever the Take would do (an
+	// approval waits for this one).
+	for i := range e.clients() {
+		res, err := e.client(i).Take(marked, signedIn, a, at(3*time.Second))
+		if !errors.Is(err, storekit.ErrMarked) || res.Claim != nil {
+			t.Fatalf("client %d: Take with the marker set: %+v, %v; want ErrMarked and no claim", i, res, err)
+		}
+	}
+	if rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Approved); len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.IsZero() {
+		t.Fatalf("after the marked Takes: %+v, want the approval unused", rec.Approvals)
+	}
+	// Another owner's Take, and one without the marker, are not refused.
+	other := action(t, "k2", `{"size":"L"}`)
+	if res, err := e.client(0).Take(e.ctx(), signedIn, other, at(5*time.Second)); err != nil || res.Ref == "" {
+		t.Fatalf("Take naming no marker: %+v, %v", res, err)
+	}
+	// A marker that is not one of the owner's keys (another slot on a
+	// Cluster) is checked too.
+	for _, k := range []string{storekit.OnceKey("agent-b", "user-9", "unbound:storetest"), "unbound:plain"} {
+		if first, err := e.client(0).UseOnce(e.ctx(), k, at(time.Minute), at(5*time.Second)); err != nil || !first {
+			t.Fatalf("UseOnce of %s: %v %v", k, first, err)
+		}
+		if _, err := e.client(1).Take(storekit.WithMarker(e.ctx(), k), signedIn, a, at(6*time.Second)); !errors.Is(err, storekit.ErrMarked) {
+			t.Fatalf("Take with marker %s set: %v; want ErrMarked", k, err)
+		}
+	}
+	// Past the marker's until: Take is the Take it would be, and claims.
+	c, err := e.client(1).Take(marked, signedIn, a, at(time.Minute+time.Second))
+	if err != nil || c.Claim == nil {
+		t.Fatalf("Take past the marker's until: %+v, %v; want the approval claimed", c, err)
+	}
+	e.finish(c.Claim, store.Done, at(time.Minute+2*time.Second))
+})
+
 // markedBy reads with f; useOnceOnly hides a store's own read, so that
 // storewrap.Marked falls back to UseOnce.
 type markedBy struct {

@@ -52,6 +52,5 @@ func Example() {
 	}
 	// Output:
 	// opsgate_gate_requests_total{kind="exchange",outcome="waiting",reason=""} 1
-	// opsgate_store_step_duration_seconds_count{step="marked"} 1
 	// opsgate_store_step_duration_seconds_count{step="take"} 1
 }

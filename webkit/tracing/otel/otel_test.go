@@ -157,7 +157,6 @@ const memoryFlow = `opsgate.join {outcome=joined reason=signed_out route=join}
   opsgate.identity.fetch {kind=jwks}
   opsgate.store.use_once {step=use_once}
 opsgate.gate {kind=exchange outcome=waiting route=gate}
-  opsgate.store.marked {step=marked}
   opsgate.store.take {step=take}
 opsgate.endpoint {outcome=operation route=endpoint}
   opsgate.endpoint.authenticate {route=endpoint}
@@ -167,7 +166,6 @@ opsgate.endpoint {outcome=recorded route=endpoint}
   opsgate.endpoint.authenticate {route=endpoint}
   opsgate.store.record {step=record}
 opsgate.gate {kind=exchange outcome=performed route=gate}
-  opsgate.store.marked {step=marked}
   opsgate.store.take {step=take}
   opsgate.handler {kind=exchange outcome=performed route=gate}
   opsgate.store.finish {step=finish}
@@ -247,7 +245,8 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // round trip: that round trip is a span of its own, a root, linked to each
 // request's step and each step to it, and a go-redis hook's span of the
 // batch is its child, in no request's trace. The steps are each gated
-// request's first: the check that Unbind did not end its binding.
+// request's first: the Take (which checks that Unbind did not end its
+// binding, in the same step).
 func TestSharedRoundTripLinks(t *testing.T) {
 	_, client := redistest.Mini(t)
 	hook := &holdHook{held: make(chan struct{}, 1), hold: make(chan struct{})}
@@ -264,7 +263,7 @@ func TestSharedRoundTripLinks(t *testing.T) {
 		}
 		browsers = append(browsers, b)
 	}
-	const first = "opsgate.store.marked" // each gated request's first step
+	const first = "opsgate.store.take" // each gated request's first step
 	stepsStarted := func() int {
 		n := 0
 		for _, sp := range s.rec.Started() {
