@@ -308,7 +308,44 @@ func StartCluster(h Host, masters, replicas int, nodeTimeout time.Duration, extr
 			return nil, err
 		}
 	}
+	// Each master's own view of the Cluster lists its replicas as its
+	// replicas only once gossip has told it: until then a master can read
+	// as having none (redisstore's alone.go reads that view).
+	for _, m := range cn.Masters {
+		var id string
+		for n, i := range byID {
+			if i == m {
+				id = n
+			}
+		}
+		if err := waitReplicasKnown(ctx, m.Addr, id, replicas); err != nil {
+			return nil, err
+		}
+	}
 	return cn, nil
+}
+
+// waitReplicasKnown waits until CLUSTER NODES, read on the master at addr
+// (node id), lists n replicas of it, or ctx ends.
+func waitReplicasKnown(ctx context.Context, addr, id string, n int) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	for {
+		out, err := c.Do(ctx, "CLUSTER", "NODES").Text()
+		known := 0
+		for line := range strings.SplitSeq(out, "\n") {
+			if f := strings.Fields(line); len(f) > 3 && f[3] == id {
+				known++
+			}
+		}
+		if err == nil && known >= n {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redistest: master %s never knew its %d replicas (knows %d): %v", addr, n, known, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for startup, not semantics
+	}
 }
 
 // myRole reads the "myself" line of CLUSTER NODES: the node's ID, its

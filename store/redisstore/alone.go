@@ -36,6 +36,10 @@ import (
 // What it costs: the claim that found the replica gone waits
 // DurabilityTimeout and fails closed (503); the next ones are served,
 // one more round trip each (the INFO), while the master stays alone.
+// The master's view is gossip's: for a moment after a node becomes its
+// replica (a new Cluster, an old master rejoining) the master may not list
+// it yet, and a WAIT that falls short then reads as alone. Add replicas,
+// and fault them, only once CLUSTER NODES on the master lists them.
 // Redis Cluster's cluster-replica-validity-factor 0 (a replica of any
 // age may be promoted) would let the old master, rejoining with its own
 // older data, be promoted before its first sync: keep the default (10).
