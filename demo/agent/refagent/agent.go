@@ -468,27 +468,24 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 	if err := chromedp.Do(jctx, chromedp.Navigate(a.base+"/join/"+handle)); err != nil {
 		return nil, fmt.Errorf("refagent: join page (within %s): %w", a.cfg.StepTimeout, err)
 	}
-	res, err := chromedp.RunResponse(jctx, chromedp.Click(chromedp.ID("join"), chromedp.NodeVisible))
+	res, err := a.submitJoin(jctx, a.base+"/join/"+handle)
 	if err != nil {
-		return nil, fmt.Errorf("refagent: join: the browser got no answer from %s within %s: %w", a.disc.Join, a.cfg.StepTimeout, err)
+		return nil, err
 	}
-	if res == nil || res.Status != http.StatusOK || !strings.HasPrefix(res.URL, a.origin+"/") {
+	if res.Status != http.StatusOK || !strings.HasPrefix(res.URL, a.origin+"/") {
 		a.mu.Lock()
 		delete(a.joined, s.SID)
 		a.mu.Unlock()
-		status, header, body := 0, http.Header{}, ""
-		if res != nil {
-			status = int(res.Status)
-			for k, v := range res.Headers {
-				// Chromium joins a repeated header's values with "\n".
-				for _, line := range strings.Split(fmt.Sprint(v), "\n") {
-					header.Add(k, line)
-				}
+		status, header := res.Status, http.Header{}
+		for k, v := range res.Headers {
+			// Chromium joins a repeated header's values with "\n".
+			for _, line := range strings.Split(fmt.Sprint(v), "\n") {
+				header.Add(k, line)
 			}
-			// The website's own words: the text of the page the browser
-			// shows (a text/plain or JSON answer is one <pre>).
-			body, _ = chromedp.Run(jctx, chromedp.Evaluate[string](pageTextJS))
 		}
+		// The website's own words: the text of the page the browser
+		// shows (a text/plain or JSON answer is one <pre>).
+		body, _ := chromedp.Run(jctx, chromedp.Evaluate[string](pageTextJS))
 		err := a.joinRefusal(status, header, body, s.SignedIn)
 		a.step("the join was refused (status %d)", status)
 		if status == http.StatusUnauthorized {
