@@ -122,17 +122,21 @@ func (a *Agent) submitJoin(ctx context.Context, pageURL string) (joinResult, err
 		return joinResult{}, err
 	}
 	clicks, clicked := 1, time.Now()
-	var st joinPageState
-	var stErr error
-	var shown time.Time // when the browser first showed the answer's page
+	var st joinPageState // the last state the page told
+	var stErr error      // the last read's error
+	var shown time.Time  // when the browser first showed the answer's page
 	for {
 		sent, status, failed := w.seen()
 		if failed != "" {
 			return joinResult{}, fmt.Errorf("refagent: join: the browser's request to %s failed: %s", a.disc.Join, failed)
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, stErr = chromedp.Run(pctx, chromedp.Evaluate[joinPageState](joinStateJS))
+		got, err := chromedp.Run(pctx, chromedp.Evaluate[joinPageState](joinStateJS))
 		cancel()
+		// st stays the last state read, for the error at the end.
+		if stErr = err; err == nil {
+			st = got
+		}
 		// Between the form's submission and the next page's first
 		// script, the page can have no context to evaluate in: that is a
 		// join under way, not an error.
@@ -196,7 +200,7 @@ func (a *Agent) joinTimeout(pageURL string, clicks int, sent bool, status int, s
 		seen = fmt.Sprintf("the browser got %d %s", status, http.StatusText(status))
 	}
 	switch {
-	case stErr != nil:
+	case st.URL == "":
 		seen += fmt.Sprintf("; the page could not be read (%v)", stErr)
 	case st.URL == pageURL:
 		seen += "; it still shows the join page " + a.base + "/join/…"

@@ -93,7 +93,8 @@ func TestJoinClickNeverTaken(t *testing.T) {
 			t.Errorf("the error lacks %q: %v", want, err)
 		}
 	}
-	if took > step+5*time.Second {
+	// Bounded by the step, not by the test: a busy machine adds some.
+	if took > 3*step {
 		t.Errorf("the join took %v, want about its StepTimeout %v", took, step)
 	}
 	t.Log(err)
