@@ -372,6 +372,19 @@ const measureScript = `(() => {
 
 func measure(t *testing.T, tab context.Context) chromeMeasure {
 	t.Helper()
+	// A page reached by a click (the waiting page after the form's POST)
+	// can show its elements before its stylesheets, the site's and the
+	// kit's, have loaded: measure it as a person sees it, once loaded.
+	for {
+		done, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.readyState === "complete"`))
+		if err != nil {
+			t.Fatalf("the page never finished loading: %v", err)
+		}
+		if done {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	m, err := chromedp.Run(tab, chromedp.Evaluate[chromeMeasure](measureScript))
 	if err != nil {
 		t.Fatal(err)
