@@ -61,18 +61,50 @@ type entryTail struct {
 // takes: the entry's head, the terms' digest (” when the caller doesn't
 // know the terms) and now plus the audit retention.
 func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) []any {
+	head, digest := entryHeadOf(ctx, what, owner, note, terms, now)
+	return []any{head, digest, ns(now.Add(s.auditRetention))}
+}
+
+// entryHeadOf is the head of an entry (entryHead, JSON) and the terms'
+// digest ("" when terms are nil: the caller doesn't know them).
+func entryHeadOf(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) (head []byte, digest string) {
 	e := store.EntryOf(ctx)
 	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
 		note = e.By
 	}
 	h := entryHead{ID: storekit.NewToken(), What: what, At: now.UnixNano(), Instance: e.Instance,
 		Agent: owner.Agent, User: owner.User, Account: owner.Account, Session: e.Session, Kind: e.Kind, Note: note}
-	head, _ := json.Marshal(h) // strings and integers only: never fails
-	digest := ""
+	head, _ = json.Marshal(h) // strings and integers only: never fails
 	if terms != nil {
 		digest = termsDigest(terms)
 	}
-	return []any{head, digest, ns(now.Add(s.auditRetention))}
+	return head, digest
+}
+
+// entryKnown is entryTail up to its keep-until: what a step's caller may
+// know of an entry before the step.
+type entryKnown struct {
+	Op       string `json:"o"`
+	Revision string `json:"v"`
+	Summary  string `json:"s"`
+	Expires  string `json:"x"`
+	Digest   string `json:"d"`
+	Terms    string `json:"t"`
+	Approval string `json:"a"`
+	Used     string `json:"u"`
+}
+
+// tailUntilKeep is the tail t, composed by the caller (no cjson.encode in
+// the step), without its keep-until: the step appends that and `"}`
+// (lib.lua log_known), which decodeEntry reads as entryTail.
+func tailUntilKeep(t entryKnown) string {
+	b, _ := json.Marshal(t) // strings only: never fails
+	return string(append(b[:len(b)-1], `,"k":"`...))
+}
+
+// tailOf is the whole tail, composed by the caller (lib.lua log_entry).
+func tailOf(t entryKnown, keep time.Time) string {
+	return tailUntilKeep(t) + ns(keep) + `"}`
 }
 
 // termsDigest is store.Entry.TermsDigest of canonical terms.

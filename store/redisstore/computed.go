@@ -37,7 +37,7 @@ import (
 // Terms too long for a 2048-character ref are stored by Take, and so is
 // a new operation of an action whose operation is remembered. An approval stores a computed operation only while no
 // other operation of its action is remembered (record.lua; lib.lua
-// neighbours_allow): the package doc says why.
+// neighbour_allows): the package doc says why.
 
 // sealKeyName is the key (after the prefix) that holds the store's secret:
 // computed.SecretSize random bytes, made once by the first server that
@@ -164,7 +164,7 @@ func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref stri
 	for _, n := range neighbours {
 		// A neighbour stored since, or performed after this one was
 		// minted: this one never will be stored (lib.lua
-		// neighbours_allow).
+		// neighbour_allows).
 		v := n.Val()
 		state, _ := v[0].(string)
 		k, _ := v[1].(string)
@@ -189,14 +189,15 @@ func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref stri
 }
 
 // recordComputed runs record.lua for a computed ref: keys and args as
-// Record made them, then what storing the operation needs. The agent's
+// Record made them, then what storing the operation needs, and the tail
+// of the audit entry of an approval that stores it with its TTL ("" for
+// an approval that would not: record.lua approve). The agent's
 // count is kept in the same step on a single Redis; on a Cluster it is
 // counted first, in a step of its own, so that an approval over the cap
 // records nothing (counting an operation already counted changes nothing).
-func (s *rstore) recordComputed(ctx context.Context, k *computed.Sealer, owner store.Owner, c computed.Op, opID string, keys []string, args []any, now time.Time) ([]string, error) {
-	before, after := k.Neighbours(s.base(owner.Agent, owner.User), c)
-	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), before+"."+after, ns(c.Minted),
-		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now))
+func (s *rstore) recordComputed(ctx context.Context, owner store.Owner, c computed.Op, opID string, keys []string, args []any, tail, tailTTL string, now time.Time) ([]string, error) {
+	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), ns(c.Minted),
+		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now), tail, tailTTL)
 	// The overall cap first: an approval past it stores nothing.
 	if full, err := s.open.full(ctx, s.client, now); err != nil {
 		return nil, fmt.Errorf("open operations: %w", err)

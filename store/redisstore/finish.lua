@@ -1,33 +1,60 @@
 -- finish.lua (after lib.lua): Store.Finish (§7), and Reconciler.Resolve.
--- KEYS: the operation key ("<base>op:<operation_id>"), the index of
---       performing operations of its hash slot (take.lua), and on a single
---       Redis the agent's count of open operations (agent.lua).
--- ARGV: 1 claim token, 2 outcome ('done', 'notdone', 'unknown'), 3 now,
---       4 now + retention, 5 random suffix of a fresh revision, 6 '1' to
---       resolve (whoever holds the claim) else '0', 7 the account (to
---       resolve), 8 the TTL in ms that keeps a key until 4, 9-11 the
---       audit entry's (lib.lua audit), and with the agent's count: 12 its
---       members' prefix ("<slot> ").
+-- KEYS: 1 the operation key ("<base>op:<operation_id>"), 2 the index of
+--       performing operations of its hash slot (take.lua), 3 its audit
+--       log ("<base>log:<operation_id>", lib.lua audit), and on a single
+--       Redis 4 the agent's count of open operations (agent.lua).
+-- ARGV: 1 claim token ('' to resolve: whoever holds the claim), 2 outcome
+--       ('done', 'notdone', 'unknown'), 3 now, 4 now + retention, 5 the
+--       TTL in ms that keeps a key until 4, 6 base ("<prefix>{<slot>}:"),
+--       7 the claimed revision ('' when not known), 8 the account (to
+--       resolve), 9 random suffix of a fresh revision ('' unless
+--       'notdone'), 10-12 the audit entry's head, terms digest and now +
+--       audit retention (lib.lua audit), 13 the TTL in ms that keeps a key
+--       until 12, 14 the entry's tail as the caller knows it, up to its
+--       keep-until (lib.lua log_known; '' when it doesn't know it all), 15-18 what
+--       14 says of the claimed revision (its summary, expires_at, approval
+--       and used-at, checked against what is stored), and with the
+--       agent's count: 19 its members' prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
-local op = KEYS[1]
-local token, outcome, now, retained = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu')
+--
+-- Cost (lib.lua): the caller names the keys it knows, the claimed
+-- revision (read with the operation, in one HMGET) and the audit entry
+-- but its keep-until, so that the common Finish composes nothing.
+local op, idx, log = KEYS[1], KEYS[2], KEYS[3]
+local token, outcome, now, retained, base, rev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7]
+local opID = string.sub(op, #base + 4)
+local f
+if rev ~= '' then
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu', 'st',
+    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
+else
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu', 'st')
+end
 local k = f[6]
 if f[1] ~= 'performing' or gone(k, now) then
   return 0
 end
-if ARGV[6] == '1' then
-  if f[8] ~= ARGV[7] then return 0 end
-elseif not f[2] or f[2] ~= token then
+if token == '' then
+  if f[8] ~= ARGV[8] then return 0 end
+elseif f[2] ~= token then
   return 0
 end
 local ap, cur = f[3], f[7]
 -- The entry's: the claimed revision and its approval, read before they go.
 -- An unknown outcome reported again changes nothing and writes none.
-local e = nil
+-- The caller's entry is written when what it says of the revision is
+-- what is stored (a retried Finish's claim knows none of it); else it is
+-- composed here (audit).
+local e, mine = nil, false
 if ap and not (outcome == 'unknown' and f[13]) then
-  e = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
+  if ap == rev then
+    e = {f[15], f[16], f[17], f[18]}
+    mine = ARGV[14] ~= '' and e[1] == ARGV[15] and e[2] == ARGV[16] and e[3] == ARGV[17] and e[4] == ARGV[18]
+  else
+    e = redis.call('HMGET', op, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
+  end
+  -- Its terms, when the caller sent no digest of them.
+  if not mine and ARGV[11] == '' then e[5] = redis.call('HGET', op, 't:' .. ap) end
 end
 if outcome == 'done' then
   -- Remembered until the approved revision's expires_at (k is at least
@@ -40,43 +67,49 @@ if outcome == 'done' then
   local fields = {'state', 'performed', 'acct', f[8] or '', 'cur', cur or '', 'k', k}
   -- A computed one (c) keeps when it was claimed: a computed ref of its
   -- action handed out before then never stores a second operation (lib.lua
-  -- neighbours_allow).
-  if f[12] and f[11] then fields[#fields + 1] = 'pa'; fields[#fields + 1] = f[11] end
-  for _, r in ipairs(words(f[9])) do
-    fields[#fields + 1] = 't:' .. r
-    fields[#fields + 1] = ''
+  -- neighbour_allows).
+  if f[12] and f[11] then fields[9] = 'pa'; fields[10] = f[11] end
+  if f[9] then
+    for r in string.gmatch(f[9], '%S+') do
+      fields[#fields + 1] = 't:' .. r
+      fields[#fields + 1] = ''
+    end
   end
   -- The claim's token is never asked about again, and the action's next
   -- request gets a new operation (W141): neither key is needed. One DEL
   -- drops them with the operation's old hash. The action key of an
   -- operation marked ka (lib.lua issue) stays, naming it, as long as it
   -- is remembered.
-  local gone_keys = {op}
-  if f[2] then gone_keys[#gone_keys + 1] = base .. 'tok:' .. f[2] end
+  local tok = op
+  if f[2] then tok = base .. 'tok:' .. f[2] end
   local keep = nil
-  if f[4] then
-    local act = base .. 'act:' .. f[4]
-    if current_of(redis.call('GET', act)) == opID then
-      if f[10] then keep = act else gone_keys[#gone_keys + 1] = act end
+  local act = f[4] and base .. 'act:' .. f[4]
+  if act and names(redis.call('GET', act), opID) then
+    if f[10] then
+      keep = act
+      redis.call('DEL', op, tok)
+    else
+      redis.call('DEL', op, tok, act)
     end
+  else
+    redis.call('DEL', op, tok)
   end
-  redis.call('DEL', unpack(gone_keys))
   redis.call('HSET', op, unpack(fields))
-  local t = ARGV[8]
+  local t = ARGV[5]
   if k ~= retained then t = ttl(k, now) end
   redis.call('PEXPIRE', op, t)
   if keep then extend(keep, t) end
   -- Its claim took it off its owner's count of open operations, and its
   -- agent's on this server (take.lua); a claim made by an earlier version
-  -- did not.
-  redis.call('ZREM', base .. 'open', opID)
-  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[12] .. opID) end
-  redis.call('ZREM', KEYS[2], op)
+  -- (one that made no start mark, st) did not.
+  if not f[14] then redis.call('ZREM', base .. 'open', opID) end
+  if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[19] .. opID) end
+  redis.call('ZREM', idx, op)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
   redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st')
-  redis.call('ZREM', KEYS[2], op)
+  redis.call('ZREM', idx, op)
   -- W90, W122: the used-up revision can't be approved again, so the
   -- operation offers the same terms under a fresh revision with the same
   -- expires_at: Lookup then names a revision an approval can still use,
@@ -84,12 +117,12 @@ elseif outcome == 'notdone' then
   if ap and cur == ap then
     local r = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap)
     if r[1] and r[3] and cmp(now, r[3]) <= 0 then
-      add_revision(op, opID, base, nil, f[9], f[5], revision_name(r[3], ARGV[5]), r[1], r[2] or '', r[3], k, now)
+      add_revision(op, opID, base, nil, f[9], f[5], revision_name(r[3], ARGV[9]), r[1], r[2] or '', r[3], k, now)
     end
   end
   -- Open again, it counts among its owner's (and agent's) open
   -- operations until k.
-  reopen(base, opID, k, now, KEYS[3], ARGV[12])
+  reopen(base, opID, k, now, KEYS[4], ARGV[19])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no
@@ -97,13 +130,17 @@ else
   local kk = later(retained, k)
   redis.call('HSET', op, 'fu', '1', 'k', kk)
   if kk ~= k then
-    extend(op, ARGV[8])
+    extend(op, ARGV[5])
     -- Listed by Performing as long as it is kept.
-    extend(KEYS[2], ARGV[8])
+    extend(idx, ARGV[5])
     -- The action stays busy while it is (take.lua, W145).
-    if f[4] then extend(base .. 'act:' .. f[4], ARGV[8]) end
+    if f[4] then extend(base .. 'act:' .. f[4], ARGV[5]) end
   end
   k = kk
 end
-if e then audit(base, opID, {ARGV[9], ARGV[10], ARGV[11]}, ap, e[2], e[3], e[1], e[4], e[5], k, now) end
+if mine then
+  log_known(log, ARGV[10], ARGV[14], ARGV[12], ARGV[13], k, now)
+elseif e then
+  audit(base, opID, {ARGV[10], ARGV[11], ARGV[12]}, ap, e[1], e[2], e[5], e[3], e[4], k, now)
+end
 return 1

@@ -281,22 +281,17 @@ local function new_operation(base, actKey, akey, opID, rev, acct, agent, user, t
   return true
 end
 
--- neighbours_allow reports whether an approval may store a computed
--- operation minted at minted (computed.go), given its
--- neighbours ids ('.'-separated: the operation_ids its action gets in the
--- epochs before and after, internal/computed): none is remembered by now,
--- except one performed before it was minted (it is then the action's next
--- operation, W141). At an epoch's turn two requests get two operation_ids;
+-- neighbour_allows reports whether an approval may store a computed
+-- operation minted at minted (computed.go), given the key of one of its
+-- two neighbours (the operations its action gets in the epochs before
+-- and after, internal/computed; record.lua asks of both): it is not
+-- remembered by now, unless performed before it was minted (it is then
+-- the action's next operation, W141). At an epoch's turn two requests get two operation_ids;
 -- so the action still has one operation at a time (W19), and a ref handed
 -- out before its neighbour was performed never stores a second.
-local function neighbours_allow(base, ids, minted, now)
-  for id in string.gmatch(ids, '[^.]+') do
-    local n = redis.call('HMGET', base .. 'op:' .. id, 'state', 'k', 'pa')
-    if not gone(n[2], now) and (n[1] ~= 'performed' or not n[3] or cmp(n[3], minted) >= 0) then
-      return false
-    end
-  end
-  return true
+local function neighbour_allows(key, minted, now)
+  local n = redis.call('HMGET', key, 'state', 'k', 'pa')
+  return gone(n[2], now) or (n[1] == 'performed' and n[3] and cmp(n[3], minted) < 0) or false
 end
 
 -- token_of reads a claim token key's value: the operation the token
@@ -329,6 +324,13 @@ local function current_of(v)
     end
   end
   return id, hint, prev
+end
+
+-- names reports whether an action key's value v (action_value, false
+-- for none) names operation id as the action's current one, as
+-- current_of reads it.
+local function names(v, id)
+  return v and (v == id or string.sub(v, 1, #id + 1) == id .. ' ') or false
 end
 
 -- performing reports whether operation id (of the owner at base) is being
@@ -489,6 +491,27 @@ local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, 
     redis.call('PEXPIRE', log, ttl(keep, now), 'GT')
   end
   return true
+end
+
+-- log_entry appends entry to the audit log key log, as audit does, for a
+-- step whose caller composed the whole entry (audit.go): the log is then
+-- kept at least ttlMs more.
+local function log_entry(log, entry, ttlMs)
+  if redis.call('RPUSH', log, entry) == 1 then
+    redis.call('PEXPIRE', log, ttlMs)
+  else
+    redis.call('PEXPIRE', log, ttlMs, 'GT')
+  end
+end
+
+-- log_known appends the entry whose head and whose tail up to its
+-- keep-until the caller composed (audit.go tailUntilKeep): kept until the
+-- later of keepAu (now plus the audit retention; keepTTL is its TTL in
+-- ms) and k, as audit keeps it.
+local function log_known(log, head, tail, keepAu, keepTTL, k, now)
+  local keep, t = keepAu, keepTTL
+  if k and cmp(k, keepAu) > 0 then keep, t = k, ttl(k, now) end
+  log_entry(log, head .. '\n' .. tail .. keep .. '"}', t)
 end
 
 -- audit_unclaim writes the entry of a claim undone: by its holder

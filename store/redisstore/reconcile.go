@@ -265,14 +265,11 @@ func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID str
 	if !storekit.ValidID(operationID) {
 		return store.ErrNotPerforming
 	}
-	base := s.base(owner.Agent, owner.User)
-	keys := []string{base + "op:" + operationID, s.indexKey(owner.Agent, owner.User)}
-	args := []any{"", o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "1", owner.Account, ttlMs(now.Add(s.retention), now)}
 	what := storekit.EntryResolved
 	if outcome == store.NotDone {
 		what = storekit.EntryResolvedNotDo
 	}
-	args = append(args, s.auditArgs(ctx, what, owner, "", nil, now)...)
+	keys, args := s.finishArgs(ctx, s.base(owner.Agent, owner.User), owner, operationID, "", o, what, "", nil, now)
 	n, err := s.finish(ctx, owner, operationID, keys, args, o, true)
 	if err != nil {
 		return fmt.Errorf("redisstore: resolve: %w", err)

@@ -1,8 +1,10 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
--- KEYS: the operation key ("<base>op:<operation_id>", the ref's); for a
---       computed ref (ARGV[14]), its action key; the request's
---       single-use key when ARGV[9] is set; on a single Redis, for a
+-- KEYS: 1 the operation key ("<base>op:<operation_id>", the ref's), 2 its
+--       audit log ("<base>log:<operation_id>", lib.lua audit); for a
+--       computed ref (ARGV[15]), 3 its action key and 4-5 its neighbours'
+--       operation keys (lib.lua neighbour_allows); then the request's
+--       single-use key when ARGV[9] is set; and on a single Redis, for a
 --       computed ref, the agent's count of open operations (agent.lua).
 -- ARGV: 1 account, 2 approval operation_id, 3 approval revision, 4 now,
 --       5 approval JSON, 6 check only ('1'), decline ('d': the checks,
@@ -10,25 +12,32 @@
 --       suffix of a fresh revision (see W122 below), 8 the ref's revision,
 --       9 the single-use key's until ('' for none), 10 the TTL in ms that
 --       keeps a key until then, 11-13 the audit entry's (lib.lua audit),
---       and for a computed ref (computed.go):
---       14 'c', 15 its account, 16 terms, 17 summary, 18 expires_at,
---       19 agent, 20 user, 21 the owner's cap of open operations, 22 the
---       TTL in ms that keeps a key until 18, 23 its neighbours'
---       operation_ids ('.'-separated, lib.lua neighbours_allow), 24 when
---       it was minted, 25 18 plus the retention (kt: see below), 26 the
---       TTL in ms that keeps a key until 25, and with the agent's count:
---       27 the agent's cap, 28 its members' prefix ("<slot> ").
--- Returns {code} or {code, opID, revision, summary, terms, expires}.
-local op = KEYS[1]
+--       14 base ("<prefix>{<slot>}:"), and for a computed ref
+--       (computed.go): 15 'c', 16 its account, 17 terms, 18 summary, 19
+--       expires_at, 20 agent, 21 user, 22 the owner's cap of open
+--       operations, 23 the TTL in ms that keeps a key until 19, 24 when
+--       it was minted, 25 19 plus the retention (kt: see below), 26 the
+--       TTL in ms that keeps a key until 25, 27 the tail of the audit
+--       entry of the approval that stores it (lib.lua log_entry; '' when
+--       this request's approval would not: see approve below), 28 the TTL
+--       in ms that keeps its log, and with the agent's count: 29 the
+--       agent's cap, 30 its members' prefix ("<slot> ").
+-- Returns {code} or {code, opID, revision, summary, terms, expires}, and
+-- {'recorded'} alone for the approval that stores a computed operation
+-- (the caller knows the rest).
+--
+-- Cost (lib.lua): the caller names the keys it knows, and composes the
+-- audit entry of the approval that stores a computed operation.
+local op, log, base = KEYS[1], KEYS[2], ARGV[14]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local base, opID = string.match(op, '^(.*)op:([^:]*)$')
-local computed = ARGV[14] == 'c'
+local opID = string.sub(op, #base + 4)
+local computed = ARGV[15] == 'c'
 local au = {ARGV[11], ARGV[12], ARGV[13]}
-local onceKey = KEYS[2]
-if computed then onceKey = KEYS[3] end
 -- The request's single-use key, used up before anything else: a replayed
 -- request records nothing.
-if ARGV[9] and ARGV[9] ~= '' then
+if ARGV[9] ~= '' then
+  local onceKey = KEYS[3]
+  if computed then onceKey = KEYS[6] end
   -- One SET NX GET: set unless it is there, and what was there.
   local used = redis.call('SET', onceKey, ARGV[9], 'NX', 'PX', ARGV[10], 'GET')
   if used then
@@ -45,14 +54,12 @@ if computed then
   -- sent for it, as Take would have stored it, and then checked like any
   -- other. Its ref was sealed by this store for this owner, so its
   -- revision was returned (W74).
-  local actKey, rev, terms, summary, x = KEYS[2], ARGV[8], ARGV[16], ARGV[17], ARGV[18]
-  local agentKey = ARGV[27] and KEYS[#KEYS]
+  local actKey, rev, terms, summary, x = KEYS[3], ARGV[8], ARGV[17], ARGV[18], ARGV[19]
+  local agentKey = ARGV[29] and KEYS[#KEYS]
   -- Most often nothing of the action is kept at all: not the operation,
   -- not its action key, not its neighbours. One EXISTS says so, and the
   -- reads below that would each find nothing are skipped.
-  local kept = {op, actKey}
-  for id in string.gmatch(ARGV[23], '[^.]+') do kept[#kept + 1] = base .. 'op:' .. id end
-  local nothing = redis.call('EXISTS', unpack(kept)) == 0
+  local nothing = redis.call('EXISTS', op, actKey, KEYS[4], KEYS[5]) == 0
   local g, cur, prev = {}, nil, ''
   if not nothing then
     g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
@@ -70,7 +77,7 @@ if computed then
       if not known then
         local ak = nil
         if cur == opID then ak = actKey end
-        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[22], prev, agentKey, ARGV[28])
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[23], prev, agentKey, ARGV[30])
       end
     end
   else
@@ -83,34 +90,42 @@ if computed then
     if cur and cur ~= opID and not gone(redis.call('HGET', base .. 'op:' .. cur, 'k'), now) then
       return {'notfound'}
     end
-    if not nothing and not neighbours_allow(base, ARGV[23], ARGV[24], now) then return {'notfound'} end
+    if not nothing and not (neighbour_allows(KEYS[4], ARGV[24], now) and neighbour_allows(KEYS[5], ARGV[24], now)) then
+      return {'notfound'}
+    end
     if g[1] then redis.call('DEL', op) end -- forgotten by now, not collected yet
-    local akey = string.match(actKey, 'act:([^:]*)$')
+    local akey = string.sub(actKey, #base + 5)
     -- The approval of this very revision by its own account passes checks
     -- 1-3 on an operation just stored: it is recorded in the same write.
     -- c marks it computed: performed, it keeps when it was claimed
-    -- (finish.lua, lib.lua neighbours_allow). Approved, it is likely to be
+    -- (finish.lua, lib.lua neighbour_allows). Approved, it is likely to be
     -- claimed: its key is kept from the start until kt, its expires_at
     -- plus the retention, which covers what a claim before expires_at must
     -- keep (W138), so the claim makes no PEXPIRE of it (take.lua). Whether
     -- it is remembered is still judged by k alone.
     local extra = {'c', '1', 'kt', ARGV[25]}
     local approve = false
-    if ARGV[15] == acct and apOp == opID and apRev == rev and checkOnly == '0' then
+    if ARGV[16] == acct and apOp == opID and apRev == rev and checkOnly == '0' then
       approve = true
       extra = {'c', '1', 'kt', ARGV[25], 'a:' .. rev, approval, 'al', rev}
     end
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[15], ARGV[19], ARGV[20], terms, summary, x, now, ARGV[21], prev, ARGV[22], agentKey, ARGV[27], ARGV[28], extra, ARGV[26]) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[16], ARGV[20], ARGV[21], terms, summary, x, now, ARGV[22], prev, ARGV[23], agentKey, ARGV[29], ARGV[30], extra, ARGV[26]) then
       return {'limited'}
     end
     if approve then
-      audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
-      return {'recorded', opID, rev, summary, terms, x}
+      -- Its entry, which the caller composed (it knows all of it), or
+      -- composed here.
+      if ARGV[27] ~= '' then
+        log_entry(log, au[1] .. '\n' .. ARGV[27], ARGV[28])
+      else
+        audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
+      end
+      return {'recorded'}
     end
     -- Otherwise what the checks read is known without reading it.
     local t, s = false, false
     if apRev == rev then t, s = terms, summary end
-    fresh = {'open', ARGV[15], rev, x, false, rev, terms, t, s, t and x, false, false}
+    fresh = {'open', ARGV[16], rev, x, false, rev, terms, t, s, t and x, false, false}
   end
 end
 -- Everything the checks read, in one call: the operation, the ref's

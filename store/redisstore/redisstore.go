@@ -546,9 +546,10 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	if opts.CheckOnly {
 		checkOnly = "1"
 	}
-	keys, once, onceTTL := []string{base + "op:" + opID}, "", ""
+	keys, once, onceTTL := []string{base + "op:" + opID, base + "log:" + opID}, "", ""
 	if c != nil {
-		keys = append(keys, base+"act:"+c.Action)
+		before, after := k.Neighbours(base, *c)
+		keys = append(keys, base+"act:"+c.Action, base+"op:"+before, base+"op:"+after)
 	}
 	if opts.Once != "" {
 		// The request's single-use key, used up first in the same script.
@@ -566,9 +567,11 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	if c != nil {
 		terms = c.Terms
 	}
+	approvalJSON := encodeApproval(approval, now)
 	args := []any{owner.Account, approval.OperationID, approval.Revision, ns(now),
-		encodeApproval(approval, now), checkOnly, revisionSuffix(), refRev, once, onceTTL}
+		approvalJSON, checkOnly, revisionSuffix(), refRev, once, onceTTL}
 	args = append(args, s.auditArgs(ctx, what, owner, opts.Decline, terms, now)...)
+	args = append(args, base)
 	if opts.Once != "" {
 		// The overall cap of single-use markers, before the step sets one.
 		if refused, err := s.markerRefused(ctx, now); err != nil {
@@ -582,7 +585,24 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	if c == nil {
 		v, err = s.run(ctx, s.client, recordStep, keys, args...).StringSlice()
 	} else {
-		v, err = s.recordComputed(ctx, k, owner, *c, opID, keys, args, now)
+		// The approval of the ref's own revision by the operation's account
+		// stores it with the approval (record.lua approve): its entry is
+		// composed here, where all of it is known, and the step answers
+		// "recorded" alone.
+		tail, tailTTL := "", ""
+		approves := c.Account == owner.Account && approval.OperationID == opID && approval.Revision == refRev && checkOnly == "0"
+		if approves {
+			known := entryKnown{Op: opID, Revision: refRev, Summary: c.Summary, Expires: ns(c.Expires), Digest: args[11].(string), Approval: string(approvalJSON)}
+			if known.Digest == "" {
+				known.Terms = string(c.Terms)
+			}
+			keep := later(now.Add(s.auditRetention), c.Expires)
+			tail, tailTTL = tailOf(known, keep), ttlMs(keep, now)
+		}
+		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, tail, tailTTL, now)
+		if approves && err == nil && len(v) == 1 && v[0] == "recorded" {
+			v = []string{"recorded", opID, refRev, c.Summary, string(c.Terms), ns(c.Expires)}
+		}
 	}
 	if err != nil {
 		s.failed(err)
@@ -643,10 +663,19 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		return store.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
-	keys := []string{base + "op:" + claim.Operation.ID, s.indexKey(claim.Owner.Agent, claim.Owner.User)}
-	args := []any{claim.Token, o, ns(now), ns(now.Add(s.retention)), revisionSuffix(), "0", "", ttlMs(now.Add(s.retention), now)}
 	what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[outcome]
-	args = append(args, s.auditArgs(ctx, what, claim.Owner, "", claim.Operation.Terms, now)...)
+	keys, args := s.finishArgs(ctx, base, claim.Owner, claim.Operation.ID, claim.Token, o, what, claim.Operation.Revision, claim.Operation.Terms, now)
+	// The entry as the claim knows it, but its keep-until: the step writes
+	// it when what it says of the claimed revision is what is stored (a
+	// retried Finish's claim, slimmed, knows none of it).
+	digest := args[10].(string)
+	if c := claim; digest != "" && c.Approval.Revision == c.Operation.Revision && !c.Operation.ExpiresAt.IsZero() &&
+		!c.Approval.RecordedAt.IsZero() && !c.Approval.UsedAt.IsZero() {
+		known := entryKnown{Op: c.Operation.ID, Revision: c.Operation.Revision, Summary: c.Operation.Summary,
+			Expires: ns(c.Operation.ExpiresAt), Digest: digest, Approval: string(encodeApproval(c.Approval, c.Approval.RecordedAt)),
+			Used: ns(c.Approval.UsedAt)}
+		args[13], args[14], args[15], args[16], args[17] = tailUntilKeep(known), known.Summary, known.Expires, known.Approval, known.Used
+	}
 	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
 		s.failed(err)
@@ -667,6 +696,27 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		s.open.add(ctx, s.client, claim.Operation.ExpiresAt, -1, now)
 	}
 	return nil
+}
+
+// finishArgs are finish.lua's keys and arguments for operation opID of
+// owner (its keys start with base), claimed with token ("" to resolve),
+// with outcome o and an audit entry what, of claimed revision rev and
+// terms, when the caller knows them ("" and nil when it doesn't); the
+// entry as the caller knows it is left "", for Finish to fill in.
+func (s *rstore) finishArgs(ctx context.Context, base string, owner store.Owner, opID, token, o, what, rev string, terms []byte, now time.Time) ([]string, []any) {
+	keys := []string{base + "op:" + opID, s.indexKey(owner.Agent, owner.User), base + "log:" + opID}
+	retained := now.Add(s.retention)
+	suffix, account := "", ""
+	if o == "notdone" {
+		suffix = revisionSuffix()
+	}
+	if token == "" {
+		account = owner.Account
+	}
+	head, digest := entryHeadOf(ctx, what, owner, "", terms, now)
+	keep := now.Add(s.auditRetention)
+	return keys, []any{token, o, ns(now), ns(retained), ttlMs(retained, now), base, rev, account, suffix,
+		head, digest, ns(keep), ttlMs(keep, now), "", "", "", "", ""}
 }
 
 // maxTokenLength bounds a caller's claim token, which becomes part of a key.

@@ -1,0 +1,168 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/store/redisstore"
+)
+
+// entriesOf is operation id's audit entries by what they say.
+func entriesOf(t *testing.T, st store.Store, id string) map[string]store.Entry {
+	t.Helper()
+	out := map[string]store.Entry{}
+	for e, err := range st.Entries(t.Context(), id, time.Time{}, at(time.Hour)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.What] = e
+	}
+	return out
+}
+
+// TestEntryOfWhatIsStored: the entries of the approval that stores a
+// computed operation and of Finish are composed by the caller (no
+// cjson.encode in the step) when it knows all they say, and Finish's only
+// when what its claim says of the claimed revision is what is stored:
+// however the claim came (as Take returned it, slimmed as the Gate retries
+// a Finish, or altered), the entry says what the store holds, as the
+// claim's own entry (written by the step alone) does.
+func TestEntryOfWhatIsStored(t *testing.T) {
+	t.Parallel()
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone})
+	ctx := t.Context()
+	logOf := func(id string) []string {
+		t.Helper()
+		v, err := c.LRange(ctx, "opsgate:{"+storekit.Slot(owner.Agent, owner.User)+"}:log:"+id, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// composed reports whether a stored entry's tail is the caller's
+	// (audit.go entryKnown, in its fields' order).
+	composed := func(raw, id, rev string) bool {
+		_, tail, _ := strings.Cut(raw, "\n")
+		return strings.HasPrefix(tail, `{"o":"`+id+`","v":"`+rev+`","s":`)
+	}
+	claims := map[string]func(store.Claim) store.Claim{
+		"as taken": func(c store.Claim) store.Claim { return c },
+		"slimmed": func(c store.Claim) store.Claim {
+			return store.Claim{Owner: c.Owner, Operation: store.Operation{ID: c.Operation.ID, Revision: c.Operation.Revision}, Token: c.Token}
+		},
+		"altered": func(c store.Claim) store.Claim {
+			c.Operation.Summary, c.Operation.ExpiresAt = "Something else", c.Operation.ExpiresAt.Add(time.Minute)
+			c.Approval.Approver, c.Approval.UsedAt = "someone else", c.Approval.UsedAt.Add(time.Second)
+			return c
+		},
+	}
+	n := 0
+	for _, kind := range []string{"computed", "stored"} {
+		for name, claimOf := range claims {
+			for _, out := range []store.Outcome{store.Done, store.NotDone, store.Unknown} {
+				t.Run(fmt.Sprint(kind, "/", name, "/", out), func(t *testing.T) {
+					n++
+					a := action(fmt.Sprint("entry", n), `{"n":1,"note":"a \"quoted\" <b>&</b>"}`, time.Hour)
+					a.Summary = "Do \"it\" <now> \\ é"
+					if kind == "stored" {
+						a = storedAction(fmt.Sprint("entry", n), `{"n":1}`, time.Hour)
+					}
+					is := takeIssued(t, st, a, at(0))
+					recordOK(t, st, is, at(time.Second))
+					claim := takeClaim(t, st, a, at(2*time.Second))
+					id, rev := claim.Operation.ID, claim.Operation.Revision
+					if err := st.Finish(ctx, claimOf(claim), out, at(3*time.Second)); err != nil {
+						t.Fatal(err)
+					}
+					what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[out]
+					es := entriesOf(t, st, id)
+					rec, claimed, fin := es[storekit.EntryRecorded], es[storekit.EntryClaimed], es[what]
+					if fin.ID == "" || claimed.ID == "" || rec.ID == "" {
+						t.Fatalf("entries %v, want recorded, claimed and %s", es, what)
+					}
+					op := claimed.Operation
+					if op.ID != id || op.Revision != rev || op.Summary != is.Operation.Summary || !op.ExpiresAt.Equal(is.Operation.ExpiresAt) {
+						t.Errorf("claimed entry's operation %+v, want the claim's %+v", op, claim.Operation)
+					}
+					if fin.Operation.ID != op.ID || fin.Operation.Revision != op.Revision || fin.Operation.Summary != op.Summary || !fin.Operation.ExpiresAt.Equal(op.ExpiresAt) {
+						t.Errorf("%s entry's operation %+v, want the claimed one's %+v", what, fin.Operation, op)
+					}
+					if fin.TermsDigest != claimed.TermsDigest || fin.TermsDigest == "" {
+						t.Errorf("%s entry's terms digest %q, want the claimed one's %q", what, fin.TermsDigest, claimed.TermsDigest)
+					}
+					if fin.Approval != claimed.Approval || fin.Approval.UsedAt.IsZero() || fin.Approval.Approver != "user" {
+						t.Errorf("%s entry's approval %+v, want the claimed one's %+v", what, fin.Approval, claimed.Approval)
+					}
+					if r := rec.Approval; r.OperationID != id || r.Revision != rev || r.Approver != "user" || !r.RecordedAt.Equal(at(time.Second)) || !r.UsedAt.IsZero() {
+						t.Errorf("recorded entry's approval %+v", r)
+					}
+					if r := rec.Operation; r.ID != op.ID || r.Revision != op.Revision || r.Summary != op.Summary || !r.ExpiresAt.Equal(op.ExpiresAt) || rec.TermsDigest != claimed.TermsDigest {
+						t.Errorf("recorded entry's operation %+v (terms %s), want %+v (%s)", rec.Operation, rec.TermsDigest, op, claimed.TermsDigest)
+					}
+					log := logOf(id)
+					if got, want := composed(log[0], id, rev), kind == "computed"; got != want {
+						t.Errorf("the approval's entry composed by the caller: %v, want %v: %s", got, want, log[0])
+					}
+					if got, want := composed(log[len(log)-1], id, rev), name == "as taken"; got != want {
+						t.Errorf("Finish's entry composed by the caller: %v, want %v: %s", got, want, log[len(log)-1])
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestFinishAnEarlierClaim: a claim made before claims took their
+// operation off the owner's count of open operations (before the start
+// mark, st, came) leaves it there; Finish takes it off, and a claim made
+// since costs Finish no ZREM.
+func TestFinishAnEarlierClaim(t *testing.T) {
+	t.Parallel()
+	// Without the agent's count, whose ZREM Finish makes in any case.
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone, MaxOpenPerAgent: -1})
+	ctx := t.Context()
+	base := "opsgate:{" + storekit.Slot(owner.Agent, owner.User) + "}:"
+	for i, earlier := range []bool{true, false} {
+		a := action(fmt.Sprint("earlier", i), `{}`, time.Hour)
+		is := takeIssued(t, st, a, at(0))
+		recordOK(t, st, is, at(time.Second))
+		claim := takeClaim(t, st, a, at(2*time.Second))
+		id := claim.Operation.ID
+		if err := c.ZScore(ctx, base+"open", id).Err(); err == nil {
+			t.Fatalf("a claimed operation counted among its owner's open ones")
+		}
+		if earlier {
+			// As the earlier version's claim left it: no start mark, and
+			// still counted.
+			if err := c.HDel(ctx, base+"op:"+id, "st").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ZAdd(ctx, base+"open", redis.Z{Score: float64(at(time.Hour).UnixNano()), Member: id}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := commandCalls(t, c)["zrem"]
+		if err := st.Finish(ctx, claim, store.Done, at(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZScore(ctx, base+"open", id).Err(); err == nil {
+			t.Errorf("earlier %v: performed, still counted among its owner's open operations", earlier)
+		}
+		want := 1 // from its slot's index of performing operations
+		if earlier {
+			want = 2
+		}
+		if got := commandCalls(t, c)["zrem"] - before; got != want {
+			t.Errorf("earlier %v: Finish made %d ZREMs, want %d", earlier, got, want)
+		}
+		if rec, found, err := st.Lookup(ctx, owner, is.Ref, at(4*time.Second)); err != nil || !found || rec.Status != store.Performed {
+			t.Errorf("earlier %v: Lookup %+v %v %v, want performed", earlier, rec, found, err)
+		}
+	}
+}
