@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,17 +95,14 @@ type entryKnown struct {
 	Used     string `json:"u"`
 }
 
-// tailUntilKeep is the tail t, composed by the caller (no cjson.encode in
-// the step), without its keep-until: the step appends that and `"}`
-// (lib.lua log_known), which decodeEntry reads as entryTail.
-func tailUntilKeep(t entryKnown) string {
-	b, _ := json.Marshal(t) // strings only: never fails
-	return string(append(b[:len(b)-1], `,"k":"`...))
-}
-
-// tailOf is the whole tail, composed by the caller (lib.lua log_entry).
+// tailOf is an entry's tail (entryTail) composed by the caller, where it
+// costs Redis nothing (no cjson.encode in the step): what the caller
+// knows, then the keep-until, last, so that a step that keeps the log
+// longer can put its own there (lib.lua log_known).
 func tailOf(t entryKnown, keep time.Time) string {
-	return tailUntilKeep(t) + ns(keep) + `"}`
+	b, _ := json.Marshal(t) // strings only: never fails
+	b = append(b[:len(b)-1], `,"k":"`...)
+	return string(append(strconv.AppendInt(b, keep.UnixNano(), 10), `"}`...))
 }
 
 // termsDigest is store.Entry.TermsDigest of canonical terms.

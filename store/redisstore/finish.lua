@@ -8,47 +8,57 @@
 --       TTL in ms that keeps a key until 4, 6 base ("<prefix>{<slot>}:"),
 --       7 the claimed revision ('' when not known), 8 the account (to
 --       resolve), 9 random suffix of a fresh revision ('' unless
---       'notdone'), 10-12 the audit entry's head, terms digest and now +
---       audit retention (lib.lua audit), 13 the TTL in ms that keeps a key
---       until 12, 14 the entry's tail as the caller knows it, up to its
---       keep-until (lib.lua log_known; '' when it doesn't know it all), 15-18 what
---       14 says of the claimed revision (its summary, expires_at, approval
---       and used-at, checked against what is stored), and with the
---       agent's count: 19 its members' prefix ("<slot> ").
+--       'notdone'), 10-12 the audit entry's head ('' when 14 holds it),
+--       terms digest and now + audit retention (lib.lua audit), 13 the
+--       TTL in ms that keeps a key until 12, 14 the entry as the caller
+--       knows it, kept until 12 (lib.lua log_known; '' when the caller
+--       doesn't know it all), 15-18 what 14 says of the claimed revision
+--       (its summary, expires_at, approval and used-at, checked against
+--       what is stored), and with the agent's count: 19 its members'
+--       prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 --
 -- Cost (lib.lua): the caller names the keys it knows, the claimed
--- revision (read with the operation, in one HMGET) and the audit entry
--- but its keep-until, so that the common Finish composes nothing.
+-- revision (read with the operation, in one HMGET, with only the fields
+-- the outcome needs) and the audit entry, so that the common Finish
+-- composes nothing.
 local op, idx, log = KEYS[1], KEYS[2], KEYS[3]
 local token, outcome, now, retained, base, rev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7]
 local opID = string.sub(op, #base + 4)
-local f
-if rev ~= '' then
-  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu', 'st',
+-- f: 1 state, 2 claim, 3 ap, 4 akey, 5 k, 6 cur, 7 acct, 8 order, 9 ka,
+-- 10 pa, 11 c, 12 st, then the claimed revision's s, x, a and u when it
+-- is named, then al and fu (from j) unless it is performed (neither is
+-- needed then).
+local f, j = nil, 17
+if rev == '' then
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st', 'al', 'fu')
+  j = 13
+elseif outcome == 'done' then
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
     's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
 else
-  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'al', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'fu', 'st')
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
+    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev, 'al', 'fu')
 end
-local k = f[6]
+local k = f[5]
 if f[1] ~= 'performing' or gone(k, now) then
   return 0
 end
 if token == '' then
-  if f[8] ~= ARGV[8] then return 0 end
+  if f[7] ~= ARGV[8] then return 0 end
 elseif f[2] ~= token then
   return 0
 end
-local ap, cur = f[3], f[7]
+local ap, cur, al, fu = f[3], f[6], f[j], f[j + 1]
 -- The entry's: the claimed revision and its approval, read before they go.
 -- An unknown outcome reported again changes nothing and writes none.
 -- The caller's entry is written when what it says of the revision is
 -- what is stored (a retried Finish's claim knows none of it); else it is
 -- composed here (audit).
 local e, mine = nil, false
-if ap and not (outcome == 'unknown' and f[13]) then
+if ap and not (outcome == 'unknown' and fu) then
   if ap == rev then
-    e = {f[15], f[16], f[17], f[18]}
+    e = {f[13], f[14], f[15], f[16]}
     mine = ARGV[14] ~= '' and e[1] == ARGV[15] and e[2] == ARGV[16] and e[3] == ARGV[17] and e[4] == ARGV[18]
   else
     e = redis.call('HMGET', op, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
@@ -64,13 +74,13 @@ if outcome == 'done' then
   -- account (check 1), its revisions' names (a ref it returned is found;
   -- any other is not, W74), k, and pa when it was computed. Its terms, summaries and approvals go,
   -- and the hash is written anew so that Redis keeps it compact.
-  local fields = {'state', 'performed', 'acct', f[8] or '', 'cur', cur or '', 'k', k}
+  local fields = {'state', 'performed', 'acct', f[7] or '', 'cur', cur or '', 'k', k}
   -- A computed one (c) keeps when it was claimed: a computed ref of its
   -- action handed out before then never stores a second operation (lib.lua
   -- neighbour_allows).
-  if f[12] and f[11] then fields[9] = 'pa'; fields[10] = f[11] end
-  if f[9] then
-    for r in string.gmatch(f[9], '%S+') do
+  if f[11] and f[10] then fields[9] = 'pa'; fields[10] = f[10] end
+  if f[8] then
+    for r in string.gmatch(f[8], '%S+') do
       fields[#fields + 1] = 't:' .. r
       fields[#fields + 1] = ''
     end
@@ -85,7 +95,7 @@ if outcome == 'done' then
   local keep = nil
   local act = f[4] and base .. 'act:' .. f[4]
   if act and names(redis.call('GET', act), opID) then
-    if f[10] then
+    if f[9] then
       keep = act
       redis.call('DEL', op, tok)
     else
@@ -102,7 +112,7 @@ if outcome == 'done' then
   -- Its claim took it off its owner's count of open operations, and its
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- (one that made no start mark, st) did not.
-  if not f[14] then redis.call('ZREM', base .. 'open', opID) end
+  if not f[12] then redis.call('ZREM', base .. 'open', opID) end
   if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[19] .. opID) end
   redis.call('ZREM', idx, op)
 elseif outcome == 'notdone' then
@@ -117,7 +127,7 @@ elseif outcome == 'notdone' then
   if ap and cur == ap then
     local r = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap)
     if r[1] and r[3] and cmp(now, r[3]) <= 0 then
-      add_revision(op, opID, base, nil, f[9], f[5], revision_name(r[3], ARGV[9]), r[1], r[2] or '', r[3], k, now)
+      add_revision(op, opID, base, nil, f[8], al, revision_name(r[3], ARGV[9]), r[1], r[2] or '', r[3], k, now)
     end
   end
   -- Open again, it counts among its owner's (and agent's) open
@@ -139,8 +149,8 @@ else
   k = kk
 end
 if mine then
-  log_known(log, ARGV[10], ARGV[14], ARGV[12], ARGV[13], k, now)
+  log_known(log, ARGV[14], ARGV[12], ARGV[13], k, now)
 elseif e then
-  audit(base, opID, {ARGV[10], ARGV[11], ARGV[12]}, ap, e[1], e[2], e[5], e[3], e[4], k, now)
+  audit(base, opID, {head_of(ARGV[10], ARGV[14]), ARGV[11], ARGV[12]}, ap, e[1], e[2], e[5], e[3], e[4], k, now)
 end
 return 1

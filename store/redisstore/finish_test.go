@@ -166,3 +166,45 @@ func TestFinishAnEarlierClaim(t *testing.T) {
 		}
 	}
 }
+
+// TestEntryKeptAsLongAsTheOperation: with an audit retention shorter than
+// the operation is remembered, the entries the caller composed say the
+// operation's keep-until (as the step's own would), and the log lives
+// that long.
+func TestEntryKeptAsLongAsTheOperation(t *testing.T) {
+	t.Parallel()
+	st, c := loadedStore(t, redisstore.Options{Durability: redisstore.DurableNone, AuditRetention: time.Minute})
+	ctx := t.Context()
+	base := "opsgate:{" + storekit.Slot(owner.Agent, owner.User) + "}:"
+	a := action("long", `{}`, time.Hour)
+	is := takeIssued(t, st, a, at(0))
+	recordOK(t, st, is, at(time.Second))
+	claim := takeClaim(t, st, a, at(2*time.Second))
+	id := claim.Operation.ID
+	if err := st.Finish(ctx, claim, store.Done, at(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.HGet(ctx, base+"op:"+id, "k").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := c.LRange(ctx, base+"log:"+id, 0, -1).Result()
+	if err != nil || len(log) != 3 {
+		t.Fatalf("log %q, %v: want 3 entries", log, err)
+	}
+	for i, want := range []string{fmt.Sprint(is.Operation.ExpiresAt.UnixNano()), "", k} {
+		if want == "" {
+			continue // the claim's, composed by the step
+		}
+		_, tail, _ := strings.Cut(log[i], "\n")
+		if !strings.HasPrefix(tail, `{"o":"`+id+`"`) || !strings.HasSuffix(tail, `,"k":"`+want+`"}`) {
+			t.Errorf("entry %d: %s, want the caller's, kept until %s", i, tail, want)
+		}
+	}
+	if ttl := c.PTTL(ctx, base+"log:"+id).Val(); ttl < time.Hour {
+		t.Errorf("the log's TTL %v, want the operation's (over an hour)", ttl)
+	}
+	if es := entriesOf(t, st, id); len(es) != 3 {
+		t.Errorf("entries %v, want 3", es)
+	}
+}

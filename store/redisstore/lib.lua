@@ -504,14 +504,23 @@ local function log_entry(log, entry, ttlMs)
   end
 end
 
--- log_known appends the entry whose head and whose tail up to its
--- keep-until the caller composed (audit.go tailUntilKeep): kept until the
--- later of keepAu (now plus the audit retention; keepTTL is its TTL in
--- ms) and k, as audit keeps it.
-local function log_known(log, head, tail, keepAu, keepTTL, k, now)
-  local keep, t = keepAu, keepTTL
-  if k and cmp(k, keepAu) > 0 then keep, t = k, ttl(k, now) end
-  log_entry(log, head .. '\n' .. tail .. keep .. '"}', t)
+-- log_known appends entry, composed by the caller (audit.go) with its
+-- keep-until keepAu (now plus the audit retention; keepTTL is its TTL in
+-- ms): kept until the later of keepAu and k, as audit keeps it, so the
+-- entry says k instead when k is later.
+local function log_known(log, entry, keepAu, keepTTL, k, now)
+  if cmp(k, keepAu) <= 0 then
+    log_entry(log, entry, keepTTL)
+  else
+    log_entry(log, string.sub(entry, 1, #entry - #keepAu - 2) .. k .. '"}', ttl(k, now))
+  end
+end
+
+-- head_of is an entry's head: head, or when the caller sent it inside its
+-- whole entry instead ('' for head), that entry's up to its newline.
+local function head_of(head, entry)
+  if head ~= '' then return head end
+  return string.sub(entry, 1, string.find(entry, '\n', 1, true) - 1)
 end
 
 -- audit_unclaim writes the entry of a claim undone: by its holder

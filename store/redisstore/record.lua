@@ -11,14 +11,15 @@
 --       and the decline's audit entry when they pass) or '0', 7 random
 --       suffix of a fresh revision (see W122 below), 8 the ref's revision,
 --       9 the single-use key's until ('' for none), 10 the TTL in ms that
---       keeps a key until then, 11-13 the audit entry's (lib.lua audit),
+--       keeps a key until then, 11-13 the audit entry's (lib.lua audit;
+--       11 '' when 27 holds it),
 --       14 base ("<prefix>{<slot>}:"), and for a computed ref
 --       (computed.go): 15 'c', 16 its account, 17 terms, 18 summary, 19
 --       expires_at, 20 agent, 21 user, 22 the owner's cap of open
 --       operations, 23 the TTL in ms that keeps a key until 19, 24 when
 --       it was minted, 25 19 plus the retention (kt: see below), 26 the
---       TTL in ms that keeps a key until 25, 27 the tail of the audit
---       entry of the approval that stores it (lib.lua log_entry; '' when
+--       TTL in ms that keeps a key until 25, 27 the audit entry of the
+--       approval that stores it (lib.lua log_entry; '' when
 --       this request's approval would not: see approve below), 28 the TTL
 --       in ms that keeps its log, and with the agent's count: 29 the
 --       agent's cap, 30 its members' prefix ("<slot> ").
@@ -116,7 +117,7 @@ if computed then
       -- Its entry, which the caller composed (it knows all of it), or
       -- composed here.
       if ARGV[27] ~= '' then
-        log_entry(log, au[1] .. '\n' .. ARGV[27], ARGV[28])
+        log_entry(log, ARGV[27], ARGV[28])
       else
         audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
       end
@@ -190,6 +191,7 @@ if #al >= MAX_APPROVALS then
 end
 if checkOnly == 'd' then
   -- §6 "Declining": the decline's entry, and nothing recorded (W134).
+  au[1] = head_of(au[1], ARGV[27] or '')
   if not audit(base, opID, au, apRev, s, x, t, approval, nil, k, now, true) then return {'limited'} end
   return reply
 end
@@ -199,6 +201,7 @@ end
 -- First recorded first (W95): the approved revisions in the order recorded.
 al[#al + 1] = apRev
 redis.call('HSET', op, 'a:' .. apRev, approval, 'al', table.concat(al, ' '))
+au[1] = head_of(au[1], ARGV[27] or '')
 audit(base, opID, au, apRev, s, x, t, approval, nil, k, now)
 -- An operation is kept at least until each revision's expires_at (k), so
 -- the approved one's (W102) needs nothing more.

@@ -589,7 +589,7 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		// stores it with the approval (record.lua approve): its entry is
 		// composed here, where all of it is known, and the step answers
 		// "recorded" alone.
-		tail, tailTTL := "", ""
+		entry, entryTTL := "", ""
 		approves := c.Account == owner.Account && approval.OperationID == opID && approval.Revision == refRev && checkOnly == "0"
 		if approves {
 			known := entryKnown{Op: opID, Revision: refRev, Summary: c.Summary, Expires: ns(c.Expires), Digest: args[11].(string), Approval: string(approvalJSON)}
@@ -597,9 +597,11 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 				known.Terms = string(c.Terms)
 			}
 			keep := later(now.Add(s.auditRetention), c.Expires)
-			tail, tailTTL = tailOf(known, keep), ttlMs(keep, now)
+			// The head goes in it, not apart.
+			entry, entryTTL = string(args[10].([]byte))+"\n"+tailOf(known, keep), ttlMs(keep, now)
+			args[10] = ""
 		}
-		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, tail, tailTTL, now)
+		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, entry, entryTTL, now)
 		if approves && err == nil && len(v) == 1 && v[0] == "recorded" {
 			v = []string{"recorded", opID, refRev, c.Summary, string(c.Terms), ns(c.Expires)}
 		}
@@ -665,16 +667,20 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[outcome]
 	keys, args := s.finishArgs(ctx, base, claim.Owner, claim.Operation.ID, claim.Token, o, what, claim.Operation.Revision, claim.Operation.Terms, now)
-	// The entry as the claim knows it, but its keep-until: the step writes
-	// it when what it says of the claimed revision is what is stored (a
-	// retried Finish's claim, slimmed, knows none of it).
+	// The entry as the claim knows it: the step writes it when what it
+	// says of the claimed revision is what is stored (a retried Finish's
+	// claim, slimmed, knows none of it).
 	digest := args[10].(string)
 	if c := claim; digest != "" && c.Approval.Revision == c.Operation.Revision && !c.Operation.ExpiresAt.IsZero() &&
 		!c.Approval.RecordedAt.IsZero() && !c.Approval.UsedAt.IsZero() {
 		known := entryKnown{Op: c.Operation.ID, Revision: c.Operation.Revision, Summary: c.Operation.Summary,
 			Expires: ns(c.Operation.ExpiresAt), Digest: digest, Approval: string(encodeApproval(c.Approval, c.Approval.RecordedAt)),
 			Used: ns(c.Approval.UsedAt)}
-		args[13], args[14], args[15], args[16], args[17] = tailUntilKeep(known), known.Summary, known.Expires, known.Approval, known.Used
+		// Kept until now plus the audit retention, which the step changes
+		// to the operation's keep-until when that is later (lib.lua
+		// log_known); the head goes in it, not apart.
+		entry := string(args[9].([]byte)) + "\n" + tailOf(known, now.Add(s.auditRetention))
+		args[9], args[13], args[14], args[15], args[16], args[17] = "", entry, known.Summary, known.Expires, known.Approval, known.Used
 	}
 	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
