@@ -39,7 +39,7 @@ type traced struct {
 	site      *webkittest.Site
 	rec       *tracetest.SpanRecorder
 	tp        *sdktrace.TracerProvider
-	performed int
+	performed atomic.Int64 // the handler's runs: repeats run at once
 }
 
 func newTraced(t *testing.T, st store.Store) *traced {
@@ -59,7 +59,7 @@ func newTraced(t *testing.T, st store.Store) *traced {
 			Summary: "Exchange the jacket on order " + order + " for size " + size + "."}, nil
 	}
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.performed++
+		s.performed.Add(1)
 		io.WriteString(w, "exchanged")
 	})))
 	m, err := endpoint.NewMount(endpoint.Config{Origin: s.site.Origin, Kit: kit, Resolver: s.site.Resolver(), AccessTokens: s.site.AccessTokens()})
@@ -132,8 +132,8 @@ func (s *traced) flow(t *testing.T) {
 	if a := sess.Approve(res.Ref); a.Err != nil || a.StatusCode != http.StatusNoContent {
 		t.Fatalf("approval: %d %v %s", a.StatusCode, a.Err, a.Body)
 	}
-	if again := res.Continue(); again.Err != nil || again.StatusCode != http.StatusOK || s.performed != 1 {
-		t.Fatalf("repeat: %d %v, performed %d times", again.StatusCode, again.Err, s.performed)
+	if again := res.Continue(); again.Err != nil || again.StatusCode != http.StatusOK || s.performed.Load() != 1 {
+		t.Fatalf("repeat: %d %v, performed %d times", again.StatusCode, again.Err, s.performed.Load())
 	}
 	// Nothing the spans carry names the Session, the User, the agent, the
 	// operation or its ref.
