@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,6 +231,64 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 			}
 			if got := ask(urlL); got != "performed" {
 				t.Errorf("W108 L's page after Continue: %q", got)
+			}
+		})
+	}
+}
+
+// W93 for a script's request: the Gate's JSON 403 names the status route
+// in X-Opsgate-Status, whose sealed handle carries the terms, so that
+// opsgate.fetch hears "approved" for an approval of a newer revision of the
+// same terms, which its repeated request takes (§6 check 3). Asked by ref,
+// the route knows only the ref's revision and says "waiting".
+func TestStatusRouteOfAScriptsRequest(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.name, func(t *testing.T) {
+			if be.name == "redis" {
+				sharedRedis(t)
+			}
+			c := newClock()
+			e := newGateEnv(t, be.make(t), c)
+			rec := e.do(e.request(joinedIn, formM, "application/json"))
+			_, ref := refOf(t, rec)
+			status := rec.Header().Get(statusHeader)
+			if rec.Code != http.StatusForbidden || !strings.HasPrefix(status, defaultBasePath+"status?w=") {
+				t.Fatalf("JSON 403: %d, %s %q", rec.Code, statusHeader, status)
+			}
+			if strings.Contains(status, ref) {
+				t.Errorf("W64: %s shows the ref", statusHeader)
+			}
+			if page := e.do(e.request(joinedIn, formM, "text/html")); page.Header().Get(statusHeader) != "" {
+				t.Errorf("the waiting page got %s: it names its route in the page", statusHeader)
+			}
+			// The same terms a few seconds later (the agent's own request)
+			// get a newer revision, which the agent approves.
+			c.Add(3 * time.Second)
+			newer := e.issue(sesIn, "ord_7", "M")
+			if _, rev, _ := storekit.SplitRef(ref); newer.Operation.Revision == rev {
+				t.Fatalf("revision %s issued again: nothing newer to approve", rev)
+			}
+			e.record(sesIn, newer)
+			if code, st := askStatus(t, e.kit, status, sesIn); code != 200 || st != "approved" {
+				t.Errorf("W93 the script's route: %d %q, want approved", code, st)
+			}
+			if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "waiting" {
+				t.Errorf("by ref: %d %q, want waiting (it knows only its own revision)", code, st)
+			}
+			// And "approved" was right: the repeated request performs.
+			if again := e.do(e.request(joinedIn, formM, "application/json")); again.Code != http.StatusOK || e.runs.Load() != 1 {
+				t.Fatalf("the repeated request: %d, runs %d", again.Code, e.runs.Load())
+			}
+			if _, st := askStatus(t, e.kit, status, sesIn); st != "performed" {
+				t.Errorf("W108 after the repeat: %q", st)
+			}
+			// Other terms' approval is not heard (the script would loop).
+			rec = e.do(e.request(joinedIn, formL, "application/json"))
+			statusL := rec.Header().Get(statusHeader)
+			c.Add(3 * time.Second)
+			e.approve(sesIn, "ord_7", "M")
+			if _, st := askStatus(t, e.kit, statusL, sesIn); st != "waiting" {
+				t.Errorf("W93 L's route after M's approval: %q, want waiting", st)
 			}
 		})
 	}

@@ -373,25 +373,37 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	}
 	k.observe(r.Context(), Event{Route: routeGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(headers.Operation, hdr)
-	if k.Refused == nil && pages.WantsJSON(r) {
-		// A script gets {"error":"approval_required"} (W66): no Continue
-		// form to build, no handle to seal.
-		k.refuse(w, r, ErrApprovalRequired, nil)
-		return
-	}
 	base := k.basePath()
+	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
+	var status string
+	if handle := k.seal.seal(page, k.now()); handle != "" {
+		status = base + "status?w=" + url.QueryEscape(handle)
+	}
+	if pages.WantsJSON(r) {
+		// A script's request (opsgate.fetch) gets the status route the
+		// waiting page names (W93), in a header: its sealed handle carries
+		// the terms, so the route also says "approved" for an approval of
+		// a newer revision of these terms, which the repeated request
+		// takes (§6 check 3). status?ref= knows only the ref's revision:
+		// it would say "waiting" until the operation expired.
+		if status != "" {
+			w.Header().Set(statusHeader, status)
+		}
+		if k.Refused == nil {
+			// {"error":"approval_required"} (W66): no Continue form to build.
+			k.refuse(w, r, ErrApprovalRequired, nil)
+			return
+		}
+	}
 	v := pages.Waiting{
 		Continue:  continueOf(r, body),
 		ScriptURL: defaultBasePath + "waiting.js", // constants: no allocation on every 403
 		StyleURL:  defaultBasePath + "opsgate.css",
 		Chrome:    k.Chrome,
+		StatusURL: status,
 	}
 	if base != defaultBasePath {
 		v.ScriptURL, v.StyleURL = base+"waiting.js", base+"opsgate.css"
-	}
-	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
-	if handle := k.seal.seal(page, k.now()); handle != "" {
-		v.StatusURL = base + "status?w=" + url.QueryEscape(handle)
 	}
 	k.refuse(w, r, ErrApprovalRequired, &v)
 }

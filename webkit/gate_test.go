@@ -1336,7 +1336,7 @@ function show(id, text) { const p = document.createElement("p"); p.id = id; p.te
 opsgate.fetch("/exchange", {
   method: "POST",
   headers: { Accept: "application/json" },
-  body: new URLSearchParams({ order: "ord_8", size: "S" }),
+  body: new URLSearchParams({ order: new URLSearchParams(location.search).get("order") || "ord_8", size: "S" }),
 }, { onWaiting(ref) { show("spa-waiting", ref); }, onApproved() { show("spa-approved", "approved"); } })
   .then(r => r.json()).then(b => show("spa-done", JSON.stringify(b)));
 `)
@@ -1402,6 +1402,16 @@ opsgate.fetch("/exchange", {
 		env.clock.Set(time.Now())
 		env.record(sesIn, env.issueForm(sesIn, form))
 	}
+	// approveRef records an approval of exactly the revision ref names,
+	// as the endpoint does for the ref the agent was given.
+	approveRef := func(ref string) {
+		id, rev, ok := storekit.SplitRef(ref)
+		if !ok {
+			t.Fatalf("ref %q", ref)
+		}
+		env.clock.Set(time.Now())
+		env.record(sesIn, store.TakeResult{Ref: ref, Operation: store.Operation{ID: id, Revision: rev}})
+	}
 
 	do(
 		chromedp.Navigate(srv.URL+"/join"),
@@ -1423,13 +1433,41 @@ opsgate.fetch("/exchange", {
 		chromedp.Navigate(srv.URL+"/spa"),
 		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
 	)
-	if ref := text("#spa-waiting"); !storekit.ValidRef(ref) {
-		t.Errorf("onWaiting got ref %q", ref)
+	ref := text("#spa-waiting")
+	if !storekit.ValidRef(ref) {
+		t.Fatalf("onWaiting got ref %q", ref)
 	}
-	approve("order=ord_8&size=S")
+	approveRef(ref)
 	do(chromedp.WaitVisible(chromedp.CSS("#spa-done")))
 	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 2 {
 		t.Errorf("opsgate.fetch: %q, runs %d", got, runs.Load())
+	}
+
+	// W93 for opsgate.fetch when the approval is of a newer revision of
+	// the same terms (the agent's own request a second later: a computed
+	// operation's revision follows its expires_at, W39): the repeated
+	// request takes it (§6 check 3), so the script must hear "approved".
+	// Asked by ref, the status route knows only the ref's revision and
+	// said "waiting" until the operation expired.
+	do(
+		chromedp.Navigate(srv.URL+"/spa?order=ord_9"),
+		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
+	)
+	ref = text("#spa-waiting")
+	env.clock.Set(time.Now().Add(2 * time.Second))
+	newer := env.issueForm(sesIn, "order=ord_9&size=S")
+	if _, pageRev, _ := storekit.SplitRef(ref); newer.Operation.Revision == pageRev {
+		t.Fatalf("the page's revision %s was issued again: no newer revision to approve", pageRev)
+	}
+	env.record(sesIn, newer)
+	heard, stop := context.WithTimeout(tab, 15*time.Second) // polls are 2 s, then 2.5 s apart
+	err := chromedp.Do(heard, chromedp.WaitVisible(chromedp.CSS("#spa-done")))
+	stop()
+	if err != nil {
+		t.Fatalf("W93: opsgate.fetch never heard of the approval of a newer revision of its terms: %v", err)
+	}
+	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 3 {
+		t.Errorf("opsgate.fetch, newer revision approved: %q, runs %d", got, runs.Load())
 	}
 
 	// W93 on a page that is being left: the browser (the user, or an
@@ -1459,8 +1497,8 @@ opsgate.fetch("/exchange", {
 	}
 	do(chromedp.WaitVisible(chromedp.CSS("#left")))
 	time.Sleep(300 * time.Millisecond) // a submission the script made would have reached the server
-	if runs.Load() != 2 {
-		t.Errorf("W93: the left page's script made the request again: runs %d, want 2", runs.Load())
+	if runs.Load() != 3 {
+		t.Errorf("W93: the left page's script made the request again: runs %d, want 3", runs.Load())
 	}
 
 	// The 403s are logged as failed loads; a CSP violation or an exception

@@ -24,6 +24,11 @@ var staticTypes = map[string]string{
 	"opsgate.css": "text/css; charset=utf-8",
 }
 
+// statusHeader names, on the Gate's JSON 403, the status route a script
+// asks (status?w=<handle>, as the waiting page's data-opsgate-status):
+// opsgate.fetch reads it (W93).
+const statusHeader = "X-Opsgate-Status"
+
 // routes serves the kit's browser-facing routes under /_opsgate/; the
 // endpoint package's Mount serves them, with the endpoint and the join.
 //
