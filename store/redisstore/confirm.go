@@ -36,9 +36,14 @@ type confirmer struct {
 	onSent func(claims int)
 }
 
-// startMark is one claim's start mark: its token key, token and clock.
+// startMark is one claim's start mark: its token key, token and clock
+// (now, and at as a time), when the token is forgotten (till, as the
+// claim wrote it), and once the claim's reply is read (of) the claimed
+// operation's key and the value the claim gave the token key.
 type startMark struct {
-	key, token, now string
+	key, token, now, till string
+	at                    time.Time
+	op, claimed           string
 }
 
 // sendMarks writes a round's start marks and waits for them: started[i]

@@ -251,10 +251,9 @@ func (s *rstore) nodeFor(ctx context.Context, key string) (*redis.Client, error)
 // chosen and, when it claims, confirms the claim (confirm: one more round
 // trip, on the claim path only; none with DurableDisk before Redis 7.2,
 // where the reply itself is the confirmation).
-func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
+func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, owner store.Owner, mark startMark) ([]string, error) {
 	var v []string
 	var err error
-	mark := startMark{key: keys[1], token: token, now: ns(now)}
 	for attempt := range 2 {
 		v, err = s.takeOnce(ctx, keys, args, mark)
 		if err == nil || attempt == 1 || !movedErr(err) {
@@ -268,7 +267,7 @@ func (s *rstore) takeDurable(ctx context.Context, keys []string, args []any, own
 	}
 	if err != nil {
 		if errors.Is(err, errNotConfirmed) {
-			s.releaseAfter(ctx, owner, token, now)
+			s.releaseAfter(ctx, owner, mark.token, mark.at)
 			return nil, fmt.Errorf("%w: %w", errNotDurable, err)
 		}
 		return nil, err
@@ -302,6 +301,7 @@ func (s *rstore) takeOnce(ctx context.Context, keys []string, args []any, mark s
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}
+	mark = mark.of(v)
 	if s.durability.Mode != DurableReplicas && !n.waitAOF() || s.confirmedAlone(ctx, node, n) {
 		// Disk before Redis 7.2, with appendfsync always (verified by
 		// ready): Redis wrote and fsynced the AOF before it sent the reply

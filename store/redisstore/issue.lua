@@ -15,7 +15,7 @@ local a = request(KEYS, ARGV)
 a.agentKey, a.maxAgent, a.agentMember = KEYS[2], ARGV[13], ARGV[14]
 read_action(a, redis.call('GET', a.actKey))
 if a.f and (a.f[1] == 'open' or a.f[1] == 'performing') then
-  a.c = revisions_of(a, {})
+  a.c = revisions_of(a.f, a.hint, a.base .. "op:" .. a.opID, {})
 end
 local r = issue(a)
 if not r then return {'limited'} end

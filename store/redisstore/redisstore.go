@@ -378,19 +378,26 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
-	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User), marker)
+	// KEYS[5]: the computed operation's key, which the step's first read
+	// looks for (take.lua); the action key again when none is computed.
+	computedKey := keys[0]
+	if k != nil {
+		computedKey = base + "op:" + c.ID
+	}
+	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User), marker, computedKey)
 	retained := now.Add(s.retention)
-	tokUntil := now.Add(storekit.ClaimTokenTTL)
-	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(tokUntil, now), ns(tokUntil), ns(now.Add(-unstartedFor)))
+	tokUntil := ns(now.Add(storekit.ClaimTokenTTL))
+	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), tokUntil, ns(now.Add(-unstartedFor)))
 	args = append(args, s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)...)
 	args = append(args, checked)
+	mark := startMark{key: keys[1], token: token, now: ns(now), till: tokUntil, at: now}
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if !s.durability.confirms() {
 			// The reply is enough (DurableNone, DurableServer): the start
 			// mark follows as a step of its own.
-			return s.takeNone(ctx, keys, args, owner, token, now)
+			return s.takeNone(ctx, keys, args, owner, mark)
 		}
-		return s.takeDurable(ctx, keys, args, owner, token, now)
+		return s.takeDurable(ctx, keys, args, owner, mark)
 	}, s.maxOpenAgent)
 	if errors.Is(err, errNotStarted) {
 		// Undone before its start mark (start.go): nothing may run.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -44,7 +46,7 @@ const unstartedFor = 10 * time.Second
 // errNotStarted wraps errNotConfirmed: the mark may have been written, so
 // the claim is released (takeDurable).
 func (s *rstore) startOne(ctx context.Context, c caller, m startMark) error {
-	n, err := s.run(ctx, c, startStep, []string{m.key}, m.token, m.now).Int()
+	n, err := s.run(ctx, c, startStep, m.keys(), m.args()...).Int()
 	if err != nil {
 		return fmt.Errorf("%w: start mark: %w", errNotConfirmed, err)
 	}
@@ -66,9 +68,9 @@ func (s *rstore) startMarks(ctx context.Context, conn *redis.Conn, node *redis.C
 		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, m := range marks {
 				if functions {
-					cmds[i] = p.FCall(ctx, startStep.fn, []string{m.key}, m.token, m.now)
+					cmds[i] = p.FCall(ctx, startStep.fn, m.keys(), m.args()...)
 				} else {
-					cmds[i] = p.EvalSha(ctx, startStep.script.Hash(), []string{m.key}, m.token, m.now)
+					cmds[i] = p.EvalSha(ctx, startStep.script.Hash(), m.keys(), m.args()...)
 				}
 			}
 			wait(p)
@@ -102,16 +104,41 @@ func (s *rstore) startMarks(ctx context.Context, conn *redis.Conn, node *redis.C
 // takeNone is Take's step when the reply is enough (DurableNone,
 // DurableServer): the claim, then its start mark, each one step (shared
 // round trips: Options.Pipelines).
-func (s *rstore) takeNone(ctx context.Context, keys []string, args []any, owner store.Owner, token string, now time.Time) ([]string, error) {
+func (s *rstore) takeNone(ctx context.Context, keys []string, args []any, owner store.Owner, mark startMark) ([]string, error) {
 	v, err := s.run(ctx, s.client, takeStep, keys, args...).StringSlice()
 	if err != nil || len(v) == 0 || v[0] != "claim" {
 		return v, err
 	}
-	if err := s.startOne(ctx, s.client, startMark{key: keys[1], token: token, now: ns(now)}); err != nil {
+	if err := s.startOne(ctx, s.client, mark.of(v)); err != nil {
 		if errors.Is(err, errNotConfirmed) {
-			s.releaseAfter(ctx, owner, token, now)
+			s.releaseAfter(ctx, owner, mark.token, mark.at)
 		}
 		return nil, err
 	}
 	return v, nil
+}
+
+// of is the start mark of the claim reply v (take.lua's {'claim', opID,
+// ...}): start.lua then finds the claimed operation without deriving its
+// key, when the token key still holds what the claim wrote.
+func (m startMark) of(v []string) startMark {
+	if len(v) > 1 && storekit.ValidID(v[1]) {
+		m.op = strings.TrimSuffix(m.key, "tok:"+m.token) + "op:" + v[1]
+		m.claimed = v[1] + " " + m.till
+	}
+	return m
+}
+
+// keys and args are start.lua's.
+func (m startMark) keys() []string {
+	if m.op == "" {
+		// No operation named (a claim from a reply that named none):
+		// start.lua reads the token key's, as it always can.
+		return []string{m.key, m.key}
+	}
+	return []string{m.key, m.op}
+}
+
+func (m startMark) args() []any {
+	return []any{m.token, m.now, m.claimed, m.till}
 }

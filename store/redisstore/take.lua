@@ -4,8 +4,10 @@
 --       operations of its hash slot ("<prefix>pf:{<tag>}", reconcile.go),
 --       the marker to check first (storekit.MarkedInTake: Unbind's for
 --       the browser's join cookie, a UseOnce key of this slot; the action
---       key again when there is none), and on a single Redis the agent's
---       count of open operations (agent.lua).
+--       key again when there is none), the key of the operation the
+--       caller computes (computed.go; the action key again when it
+--       computes none), and on a single Redis the agent's count of open
+--       operations (agent.lua).
 -- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
 --       15 the TTL in ms that keeps a key until then, 16 the token key's
 --       TTL in ms, 17 now + that TTL (when the token is forgotten), 18 the
@@ -29,26 +31,29 @@
 -- new operation (computed.go).
 -- The 403 step in its most common case: no marker, no
 -- claim with this token, nothing stored for the action, and the operation
--- the caller computes (its id ends the seed) not kept either: one EXISTS
--- says so, and this is what issue (lib.lua) would answer then, without
--- reading the rest. (When any of them is kept, the steps below read them
--- and judge by their keep-until.)
-local dot = string.find(ARGV[8], '.', 1, true)
-if dot and dot < #ARGV[8] and redis.call('EXISTS', KEYS[2], KEYS[1], string.match(KEYS[1], '^(.*)act:') .. 'op:' .. string.sub(ARGV[8], dot + 1), KEYS[4]) == 0 then
+-- the caller computes (KEYS[5], its id ends the seed) not kept either: one
+-- EXISTS says so, and this is what issue (lib.lua) would answer then,
+-- without reading the rest. (When any of them is kept, the steps below
+-- read them and judge by their keep-until.) The caller names every key,
+-- so that this costs no string work here.
+local actKey, tokKey = KEYS[1], KEYS[2]
+if KEYS[5] ~= actKey and redis.call('EXISTS', tokKey, actKey, KEYS[5], KEYS[4]) == 0 then
   return {'compute'}
 end
--- A marker that is set and not expired (useonce.lua): Unbind ended the
--- browser's binding, so this is no joined browser's request.
+local now, token = ARGV[7], ARGV[13]
+-- The token's claim, the action's operation, and the marker when there is
+-- one to check, in one read.
+local v
 if ARGV[22] == '1' then
-  local m = redis.call('GET', KEYS[4])
-  if m and cmp(ARGV[7], m) <= 0 then return {'marked'} end
+  v = redis.call('MGET', tokKey, actKey, KEYS[4])
+  -- A marker that is set and not expired (useonce.lua): Unbind ended the
+  -- browser's binding, so this is no joined browser's request.
+  if v[3] and cmp(now, v[3]) <= 0 then return {'marked'} end
+else
+  v = redis.call('MGET', tokKey, actKey)
 end
-local v = redis.call('MGET', KEYS[2], KEYS[1])
-local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = KEYS[5], ARGV[23], ARGV[24]
-local tokKey, token, retained, retainedTTL, tokTTL, tokUntil = KEYS[2], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17]
-local idx, unstartedBefore = KEYS[3], ARGV[18]
-local now, base = a.now, a.base
+-- The token key is "<base>tok:<token>" (redisstore.go).
+local base = string.sub(tokKey, 1, #tokKey - #token - 4)
 
 -- The caller chose the token, so that it can release what this step
 -- claims even if the reply is lost (W144). A Take repeated with it (a
@@ -68,27 +73,29 @@ if tk then
   return {'claim', tk, rev, r[2] or '', r[1], r[3], r[4] or '', r[5] or now}
 end
 
-read_action(a, v[2])
-local opID = a.opID
+local opID, hint, prev = current_of(v[2])
+local agentKey, agentMember = KEYS[6], ARGV[24]
 -- Being performed, or its outcome not known yet: nothing is claimed and
 -- nothing issued, since a new operation now would invite a second approval
 -- of an action that may be taking effect (W145, §7). That is the action's
 -- operation, or one an earlier version's Issue replaced while it performed
 -- (action_value), however long ago the action's own operation expired.
-if performing(base, a.prev, now) then
+if performing(base, prev, now) then
   return {'busy'}
 end
+local f, c, op = false, false, nil
 if opID then
-  local op = base .. 'op:' .. opID
-  local f = a.f
+  op = base .. 'op:' .. opID
+  f = read_operation(op, hint)
   -- The action's operations are filed under the owner's account (the
   -- action key's digest), so no other account's or signed-out approval is
   -- ever found (W104).
-  if f[2] == a.acct and not gone(f[3], now) then
+  if f[2] == ARGV[1] and not gone(f[3], now) then
     if f[1] == 'performing' then
       -- A claim never marked started, made long enough ago, has no
       -- handler running and none to come (its start mark would now fail):
       -- undo it, and claim for this request instead. Any other is busy.
+      local unstartedBefore = ARGV[18]
       local p = redis.call('HMGET', op, 'st', 'fu', 'pa', 'claim', 'ap')
       if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
         return {'busy'}
@@ -97,32 +104,43 @@ if opID then
       -- head for a claim, renamed; the undone revision's own terms).
       local rel = string.gsub(string.gsub(ARGV[19], '"w":"claimed"', '"w":"released"', 1), '"id":"', '"id":"u', 1)
       audit_unclaim(base, op, opID, p[5], f[3], now, {rel, '', ARGV[21]})
-      unclaim(base, op, opID, p[4], p[5], f[3], now, idx, tokTTL, tokUntil, a.agentKey, a.agentMember)
+      unclaim(base, op, opID, p[4], p[5], f[3], now, KEYS[3], ARGV[16], ARGV[17], agentKey, agentMember)
       f[1] = 'open'
       -- The hinted revision's used-at was read before the undo.
-      if p[5] == a.hint then f[11] = false end
+      if p[5] == hint then f[11] = false end
     end
     if f[1] == 'open' then
       -- Its recorded approvals, first recorded first (W95), and its current
       -- revision.
-      local al = words(f[5])
-      local g = revisions_of(a, al)
+      local cur = f[4]
+      local al, g
+      if f[5] == cur and hint == cur then
+        -- The common case: one approval, of the current revision, which
+        -- the read above named.
+        al, g = {cur}, {f[7], f[8], f[9], f[10], f[7], f[8], f[9], f[10], f[11]}
+      else
+        al = words(f[5])
+        g = revisions_of(f, hint, op, al)
+      end
+      local terms = ARGV[2]
       for i, r in ipairs(al) do
         local j = 5 * i
         local t, s, x, ap, used = g[j], g[j + 1], g[j + 2], g[j + 3], g[j + 4]
         -- The first recorded one of these very terms (W117) that is
         -- neither used up (W96, W98) nor expired (W103): use it up, and
         -- only it.
-        if t == a.terms and x and ap and not used and cmp(now, x) <= 0 then
+        if t == terms and x and ap and not used and cmp(now, x) <= 0 then
+          local retained, retainedTTL = ARGV[14], ARGV[15]
           local k = later(retained, f[3]) -- W138
           -- The claim's entry first: a full log refuses the claim (lib.lua
-          -- audit).
-          if not audit(base, opID, {ARGV[19], ARGV[20], ARGV[21]}, r, s, x, '', ap, now, k, now, true) then
+          -- audit_claim).
+          if not audit_claim(base, opID, ARGV[19], ARGV[20], ARGV[21], r, s, x, ap, now, k) then
             return {'limited'}
           end
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
             'pa', now, 'k', k, 'st', '0')
           -- Listed by Performing through its slot's index, not a SCAN.
+          local idx = KEYS[3]
           redis.call('ZADD', idx, index_score(now), op)
           extend(idx, retainedTTL)
           if k ~= f[3] then
@@ -131,22 +149,26 @@ if opID then
             -- The action key lives as long too, so that the action stays
             -- busy however long the operation performs (W145, W138).
             -- Always: a revision added since may have set its TTL anew.
-            extend(a.actKey, retainedTTL)
+            extend(actKey, retainedTTL)
           end
           -- Being performed, it leaves the counts of open operations (its
           -- owner's, and its agent's when on this server): an approval
           -- bounds it, not the caps. Reopened, it comes back (finish.lua,
           -- release.lua).
           redis.call('ZREM', base .. 'open', opID)
-          if a.agentKey then redis.call('ZREM', a.agentKey, a.agentMember .. opID) end
-          redis.call('SET', tokKey, opID .. ' ' .. tokUntil, 'PX', tokTTL)
+          if agentKey then redis.call('ZREM', agentKey, agentMember .. opID) end
+          redis.call('SET', tokKey, opID .. ' ' .. ARGV[17], 'PX', ARGV[16])
           return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end
       end
-      a.c = {g[1], g[2], g[3], g[4]}
+      c = {g[1], g[2], g[3], g[4]}
     end
   end
 end
+-- Nothing to claim: the operation to answer with (lib.lua issue).
+local a = request(KEYS, ARGV)
+a.agentKey, a.maxAgent, a.agentMember = agentKey, ARGV[23], agentMember
+a.opID, a.hint, a.prev, a.f, a.c = opID or false, hint, prev, f, c
 local r = issue(a)
 if not r then return {'limited'} end
 if r[1] == 'compute' then return r end
