@@ -311,6 +311,36 @@ func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequ
 	return keys, args
 }
 
+// jsonStrings is fields as a JSON array of strings, as cjson.decode
+// reads it back byte for byte: only '"', '\\' and control characters
+// are escaped, and other bytes (invalid UTF-8 too) go as they are.
+func jsonStrings(fields ...string) string {
+	n := 2
+	for _, f := range fields {
+		n += len(f) + 3
+	}
+	b := make([]byte, 0, n+16)
+	b = append(b, '[')
+	for i, f := range fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for j := 0; j < len(f); j++ {
+			switch c := f[j]; {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
+			default:
+				b = append(b, c)
+			}
+		}
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
 // seed is the randomness a new operation may need, in one argument: a new
 // operation_id's 20 characters, then a new revision's 16 (storekit.NewOperationID,
 // storekit.NewRevision).
@@ -374,7 +404,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
-	marker, checked, err := s.takeMarker(ctx, owner, keys[0], now)
+	marker, err := s.takeMarker(ctx, owner, keys[0], now)
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
@@ -387,9 +417,14 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User), marker, computedKey)
 	retained := now.Add(s.retention)
 	tokUntil := ns(now.Add(storekit.ClaimTokenTTL))
-	args = append(args, token, ns(retained), ttlMs(retained, now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), tokUntil, ns(now.Add(-unstartedFor)))
-	args = append(args, s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)...)
-	args = append(args, checked)
+	au := s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)
+	// take.lua's arguments: what a claim needs, then what only issuing
+	// needs (issueArgs' 3-6 and 8-12) in one.
+	args = []any{args[0], action.Terms, args[6], token, ns(retained), ttlMs(retained, now),
+		ttlMs(now.Add(storekit.ClaimTokenTTL), now), tokUntil, au[0], au[1], au[2], ttlMs(now.Add(s.auditRetention), now),
+		jsonStrings(args[2].(string), args[3].(string), args[4].(string), args[5].(string), args[7].(string), args[8].(string),
+			args[9].(string), strconv.Itoa(s.maxOpenOwner), args[11].(string), ns(now.Add(-unstartedFor))),
+	}
 	mark := startMark{key: keys[1], token: token, now: ns(now), till: tokUntil, at: now}
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		if !s.durability.confirms() {
@@ -883,26 +918,26 @@ func (s *rstore) onceKey(key string) string {
 func (s *rstore) MarkedInTake() bool { return true }
 
 // takeMarker returns the key take.lua is to check as the marker ctx
-// names (storekit.WithMarker), and "1" when there is one to check
-// (KEYS[4] and ARGV[22] of take.lua); with none, the action key and "".
-// A marker of another slot than the owner's can't be read in Take's step
-// on a Cluster: it is checked by a step of its own first.
-func (s *rstore) takeMarker(ctx context.Context, owner store.Owner, actKey string, now time.Time) (key, checked string, err error) {
+// names (storekit.WithMarker), its KEYS[4]; with none, the action key,
+// which take.lua then doesn't check. A marker of another slot than the
+// owner's can't be read in Take's step on a Cluster: it is checked by a
+// step of its own first.
+func (s *rstore) takeMarker(ctx context.Context, owner store.Owner, actKey string, now time.Time) (key string, err error) {
 	m := storekit.MarkerOf(ctx)
 	if m == "" {
-		return actKey, "", nil
+		return actKey, nil
 	}
 	if slot, _, ok := storekit.SplitOnceKey(m); ok && slot == storekit.Slot(owner.Agent, owner.User) {
-		return s.onceKey(m), "1", nil
+		return s.onceKey(m), nil
 	}
 	marked, err := s.Marked(ctx, m, now)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if marked {
-		return "", "", storekit.ErrMarked
+		return "", storekit.ErrMarked
 	}
-	return actKey, "", nil
+	return actKey, nil
 }
 
 // Marked reports whether key is marked by UseOnce and not expired at now,

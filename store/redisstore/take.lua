@@ -8,18 +8,27 @@
 --       caller computes (computed.go; the action key again when it
 --       computes none), and on a single Redis the agent's count of open
 --       operations (agent.lua).
--- ARGV: 1-12 as issue.lua, then 13 the claim token, 14 now + retention,
---       15 the TTL in ms that keeps a key until then, 16 the token key's
---       TTL in ms, 17 now + that TTL (when the token is forgotten), 18 the
---       instant before which a claim never marked started may be undone
---       ('' never), 19-21 the audit entry of a claim (lib.lua audit), 22
---       '1' when KEYS[4] is a marker to check, and with the agent's count:
---       23 the agent's cap, 24 its members' prefix ("<slot> ").
+-- ARGV: 1 the account, 2 terms, 3 now, 4 the claim token, 5 now +
+--       retention, 6 the TTL in ms that keeps a key until then, 7 the
+--       token key's TTL in ms, 8 now + that TTL (when the token is
+--       forgotten), 9-11 the audit entry of a claim (lib.lua audit: its
+--       head, the terms' digest, now + the audit retention), 12 the TTL
+--       in ms that keeps a key until that, 13 what only issuing needs, as
+--       one JSON array of strings (redisstore.go jsonStrings), read only
+--       there: issue.lua's ARGV 3-6 and 8-12 (summary, fixed expires_at,
+--       a fresh revision's expires_at, the least a reused one may have,
+--       seed, agent, user, the owner's cap, the TTL that keeps a key until
+--       that expires_at), then the instant before which a claim never
+--       marked started may be undone ('' never); and with the agent's
+--       count: 14 the agent's cap, 15 its members'
+--       prefix ("<slot> "). (Each argument costs the server a Lua string,
+--       about 1.3 k instructions: the 403's step reads none of them.)
+-- The marker (KEYS[4]) is checked when it is not the action key.
 --
 -- A claim is made unstarted (st '0'): its handler may run only once the
 -- claimer's start mark (start.lua) has found it still held and marked it
 -- started (st '1'), in one atomic step. Until then it may be undone, by
--- its holder's Release or, once claimed before ARGV[18], by the next
+-- its holder's Release or, once claimed before that instant, by the next
 -- request for the action (here) or by Performing (tidy.lua): a Take that
 -- Redis ran after its caller gave up never strands an approval, and the
 -- late caller's start mark then fails, so its handler never runs.
@@ -40,11 +49,11 @@ local actKey, tokKey = KEYS[1], KEYS[2]
 if KEYS[5] ~= actKey and redis.call('EXISTS', tokKey, actKey, KEYS[5], KEYS[4]) == 0 then
   return {'compute'}
 end
-local now, token = ARGV[7], ARGV[13]
+local acct, terms, now, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- The token's claim, the action's operation, and the marker when there is
 -- one to check, in one read.
 local v
-if ARGV[22] == '1' then
+if KEYS[4] ~= actKey then
   v = redis.call('MGET', tokKey, actKey, KEYS[4])
   -- A marker that is set and not expired (useonce.lua): Unbind ended the
   -- browser's binding, so this is no joined browser's request.
@@ -74,7 +83,7 @@ if tk then
 end
 
 local opID, hint, prev = current_of(v[2])
-local agentKey, agentMember = KEYS[6], ARGV[24]
+local agentKey, agentMember = KEYS[6], ARGV[15]
 -- Being performed, or its outcome not known yet: nothing is claimed and
 -- nothing issued, since a new operation now would invite a second approval
 -- of an action that may be taking effect (W145, §7). That is the action's
@@ -90,21 +99,21 @@ if opID then
   -- The action's operations are filed under the owner's account (the
   -- action key's digest), so no other account's or signed-out approval is
   -- ever found (W104).
-  if f[2] == ARGV[1] and not gone(f[3], now) then
+  if f[2] == acct and not gone(f[3], now) then
     if f[1] == 'performing' then
       -- A claim never marked started, made long enough ago, has no
       -- handler running and none to come (its start mark would now fail):
       -- undo it, and claim for this request instead. Any other is busy.
-      local unstartedBefore = ARGV[18]
+      local unstartedBefore = cjson.decode(ARGV[13])[10]
       local p = redis.call('HMGET', op, 'st', 'fu', 'pa', 'claim', 'ap')
       if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
         return {'busy'}
       end
       -- Its entry says released, made for this request (the caller's
       -- head for a claim, renamed; the undone revision's own terms).
-      local rel = string.gsub(string.gsub(ARGV[19], '"w":"claimed"', '"w":"released"', 1), '"id":"', '"id":"u', 1)
-      audit_unclaim(base, op, opID, p[5], f[3], now, {rel, '', ARGV[21]})
-      unclaim(base, op, opID, p[4], p[5], f[3], now, KEYS[3], ARGV[16], ARGV[17], agentKey, agentMember)
+      local rel = string.gsub(string.gsub(ARGV[9], '"w":"claimed"', '"w":"released"', 1), '"id":"', '"id":"u', 1)
+      audit_unclaim(base, op, opID, p[5], f[3], now, {rel, '', ARGV[11]})
+      unclaim(base, op, opID, p[4], p[5], f[3], now, KEYS[3], ARGV[7], ARGV[8], agentKey, agentMember)
       f[1] = 'open'
       -- The hinted revision's used-at was read before the undo.
       if p[5] == hint then f[11] = false end
@@ -122,7 +131,6 @@ if opID then
         al = words(f[5])
         g = revisions_of(f, hint, op, al)
       end
-      local terms = ARGV[2]
       for i, r in ipairs(al) do
         local j = 5 * i
         local t, s, x, ap, used = g[j], g[j + 1], g[j + 2], g[j + 3], g[j + 4]
@@ -130,11 +138,11 @@ if opID then
         -- neither used up (W96, W98) nor expired (W103): use it up, and
         -- only it.
         if t == terms and x and ap and not used and cmp(now, x) <= 0 then
-          local retained, retainedTTL = ARGV[14], ARGV[15]
+          local retained, retainedTTL = ARGV[5], ARGV[6]
           local k = later(retained, f[3]) -- W138
           -- The claim's entry first: a full log refuses the claim (lib.lua
           -- audit_claim).
-          if not audit_claim(base, opID, ARGV[19], ARGV[20], ARGV[21], r, s, x, ap, now, k) then
+          if not audit_claim(base, opID, ARGV[9], ARGV[10], ARGV[11], ARGV[12], r, s, x, ap, now, k) then
             return {'limited'}
           end
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
@@ -157,7 +165,7 @@ if opID then
           -- release.lua).
           redis.call('ZREM', base .. 'open', opID)
           if agentKey then redis.call('ZREM', agentKey, agentMember .. opID) end
-          redis.call('SET', tokKey, opID .. ' ' .. ARGV[17], 'PX', ARGV[16])
+          redis.call('SET', tokKey, opID .. ' ' .. ARGV[8], 'PX', ARGV[7])
           return {'claim', opID, r, s or '', '', x, ap, now} -- '': the request's terms
         end
       end
@@ -166,9 +174,20 @@ if opID then
   end
 end
 -- Nothing to claim: the operation to answer with (lib.lua issue).
-local a = request(KEYS, ARGV)
-a.agentKey, a.maxAgent, a.agentMember = agentKey, ARGV[23], agentMember
-a.opID, a.hint, a.prev, a.f, a.c = opID or false, hint, prev, f, c
+local p = cjson.decode(ARGV[13])
+local seed = p[5]
+-- The seed ends with '.' and the operation_id to compute ('' when it
+-- can't be).
+local dot, compute = string.find(seed, '.', 1, true), ''
+if dot then compute = string.sub(seed, dot + 1) end
+local a = {
+  base = base, actKey = actKey, akey = string.sub(actKey, #base + 5),
+  acct = acct, terms = terms, summary = p[1], fixed = p[2],
+  x = p[3], half = p[4], now = now, seed = seed, compute = compute,
+  agent = p[6], user = p[7], maxOpen = p[8], xttl = p[9],
+  agentKey = agentKey, maxAgent = ARGV[14], agentMember = agentMember,
+  opID = opID or false, hint = hint, prev = prev, f = f, c = c,
+}
 local r = issue(a)
 if not r then return {'limited'} end
 if r[1] == 'compute' then return r end
