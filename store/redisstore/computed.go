@@ -94,17 +94,17 @@ func (s *rstore) computable(owner store.Owner, digest string, action store.TakeR
 	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
-// mayCompute lets the step that issues for action (its keys and args
-// from issueArgs, for the owner whose keys start with base) answer
+// mayCompute lets the step that issues for action (its keys and fields
+// f from issueArgs, for the owner whose keys start with base) answer
 // "compute" rather than store a new operation, when the operation can be
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it.
-func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, args []any) (c computed.Op, k *computed.Sealer, err error) {
+func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, f *issueFields) (c computed.Op, k *computed.Sealer, err error) {
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
 		// Stored (terms too long for a ref, a lifetime beyond Retention):
 		// the seed ends with "." alone (lib.lua issue: ka).
-		args[7] = args[7].(string) + "."
+		f.seed += "."
 		return c, nil, nil
 	}
 	if k, err = s.sealer(ctx); err != nil {
@@ -113,7 +113,7 @@ func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner,
 	}
 	// The seed ends with "." and the operation_id to compute (lib.lua issue).
 	c.ID = k.ID(base, c)
-	args[7] = args[7].(string) + "." + c.ID
+	f.seed += "." + c.ID
 	return c, k, nil
 }
 

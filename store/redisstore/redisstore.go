@@ -103,6 +103,11 @@ type rstore struct {
 
 	maxOpenOwner int
 	maxOpenAgent int
+	// maxOpenStr is maxOpenOwner in decimal, and retainedTTL, tokenTTL
+	// and auditTTL the TTLs in ms (ttlMs) that keep a key for the
+	// retention, storekit.ClaimTokenTTL and the audit retention: what
+	// every Take sends, made once.
+	maxOpenStr, retainedTTL, tokenTTL, auditTTL string
 	// open and markers count operations and single-use markers against
 	// the overall caps (overall.go); nil when uncapped.
 	open, markers *overallCount
@@ -208,6 +213,9 @@ func New(client redis.UniversalClient, opts Options) store.Store {
 	if s.auditRetention = opts.AuditRetention; s.auditRetention <= 0 {
 		s.auditRetention = storekit.DefaultAuditRetention
 	}
+	s.maxOpenStr = strconv.Itoa(s.maxOpenOwner)
+	var t0 time.Time
+	s.retainedTTL, s.tokenTTL, s.auditTTL = ttlMs(t0.Add(s.retention), t0), ttlMs(t0.Add(storekit.ClaimTokenTTL), t0), ttlMs(t0.Add(s.auditRetention), t0)
 	return s
 }
 
@@ -284,9 +292,17 @@ func parseTime(s string) (time.Time, bool) {
 	return time.Unix(0, n).UTC(), true
 }
 
-// issueArgs are the KEYS and ARGV that issue.lua and take.lua share (see
-// issue.lua): the action key, then what the scripts can't derive from it.
-func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, args []any) {
+// issueFields are what issue.lua and take.lua read besides the action
+// key (see issue.lua's ARGV), as strings.
+type issueFields struct {
+	acct, summary, fixed, x, half, now, seed, agent, user, xttl string
+	terms                                                       []byte
+}
+
+// issueArgs are the KEYS and the fields that issue.lua and take.lua
+// share (see issue.lua): the action key, then what the scripts can't
+// derive from it.
+func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, f issueFields) {
 	digest := storekit.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
 	fixed := ""
@@ -303,12 +319,15 @@ func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequ
 	// W39: a revision is reused while at least half its lifetime is left.
 	half := now.Add(action.Lifetime / 2)
 	keys = []string{base + "act:" + digest}
-	args = []any{
-		owner.Account, action.Terms, action.Summary, fixed,
-		ns(expires), ns(half), ns(now), seed(),
-		owner.Agent, owner.User, s.maxOpenOwner, ttlMs(expires, now),
-	}
-	return keys, args
+	f = issueFields{acct: owner.Account, terms: action.Terms, summary: action.Summary, fixed: fixed,
+		x: ns(expires), half: ns(half), now: ns(now), seed: seed(),
+		agent: owner.Agent, user: owner.User, xttl: ttlMs(expires, now)}
+	return keys, f
+}
+
+// issueLuaArgs are issue.lua's ARGV 1-12.
+func (s *rstore) issueLuaArgs(f issueFields) []any {
+	return []any{f.acct, f.terms, f.summary, f.fixed, f.x, f.half, f.now, f.seed, f.agent, f.user, s.maxOpenStr, f.xttl}
 }
 
 // jsonStrings is fields as a JSON array of strings, as cjson.decode
@@ -319,26 +338,31 @@ func jsonStrings(fields ...string) string {
 	for _, f := range fields {
 		n += len(f) + 3
 	}
-	b := make([]byte, 0, n+16)
-	b = append(b, '[')
+	var b strings.Builder
+	b.Grow(n + 16)
+	b.WriteByte('[')
 	for i, f := range fields {
 		if i > 0 {
-			b = append(b, ',')
+			b.WriteByte(',')
 		}
-		b = append(b, '"')
+		b.WriteByte('"')
 		for j := 0; j < len(f); j++ {
 			switch c := f[j]; {
 			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
+				b.WriteByte('\\')
+				b.WriteByte(c)
 			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', "0123456789abcdef"[c>>4], "0123456789abcdef"[c&15])
+				b.WriteString(`\u00`)
+				b.WriteByte("0123456789abcdef"[c>>4])
+				b.WriteByte("0123456789abcdef"[c&15])
 			default:
-				b = append(b, c)
+				b.WriteByte(c)
 			}
 		}
-		b = append(b, '"')
+		b.WriteByte('"')
 	}
-	return string(append(b, ']'))
+	b.WriteByte(']')
+	return b.String()
 }
 
 // seed is the randomness a new operation may need, in one argument: a new
@@ -352,11 +376,12 @@ func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.Take
 		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
-	keys, args := s.issueArgs(base, owner, action, now)
-	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, args)
+	keys, f := s.issueArgs(base, owner, action, now)
+	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, &f)
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
+	args := s.issueLuaArgs(f)
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
 		return s.run(ctx, s.client, issueStep, keys, args...).StringSlice()
 	}, s.maxOpenAgent)
@@ -399,8 +424,8 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: claim token longer than %d bytes", maxTokenLength)
 	}
 	base := s.base(owner.Agent, owner.User)
-	keys, args := s.issueArgs(base, owner, action, now)
-	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, args)
+	keys, f := s.issueArgs(base, owner, action, now)
+	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, &f)
 	if err != nil {
 		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
@@ -419,11 +444,10 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	tokUntil := ns(now.Add(storekit.ClaimTokenTTL))
 	au := s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)
 	// take.lua's arguments: what a claim needs, then what only issuing
-	// needs (issueArgs' 3-6 and 8-12) in one.
-	args = []any{args[0], action.Terms, args[6], token, ns(retained), ttlMs(retained, now),
-		ttlMs(now.Add(storekit.ClaimTokenTTL), now), tokUntil, au[0], au[1], au[2], ttlMs(now.Add(s.auditRetention), now),
-		jsonStrings(args[2].(string), args[3].(string), args[4].(string), args[5].(string), args[7].(string), args[8].(string),
-			args[9].(string), strconv.Itoa(s.maxOpenOwner), args[11].(string), ns(now.Add(-unstartedFor))),
+	// needs (issue.lua's 3-6 and 8-12) in one.
+	args := []any{f.acct, f.terms, f.now, token, ns(retained), s.retainedTTL,
+		s.tokenTTL, tokUntil, au[0], au[1], au[2], s.auditTTL,
+		jsonStrings(f.summary, f.fixed, f.x, f.half, f.seed, f.agent, f.user, s.maxOpenStr, f.xttl, ns(now.Add(-unstartedFor))),
 	}
 	mark := startMark{key: keys[1], token: token, now: ns(now), till: tokUntil, at: now}
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
