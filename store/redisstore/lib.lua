@@ -440,10 +440,11 @@ local function revisions_of(f, h, op, al)
   return redis.call('HMGET', op, unpack(fields))
 end
 
--- request reads the ARGV that issue.lua and take.lua share (KEYS[1] is the
--- action key "<base>act:<action digest>"). The table names every field the
--- steps set later (false until then), so that it is made at its full size
--- once rather than grown (about 0.7 µs of server CPU per Take).
+-- request reads issue.lua's ARGV (KEYS[1] is the action key
+-- "<base>act:<action digest>"; take.lua makes the same table from its
+-- own, only when it issues). The table names every field the steps set
+-- later (false until then), so that it is made at its full size once
+-- rather than grown (about 0.7 µs of server CPU per step).
 local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
   -- The seed ends with '.' and the operation_id to compute ('' when it
