@@ -41,25 +41,19 @@ type entryHead struct {
 	Note     string `json:"n,omitempty"` // Reason, or By of a resolution
 }
 
-// entryTail is the script's half: the operation's revision, its summary
+// entryTail is the script's half (what the caller may know, entryKnown,
+// then the rest): the operation's revision, its summary
 // and expires_at, the terms' digest (d, the caller's) or the terms (t,
 // when only the store knows them), the stored approval, when it was used
 // up, and the log's keep-until (Unix ns).
 type entryTail struct {
-	Op       string `json:"o"`
-	Revision string `json:"v"`
-	Summary  string `json:"s"`
-	Expires  string `json:"x"`
-	Digest   string `json:"d"`
-	Terms    string `json:"t"`
-	Approval string `json:"a"`
-	Used     string `json:"u"`
-	Keep     string `json:"k"`
-	Account  string `json:"ac"` // the operation's, when the caller didn't know it
+	entryKnown
+	Keep    string `json:"k"`
+	Account string `json:"ac"` // the operation's, when the caller didn't know it
 }
 
 // auditArgs are the three arguments every script that may write an entry
-// takes: the entry's head, the terms' digest (” when the caller doesn't
+// takes: the entry's head, the terms' digest ("" when the caller doesn't
 // know the terms) and now plus the audit retention.
 func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) []any {
 	head, digest := entryHeadOf(ctx, what, owner, note, terms, now)
