@@ -290,6 +290,25 @@ func waitText(t *testing.T, tab context.Context, sel, want string) string {
 	}
 }
 
+// waitPath waits until tab shows a page at path, loaded: text that a page
+// before it also shows can't tell a navigation under way from one done.
+func waitPath(t *testing.T, tab context.Context, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.pathname + " " + document.readyState`))
+		cancel()
+		if err == nil && got == path+" complete" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tab never showed %s (last %q, %v)", path, got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // waitingPage waits for the kit's waiting page in tab (§4, W65).
 func waitingPage(t *testing.T, tab context.Context) {
 	t.Helper()

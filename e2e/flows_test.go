@@ -418,6 +418,9 @@ func TestOwnLoginAndUndeclaredExtension(t *testing.T) {
 			chromedp.SendKeys(chromedp.ID("password"), customerPassword, chromedp.NodeVisible),
 			chromedp.Submit(chromedp.ID("password")),
 		)
+		// The sign-in page names the customer too: wait for the page the
+		// sign-in returns to, or the join's navigation races its redirect.
+		waitPath(t, tab, "/account/subscription")
 		waitText(t, tab, "body", "Jordan Rivera")
 		join(t, a, refagent.JoinOptions{})
 		do(t, refagent.ExchangeItem(tab, e.url, order, item, insulM))

@@ -109,6 +109,11 @@ func (a *Agent) submitJoin(ctx context.Context, pageURL string) (joinResult, err
 	if err := chromedp.Listen(lctx, w.onEvent); err != nil {
 		return joinResult{}, fmt.Errorf("refagent: join: %w", err)
 	}
+	// The form first: a busy browser may not have built the page yet when
+	// Navigate returns (pressing the button waited for it as well).
+	if err := chromedp.Do(ctx, chromedp.WaitReady(chromedp.ID("join-form"))); err != nil {
+		return joinResult{}, fmt.Errorf("refagent: join: the join page never showed its join form: %w", err)
+	}
 	if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](joinMarkJS)); err != nil || !ok {
 		return joinResult{}, fmt.Errorf("refagent: join: the join page shows no join form (%v)", err)
 	}
