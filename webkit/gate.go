@@ -155,8 +155,9 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 	// store can, by Take in its own step (storekit.MarkedInTake), so that
 	// it costs no round trip of its own. When the store can't say,
 	// nothing is performed: 503 (§7 W143).
+	st := k.store()
 	d := decide(s, nil)
-	inTake := unbound != "" && d.do == doTake && storewrap.MarksInTake(k.store())
+	inTake := unbound != "" && d.do == doTake && storewrap.MarksInTake(st)
 	if !inTake && k.endedBinding(w, r, unbound, act, next) {
 		return
 	}
@@ -185,7 +186,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 		// issue. The claim's token is chosen first, so that whatever Take
 		// claims can be released when its reply is lost or late (W144).
 		sa.ClaimToken = storekit.NewToken()
-		res, err := k.store().Take(r.Context(), s.Owner(), sa, k.now())
+		res, err := st.Take(r.Context(), s.Owner(), sa, k.now())
 		if errors.Is(err, storekit.ErrMarked) { // nothing taken: no binding
 			k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined", Kind: act.kind()})
 			next.ServeHTTP(w, r)

@@ -434,41 +434,16 @@ type sideSlice struct {
 	errors   int
 }
 
-// sideRun runs n requests from clients goroutines and measures them.
+// sideRun runs n requests from clients goroutines (phase) and measures
+// them: this process's CPU and redis-server's around them.
 func sideRun(ctx context.Context, clients, n int, info *redis.Client, do func(i int) (int, error)) sideSlice {
-	p := sideSlice{statuses: map[int]int{}, procCPU: -1, redisCPU: -1}
-	lat := make([]time.Duration, n)
-	var mu sync.Mutex
-	var next atomic.Int64
-	var wg sync.WaitGroup
+	p := sideSlice{procCPU: -1, redisCPU: -1}
 	redis0 := serverCPU(ctx, info)
 	cpu0, cpuOK := processCPU()
-	start := time.Now()
-	for range clients {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				t := time.Now()
-				status, err := do(i)
-				lat[i] = time.Since(t)
-				mu.Lock()
-				if err != nil {
-					p.errors++
-				} else {
-					p.statuses[status]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	p.elapsed = time.Since(start)
+	r := phase(ctx, clients, n, do)
 	cpu1, _ := processCPU()
 	redis1 := serverCPU(ctx, info)
-	p.lat = lat
+	p.elapsed, p.lat, p.statuses, p.errors = r.elapsed, r.latencies, r.statuses, r.errors
 	if cpuOK {
 		p.procCPU = cpu1 - cpu0
 	}
