@@ -12,6 +12,7 @@
 //	go run ./demo/load -port 9100 -redis-addr 127.0.0.1:6390   # web servers on 9100, 9101, …; the embedded store's address
 //	go run ./demo/load -ceiling              # the store beside Redis's own ceiling (ceiling.go)
 //	go run ./demo/load -side-by-side         # the Gate beside a hand-rolled gate; each store step beside its floor (sidebyside.go)
+//	go run ./demo/load -side-by-side -runs 3 # three whole runs, each target's min/median/max over them (sideruns.go)
 //	go run ./demo/load -faults               # crashes, stalls, failovers, lost replies (faults.go)
 //	go run ./demo/load -hostile              # legitimate traffic quiet and under attack (hostile.go)
 //
@@ -79,6 +80,7 @@ func main() {
 		side       = flag.Bool("side-by-side", false, "the Gate beside a hand-rolled gate on the same redis-server, and each store step beside its floor (sidebyside.go; starts a redis-server unless -redis)")
 		requests   = flag.Int("requests", 16_000, "-side-by-side: requests in each phase of each round")
 		rounds     = flag.Int("rounds", 5, "-side-by-side: rounds")
+		sideRuns   = flag.Int("runs", 1, "-side-by-side: whole runs, then each target's ratio per run with its min/median/max")
 		cpuProfile = flag.String("cpuprofile", "", "write this process's CPU profile of the run to this file (go tool pprof)")
 	)
 	flag.Parse()
@@ -128,12 +130,12 @@ func main() {
 		return
 	}
 	if *side {
-		if *limit == 2*time.Minute { // the default: 5 rounds of 9 phases need longer
+		if *limit == 2*time.Minute { // the default: 5 rounds of 9 phases need longer, each run
 			cancel()
-			ctx, cancel = context.WithTimeout(sigCtx, 30*time.Minute)
+			ctx, cancel = context.WithTimeout(sigCtx, time.Duration(max(*sideRuns, 1))*30*time.Minute)
 			defer cancel()
 		}
-		if _, err := runSideBySide(ctx, sideConfig{redisURL: *redisURL, requests: *requests, rounds: *rounds, clients: 50, stepOps: 10_000, approvals: 1000, out: os.Stdout}); err != nil {
+		if _, err := runSideBySideRuns(ctx, sideConfig{redisURL: *redisURL, requests: *requests, rounds: *rounds, clients: 50, stepOps: 10_000, approvals: 1000, out: os.Stdout}, *sideRuns); err != nil {
 			fmt.Fprintln(os.Stderr, "load -side-by-side:", err)
 			os.Exit(1)
 		}

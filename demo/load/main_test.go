@@ -232,3 +232,48 @@ func TestSideBySideSmall(t *testing.T) {
 		t.Errorf("last line %q, measured %s", lines[len(lines)-1], want)
 	}
 }
+
+// TestSideBySideRuns: -runs 2 runs the whole side by side twice and ends
+// with each target's ratio per run, its min/median/max and whether it is
+// met, then the last line of the medians over the runs.
+func TestSideBySideRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a redis-server and an HTTP server under load for seconds")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := runSideBySideRuns(ctx, sideConfig{requests: 80, rounds: 1, clients: 5, stepOps: 50, approvals: 10, out: &out}, 2)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.runs) != 2 {
+		t.Fatalf("%d runs", len(res.runs))
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 6 {
+		t.Fatalf("output %q", out.String())
+	}
+	for i, tg := range sideTargets {
+		line := lines[len(lines)-5+i]
+		a, b := tg.of(res.runs[0]), tg.of(res.runs[1])
+		want := fmt.Sprintf("%6.2f %6.2f  %.2f / %.2f / %.2f", a, b, min(a, b), (a+b)/2, max(a, b))
+		if !strings.HasPrefix(line, tg.what) || !strings.Contains(line, tg.String()) || !strings.Contains(line, want) {
+			t.Errorf("line for %s: %q, want its target %s and %q", tg.name, line, tg, want)
+		}
+		if met := strings.HasSuffix(line, " yes"); met != tg.met((a+b)/2) || (!met && !strings.HasSuffix(line, " no")) {
+			t.Errorf("line for %s: %q: met is %v", tg.name, line, tg.met((a+b)/2))
+		}
+	}
+	want := fmt.Sprintf("side by side: 403/hand=%.2f repeat/hand=%.2f approval/bare=%.2f steps/floor=%.2f", res.medians.r403, res.medians.rRepeat, res.medians.rApproval, res.medians.rSteps)
+	if last := lines[len(lines)-1]; last != want {
+		t.Errorf("last line %q, want %q", last, want)
+	}
+	if m := (res.runs[0].r403 + res.runs[1].r403) / 2; math.Abs(res.medians.r403-m) > 1e-9 {
+		t.Errorf("median 403/hand %v, runs' %v", res.medians.r403, m)
+	}
+}

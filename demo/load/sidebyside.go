@@ -50,8 +50,10 @@ type sideConfig struct {
 type sideResult struct {
 	// Medians over the rounds of the ratios paired within each round.
 	r403, rRepeat, rApproval float64
-	// rSteps is the worst step's median ratio of Redis CPU to its floor's.
-	rSteps float64
+	// rSteps is the worst step's median ratio of Redis CPU to its floor's,
+	// worstStep its name.
+	rSteps    float64
+	worstStep string
 	// statuses counts each phase's answers, for tests.
 	statuses map[string]map[int]int
 }
@@ -320,6 +322,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	if want := int64(4 * c.requests * c.rounds); performed.Load() != want {
 		return res, fmt.Errorf("the handler ran %d times, want %d (the bare requests and each approved repeat once)", performed.Load(), want)
 	}
+	res.worstStep = worst
 	say("the handler ran %d times: each bare request and each approved repeat once; the worst step: %s\n", performed.Load(), worst)
 	say("side by side: 403/hand=%.2f repeat/hand=%.2f approval/bare=%.2f steps/floor=%.2f\n", res.r403, res.rRepeat, res.rApproval, res.rSteps)
 	return res, nil
