@@ -135,7 +135,7 @@ func main() {
 			ctx, cancel = context.WithTimeout(sigCtx, time.Duration(max(*sideRuns, 1))*30*time.Minute)
 			defer cancel()
 		}
-		if _, err := runSideBySideRuns(ctx, sideConfig{redisURL: *redisURL, requests: *requests, rounds: *rounds, clients: 50, stepOps: 10_000, approvals: 1000, out: os.Stdout}, *sideRuns); err != nil {
+		if _, err := runSideBySideRuns(ctx, sideConfig{redisURL: *redisURL, requests: *requests, rounds: *rounds, clients: 50, stepOps: 10_000, approvals: 1000, labels: *cpuProfile != "", out: os.Stdout}, *sideRuns); err != nil {
 			fmt.Fprintln(os.Stderr, "load -side-by-side:", err)
 			os.Exit(1)
 		}
