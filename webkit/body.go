@@ -142,7 +142,29 @@ func (k *Kit) readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, errBodyTooLarge
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var body []byte
+	var err error
+	if n := r.ContentLength; n >= 0 && n < 64<<10 {
+		// Its declared length, and one byte more to see that it ends
+		// there: one allocation of the body's size, not io.ReadAll's
+		// 512 bytes and up. A body longer than it declares is read on;
+		// one that ends early with an error (a client gone) fails.
+		body = make([]byte, 0, n+1)
+		for err == nil && len(body) < cap(body) {
+			var m int
+			m, err = r.Body.Read(body[len(body):cap(body)])
+			body = body[:len(body)+m]
+		}
+		if err == io.EOF {
+			err = nil
+		} else if err == nil {
+			var rest []byte
+			rest, err = io.ReadAll(io.LimitReader(r.Body, limit+1-int64(len(body))))
+			body = append(body, rest...)
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("webkit: request body: %w", err)
 	}

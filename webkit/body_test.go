@@ -3,6 +3,7 @@ package webkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -388,6 +389,60 @@ func TestGateBodySpentByMiddleware(t *testing.T) {
 			// Observed once, and the store never asked: nothing issued.
 			if got := fs.obs.String(); got != "[gate misconfigured body_read]" {
 				t.Errorf("Observer saw %s", got)
+			}
+		})
+	}
+}
+
+// errAfter is a body that gives its bytes, then err.
+type errAfter struct {
+	b   []byte
+	err error
+}
+
+func (e *errAfter) Read(p []byte) (int, error) {
+	if len(e.b) == 0 {
+		return 0, e.err
+	}
+	n := copy(p, e.b)
+	e.b = e.b[n:]
+	return n, nil
+}
+
+// readBody reads a body to its end whatever its Content-Length says, and
+// fails on a body that breaks off (a client gone), as io.ReadAll would.
+func TestReadBodyAgainstContentLength(t *testing.T) {
+	k := New(testKeys...)
+	k.maxBodyBytes = 64
+	for _, c := range []struct {
+		name     string
+		declared int64
+		body     string
+		err      error
+		want     string
+		fails    bool
+	}{
+		{"as declared", 9, "order=1&s", io.EOF, "order=1&s", false},
+		{"empty", 0, "", io.EOF, "", false},
+		{"longer than declared", 3, "order=1&size=M", io.EOF, "order=1&size=M", false},
+		{"unknown length", -1, "order=1&size=M", io.EOF, "order=1&size=M", false},
+		{"shorter, then broken off", 20, "order=1", io.ErrUnexpectedEOF, "", true},
+		{"broken off at once", 5, "", errors.New("connection reset"), "", true},
+		{"longer than MaxBody though declared short", 3, strings.Repeat("x", 65), io.EOF, "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/exchange", nil)
+			r.Body = io.NopCloser(&errAfter{[]byte(c.body), c.err})
+			r.ContentLength = c.declared
+			got, err := k.readBody(r)
+			if c.fails {
+				if err == nil {
+					t.Fatalf("read %q, want an error", got)
+				}
+				return
+			}
+			if err != nil || string(got) != c.want || got == nil {
+				t.Fatalf("read %q (nil %v), %v; want %q", got, got == nil, err, c.want)
 			}
 		})
 	}

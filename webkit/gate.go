@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -376,10 +375,11 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	w.Header().Set(headers.Operation, hdr)
 	base := k.basePath()
 	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
-	var status string
-	if handle := k.seal.seal(page, k.now()); handle != "" {
-		status = base + "status?w=" + url.QueryEscape(handle)
+	prefix := defaultBasePath + "status?w=" // a constant: no allocation
+	if base != defaultBasePath {
+		prefix = base + "status?w="
 	}
+	status := k.seal.sealAfter(prefix, page, k.now())
 	if pages.WantsJSON(r) {
 		// A script's request (opsgate.fetch) gets the status route the
 		// waiting page names (W93), in a header: its sealed handle carries

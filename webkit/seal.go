@@ -52,7 +52,13 @@ func newHandleSeal(keys [][]byte) handleSeal {
 }
 
 // seal returns the handle for h, expiring maxWait after now.
-func (s handleSeal) seal(h waitHandle, now time.Time) string {
+func (s handleSeal) seal(h waitHandle, now time.Time) string { return s.sealAfter("", h, now) }
+
+// sealAfter returns prefix followed by the handle for h, in one string:
+// the status URL the Gate hands out is built without copying the handle
+// again. The handle is unpadded base64url, which a query never needs to
+// escape. "" when there are no keys.
+func (s handleSeal) sealAfter(prefix string, h waitHandle, now time.Time) string {
 	if len(s.aeads) == 0 {
 		return ""
 	}
@@ -76,7 +82,8 @@ func (s handleSeal) seal(h waitHandle, now time.Time) string {
 	pt = append(pt, h.Terms...)
 	out := aead.Seal(buf[:n], buf[:n], pt, handleLabelBytes)
 	var sb strings.Builder
-	sb.Grow(base64.RawURLEncoding.EncodedLen(len(out)))
+	sb.Grow(len(prefix) + base64.RawURLEncoding.EncodedLen(len(out)))
+	sb.WriteString(prefix)
 	storekit.AppendBase64(&sb, out)
 	return sb.String()
 }

@@ -1,6 +1,7 @@
 package webkit
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,18 @@ func TestHandleSeal(t *testing.T) {
 	}
 	if s.seal(h, now) == sealed {
 		t.Error("two seals of the same handle are equal: the nonce is not random")
+	}
+	// The status URL carries it as it is (sealAfter): never anything a
+	// query would escape.
+	for range 100 {
+		u := s.sealAfter("/_opsgate/status?w=", h, now)
+		w, ok := strings.CutPrefix(u, "/_opsgate/status?w=")
+		if !ok || url.QueryEscape(w) != w {
+			t.Fatalf("status URL %q: the handle needs escaping", u)
+		}
+		if got, ok := s.open(w, now); !ok || got != h {
+			t.Fatalf("the status URL's handle opens as %+v %v", got, ok)
+		}
 	}
 	if _, ok := s.open(sealed, now.Add(maxWait+time.Second)); ok {
 		t.Error("a handle opened after maxWait")
