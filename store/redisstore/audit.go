@@ -69,11 +69,51 @@ func entryHeadOf(ctx context.Context, what string, owner store.Owner, note strin
 	}
 	h := entryHead{ID: storekit.NewToken(), What: what, At: now.UnixNano(), Instance: e.Instance,
 		Agent: owner.Agent, User: owner.User, Account: owner.Account, Session: e.Session, Kind: e.Kind, Note: note}
-	head, _ = json.Marshal(h) // strings and integers only: never fails
+	head = h.encode()
 	if terms != nil {
 		digest = termsDigest(terms)
 	}
 	return head, digest
+}
+
+// encode is json.Marshal(h), byte for byte, without reflection: a head is
+// composed for every Take (a claim's entry), Record and Finish.
+func (h entryHead) encode() []byte {
+	b := make([]byte, 0, 80+len(h.ID)+len(h.What)+len(h.Instance)+len(h.Agent)+len(h.User)+len(h.Account)+len(h.Session)+len(h.Kind)+len(h.Note))
+	b = appendJSONString(append(b, `{"id":`...), h.ID)
+	b = appendJSONString(append(b, `,"w":`...), h.What)
+	b = strconv.AppendInt(append(b, `,"at":`...), h.At, 10)
+	b = appendJSONField(b, `,"i":`, h.Instance, true)
+	b = appendJSONField(b, `,"ag":`, h.Agent, false)
+	b = appendJSONField(b, `,"us":`, h.User, false)
+	b = appendJSONField(b, `,"ac":`, h.Account, true)
+	b = appendJSONField(b, `,"sid":`, h.Session, true)
+	b = appendJSONField(b, `,"kd":`, h.Kind, true)
+	b = appendJSONField(b, `,"n":`, h.Note, true)
+	return append(b, '}')
+}
+
+// appendJSONField appends name and v, unless omitEmpty and v is "".
+func appendJSONField(b []byte, name, v string, omitEmpty bool) []byte {
+	if omitEmpty && v == "" {
+		return b
+	}
+	return appendJSONString(append(b, name...), v)
+}
+
+// appendJSONString appends s as encoding/json writes it: as it is between
+// quotes when it is printable ASCII that json escapes nothing of (the
+// common case: ids, URLs, kinds), else as json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string: never fails
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // entryKnown is entryTail up to its keep-until: what a step's caller may
@@ -94,9 +134,23 @@ type entryKnown struct {
 // knows, then the keep-until, last, so that a step that keeps the log
 // longer can put its own there (lib.lua log_known).
 func tailOf(t entryKnown, keep time.Time) string {
-	b, _ := json.Marshal(t) // strings only: never fails
+	b := make([]byte, 0, 64+len(t.Op)+len(t.Revision)+len(t.Summary)+len(t.Expires)+len(t.Digest)+len(t.Terms)+len(t.Approval)+len(t.Used))
+	b = t.appendJSON(b)
 	b = append(b[:len(b)-1], `,"k":"`...)
 	return string(append(strconv.AppendInt(b, keep.UnixNano(), 10), `"}`...))
+}
+
+// appendJSON appends json.Marshal(t), byte for byte, without reflection.
+func (t entryKnown) appendJSON(b []byte) []byte {
+	b = appendJSONField(b, `{"o":`, t.Op, false)
+	b = appendJSONField(b, `,"v":`, t.Revision, false)
+	b = appendJSONField(b, `,"s":`, t.Summary, false)
+	b = appendJSONField(b, `,"x":`, t.Expires, false)
+	b = appendJSONField(b, `,"d":`, t.Digest, false)
+	b = appendJSONField(b, `,"t":`, t.Terms, false)
+	b = appendJSONField(b, `,"a":`, t.Approval, false)
+	b = appendJSONField(b, `,"u":`, t.Used, false)
+	return append(b, '}')
 }
 
 // termsDigest is store.Entry.TermsDigest of canonical terms.
