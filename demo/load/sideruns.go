@@ -82,6 +82,11 @@ func runSideBySideRuns(ctx context.Context, c sideConfig, runs int) (sideRunsRes
 		worst = append(worst, r.worstStep)
 	}
 	say("the worst step of each run: %s\n", strings.Join(worst, ", "))
+	var bk []string
+	for _, r := range out.runs {
+		bk = append(bk, fmt.Sprintf("%.2f", r.rStepsBK))
+	}
+	say("the worst step against its floor with bookkeeping (not a target), each run: %s\n", strings.Join(bk, ", "))
 	var head strings.Builder
 	fmt.Fprintf(&head, "%-52s %-7s", "ratio", "target")
 	for k := range runs {
