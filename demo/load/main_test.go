@@ -261,7 +261,7 @@ func TestSideBySideRuns(t *testing.T) {
 	for i, tg := range sideTargets {
 		line := lines[len(lines)-5+i]
 		a, b := tg.of(res.runs[0]), tg.of(res.runs[1])
-		want := fmt.Sprintf("%6.2f %6.2f  %.2f / %.2f / %.2f", a, b, min(a, b), (a+b)/2, max(a, b))
+		want := fmt.Sprintf("%6.3f %6.3f  %.3f / %.3f / %.3f", a, b, min(a, b), (a+b)/2, max(a, b))
 		if !strings.HasPrefix(line, tg.what) || !strings.Contains(line, tg.String()) || !strings.Contains(line, want) {
 			t.Errorf("line for %s: %q, want its target %s and %q", tg.name, line, tg, want)
 		}

@@ -76,7 +76,7 @@ func runSideBySideRuns(ctx context.Context, c sideConfig, runs int) (sideRunsRes
 		return out, nil
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(c.out, format, args...) }
-	say("\n=== %d runs: each run's ratio is the median of its rounds\n", runs)
+	say("\n=== %d runs: each run's ratio is the median of its rounds (to 3 places here, so that one at its bound reads as it is judged)\n", runs)
 	var worst []string
 	for _, r := range out.runs {
 		worst = append(worst, r.worstStep)
@@ -92,7 +92,7 @@ func runSideBySideRuns(ctx context.Context, c sideConfig, runs int) (sideRunsRes
 	for k := range runs {
 		fmt.Fprintf(&head, " %6s", fmt.Sprintf("run %d", k+1))
 	}
-	say("%s  %-20s %s\n", head.String(), "min / median / max", "met (median)")
+	say("%s  %-23s %s\n", head.String(), "min / median / max", "met (median)")
 	medians := make([]float64, len(sideTargets))
 	for i, t := range sideTargets {
 		var v []float64
@@ -101,14 +101,14 @@ func runSideBySideRuns(ctx context.Context, c sideConfig, runs int) (sideRunsRes
 		for _, r := range out.runs {
 			x := t.of(r)
 			v = append(v, x)
-			fmt.Fprintf(&line, " %6.2f", x)
+			fmt.Fprintf(&line, " %6.3f", x)
 		}
 		medians[i] = median(v)
 		met := "no"
 		if t.met(medians[i]) {
 			met = "yes"
 		}
-		say("%s  %-20s %s\n", line.String(), fmt.Sprintf("%.2f / %.2f / %.2f", slices.Min(v), medians[i], slices.Max(v)), met)
+		say("%s  %-23s %s\n", line.String(), fmt.Sprintf("%.3f / %.3f / %.3f", slices.Min(v), medians[i], slices.Max(v)), met)
 	}
 	out.medians = sideResult{r403: medians[0], rRepeat: medians[1], rApproval: medians[2], rSteps: medians[3]}
 	say("side by side: 403/hand=%.2f repeat/hand=%.2f approval/bare=%.2f steps/floor=%.2f\n", medians[0], medians[1], medians[2], medians[3])
