@@ -26,6 +26,13 @@ func (s *rstore) indexKey(agent, user string) string {
 	return s.prefix + "pf:{" + slotTag(hashSlot(storekit.Slot(agent, user))) + "}"
 }
 
+// indexKeyOfBase is indexKey of the owner whose keys start with base
+// (rstore.base): its slot is read from base, not hashed again.
+func (s *rstore) indexKeyOfBase(base string) string {
+	slot := base[len(s.prefix)+1 : len(base)-2] // prefix "{" slot "}:"
+	return s.prefix + "pf:{" + slotTag(hashSlot(slot)) + "}"
+}
+
 // indexKeyOfSlot is the index of hash slot n.
 func (s *rstore) indexKeyOfSlot(n int) string {
 	return s.prefix + "pf:{" + slotTag(n) + "}"
@@ -38,11 +45,19 @@ func hashSlot(tag string) int {
 }
 
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster
-// computes key slots.
+// computes key slots, a byte at a time from crc16Table.
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table is the CRC of each byte value, shifted in bit by bit.
+var crc16Table = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -50,9 +65,10 @@ func crc16(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc
-}
+	return t
+}()
 
 var (
 	slotTagsOnce sync.Once

@@ -439,7 +439,7 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	if k != nil {
 		computedKey = base + "op:" + c.ID
 	}
-	keys = append(keys, base+"tok:"+token, s.indexKey(owner.Agent, owner.User), marker, computedKey)
+	keys = append(keys, base+"tok:"+token, s.indexKeyOfBase(base), marker, computedKey)
 	retained := now.Add(s.retention)
 	tokUntil := ns(now.Add(storekit.ClaimTokenTTL))
 	au := s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)
@@ -776,7 +776,7 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 // terms, when the caller knows them ("" and nil when it doesn't); the
 // entry as the caller knows it is left "", for Finish to fill in.
 func (s *rstore) finishArgs(ctx context.Context, base string, owner store.Owner, opID, token, o, what, rev string, terms []byte, now time.Time) ([]string, []any) {
-	keys := []string{base + "op:" + opID, s.indexKey(owner.Agent, owner.User), base + "log:" + opID}
+	keys := []string{base + "op:" + opID, s.indexKeyOfBase(base), base + "log:" + opID}
 	retained := now.Add(s.retention)
 	suffix, account := "", ""
 	if o == "notdone" {
@@ -803,7 +803,7 @@ func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, n
 		return false, nil
 	}
 	base := s.base(owner.Agent, owner.User)
-	keys := []string{base + "tok:" + token, s.indexKey(owner.Agent, owner.User)}
+	keys := []string{base + "tok:" + token, s.indexKeyOfBase(base)}
 	args := []any{token, ns(now), ttlMs(now.Add(storekit.ClaimTokenTTL), now), ns(now.Add(storekit.ClaimTokenTTL))}
 	args = append(args, s.auditArgs(ctx, storekit.EntryReleased, owner, "", nil, now)...)
 	// A released claim's operation comes back to its agent's count.
