@@ -337,6 +337,12 @@ func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 	case []byte:
 		raw = t
 	default:
+		// The usual maps of strings without reflection; anything else
+		// as json.Marshal writes it. CanonicalTerms reads both alike.
+		if b, ok := storekit.AppendTerms(make([]byte, 0, 256), t); ok {
+			raw = b
+			break
+		}
 		b, err := json.Marshal(t)
 		if err != nil {
 			return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)

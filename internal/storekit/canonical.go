@@ -1,5 +1,11 @@
 package storekit
 
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
 // canonicalAlready reports, without allocating, whether b is a JSON object
 // exactly as CanonicalTerms would write it: members sorted by key with no
 // duplicate, no insignificant space, and strings of printable ASCII other
@@ -165,4 +171,132 @@ func (p *canonicalScanner) number() bool {
 		}
 	}
 	return true
+}
+
+// AppendTerms appends v as JSON that CanonicalTerms reads as json.Marshal's
+// encoding of v, without reflection, for the values a describe function
+// usually builds: maps of strings to strings, integers, booleans, nil,
+// and nested maps and slices of them. Printable ASCII strings other than
+// '"' and '\' are written as they are (so that terms of such strings come
+// out canonical already), any other string as json.Marshal writes it.
+// ok is false, and b unchanged, for anything else (floats, structs,
+// json.Marshaler, named types, deeper than maxCanonicalDepth): encode
+// those with json.Marshal.
+func AppendTerms(b []byte, v any) (_ []byte, ok bool) {
+	out, ok := appendTerms(b, v, 0)
+	if !ok {
+		return b, false
+	}
+	return out, true
+}
+
+func appendTerms(b []byte, v any, depth int) ([]byte, bool) {
+	if depth > maxCanonicalDepth {
+		return b, false
+	}
+	switch t := v.(type) {
+	case string:
+		return appendTermString(b, t), true
+	case bool:
+		return strconv.AppendBool(b, t), true
+	case nil:
+		return append(b, "null"...), true
+	case int:
+		return strconv.AppendInt(b, int64(t), 10), true
+	case int64:
+		return strconv.AppendInt(b, t, 10), true
+	case int32:
+		return strconv.AppendInt(b, int64(t), 10), true
+	case uint:
+		return strconv.AppendUint(b, uint64(t), 10), true
+	case uint64:
+		return strconv.AppendUint(b, t, 10), true
+	case uint32:
+		return strconv.AppendUint(b, uint64(t), 10), true
+	case map[string]string:
+		if t == nil {
+			return append(b, "null"...), true
+		}
+		var on [16]string // keys on the stack, for the usual few
+		keys := on[:0]
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendTermString(b, k), ':')
+			b = appendTermString(b, t[k])
+		}
+		return append(b, '}'), true
+	case map[string]any:
+		if t == nil {
+			return append(b, "null"...), true
+		}
+		var on [16]string
+		keys := on[:0]
+		for k := range t {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendTermString(b, k), ':')
+			var ok bool
+			if b, ok = appendTerms(b, t[k], depth+1); !ok {
+				return b, false
+			}
+		}
+		return append(b, '}'), true
+	case []string:
+		if t == nil {
+			return append(b, "null"...), true
+		}
+		b = append(b, '[')
+		for i, s := range t {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendTermString(b, s)
+		}
+		return append(b, ']'), true
+	case []any:
+		if t == nil {
+			return append(b, "null"...), true
+		}
+		b = append(b, '[')
+		for i, e := range t {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendTerms(b, e, depth+1); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	}
+	return b, false
+}
+
+// appendTermString appends s as a JSON string: as it is between quotes
+// when it is printable ASCII other than '"' and '\' (no escape needed),
+// else as json.Marshal writes it (HTML characters and invalid UTF-8
+// included).
+func appendTermString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			q, _ := json.Marshal(s) // a string: never fails
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
