@@ -763,6 +763,11 @@ redis.register_function('sbs_floor_record', function(KEYS, ARGV)
     't:' .. r, ARGV[3], 's:' .. r, ARGV[4], 'x:' .. r, ARGV[5], 'a:' .. r, ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[7])
   redis.call('SET', KEYS[2], ARGV[8], 'PX', ARGV[7])
+  if KEYS[4] then -- with bookkeeping: the owner's open operations
+    if redis.call('ZCARD', KEYS[4]) >= 1073741824 then return 0 end
+    redis.call('ZADD', KEYS[4], ARGV[10], ARGV[11])
+    redis.call('PEXPIRE', KEYS[4], ARGV[7])
+  end
   entry(KEYS[3], ARGV[9], ARGV[7])
   return 1
 end)
@@ -773,6 +778,11 @@ redis.register_function('sbs_floor_claim', function(KEYS, ARGV)
   if f[1] ~= 'open' then return {} end
   redis.call('HSET', KEYS[3], 'state', 'performing', 'claim', ARGV[1], 'ap', r, 'u:' .. r, ARGV[3])
   redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+  if KEYS[6] then -- with bookkeeping: off the open ones, on the performing index
+    redis.call('ZREM', KEYS[6], ARGV[4])
+    redis.call('ZADD', KEYS[7], ARGV[3], KEYS[3])
+    redis.call('PEXPIRE', KEYS[7], ARGV[5])
+  end
   entry(KEYS[4], ARGV[6], ARGV[5])
   return f
 end)
@@ -783,52 +793,21 @@ redis.register_function('sbs_floor_start', function(KEYS, ARGV)
   redis.call('HSET', KEYS[2], 'st', '1')
   return 1
 end)
-redis.register_function('sbs_floorbk_record', function(KEYS, ARGV)
-  if redis.call('EXISTS', KEYS[1], KEYS[2]) ~= 0 then return 0 end
-  local r = ARGV[2]
-  redis.call('HSET', KEYS[1], 'state', 'open', 'acct', ARGV[1], 'cur', r, 'al', r,
-    't:' .. r, ARGV[3], 's:' .. r, ARGV[4], 'x:' .. r, ARGV[5], 'a:' .. r, ARGV[6])
-  redis.call('PEXPIRE', KEYS[1], ARGV[7])
-  redis.call('SET', KEYS[2], ARGV[8], 'PX', ARGV[7])
-  if redis.call('ZCARD', KEYS[4]) >= 1073741824 then return 0 end
-  redis.call('ZADD', KEYS[4], ARGV[10], ARGV[11])
-  redis.call('PEXPIRE', KEYS[4], ARGV[7])
-  entry(KEYS[3], ARGV[9], ARGV[7])
-  return 1
-end)
-redis.register_function('sbs_floorbk_claim', function(KEYS, ARGV)
-  redis.call('MGET', KEYS[1], KEYS[2], KEYS[5])
-  local r = ARGV[2]
-  local f = redis.call('HMGET', KEYS[3], 'state', 'acct', 't:' .. r, 's:' .. r, 'x:' .. r, 'a:' .. r)
-  if f[1] ~= 'open' then return {} end
-  redis.call('HSET', KEYS[3], 'state', 'performing', 'claim', ARGV[1], 'ap', r, 'u:' .. r, ARGV[3])
-  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
-  redis.call('ZREM', KEYS[6], ARGV[4])
-  redis.call('ZADD', KEYS[7], ARGV[3], KEYS[3])
-  redis.call('PEXPIRE', KEYS[7], ARGV[5])
-  entry(KEYS[4], ARGV[6], ARGV[5])
-  return f
-end)
-redis.register_function('sbs_floorbk_finish', function(KEYS, ARGV)
-  local f = redis.call('HMGET', KEYS[1], 'state', 'claim')
-  if f[1] ~= 'performing' or f[2] ~= ARGV[1] then return 0 end
-  redis.call('HSET', KEYS[1], 'state', 'performed')
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if redis.call('GET', KEYS[4]) == ARGV[4] then
-    redis.call('DEL', KEYS[2], KEYS[4])
-  else
-    redis.call('DEL', KEYS[2])
-  end
-  redis.call('ZREM', KEYS[5], KEYS[1])
-  entry(KEYS[3], ARGV[3], ARGV[2])
-  return 1
-end)
 redis.register_function('sbs_floor_finish', function(KEYS, ARGV)
   local f = redis.call('HMGET', KEYS[1], 'state', 'claim')
   if f[1] ~= 'performing' or f[2] ~= ARGV[1] then return 0 end
   redis.call('HSET', KEYS[1], 'state', 'performed')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('DEL', KEYS[2])
+  if KEYS[4] then -- with bookkeeping: the action's pointer, the performing index
+    if redis.call('GET', KEYS[4]) == ARGV[4] then
+      redis.call('DEL', KEYS[2], KEYS[4])
+    else
+      redis.call('DEL', KEYS[2])
+    end
+    redis.call('ZREM', KEYS[5], KEYS[1])
+  else
+    redis.call('DEL', KEYS[2])
+  end
   entry(KEYS[3], ARGV[3], ARGV[2])
   return 1
 end)`
@@ -1068,7 +1047,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	}, func(i int) error {
 		_, act, op, log, open, _ := keysOf("bk:", i)
 		a := action(i)
-		return client.FCall(ctx, "sbs_floorbk_record", []string{op, act, log, open}, "", rev, a.Terms, a.Summary, "1796052877",
+		return client.FCall(ctx, "sbs_floor_record", []string{op, act, log, open}, "", rev, a.Terms, a.Summary, "1796052877",
 			`{"approver":"user","approved_at":"2026-12-01T16:00:00Z"}`, ttl, "op_"+strconv.Itoa(i)+" "+rev, pad,
 			time.Now().Add(10*time.Minute).UnixMilli(), "op_"+strconv.Itoa(i)).Err()
 	}, func() { pad = entry(0) }); err != nil {
@@ -1094,7 +1073,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	}, func(i int) error {
 		tok, act, op, log, open, idx := keysOf("bk:", i)
 		token := "tok" + strconv.Itoa(i)
-		if err := client.FCall(ctx, "sbs_floorbk_claim", []string{tok, act, op, log, op + ":m", open, idx}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad).Err(); err != nil {
+		if err := client.FCall(ctx, "sbs_floor_claim", []string{tok, act, op, log, op + ":m", open, idx}, token, rev, time.Now().UnixNano(), "op_"+strconv.Itoa(i), keep, pad).Err(); err != nil {
 			return err
 		}
 		return client.FCall(ctx, "sbs_floor_start", []string{tok, op}, token).Err()
@@ -1108,7 +1087,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad).Err()
 	}, func(i int) error {
 		tok, act, op, log, _, idx := keysOf("bk:", i)
-		return client.FCall(ctx, "sbs_floorbk_finish", []string{op, tok, log, act, idx}, "tok"+strconv.Itoa(i), keep, pad, "op_"+strconv.Itoa(i)+" "+rev).Err()
+		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log, act, idx}, "tok"+strconv.Itoa(i), keep, pad, "op_"+strconv.Itoa(i)+" "+rev).Err()
 	}, func() { pad = entry(2) }); err != nil {
 		return nil, err
 	}

@@ -214,75 +214,64 @@ func appendTerms(b []byte, v any, depth int) ([]byte, bool) {
 	case uint32:
 		return strconv.AppendUint(b, uint64(t), 10), true
 	case map[string]string:
-		if t == nil {
-			return append(b, "null"...), true
-		}
-		var on [16]string // keys on the stack, for the usual few
-		keys := on[:0]
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(appendTermString(b, k), ':')
-			b = appendTermString(b, t[k])
-		}
-		return append(b, '}'), true
+		return appendTermsMap(b, t, depth, appendTermsString)
 	case map[string]any:
-		if t == nil {
-			return append(b, "null"...), true
-		}
-		var on [16]string
-		keys := on[:0]
-		for k := range t {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(appendTermString(b, k), ':')
-			var ok bool
-			if b, ok = appendTerms(b, t[k], depth+1); !ok {
-				return b, false
-			}
-		}
-		return append(b, '}'), true
+		return appendTermsMap(b, t, depth, appendTerms)
 	case []string:
-		if t == nil {
-			return append(b, "null"...), true
-		}
-		b = append(b, '[')
-		for i, s := range t {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendTermString(b, s)
-		}
-		return append(b, ']'), true
+		return appendTermsSlice(b, t, depth, appendTermsString)
 	case []any:
-		if t == nil {
-			return append(b, "null"...), true
-		}
-		b = append(b, '[')
-		for i, e := range t {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			if b, ok = appendTerms(b, e, depth+1); !ok {
-				return b, false
-			}
-		}
-		return append(b, ']'), true
+		return appendTermsSlice(b, t, depth, appendTerms)
 	}
 	return b, false
+}
+
+// appendTermsString is appendTermString as appendTerms is called.
+func appendTermsString(b []byte, s string, _ int) ([]byte, bool) {
+	return appendTermString(b, s), true
+}
+
+// appendTermsMap appends m with its members sorted by key, as json.Marshal
+// writes a map; null for a nil map.
+func appendTermsMap[V any](b []byte, m map[string]V, depth int, value func([]byte, V, int) ([]byte, bool)) ([]byte, bool) {
+	if m == nil {
+		return append(b, "null"...), true
+	}
+	var on [16]string // the keys on the stack, for the usual few
+	keys := on[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(appendTermString(b, k), ':')
+		var ok bool
+		if b, ok = value(b, m[k], depth+1); !ok {
+			return b, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendTermsSlice appends a as a JSON array; null for a nil slice.
+func appendTermsSlice[V any](b []byte, a []V, depth int, value func([]byte, V, int) ([]byte, bool)) ([]byte, bool) {
+	if a == nil {
+		return append(b, "null"...), true
+	}
+	b = append(b, '[')
+	for i, e := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var ok bool
+		if b, ok = value(b, e, depth+1); !ok {
+			return b, false
+		}
+	}
+	return append(b, ']'), true
 }
 
 // appendTermString appends s as a JSON string: as it is between quotes
