@@ -144,12 +144,14 @@ func (k *Kit) readBody(r *http.Request) ([]byte, error) {
 	}
 	var body []byte
 	var err error
-	if n := r.ContentLength; n >= 0 && n < 64<<10 {
+	if n := r.ContentLength; n >= 0 {
 		// Its declared length, and one byte more to see that it ends
 		// there: one allocation of the body's size, not io.ReadAll's
-		// 512 bytes and up. A body longer than it declares is read on;
+		// 512 bytes and up. Never more than 8 KiB before the bytes
+		// arrive (a client that declares a large body and sends it
+		// slowly holds no more than that); a body longer is read on,
 		// one that ends early with an error (a client gone) fails.
-		body = make([]byte, 0, n+1)
+		body = make([]byte, 0, min(n+1, 8<<10))
 		for err == nil && len(body) < cap(body) {
 			var m int
 			m, err = r.Body.Read(body[len(body):cap(body)])

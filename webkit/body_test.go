@@ -429,6 +429,7 @@ func TestReadBodyAgainstContentLength(t *testing.T) {
 		{"shorter, then broken off", 20, "order=1", io.ErrUnexpectedEOF, "", true},
 		{"broken off at once", 5, "", errors.New("connection reset"), "", true},
 		{"longer than MaxBody though declared short", 3, strings.Repeat("x", 65), io.EOF, "", true},
+		{"declared and as long as MaxBody", 64, strings.Repeat("y", 64), io.EOF, strings.Repeat("y", 64), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/exchange", nil)
@@ -445,5 +446,14 @@ func TestReadBodyAgainstContentLength(t *testing.T) {
 				t.Fatalf("read %q (nil %v), %v; want %q", got, got == nil, err, c.want)
 			}
 		})
+	}
+	// A body larger than the first buffer (8 KiB) is read on to its end.
+	big := New(testKeys...)
+	big.maxBodyBytes = 64 << 10
+	want := strings.Repeat("z", 20_000)
+	r := httptest.NewRequest("POST", "/exchange", strings.NewReader(want))
+	r.ContentLength = int64(len(want))
+	if got, err := big.readBody(r); err != nil || string(got) != want {
+		t.Fatalf("a 20,000-byte body read as %d bytes, %v", len(got), err)
 	}
 }

@@ -339,8 +339,13 @@ func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 	default:
 		// The usual maps of strings without reflection; anything else
 		// as json.Marshal writes it. CanonicalTerms reads both alike.
-		if b, ok := storekit.AppendTerms(make([]byte, 0, 256), t); ok {
-			raw = b
+		switch t.(type) {
+		case map[string]any, map[string]string:
+			if b, ok := storekit.AppendTerms(make([]byte, 0, 256), t); ok {
+				raw = b
+			}
+		}
+		if raw != nil {
 			break
 		}
 		b, err := json.Marshal(t)
