@@ -14,6 +14,11 @@ func InfoField(info, name string) string { return infoField(info, name) }
 // confirmed in time.
 var ErrNotDurable = errNotDurable
 
+// ErrNotConfirmed is what a claim refused because its confirmation (WAIT,
+// WAITAOF) fell short wraps, beside ErrNotDurable; a refusal before the
+// step ran (a server not ready for the mode) does not.
+var ErrNotConfirmed = errNotConfirmed
+
 // HashSlot is the Redis Cluster hash slot of a key's hash tag.
 func HashSlot(tag string) int { return hashSlot(tag) }
 
