@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"regexp"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +278,33 @@ func TestSideBySideRuns(t *testing.T) {
 	}
 	if m := (res.runs[0].r403 + res.runs[1].r403) / 2; math.Abs(res.medians.r403-m) > 1e-9 {
 		t.Errorf("median 403/hand %v, runs' %v", res.medians.r403, m)
+	}
+}
+
+// phaseLabels labels a request with the phase its order names, and the
+// tool's set-up requests "setup" whatever their order.
+func TestPhaseLabels(t *testing.T) {
+	var got string
+	h := phaseLabels(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = pprof.Label(r.Context(), "phase")
+	}))
+	for _, c := range []struct {
+		path, setup, want string
+	}{
+		{"/kit/redis/orders/r0R15/exchange", "", phKitRep},
+		{"/kit/redis/orders/r12k3/exchange", "", phKit403},
+		{"/hand/orders/r3h0/exchange", "", phHand403},
+		{"/kit/redis/orders/r0R15/exchange", "1", "setup"},
+		{"/elsewhere", "", "other"},
+		{"/kit/redis/orders/r0Z1/exchange", "", "other"},
+	} {
+		r := httptest.NewRequest("POST", c.path, nil)
+		if c.setup != "" {
+			r.Header.Set(setupHeader, c.setup)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if got != c.want {
+			t.Errorf("%s (setup %q): phase %q, want %q", c.path, c.setup, got, c.want)
+		}
 	}
 }

@@ -86,7 +86,7 @@ func runSideBySideRuns(ctx context.Context, c sideConfig, runs int) (sideRunsRes
 	for _, r := range out.runs {
 		bk = append(bk, fmt.Sprintf("%.2f", r.rStepsBK))
 	}
-	say("the worst step against its floor with bookkeeping (not a target), each run: %s\n", strings.Join(bk, ", "))
+	say("the worst of Record, claim and Finish against its floor with bookkeeping (not a target), each run: %s\n", strings.Join(bk, ", "))
 	var head strings.Builder
 	fmt.Fprintf(&head, "%-52s %-7s", "ratio", "target")
 	for k := range runs {
