@@ -35,14 +35,7 @@ func TestLoadToolSmall(t *testing.T) {
 // TestCeilingSmall runs -ceiling briefly on a redis-server it starts: every
 // measurement must produce a figure, and the last line must be the summary.
 func TestCeilingSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: measures the ceiling under load for seconds")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		testenv.Missing(t, "redis", "redis-server not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := withRedisServer(t, "-short: measures the ceiling under load for seconds", 90*time.Second)
 	var out bytes.Buffer
 	res, err := runCeiling(ctx, ceilingConfig{duration: 200 * time.Millisecond, memoryOps: 2000, approvals: 30, rounds: 1, durabilityClaims: 20, out: &out})
 	t.Log("\n" + out.String())
@@ -94,14 +87,7 @@ func TestCeilingSmall(t *testing.T) {
 // stuck), and none is left in a durable mode after a 10 s stall, 10 s of
 // lost replies or a kill with handlers running.
 func TestFaultsShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the fault suite kills, stalls and restarts redis-servers for a minute")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		testenv.Missing(t, "redis", "redis-server not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := withRedisServer(t, "-short: the fault suite kills, stalls and restarts redis-servers for a minute", 3*time.Minute)
 	var out bytes.Buffer
 	results, durableDoubles, err := runFaults(ctx, faultsConfig{short: true, out: &out})
 	t.Log("\n" + out.String())
@@ -196,14 +182,7 @@ func TestHostileShort(t *testing.T) {
 // starts: every phase answers as it should (403s, then 200s once each
 // approved), every figure is measured, and the last line is the summary.
 func TestSideBySideSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs a redis-server and an HTTP server under load for seconds")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		testenv.Missing(t, "redis", "redis-server not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := withRedisServer(t, "-short: runs a redis-server and an HTTP server under load for seconds", 90*time.Second)
 	var out bytes.Buffer
 	const n = 200
 	res, err := runSideBySide(ctx, sideConfig{requests: n, rounds: 2, clients: 10, stepOps: 200, approvals: 20, out: &out})
@@ -240,14 +219,7 @@ func TestSideBySideSmall(t *testing.T) {
 // with each target's ratio per run, its min/median/max and whether it is
 // met, then the last line of the medians over the runs.
 func TestSideBySideRuns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs a redis-server and an HTTP server under load for seconds")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		testenv.Missing(t, "redis", "redis-server not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := withRedisServer(t, "-short: runs a redis-server and an HTTP server under load for seconds", 90*time.Second)
 	var out bytes.Buffer
 	res, err := runSideBySideRuns(ctx, sideConfig{requests: 80, rounds: 1, clients: 5, stepOps: 50, approvals: 10, out: &out}, 2)
 	t.Log("\n" + out.String())
@@ -307,4 +279,21 @@ func TestPhaseLabels(t *testing.T) {
 			t.Errorf("%s (setup %q): phase %q, want %q", c.path, c.setup, got, c.want)
 		}
 	}
+}
+
+// withRedisServer skips t under -short (why says what it would run),
+// needs redis-server installed (testenv.Missing: a SKIP, or a failure
+// when OPSGATE_REQUIRE names redis), and gives it a context that ends
+// after limit.
+func withRedisServer(t *testing.T, why string, limit time.Duration) context.Context {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		testenv.Missing(t, "redis", "redis-server not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return ctx
 }
