@@ -337,18 +337,7 @@ func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 	case []byte:
 		raw = t
 	default:
-		// The usual maps of strings without reflection; anything else
-		// as json.Marshal writes it. CanonicalTerms reads both alike.
-		switch t.(type) {
-		case map[string]any, map[string]string:
-			if b, ok := storekit.AppendTerms(make([]byte, 0, 256), t); ok {
-				raw = b
-			}
-		}
-		if raw != nil {
-			break
-		}
-		b, err := json.Marshal(t)
+		b, err := termsJSON(t)
 		if err != nil {
 			return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
 		}
@@ -363,6 +352,19 @@ func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 		lifetime = k.lifetime()
 	}
 	return store.TakeRequest{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
+}
+
+// termsJSON encodes describe's terms: the usual maps without reflection
+// (storekit.AppendTerms), anything else, or a map it declines, as
+// json.Marshal writes it. CanonicalTerms reads both alike.
+func termsJSON(t any) ([]byte, error) {
+	switch t.(type) {
+	case map[string]any, map[string]string:
+		if b, ok := storekit.AppendTerms(make([]byte, 0, 256), t); ok {
+			return b, nil
+		}
+	}
+	return json.Marshal(t)
 }
 
 // storeFailed logs a store failure; the Observer has seen it as a

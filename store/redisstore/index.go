@@ -3,8 +3,6 @@ package redisstore
 import (
 	"strconv"
 	"sync"
-
-	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 // The index of performing operations (Store.Performing): one sorted set per
@@ -21,16 +19,12 @@ import (
 // hashSlots is the number of Redis Cluster hash slots.
 const hashSlots = 16384
 
-// indexKey is the index of performing operations of owner's hash slot.
-func (s *rstore) indexKey(agent, user string) string {
-	return s.prefix + "pf:{" + slotTag(hashSlot(storekit.Slot(agent, user))) + "}"
-}
-
-// indexKeyOfBase is indexKey of the owner whose keys start with base
-// (rstore.base): its slot is read from base, not hashed again.
+// indexKeyOfBase is the index of performing operations of the hash slot
+// of the owner whose keys start with base (rstore.base): the owner's slot
+// is read from base, not hashed again.
 func (s *rstore) indexKeyOfBase(base string) string {
 	slot := base[len(s.prefix)+1 : len(base)-2] // prefix "{" slot "}:"
-	return s.prefix + "pf:{" + slotTag(hashSlot(slot)) + "}"
+	return s.indexKeyOfSlot(hashSlot(slot))
 }
 
 // indexKeyOfSlot is the index of hash slot n.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 // crc16 is CRC-16/XMODEM, as Redis Cluster computes slots: its check
@@ -44,15 +46,16 @@ func TestCRC16(t *testing.T) {
 	}
 }
 
-// The performing index named from an owner's base is the one named from
-// the owner.
+// The performing index named from an owner's base is the index of the
+// Cluster slot of the owner's keys.
 func TestIndexKeyOfBase(t *testing.T) {
 	for _, prefix := range []string{"", "opsgate:", "shop{1}:"} {
 		s := &rstore{prefix: prefix}
 		for i := range 50 {
 			agent, user := fmt.Sprintf("https://agent%d.example/client", i), fmt.Sprintf("usr_%d", i*7)
-			if got, want := s.indexKeyOfBase(s.base(agent, user)), s.indexKey(agent, user); got != want {
-				t.Fatalf("prefix %q: indexKeyOfBase = %q, indexKey = %q", prefix, got, want)
+			want := prefix + "pf:{" + slotTag(hashSlot(storekit.Slot(agent, user))) + "}"
+			if got := s.indexKeyOfBase(s.base(agent, user)); got != want {
+				t.Fatalf("prefix %q: indexKeyOfBase = %q, want %q", prefix, got, want)
 			}
 		}
 	}
