@@ -173,16 +173,12 @@ func TestA27CSRFTokenInChromium(t *testing.T) {
 	tab := chromium(t)
 	shopURL := joinShop(t)
 	var log syncBuffer
-	a, err := New(t.Context(), Config{Shop: shopURL, Browser: tab, StepTimeout: 20 * time.Second, Log: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := agentFor(t, Config{Shop: shopURL, Browser: tab, StepTimeout: 20 * time.Second, Log: &log})
 	if _, err := a.Join(t.Context(), JoinOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const secret = "bm9zdXJmLXRva2VuLXZhbHVlLTk4NzY1NDMyMTA="
-	err = chromedp.Do(tab,
+	err := chromedp.Do(tab,
 		chromedp.Navigate(shopURL+"/orders/ord_7Hk2"),
 		chromedp.Evaluate[chromedp.Void](`(() => {
 	const f = document.querySelector('form[action="/orders/ord_7Hk2/items/itm_4Qa/exchange"]');

@@ -198,12 +198,7 @@ func TestJoinRefusedInChromium(t *testing.T) {
 	}
 	shopURL := joinShop(t)
 	newAgent := func(clock func() time.Time) *Agent {
-		a, err := New(t.Context(), Config{Shop: shopURL, Browser: tab, Clock: clock, StepTimeout: 20 * time.Second, Log: io.Discard})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		return a
+		return agentFor(t, Config{Shop: shopURL, Browser: tab, Clock: clock, StepTimeout: 20 * time.Second, Log: io.Discard})
 	}
 
 	_, err := newAgent(func() time.Time { return time.Now().Add(-10 * time.Minute) }).Join(t.Context(), JoinOptions{})

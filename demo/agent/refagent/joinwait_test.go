@@ -33,11 +33,7 @@ func TestJoinClickDroppedOnce(t *testing.T) {
 	tab := chromium(t)
 	shopURL := joinShop(t)
 	var log syncBuffer
-	a, err := New(t.Context(), Config{Shop: shopURL, Browser: tab, StepTimeout: 20 * time.Second, Log: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := agentFor(t, Config{Shop: shopURL, Browser: tab, StepTimeout: 20 * time.Second, Log: &log})
 	if _, err := a.Join(t.Context(), JoinOptions{}); err != nil {
 		t.Fatalf("a join with every click taken: %v", err)
 	}
@@ -76,14 +72,10 @@ func TestJoinClickNeverTaken(t *testing.T) {
 	shopURL := joinShop(t)
 	var log syncBuffer
 	const step = 8 * time.Second
-	a, err := New(t.Context(), Config{Shop: shopURL, Browser: tab, StepTimeout: step, Log: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := agentFor(t, Config{Shop: shopURL, Browser: tab, StepTimeout: step, Log: &log})
 	dropJoinClicks(t, tab, 1000)
 	start := time.Now()
-	_, err = a.Join(t.Context(), JoinOptions{})
+	_, err := a.Join(t.Context(), JoinOptions{})
 	took := time.Since(start)
 	if err == nil {
 		t.Fatal("the join succeeded with every click dropped")
@@ -98,4 +90,15 @@ func TestJoinClickNeverTaken(t *testing.T) {
 		t.Errorf("the join took %v, want about its StepTimeout %v", took, step)
 	}
 	t.Log(err)
+}
+
+// agentFor is a reference agent of cfg, closed when t ends.
+func agentFor(t *testing.T, cfg Config) *Agent {
+	t.Helper()
+	a, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
 }
