@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +43,29 @@ type Config struct {
 
 	tokens         *tokenConfig // access_tokens: nil for no signed-in joins
 	identityPrefix string       // identity_headers
+	identityKey    []byte       // identity_key_env's secret: signs the identity; nil for none
+	identityKeyEnv string
+	identityOn     string // identity_on: identityOnApproved or identityOnJoined
+
+	routing   string   // routingLenient or routingStrict
+	pass      []*route // pass: unsafe requests open to agents' browsers
+	overrides []string // method_override: the conventions the upstream honours
+	timeouts  timeouts
 }
+
+// timeouts bound how long a request may take (the config's timeouts).
+type timeouts struct {
+	header   time.Duration // the request's headers, from the connection's start
+	body     time.Duration // the request's body, from its headers
+	upstream time.Duration // the upstream's answer (its headers), from the request sent
+	idle     time.Duration // an idle keep-alive connection, the browser's and the upstream's
+}
+
+// When the gateway tells the upstream whom a request is for (identity_on).
+const (
+	identityOnApproved = "approved" // on the approved repeat alone
+	identityOnJoined   = "joined"   // on every request of a joined browser
+)
 
 // tokenConfig is the access_tokens section: the issuer whose JWTs sign a
 // join in (§4 W54).
@@ -61,8 +84,10 @@ type storeConfig struct {
 // action is one entry of actions: a gated request and how to describe it.
 type action struct {
 	line    int
-	pattern string // the ServeMux pattern, "POST /orders/{order}/exchange"
+	pattern string // as the config writes it, "POST /orders/{order}/exchange"
+	route   *route
 	kind    string
+	fields  reads // what key, terms and summary read
 
 	// Described by the config: key, terms, summary, lifetime.
 	key      *template
@@ -76,12 +101,23 @@ type action struct {
 	describeHeaders []string
 }
 
+// reads reports whether the action's key, terms or summary read src.
+func (a *action) reads(src string) bool { return len(a.fields[src]) > 0 }
+
 // Defaults of the config file.
 const (
 	defaultListen          = ":8080"
 	defaultDescribeTimeout = 2 * time.Second
 	defaultShutdown        = 30 * time.Second
 )
+
+// The timeouts when the config gives none.
+var defaultTimeouts = timeouts{
+	header:   10 * time.Second,
+	body:     30 * time.Second,
+	upstream: 60 * time.Second,
+	idle:     2 * time.Minute,
+}
 
 // Load reads and checks the config file at path.
 func Load(path string) (*Config, error) {
@@ -215,11 +251,13 @@ func (p *parser) strings(f field, name string) ([]string, error) {
 }
 
 func (p *parser) config(root *yaml.Node) (*Config, error) {
-	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions", "access_tokens", "identity_headers")
+	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions", "access_tokens", "identity_headers",
+		"identity_key_env", "identity_on", "routing", "pass", "method_override", "timeouts")
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{listen: defaultListen, shutdown: defaultShutdown, identityPrefix: defaultIdentityPrefix}
+	c := &Config{listen: defaultListen, shutdown: defaultShutdown, identityPrefix: defaultIdentityPrefix,
+		identityOn: identityOnApproved, routing: routingLenient, timeouts: defaultTimeouts}
 	if f, ok := m["allow_local"]; ok {
 		if c.allowLocal, err = p.boolean(f, "allow_local"); err != nil {
 			return nil, err
@@ -290,9 +328,49 @@ func (p *parser) config(root *yaml.Node) (*Config, error) {
 			return nil, err
 		}
 	}
-	if f, ok := m["actions"]; ok {
-		if c.actions, err = p.actions(f); err != nil {
+	if f, ok := m["routing"]; ok {
+		if c.routing, err = p.str(f, "routing"); err != nil {
 			return nil, err
+		}
+		if c.routing != routingLenient && c.routing != routingStrict {
+			return nil, p.errAt(f.value, "routing", "want lenient (the default: case and one trailing slash ignored, as most websites route) or strict, got %q", c.routing)
+		}
+	}
+	strict := c.routing == routingStrict
+	if f, ok := m["actions"]; ok {
+		if c.actions, err = p.actions(f, strict); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["pass"]; ok {
+		if c.pass, err = p.passes(f, strict, c.actions); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["method_override"]; ok {
+		if c.overrides, err = p.methodOverride(f); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["timeouts"]; ok {
+		if err := p.timeoutsSection(f, &c.timeouts); err != nil {
+			return nil, err
+		}
+	}
+	if f, ok := m["identity_key_env"]; ok {
+		if c.identityKeyEnv, err = p.str(f, "identity_key_env"); err != nil {
+			return nil, err
+		}
+		if c.identityKey, err = identitySecret(c.identityKeyEnv); err != nil {
+			return nil, p.errAt(f.value, "identity_key_env", "%v", err)
+		}
+	}
+	if f, ok := m["identity_on"]; ok {
+		if c.identityOn, err = p.str(f, "identity_on"); err != nil {
+			return nil, err
+		}
+		if c.identityOn != identityOnApproved && c.identityOn != identityOnJoined {
+			return nil, p.errAt(f.value, "identity_on", "want approved (the default: the approved repeat alone) or joined (every request of an agent's browser), got %q", c.identityOn)
 		}
 	}
 	if f, ok := m["access_tokens"]; ok {
@@ -550,33 +628,151 @@ func (p *parser) chromeSection(f field, ch *templates.Chrome) error {
 	return nil
 }
 
-// wildcardRE finds the wildcards of a ServeMux pattern's path.
-var wildcardRE = regexp.MustCompile(`\{([^{}.]*)(\.\.\.)?\}`)
-
 // kindRE is what an action's kind may be: a short metrics label.
 var kindRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
 // reserved are the paths the gateway serves itself (endpoint.Mount).
 var reserved = []string{"/poppy/operations", "/poppy/join", "/.well-known/poppy.json", "/_opsgate/"}
 
-func (p *parser) actions(f field) ([]*action, error) {
+func (p *parser) actions(f field, strict bool) ([]*action, error) {
 	if f.value.Kind != yaml.SequenceNode {
 		return nil, p.errAt(f.value, "actions", "want a list of actions, got %s", describeNode(f.value))
 	}
-	mux := http.NewServeMux() // only to check the patterns, as the gateway will register them
+	// Only to find two patterns that match the same requests, neither
+	// more specific (as the gateway matches them: lenient routing lower
+	// cases their literals and drops a trailing slash).
+	mux := http.NewServeMux()
 	var out []*action
 	for i, e := range f.value.Content {
 		name := fmt.Sprintf("actions[%d]", i)
-		a, err := p.action(e, name)
+		a, muxPattern, err := p.action(e, name, strict)
 		if err != nil {
 			return nil, err
 		}
-		if err := register(mux, a.pattern, http.NotFoundHandler()); err != nil {
-			return nil, p.errAt(e, name+".match", "%v", err)
+		if err := register(mux, muxPattern, http.NotFoundHandler()); err != nil {
+			return nil, p.errAt(e, name+".match", "%s matches the same requests as another action: %v", a.pattern, err)
 		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// passes reads pass: the unsafe requests (POST, PUT, PATCH, DELETE…)
+// that an agent's browser may send without approval. Any other unsafe
+// request of an agent's browser that no action gates is refused.
+func (p *parser) passes(f field, strict bool, actions []*action) ([]*route, error) {
+	if f.value.Kind != yaml.SequenceNode {
+		return nil, p.errAt(f.value, "pass", "want a list of patterns such as \"POST /cart/items\", got %s", describeNode(f.value))
+	}
+	mux := http.NewServeMux()
+	var out []*route
+	for i, e := range f.value.Content {
+		name := fmt.Sprintf("pass[%d]", i)
+		s, err := p.str(field{value: e}, name)
+		if err != nil {
+			return nil, err
+		}
+		rt, muxPattern, err := parsePattern(s, strict, true)
+		if err != nil {
+			return nil, p.errAt(e, name, "%v", err)
+		}
+		if rt.method != "" && safeMethod(rt.method) {
+			return nil, p.errAt(e, name, "%s requests always pass; name the unsafe ones (POST, PUT, PATCH, DELETE…)", rt.method)
+		}
+		if err := reservedPath(rt); err != nil {
+			return nil, p.errAt(e, name, "%v", err)
+		}
+		if err := register(mux, muxPattern, http.NotFoundHandler()); err != nil {
+			return nil, p.errAt(e, name, "%v", err)
+		}
+		rt.line = e.Line
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// The method-override conventions the gateway knows (method_override).
+var (
+	overrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+	overrideField   = "_method" // a form field, or a top-level member of a JSON body
+)
+
+func (p *parser) methodOverride(f field) ([]string, error) {
+	names, err := p.strings(f, "method_override")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, n := range names {
+		canon := http.CanonicalHeaderKey(n)
+		switch {
+		case n == overrideField:
+			canon = n
+		case slices.Contains(overrideHeaders, canon) && !strings.Contains(n, "_"):
+		default:
+			return nil, p.errAt(f.value.Content[i], fmt.Sprintf("method_override[%d]", i), "want X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override or _method, got %q", n)
+		}
+		if slices.Contains(out, canon) {
+			return nil, p.errAt(f.value.Content[i], fmt.Sprintf("method_override[%d]", i), "given twice")
+		}
+		out = append(out, canon)
+	}
+	return out, nil
+}
+
+func (p *parser) timeoutsSection(f field, t *timeouts) error {
+	m, err := p.mapping(f.value, "timeouts", "header", "body", "upstream", "idle")
+	if err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"header", &t.header}, {"body", &t.body}, {"upstream", &t.upstream}, {"idle", &t.idle}} {
+		if tf, ok := m[k.name]; ok {
+			if *k.dst, err = p.duration(tf, "timeouts."+k.name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// identitySecret reads the secret that signs the identity headers from
+// environment variable env: at least 32 printable characters, no space,
+// used as it is (the upstream reads the same variable). It never says
+// the value.
+func identitySecret(env string) ([]byte, error) {
+	v, ok := os.LookupEnv(env)
+	if !ok || v == "" {
+		return nil, fmt.Errorf("environment variable %s is not set (make one with: openssl rand -hex 32)", env)
+	}
+	for _, c := range []byte(v) {
+		if c <= ' ' || c >= 0x7f {
+			return nil, fmt.Errorf("environment variable %s holds a space or a character that is not printable ASCII (make one with: openssl rand -hex 32)", env)
+		}
+	}
+	if len(v) < 32 {
+		return nil, fmt.Errorf("environment variable %s holds %d characters; want at least 32 (openssl rand -hex 32)", env, len(v))
+	}
+	return []byte(v), nil
+}
+
+// reservedPath refuses a pattern on the gateway's own routes.
+func reservedPath(rt *route) error {
+	var path strings.Builder
+	for _, s := range rt.segs {
+		path.WriteString("/" + s.lit)
+		if s.wild != "" {
+			break
+		}
+	}
+	for _, rp := range reserved {
+		if strings.HasPrefix(strings.ToLower(path.String()+"/"), rp) || strings.EqualFold(path.String(), strings.TrimSuffix(rp, "/")) {
+			return fmt.Errorf("%s is the gateway's own route", rp)
+		}
+	}
+	return nil
 }
 
 // register is mux.Handle, with its panic (a bad or conflicting pattern) an
@@ -591,88 +787,83 @@ func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-func (p *parser) action(n *yaml.Node, name string) (*action, error) {
+func (p *parser) action(n *yaml.Node, name string, strict bool) (a *action, muxPattern string, err error) {
 	m, err := p.mapping(n, name, "match", "key", "terms", "summary", "lifetime", "kind", "describe", "describe_timeout", "describe_headers")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	a := &action{line: n.Line}
+	a = &action{line: n.Line}
 	mf, ok := m["match"]
 	if !ok {
-		return nil, p.errAt(n, name+".match", "missing; a method and path pattern such as POST /orders/{order}/exchange")
+		return nil, "", p.errAt(n, name+".match", "missing; a method and path pattern such as POST /orders/{order}/exchange")
 	}
 	if a.pattern, err = p.str(mf, name+".match"); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	method, path, ok := strings.Cut(strings.TrimSpace(a.pattern), " ")
-	path = strings.TrimSpace(path)
-	if !ok || method == "" || method != strings.ToUpper(method) || !strings.Contains(path, "/") {
-		return nil, p.errAt(mf.value, name+".match", "want a method and a path pattern such as POST /orders/{order}/exchange, got %q", a.pattern)
+	if a.route, muxPattern, err = parsePattern(a.pattern, strict, false); err != nil {
+		return nil, "", p.errAt(mf.value, name+".match", "%v", err)
 	}
-	if method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions {
-		return nil, p.errAt(mf.value, name+".match", "%s requests are safe and never gated; gate the request that changes something (POST, PUT, PATCH, DELETE)", method)
+	if safeMethod(a.route.method) {
+		return nil, "", p.errAt(mf.value, name+".match", "%s requests are safe and never gated; gate the request that changes something (POST, PUT, PATCH, DELETE)", a.route.method)
 	}
-	path = path[strings.IndexByte(path, '/'):] // a pattern may start with a host
-	for _, rp := range reserved {
-		if strings.HasPrefix(path, rp) {
-			return nil, p.errAt(mf.value, name+".match", "%s is the gateway's own route", rp)
-		}
+	if err := reservedPath(a.route); err != nil {
+		return nil, "", p.errAt(mf.value, name+".match", "%v", err)
 	}
-	wildcards := map[string]bool{}
-	for _, w := range wildcardRE.FindAllStringSubmatch(path, -1) {
-		if w[1] != "$" {
-			wildcards[w[1]] = true
-		}
-	}
+	a.route.action, a.route.line = a, n.Line
+	wildcards := a.route.wildcards()
 	if kf, ok := m["kind"]; ok {
 		if a.kind, err = p.str(kf, name+".kind"); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if !kindRE.MatchString(a.kind) {
-			return nil, p.errAt(kf.value, name+".kind", "want a short label of lower-case letters, digits and _ such as exchange (a metrics label, never an ID), got %q", a.kind)
+			return nil, "", p.errAt(kf.value, name+".kind", "want a short label of lower-case letters, digits and _ such as exchange (a metrics label, never an ID), got %q", a.kind)
 		}
 	}
 	if df, ok := m["describe"]; ok {
-		return a, p.describedAction(a, m, df, name)
+		return a, muxPattern, p.describedAction(a, m, df, name)
 	}
 	for _, k := range []string{"describe_timeout", "describe_headers"} {
 		if f, ok := m[k]; ok {
-			return nil, p.errAt(f.key, name+"."+k, "only with describe")
+			return nil, "", p.errAt(f.key, name+"."+k, "only with describe")
 		}
 	}
 	kf, ok := m["key"]
 	if !ok {
-		return nil, p.errAt(n, name+".key", "missing; the action's key, such as exchange:{path.order} (or describe: a URL on the upstream)")
+		return nil, "", p.errAt(n, name+".key", "missing; the action's key, such as exchange:{path.order} (or describe: a URL on the upstream)")
 	}
 	if a.key, err = p.template(kf, name+".key", wildcards); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if len(a.key.parts) == 0 {
-		return nil, p.errAt(kf.value, name+".key", "empty")
+		return nil, "", p.errAt(kf.value, name+".key", "empty")
 	}
 	sf, ok := m["summary"]
 	if !ok {
-		return nil, p.errAt(n, name+".summary", "missing; the terms in plain words for the person approving, such as Exchange order {path.order} for size {form.size}.")
+		return nil, "", p.errAt(n, name+".summary", "missing; the terms in plain words for the person approving, such as Exchange order {path.order} for size {form.size}.")
 	}
 	if a.summary, err = p.template(sf, name+".summary", wildcards); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	tf, ok := m["terms"]
 	if !ok {
-		return nil, p.errAt(n, name+".terms", "missing; a mapping of everything the action depends on, such as size: \"{form.size}\"")
+		return nil, "", p.errAt(n, name+".terms", "missing; a mapping of everything the action depends on, such as size: \"{form.size}\"")
 	}
 	if tf.value.Kind != yaml.MappingNode {
-		return nil, p.errAt(tf.value, name+".terms", "want a mapping (terms are a JSON object), got %s", describeNode(tf.value))
+		return nil, "", p.errAt(tf.value, name+".terms", "want a mapping (terms are a JSON object), got %s", describeNode(tf.value))
 	}
 	if a.terms, err = p.terms(tf.value, name+".terms", wildcards); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if lf, ok := m["lifetime"]; ok {
 		if a.lifetime, err = p.duration(lf, name+".lifetime"); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	return a, nil
+	a.fields = readsOf([]*template{a.key, a.summary}, a.terms)
+	if a.reads("form") && a.reads("json") {
+		return nil, "", p.errAt(n, name, "reads both {form.…} and {json.…}: a request's body is a form or JSON, not both")
+	}
+	return a, muxPattern, nil
 }
 
 func (p *parser) describedAction(a *action, m map[string]field, df field, name string) error {

@@ -40,7 +40,7 @@ func TestConfigErrors(t *testing.T) {
 		{"chrome header file missing", goodHead + "chrome:\n  footer_file: no-such-footer.html\n", "gateway.yaml:7: chrome.footer_file:"},
 		{"actions not a list", goodHead + "actions: {}\n", "gateway.yaml:6: actions: want a list"},
 		{"no match", goodHead + "actions:\n  - key: x\n", "gateway.yaml:7: actions[0].match: missing"},
-		{"match without method", goodHead + "actions:\n  - match: /orders/{id}\n", "gateway.yaml:7: actions[0].match: want a method and a path pattern"},
+		{"match without method", goodHead + "actions:\n  - match: /orders/{id}\n", "gateway.yaml:7: actions[0].match: want a method and a path"},
 		{"GET is never gated", goodHead + "actions:\n  - match: GET /orders/{id}\n", "gateway.yaml:7: actions[0].match: GET requests are safe"},
 		{"the gateway's own route", goodHead + "actions:\n  - match: POST /poppy/join\n", "gateway.yaml:7: actions[0].match: /poppy/join is the gateway's own route"},
 		{"bad pattern", goodHead + "actions:\n  - match: POST /orders/{id\n    key: k\n    summary: s\n    terms: {a: b}\n", "gateway.yaml:7: actions[0].match:"},

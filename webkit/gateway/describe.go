@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -75,9 +74,9 @@ type asker struct {
 	client   *http.Client
 	logger   *slog.Logger
 	kit      *webkit.Kit
-	// identityPrefix starts the identity headers, never taken from a
-	// client.
-	identityPrefix string
+	// identity signs the describe request with the Session's identity,
+	// as it does the requests to the upstream.
+	identity *upstreamIdentity
 }
 
 // described is the upstream's answer, handed to the Gate's describe in
@@ -145,16 +144,16 @@ func (k *asker) wrap(gated http.Handler) http.Handler {
 func (k *asker) ask(r *http.Request, body []byte, s webkit.Session) (*described, error) {
 	dr := describeRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Headers: map[string][]string{},
 		Session: describeSession{Agent: s.Agent, User: s.User, Account: s.Account}}
-	for _, w := range wildcardRE.FindAllStringSubmatch(k.a.pattern, -1) {
-		if v := r.PathValue(w[1]); v != "" && w[1] != "$" {
+	for w := range k.a.route.wildcards() {
+		if v := r.PathValue(w); v != "" {
 			if dr.PathValues == nil {
 				dr.PathValues = map[string]string{}
 			}
-			dr.PathValues[w[1]] = v
+			dr.PathValues[w] = v
 		}
 	}
 	for _, h := range append([]string{"Content-Type"}, k.a.describeHeaders...) {
-		if strings.HasPrefix(h, k.identityPrefix) {
+		if n := strings.ToLower(strings.ReplaceAll(h, "_", "-")); strings.HasPrefix(n, strings.ToLower(k.identity.prefix)) {
 			continue // a client's: forged; the Session is in "session"
 		}
 		if vs := r.Header.Values(h); len(vs) > 0 {
@@ -188,6 +187,7 @@ func (k *asker) ask(r *http.Request, body []byte, s webkit.Session) (*described,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	k.identity.set(req, s.Owner(), true)
 	res, err := k.client.Do(req)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
@@ -263,27 +263,7 @@ func (k *asker) unavailable(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusServiceUnavailable)
-	ch := k.kit.Chrome
-	var b strings.Builder
-	b.WriteString("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
-	title := "Not available right now"
-	if ch.SiteName != "" {
-		title += " · " + ch.SiteName
-	}
-	fmt.Fprintf(&b, "<title>%s</title><link rel=\"stylesheet\" href=\"/_opsgate/opsgate.css\">", html.EscapeString(title))
-	for _, s := range ch.Stylesheets {
-		fmt.Fprintf(&b, "<link rel=\"stylesheet\" href=\"%s\">", html.EscapeString(s))
-	}
-	b.WriteString("</head><body>")
-	io.WriteString(w, b.String())
-	if ch.Header != nil {
-		ch.Header.Render(r.Context(), w)
-	}
-	io.WriteString(w, `<main class="opsgate-card"><h1>Not available right now</h1><p>The website could not check this request just now, so nothing was done. Try again in a moment.</p></main>`)
-	if ch.Footer != nil {
-		ch.Footer.Render(r.Context(), w)
-	}
-	io.WriteString(w, "</body></html>\n")
+	writePage(w, r, k.kit.Chrome, "Not available right now", "The website could not check this request just now, so nothing was done. Try again in a moment.")
 }
 
 // wantsJSON reports whether a script sent r: it asks for JSON over HTML,

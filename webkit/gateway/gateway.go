@@ -41,6 +41,7 @@ type Gateway struct {
 	adminAddr       string
 	admin           http.Handler
 	shutdownTimeout time.Duration
+	timeouts        timeouts
 	logger          *slog.Logger
 	closers         []func() error
 	adminState
@@ -73,7 +74,7 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	g := &Gateway{listen: c.listen, adminAddr: c.admin, shutdownTimeout: c.shutdown, logger: logger}
+	g := &Gateway{listen: c.listen, adminAddr: c.admin, shutdownTimeout: c.shutdown, logger: logger, timeouts: c.timeouts}
 
 	var kit *webkit.Kit
 	if len(c.keys) == 0 {
@@ -136,45 +137,53 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 	}
 
 	origin, _ := url.Parse(c.origin)
+	id := &upstreamIdentity{prefix: c.identityPrefix, key: c.identityKey, on: c.identityOn, kit: kit, now: time.Now}
+	if c.identityKey == nil {
+		logger.Warn("opsgate-gateway: no identity_key_env: the identity headers are not signed, so the website can trust them only if nothing but the gateway reaches it")
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.ResponseHeaderTimeout = c.timeouts.upstream
+	transport.IdleConnTimeout = c.timeouts.idle
 	proxy := &httputil.ReverseProxy{
+		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// Rewrite has already dropped the client's X-Forwarded-*
-			// headers: the upstream gets only the gateway's.
+			// headers (and the router every spelling of them): the
+			// upstream gets only the gateway's.
 			pr.SetURL(c.upstream)
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Forwarded-Host", origin.Host)
 			pr.Out.Header.Set("X-Forwarded-Proto", origin.Scheme)
 			dropGatewayCookies(pr.Out.Header)
-			identityHeaders(c.identityPrefix, kit, pr.In, pr.Out.Header)
+			o, ok := id.owner(pr.In)
+			id.set(pr.Out, o, ok)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			upstreamFailed(logger, w, r, err)
+			upstreamFailed(logger, w, r, err, c.timeouts.upstream)
 		},
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("/", proxy) // what no action matches goes to the upstream untouched
+	rt := newRouter(c, kit, logger, proxy)
 	for _, a := range c.actions {
 		var h http.Handler
 		if a.describe != nil {
-			ask := &asker{a: a, upstream: c.upstream, client: client, logger: logger, kit: kit, identityPrefix: c.identityPrefix}
+			ask := &asker{a: a, upstream: c.upstream, client: client, logger: logger, kit: kit, identity: id}
 			h = ask.wrap(kit.Gate(describedByUpstream)(proxy))
 		} else {
 			h = kit.Gate(a.describeFunc())(proxy)
 		}
-		if err := register(mux, a.pattern, h); err != nil { // Parse checked it: never
-			g.Close()
-			return nil, fmt.Errorf("%s:%d: match: %w", c.file, a.line, err)
-		}
+		rt.handle(a, h)
 	}
 	poppy, err := newPoppyJSON(m, c.upstream, client, logger)
 	if err != nil {
 		g.Close()
 		return nil, fmt.Errorf("%s: %w", c.file, err)
 	}
-	site := m.Handler(mux)
+	site := m.Handler(rt)
+	bodyTimeout := c.timeouts.body
 	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bodyDeadline(w, r, bodyTimeout)
 		if r.URL.Path == poppyJSONPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 			poppy.ServeHTTP(w, r)
 			return
@@ -221,20 +230,18 @@ func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, *redis.Client,
 
 // describeFunc is the Gate's describe of an action the config describes:
 // the key, terms and summary built from the request's path, query, form
-// and JSON body.
+// and JSON body, read strictly (readRequest).
 func (a *action) describeFunc() webkit.Describe {
-	needForm := a.key.uses("form") || a.summary.uses("form") || a.terms.uses("form")
-	needJSON := a.key.uses("json") || a.summary.uses("json") || a.terms.uses("json")
 	return func(r *http.Request) (webkit.Action, error) {
 		var body []byte
-		if (needForm || needJSON) && r.Body != nil {
+		if (a.reads("form") || a.reads("json") || a.reads("query")) && r.Body != nil {
 			b, err := io.ReadAll(r.Body) // the Gate's copy: it restores it for the upstream
 			if err != nil {
 				return webkit.Action{}, fmt.Errorf("the request body could not be read")
 			}
 			body = b
 		}
-		d, err := readRequest(r, body, needForm, needJSON)
+		d, err := readRequest(r, body, a.fields)
 		if err != nil {
 			return webkit.Action{}, err
 		}
@@ -274,9 +281,11 @@ func dropGatewayCookies(h http.Header) {
 // upstreamFailed answers a request the upstream did not answer. A request
 // that never reached it (the connection was refused) performed nothing:
 // an approved repeat is then not performed, rather than of unknown
-// outcome (§7). Any other failure may have reached it: the Gate holds the
-// 502 back and answers that the outcome is not known yet (W142).
-func upstreamFailed(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+// outcome (§7). Any other failure may have reached it, an answer that did
+// not come within timeouts.upstream among them: the Gate holds the 502
+// back and answers that the outcome is not known yet (W142), never that
+// it failed.
+func upstreamFailed(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error, upstreamTimeout time.Duration) {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		webkit.SetOutcome(r, store.NotDone)
@@ -284,6 +293,9 @@ func upstreamFailed(logger *slog.Logger, w http.ResponseWriter, r *http.Request,
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		logger.LogAttrs(r.Context(), slog.LevelInfo, "opsgate-gateway: the browser left before the upstream answered",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	} else if isTimeout(err) || strings.Contains(err.Error(), "timeout awaiting response headers") {
+		logger.LogAttrs(r.Context(), slog.LevelWarn, "opsgate-gateway: the upstream did not answer in time (timeouts.upstream)",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("timeout", upstreamTimeout.String()), slog.String("error", err.Error()))
 	} else {
 		logger.LogAttrs(r.Context(), slog.LevelWarn, "opsgate-gateway: the upstream did not answer",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))

@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"crypto"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -13,41 +16,152 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
 // Signed in (§4 W54): a join with an access token that the configured
 // issuer's keys verify binds the browser to the account, and the gateway
-// tells the upstream whom a joined browser is for in identity headers,
-// which it strips from every client request first, so that no browser can
-// forge them.
+// tells the upstream whom a request is for in identity headers: on the
+// approved repeat, the operation's owner (identity_on: approved, the
+// default), or on every request of an agent's browser, its Session's
+// (identity_on: joined). With identity_key_env it signs them, with the
+// method, the path and the time, so that the upstream can check they
+// come from the gateway (README.md "Who the request is for").
+//
+// No client can forge them: the gateway first removes from every request
+// each header a website could read as one of its own, whatever its case,
+// with _ for - (WSGI, Rack, PHP and CGI servers read X_Opsgate_Account as
+// X-Opsgate-Account), and the proxy headers a website may trust for the
+// client's address, host or URL.
 
 // defaultIdentityPrefix starts the identity headers' names.
 const defaultIdentityPrefix = "X-Opsgate-"
 
-// identityHeaders sets the identity headers of a request to the upstream:
-// none a client sent; the Session's, for a browser joined to one and
-// handled as it (not one with the site's own login, §4 W56).
-func identityHeaders(prefix string, kit *webkit.Kit, in *http.Request, out http.Header) {
-	for name := range out {
-		if len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix) {
-			delete(out, name)
+// proxyHeaders are the headers, in lower case, through which a proxy
+// tells a website about the client or the URL: only the gateway sets
+// them (it sets X-Forwarded-For, -Host and -Proto). Any X-Forwarded-…
+// is one too.
+var proxyHeaders = map[string]bool{
+	"forwarded": true, "x-real-ip": true, "x-client-ip": true, "client-ip": true, "x-cluster-client-ip": true,
+	"true-client-ip": true, "cf-connecting-ip": true, "fastly-client-ip": true, "x-proxyuser-ip": true,
+	"x-envoy-external-address": true, "x-original-url": true, "x-original-uri": true, "x-rewrite-url": true,
+	"x-original-host": true, "x-original-method": true, "x-host": true, "x-http-host": true, "x-url-scheme": true,
+	"x-scheme": true, "front-end-https": true, "x-arr-ssl": true, "x-original-forwarded-for": true,
+}
+
+// headerStrip removes from a client's request the headers the website
+// must hear from the gateway alone.
+type headerStrip struct {
+	prefix   string          // the identity prefix in lower case, "x-opsgate-"
+	override map[string]bool // override headers, lower case: true when the upstream honours it (method_override)
+}
+
+func newHeaderStrip(prefix string, overrides []string) headerStrip {
+	hs := headerStrip{prefix: strings.ToLower(prefix), override: map[string]bool{}}
+	for _, h := range overrideHeaders {
+		hs.override[strings.ToLower(h)] = slices.Contains(overrides, h)
+	}
+	return hs
+}
+
+// clean removes the identity, proxy and override headers from h, as a
+// website may read their names: case folded, _ for -. An override header
+// the upstream honours stays, spelled with - alone.
+func (hs headerStrip) clean(h http.Header) {
+	for name := range h {
+		n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+		honoured, isOverride := hs.override[n]
+		switch {
+		case strings.HasPrefix(n, hs.prefix), proxyHeaders[n], strings.HasPrefix(n, "x-forwarded-"):
+		case isOverride && (!honoured || strings.Contains(name, "_")):
+		default:
+			continue
+		}
+		delete(h, name)
+	}
+}
+
+// identity sets the identity headers of a request to the upstream, and
+// signs them.
+type upstreamIdentity struct {
+	prefix string
+	key    []byte // nil: unsigned
+	on     string // identity_on
+	kit    *webkit.Kit
+	now    func() time.Time
+}
+
+// owner is whom r is for, as the upstream is told: the owner of the
+// operation being performed (the approved repeat, §6 W96), or with
+// identity_on: joined the Session of a browser handled as it.
+func (id *upstreamIdentity) owner(r *http.Request) (store.Owner, bool) {
+	if c, ok := webkit.ClaimOf(r); ok {
+		return c.Owner, true
+	}
+	if id.on != identityOnJoined {
+		return store.Owner{}, false
+	}
+	s, joined := id.kit.Sessions.SessionOf(r)
+	if !joined || (id.kit.OwnLogin != nil && id.kit.OwnLogin(r, s)) {
+		return store.Owner{}, false
+	}
+	return s.Owner(), true
+}
+
+// set puts o (none when !ok) in out's identity headers, and the
+// signature over them, out's method and path, and the time.
+func (id *upstreamIdentity) set(out *http.Request, o store.Owner, ok bool) {
+	h := out.Header
+	for name := range h { // none but the gateway's
+		if len(name) >= len(id.prefix) && strings.EqualFold(strings.ReplaceAll(name[:len(id.prefix)], "_", "-"), id.prefix) {
+			delete(h, name)
 		}
 	}
-	s, joined := kit.Sessions.SessionOf(in)
-	if !joined || (kit.OwnLogin != nil && kit.OwnLogin(in, s)) {
+	if ok {
+		h.Set(id.prefix+"Agent", o.Agent)
+		h.Set(id.prefix+"User", o.User)
+		if o.Account != "" {
+			h.Set(id.prefix+"Account", o.Account)
+		}
+	} else {
+		o = store.Owner{}
+	}
+	if id.key == nil {
 		return
 	}
-	out.Set(prefix+"Agent", s.Agent)
-	out.Set(prefix+"User", s.User)
-	if s.Account != "" {
-		out.Set(prefix+"Account", s.Account)
+	path := out.URL.EscapedPath()
+	if path == "" {
+		path = "/"
 	}
+	ts := strconv.FormatInt(id.now().Unix(), 10)
+	h.Set(id.prefix+"Timestamp", ts)
+	h.Set(id.prefix+"Signature", signIdentity(id.key, ts, out.Method, path, o))
+}
+
+// signIdentity is the signature of the identity headers: "v1=" and the
+// hex HMAC-SHA256, keyed with the secret, of the lines
+//
+//	v1
+//	<timestamp: Unix seconds>
+//	<method>
+//	<path, as in the request line, without the query>
+//	<agent>
+//	<user>
+//	<account>
+//
+// joined by "\n", each "" when the header is absent.
+func signIdentity(key []byte, ts, method, path string, o store.Owner) string {
+	mac := hmac.New(sha256.New, key)
+	io.WriteString(mac, strings.Join([]string{"v1", ts, method, path, o.Agent, o.User, o.Account}, "\n"))
+	return "v1=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 // How the issuer's JWKS is fetched.

@@ -34,7 +34,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, len(servers))
 	for i, s := range servers {
-		s.ReadHeaderTimeout = 10 * time.Second
+		s.ReadHeaderTimeout = g.timeouts.header
+		s.IdleTimeout = g.timeouts.idle
 		s.ErrorLog = slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn)
 		ln, err := net.Listen("tcp", s.Addr)
 		if err != nil {
