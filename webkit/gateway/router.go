@@ -101,6 +101,15 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if m, values := rt.actions.lookup(method, p); m != nil {
 		setPathValues(r, values)
+		if a := m.action; a.describe == nil {
+			// The terms only from an unambiguous request: checked here
+			// too, before the Gate (whose describe reads the same), so
+			// that a page gets a page.
+			if _, err := readRequest(r, body, a.fields); err != nil {
+				rt.refuse(w, r, http.StatusBadRequest, "ambiguous_terms", err.Error())
+				return
+			}
+		}
 		rt.gated[m].ServeHTTP(w, r)
 		return
 	}
@@ -182,9 +191,6 @@ func (rt *router) method(r *http.Request, body []byte) (string, error) {
 	if len(fields) > 0 && !honoursField {
 		return "", fmt.Errorf("the body holds %s, which websites such as Rails and Laravel read as the request's method; the gateway's config does not say this website does (method_override), so an agent's browser may not send it", overrideField)
 	}
-	if r.Method != http.MethodPost {
-		return r.Method, nil // every convention overrides a POST alone
-	}
 	var over []string
 	for _, h := range rt.c.overrides {
 		if h != overrideField {
@@ -195,6 +201,10 @@ func (rt *router) method(r *http.Request, body []byte) (string, error) {
 	switch {
 	case len(over) == 0:
 		return r.Method, nil
+	case r.Method != http.MethodPost:
+		// Rack, Symfony and Express override a POST alone, Hono any
+		// method but GET: websites disagree.
+		return "", fmt.Errorf("a %s that names another method (method override): websites read it in different ways", r.Method)
 	case len(over) > 1:
 		return "", errors.New("the request names its method more than once (method override)")
 	}

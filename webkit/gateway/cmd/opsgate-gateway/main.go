@@ -37,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("opsgate-gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "opsgate-gateway.yaml", "the config file")
-	check := fs.Bool("check-config", false, "read and check the config file, connect to its store, and exit")
+	check := fs.Bool("check-config", false, "read and check the config file, connect to its store, print what agents' browsers may do, and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer g.Close()
 	if *check {
 		fmt.Fprintln(stdout, *path+": ok")
+		fmt.Fprint(stdout, c.AgentRules())
 		return nil
 	}
 	return g.Run(ctx)

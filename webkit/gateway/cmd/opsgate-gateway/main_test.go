@@ -27,8 +27,15 @@ actions:
     summary: "Cancel order {path.order}."
 `), 0o644)
 	var out, errs bytes.Buffer
-	if err := run(context.Background(), []string{"-config", good, "-check-config"}, &out, &errs); err != nil || out.String() != good+": ok\n" {
+	if err := run(context.Background(), []string{"-config", good, "-check-config"}, &out, &errs); err != nil || !strings.HasPrefix(out.String(), good+": ok\n") {
 		t.Fatalf("%v %q %s", err, out.String(), errs.String())
+	}
+	// What agents' browsers may do: the gated action with its line, and
+	// the refusal of every other unsafe request.
+	for _, want := range []string{"gated (line 6): POST /orders/{order}/cancel", "refused (403): every other POST", "on the approved repeat alone"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-check-config does not say %q:\n%s", want, out.String())
+		}
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("origin: https://shop.example\nupstream: http://127.0.0.1:3000\nactions:\n  - match: POST /orders/{order}/cancel\n    key: \"cancel:{path.id}\"\n"), 0o644)
