@@ -56,6 +56,17 @@ class Shop < Sinatra::Base
   end
 end
 
+# WEBrick writes a response's head and body apart: without TCP_NODELAY
+# each answer waits on the client's delayed ACK.
+module NoDelay
+  def accept_client(svr)
+    sock = super
+    sock&.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+    sock
+  end
+end
+WEBrick::GenericServer.prepend(NoDelay)
+
 server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: (ARGV[0] || 0).to_i, DoNotReverseLookup: true,
                                  Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
 server.mount "/", Rack::Handler::WEBrick, Shop
