@@ -86,16 +86,6 @@ func parseTemplate(s string, wildcards map[string]bool) (template, error) {
 	return t, nil
 }
 
-// uses reports whether t reads from src.
-func (t template) uses(src string) bool {
-	for _, p := range t.parts {
-		if p.src == src {
-			return true
-		}
-	}
-	return false
-}
-
 // single reports whether t is one placeholder and nothing else: its value
 // keeps its JSON type in terms.
 func (t template) single() bool { return len(t.parts) == 1 && t.parts[0].src != "" }
@@ -488,24 +478,4 @@ func (t *termsTree) build(d *requestData) any {
 		return l
 	}
 	return t.lit
-}
-
-func (t *termsTree) uses(src string) bool {
-	switch t.kind {
-	case treeTemplate:
-		return t.tmpl.uses(src)
-	case treeObject:
-		for _, v := range t.object {
-			if v.uses(src) {
-				return true
-			}
-		}
-	case treeList:
-		for _, v := range t.list {
-			if v.uses(src) {
-				return true
-			}
-		}
-	}
-	return false
 }
