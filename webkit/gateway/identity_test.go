@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,17 +24,34 @@ import (
 func TestIdentityHeaders(t *testing.T) {
 	up := newShop(t)
 	site := startGateway(t, shopConfig, up.srv.URL)
-	forged := http.Header{"X-Opsgate-Account": {"acct_victim"}, "x-opsgate-user": {"usr_victim"}, "X-OPSGATE-AGENT": {"https://evil.example"}}
+	// Every spelling a website may read as an identity or proxy header:
+	// case, and _ for - (WSGI, Rack, PHP and CGI servers).
+	forged := http.Header{"X-Opsgate-Account": {"acct_victim"}, "x-opsgate-user": {"usr_victim"}, "X-OPSGATE-AGENT": {"https://evil.example"},
+		"X_Opsgate_Account": {"acct_victim"}, "X_OPSGATE_SIGNATURE": {"v1=00"}, "x_opsgate-timestamp": {"1"},
+		"X-Real-Ip": {"10.0.0.1"}, "X_Real_IP": {"10.0.0.1"}, "X-Original-Url": {"/admin"}, "X-Rewrite-Url": {"/admin"},
+		"X-Forwarded-Prefix": {"/evil"}, "X_Forwarded_Host": {"evil.example"}, "Forwarded": {"for=10.0.0.1"}, "True-Client-Ip": {"10.0.0.1"}}
+	spoofed := func(t *testing.T, h http.Header) {
+		t.Helper()
+		for name, v := range h {
+			n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+			switch {
+			case strings.HasPrefix(n, "x-opsgate-") && (name != http.CanonicalHeaderKey(name) || slices.Contains(v, "acct_victim") || slices.Contains(v, "usr_victim")):
+				t.Errorf("the upstream got %s: %v", name, v)
+			case n == "x-real-ip" || n == "x-original-url" || n == "x-rewrite-url" || n == "x-forwarded-prefix" || n == "forwarded" || n == "true-client-ip":
+				t.Errorf("the upstream got %s: %v", name, v)
+			case n == "x-forwarded-host" && (len(v) != 1 || v[0] != "shop.example"):
+				t.Errorf("the upstream got %s: %v", name, v)
+			}
+		}
+	}
 
 	t.Run("an ordinary browser's forged headers never reach the upstream", func(t *testing.T) {
 		b := site.Browser()
 		b.Header = forged
 		b.Get("/orders")
-		for name := range up.lastHeader() {
-			if strings.HasPrefix(strings.ToLower(name), "x-opsgate-") {
-				t.Errorf("the upstream got %s", name)
-			}
-		}
+		spoofed(t, up.lastHeader())
+		b.PostForm("/orders/ord_4/exchange", url.Values{"size": {"M"}})
+		spoofed(t, up.lastHeader())
 	})
 	t.Run("by default a joined browser's requests say nothing but on the approved repeat", func(t *testing.T) {
 		_, b := join(t, site)
@@ -56,6 +74,7 @@ func TestIdentityHeaders(t *testing.T) {
 			t.Fatalf("continue: %d %s", again.StatusCode, again.Body)
 		}
 		h := up.lastHeader()
+		spoofed(t, h)
 		if h.Get("X-Opsgate-User") != "usr_1" || !strings.HasPrefix(h.Get("X-Opsgate-Agent"), "https://") || h.Get("X-Opsgate-Agent") == "https://evil.example" {
 			t.Errorf("identity headers %v", h)
 		}
