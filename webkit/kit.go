@@ -58,9 +58,25 @@ type Kit struct {
 	Sessions Sessions
 	// OwnLogin reports whether the browser has a login of the website's own
 	// that its join did not give it. Such a browser is not handled as the
-	// Session and gets the website's own approval flow: the wrapped handler
-	// (§4 W56). nil: no browser has one.
+	// Session: it gets the website's own approval flow (§4 W56). nil: no
+	// browser has one.
+	//
+	// By default the Gate never calls the handler for a gated request of
+	// such a browser, as if a person had clicked: it hands the request to
+	// Kit.Refused with FailureReason ErrOwnLogin, whose default answer (403)
+	// tells the person to confirm the action on the website itself. A
+	// website answers ErrOwnLogin with its own approval flow (a
+	// confirmation page that asks the person), or says that its gated
+	// handlers are that flow with OwnFlowInHandler.
 	OwnLogin func(r *http.Request, s Session) bool
+	// OwnFlowInHandler says that the gated handlers themselves are the
+	// website's own approval flow for a browser with its own login
+	// (OwnLogin): they never perform a gated action for that login without
+	// the person's confirmation on the website, such as a confirmation
+	// page that asks for the password again (webkit/SECURITY.md). The Gate
+	// then hands such requests straight to the handler (W56). false, the
+	// default: the Gate refuses them with ErrOwnLogin.
+	OwnFlowInHandler bool
 	// Clock is the time, of the Gate and of the join cookies; nil is
 	// time.Now. Tests move it instead of sleeping.
 	Clock func() time.Time
@@ -107,6 +123,13 @@ type Kit struct {
 	//	                      performing; never say the action failed (W142)
 	//	ErrRateLimited        429: too many operations wait for approval
 	//	                      (RULES.md "Bounded work")
+	//	ErrJoinInvalid        403: the browser's join cookie can't be
+	//	                      accepted (expired, or made with other keys);
+	//	                      the page says to join again. Nothing was done.
+	//	ErrOwnLogin           403: the browser has the website's own login
+	//	                      (OwnLogin): the website's own approval flow
+	//	                      answers; the kit's page says to confirm the
+	//	                      action on the website. Nothing was done (W56).
 	Refused http.Handler
 
 	// maxBodyBytes, when set (by tests), replaces defaultMaxBody.
@@ -133,6 +156,15 @@ var (
 	ErrBusy              = errors.New("webkit: the operation is being performed")
 	ErrOutcomeUnknown    = errors.New("webkit: the action's outcome is not known yet")
 	ErrRateLimited       = errors.New("webkit: too many operations wait for approval")
+	// ErrJoinInvalid: the browser carries a join cookie that this server
+	// can't accept (expired, or made with keys it doesn't have). It was
+	// joined to a Session, so its gated request is neither an ordinary
+	// browser's nor performed: it must join again.
+	ErrJoinInvalid = errors.New("webkit: the browser's join can't be accepted: join again")
+	// ErrOwnLogin: the browser has a login of the website's own
+	// (Kit.OwnLogin), so it gets the website's own approval flow, not an
+	// operation (§4 W56), and the Gate does not perform the action for it.
+	ErrOwnLogin = errors.New("webkit: the browser has the website's own login: confirm on the website")
 )
 
 // errBodyTooLarge is a gated request body over defaultMaxBody: 413.

@@ -176,6 +176,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s.kit.Clock = cfg.Clock
 	s.kit.Logger = cfg.Logger
 	s.kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { return s.ownLogin(r) != "" }
+	// §4 W56: the shop's gated handlers are its own approval flow for that
+	// login: each sends the browser to the confirmation page (ownflow.go),
+	// which performs only with the password again and a single-use token.
+	s.kit.OwnFlowInHandler = true
 	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
 	}
