@@ -38,7 +38,11 @@ const (
 // Kit is a website's configuration of operations on its web pages
 // (§4 "Websites", §6 "Websites"; see RULES.md). Build it with [New], the
 // only way: New fills in working defaults; change its exported fields
-// before serving. A Kit is safe for concurrent use once it serves.
+// before serving. A Kit is safe for concurrent use once it serves. The
+// Gate, and the endpoint and join that endpoint.NewMount builds, read
+// Store, StoreTimeout, Clock, Logger and Observer from the Kit whenever
+// they use them: one Kit, whether a field is set before or after
+// NewMount.
 //
 // A Kit that can't work fails loudly when the website is wired, before
 // any request is served: endpoint.NewMount returns why (keys New refused,
@@ -84,8 +88,7 @@ type Kit struct {
 	// Poppy-Session, Authorization, the join cookie or a request body.
 	Logger *slog.Logger
 	// Observer sees what the Gate, the status route, the endpoint and the
-	// join do, and each store step's latency; nil observes nothing. Set it before endpoint.NewMount,
-	// which hands it to the endpoint. See
+	// join do, and each store step's latency; nil observes nothing. See
 	// webkit/metrics/prometheus and webkit/metrics/otel; for spans,
 	// webkit/tracing/otel, an Observer with the metrics one behind it.
 	Observer Observer
@@ -331,6 +334,8 @@ func init() {
 	kitlink.Routes = func(k any) http.Handler { return k.(*Kit).routes() }
 	kitlink.Check = func(k any) error { return k.(*Kit).check() }
 	kitlink.BasePath = func(k any) string { return k.(*Kit).basePath() }
+	kitlink.Store = func(k any) store.Store { return k.(*Kit).store() }
+	kitlink.Now = func(k any) time.Time { return k.(*Kit).now() }
 	kitlink.JoinHandler = func(k any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
 		return k.(*Kit).joinHandler(url, v, tokens)
 	}
