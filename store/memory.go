@@ -915,6 +915,9 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{Result: Replayed}, nil
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
+	// What the approval adds is bounded in bytes: a long input_type or
+	// reference is kept as absent, never refused (§6).
+	approval.InputType, approval.Reference = storekit.KeptMembers(approval.InputType, approval.Reference)
 	var id string
 	var op *memOperation
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -186,5 +187,37 @@ var _ = add("W72 a revision sent after a later one was stored doesn't become the
 	rec := e.status(signedIn, l.Ref, at(7*time.Minute), store.Approved)
 	if rec.Current.Revision != l.Operation.Revision {
 		t.Errorf("current revision %s after the older M was approved, want L's %s", rec.Current.Revision, l.Operation.Revision)
+	}
+})
+
+// ---- What an approval adds is bounded in bytes (webkit/RULES.md "Bounded work") ----
+
+var _ = add("W82 W83 an input_type or reference beyond its bound is kept as absent, never refused", func(t *testing.T, e *env) {
+	a := action(t, "exchange:ord_long", `{"size":"M"}`)
+	is := e.noClaim(signedIn, a, at(0))
+	ap := approvalOf(is.Operation)
+	ap.InputType = strings.Repeat("x", 7000)
+	ap.Reference = strings.Repeat("r", storekit.MaxKeptReference+1)
+	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.Recorded)
+	rec := e.status(signedIn, is.Ref, at(time.Second), store.Approved)
+	if len(rec.Approvals) != 1 || rec.Approvals[0].InputType != "" || rec.Approvals[0].Reference != "" {
+		t.Errorf("the approval keeps %+v, want no input_type or reference", rec.Approvals)
+	}
+	e.finish(e.claim(signedIn, a, at(2*time.Second)), store.Done, at(2*time.Second))
+	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
+	wantEntries(t, got, storekit.EntryRecorded, storekit.EntryClaimed, storekit.EntryPerformed)
+	for _, en := range got {
+		if en.Approval.InputType != "" || en.Approval.Reference != "" {
+			t.Errorf("%s entry keeps an input_type of %d bytes and a reference of %d", en.What, len(en.Approval.InputType), len(en.Approval.Reference))
+		}
+	}
+	// At the bounds, kept whole.
+	b := action(t, "exchange:ord_bound", `{"size":"M"}`)
+	bi := e.noClaim(signedIn, b, at(0))
+	ap = approvalOf(bi.Operation)
+	ap.InputType, ap.Reference = strings.Repeat("t", storekit.MaxInputType), strings.Repeat("r", storekit.MaxKeptReference)
+	e.wantRecord(signedIn, bi.Ref, ap, at(time.Second), store.Recorded)
+	if rec := e.status(signedIn, bi.Ref, at(time.Second), store.Approved); rec.Approvals[0].InputType != ap.InputType || rec.Approvals[0].Reference != ap.Reference {
+		t.Errorf("at the bounds the approval keeps %+v", rec.Approvals[0])
 	}
 })
