@@ -27,14 +27,6 @@ var approvalShapes = []struct {
 		func(i int) string { return fmt.Sprintf("%010d", i) + strings.Repeat("r", storekit.MaxKeptReference-10) }},
 }
 
-// approveAndPerform takes n operations through an approval each, its
-// claim and its performance, as the endpoint and the Gate make them: the
-// approval and its audit entries (recorded, claimed, performed) are what
-// the store keeps for a day.
-func approveAndPerform(tb testing.TB, st Store, n int, inputType, reference func(int) string) {
-	approveN(tb, st, n, inputType, reference, true)
-}
-
 // approveN records n approvals, each of its own operation, and performs
 // them when perform is set.
 func approveN(tb testing.TB, st Store, n int, inputType, reference func(int) string, perform bool) {
