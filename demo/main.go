@@ -79,8 +79,10 @@ type options struct {
 	tlsCert, tlsKey             string
 	allowLocal                  bool
 	allowLocalSet               bool
+	trustedProxies              []netip.Prefix
 	customerPassword, staffCred string
-	customerNote, staffNote     string
+	// What the banner shows of each: a random one, or that it was given.
+	customerShown, staffShown string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -96,8 +98,20 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.allowLocal, "allow-local", false, "demo mode: accept agents on localhost over plain http, and turn off the check that keeps the shop from fetching loopback, private and link-local addresses for an agent's client_id; default on only when the shop's origin and its listener are both loopback")
 	fs.StringVar(&o.customerPassword, "customer-password", os.Getenv("DEMO_CUSTOMER_PASSWORD"), "the demo customer's password for the shop's own login (env DEMO_CUSTOMER_PASSWORD); default a random one, printed once at start")
 	fs.StringVar(&o.staffCred, "staff-credential", os.Getenv("DEMO_STAFF_CREDENTIAL"), "the staff credential for the admin page "+shop.PathAdmin+" (env DEMO_STAFF_CREDENTIAL); default a random one, printed once at start")
+	proxies := fs.String("trusted-proxy", os.Getenv("TRUSTED_PROXY"), "comma-separated addresses or CIDRs of the reverse proxies in front of the shop, such as 127.0.0.1 (env TRUSTED_PROXY): behind one, a client's network (its budget of sandboxes and of wrong passwords) is read from X-Forwarded-For")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	for _, p := range strings.FieldsFunc(*proxies, func(r rune) bool { return r == ',' || r == ' ' }) {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			a, aerr := netip.ParseAddr(p)
+			if aerr != nil {
+				return o, fmt.Errorf("-trusted-proxy %q: not an address or a CIDR", p)
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		o.trustedProxies = append(o.trustedProxies, pfx)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -113,13 +127,17 @@ func parseFlags(args []string) (options, error) {
 	if o.metricsAddr != "" && !o.metrics {
 		return o, errors.New("-metrics-addr with -metrics=false: choose one")
 	}
+	// A secret given by flag or environment is never printed: the banner
+	// goes to stdout, which a service manager keeps in its journal. Only a
+	// random one, which nobody could know otherwise, is shown once.
+	o.customerShown, o.staffShown = "(set by -customer-password or DEMO_CUSTOMER_PASSWORD; not shown)", "(set by -staff-credential or DEMO_STAFF_CREDENTIAL; not shown)"
 	if o.customerPassword == "" {
 		o.customerPassword = rand.Text()
-		o.customerNote = "  (random, this run only; -customer-password sets one)"
+		o.customerShown = o.customerPassword + "  (random, this run only; -customer-password sets one)"
 	}
 	if o.staffCred == "" {
 		o.staffCred = rand.Text()
-		o.staffNote = "  (random, this run only; -staff-credential sets one)"
+		o.staffShown = o.staffCred + "  (random, this run only; -staff-credential sets one)"
 	}
 	if o.staffCred == o.customerPassword {
 		return o, errors.New("the staff credential must not be the customer's password")
@@ -228,6 +246,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 
 		CustomerPassword: o.customerPassword,
 		StaffCredential:  o.staffCred,
+		TrustedProxies:   o.trustedProxies,
 	})
 	if err != nil {
 		if !allowLocal && strings.HasPrefix(base, "http://") {
@@ -262,19 +281,19 @@ Point an agent at it:
   operations      %[1]s%[4]s   (the operations endpoint)
   demo token      %[1]s%[5]s   DEMO ONLY: POST client_id=<your client_id>&account=acct_demo
                   for an access token for the demo account, to make a signed-in join.
-  %[13]s
+  %[11]s
 
 The shop's own login (people, not agents): %[1]s/signin
-  customer password  %[8]s%[9]s
+  customer password  %[8]s
   Each action on that login is confirmed on the shop's page with the password.
-Staff only:  %[1]s%[10]s   (operations whose outcome is not known)
-  staff credential   %[11]s%[12]s
+Staff only:  %[1]s%[9]s   (operations whose outcome is not known)
+  staff credential   %[10]s
 
 Store: %[6]s
 %[7]sStop with Ctrl-C.
 
 `, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(o.metrics, metricsURL),
-		o.customerPassword, o.customerNote, shop.PathAdmin, o.staffCred, o.staffNote, localLine)
+		o.customerShown, shop.PathAdmin, o.staffShown, localLine)
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),

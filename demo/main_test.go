@@ -133,6 +133,10 @@ func TestDemoServesTLSWithStaffCredential(t *testing.T) {
 	if strings.Contains(banner, "(random") {
 		t.Errorf("the banner says a credential is random though both were given:\n%s", banner)
 	}
+	// Given by flag: never printed (the banner goes to the journal).
+	if strings.Contains(banner, staff) || strings.Contains(banner, customer) || !strings.Contains(banner, "not shown") {
+		t.Errorf("the banner prints a secret given by flag:\n%s", banner)
+	}
 
 	client := &http.Client{
 		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
@@ -220,6 +224,23 @@ func TestDemoServesTLSWithStaffCredential(t *testing.T) {
 			t.Errorf("the customer's sign-in over TLS: %d %+v", res.StatusCode, res.Cookies())
 		}
 	})
+}
+
+// Secrets given through the environment, as demo/DEPLOY.md's systemd unit
+// gives them, are never printed: the unit sends the banner to the journal.
+func TestBannerPrintsNoSecretFromTheEnvironment(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	const staff, customer = "staff-from-the-environment-7Qm", "customer-from-the-environment-3Kd"
+	t.Setenv("DEMO_STAFF_CREDENTIAL", staff)
+	t.Setenv("DEMO_CUSTOMER_PASSWORD", customer)
+	banner := startDemo(t, "-addr", "127.0.0.1:0")
+	if strings.Contains(banner, staff) || strings.Contains(banner, customer) {
+		t.Errorf("the banner prints a secret given through the environment:\n%s", banner)
+	}
+	if !strings.Contains(banner, "set by -staff-credential or DEMO_STAFF_CREDENTIAL; not shown") ||
+		!strings.Contains(banner, "set by -customer-password or DEMO_CUSTOMER_PASSWORD; not shown") {
+		t.Errorf("the banner doesn't say where the secrets came from:\n%s", banner)
+	}
 }
 
 // -allow-local turns the kit's dial-time address check off, so it is off
@@ -347,5 +368,16 @@ func TestDemoOnDeployRedis(t *testing.T) {
 	}
 	if out := logs.String(); strings.Contains(out, "can't promise") || strings.Contains(out, "level=ERROR") {
 		t.Errorf("the demo on DEPLOY.md's Redis warns about the store:\n%s", out)
+	}
+}
+
+// -trusted-proxy reads addresses and CIDRs, and refuses anything else.
+func TestTrustedProxyFlag(t *testing.T) {
+	o, err := parseFlags([]string{"-trusted-proxy", "127.0.0.1, 10.0.0.0/8,::1"})
+	if err != nil || len(o.trustedProxies) != 3 || o.trustedProxies[0].String() != "127.0.0.1/32" || o.trustedProxies[1].String() != "10.0.0.0/8" || o.trustedProxies[2].String() != "::1/128" {
+		t.Fatalf("%v %v", o.trustedProxies, err)
+	}
+	if _, err := parseFlags([]string{"-trusted-proxy", "proxy.example"}); err == nil {
+		t.Error("a host name was taken as a proxy's address")
 	}
 }

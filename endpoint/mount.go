@@ -10,8 +10,9 @@
 //
 // The endpoint never performs anything: it records approvals, and the Gate
 // (package webkit) performs the action when the browser repeats its
-// request. It takes its store, clock, logger, observer and store timeout
-// from the Kit, so a website sets each of them once, on the Kit.
+// request. It reads its store, clock, logger, observer and store timeout
+// from the Kit whenever it uses them, as the Gate does, so a website sets
+// each of them once, on the Kit, before or after NewMount.
 package endpoint
 
 import (
@@ -26,10 +27,10 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/siteverify"
-	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -68,8 +69,9 @@ type Config struct {
 	// Name is the Company's name in poppy.json; "" leaves it out.
 	Name string
 	// Kit is the website's Kit, built by webkit.New. Required. The
-	// endpoint takes the Kit's Store, Clock, Logger, Observer and
-	// StoreTimeout.
+	// endpoint and the join use the Kit's Store, Clock, Logger, Observer
+	// and StoreTimeout, read from the Kit on every request, as the Gate
+	// reads them: a field changed after NewMount is used by all of them.
 	Kit *webkit.Kit
 	// Resolver loads agents' keys; nil is a new identity.Resolver (with
 	// AllowLocal when AllowLocal is set).
@@ -161,15 +163,18 @@ func NewMount(c Config) (*Mount, error) {
 		poppyJSONPath: defaultPoppyJSONPath,
 	}
 
+	// One Kit: the Mount reads the Kit's Store, StoreTimeout, Clock,
+	// Logger and Observer when it uses them, as the Gate does, so that a
+	// field set after NewMount is the one both use (issue 34).
+	now := func() time.Time { return kitlink.Now(kit) }
 	resolver := c.Resolver
 	if resolver == nil {
-		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: kit.Clock}
+		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: now}
 	}
 	// The jti check is a store call like the others: it has the kit's
 	// StoreTimeout, so a stalled store answers 503 in bounded time, and the
 	// Observer sees it (the join's use_once step).
-	replay := storewrap.Observe(storewrap.WithTimeout(kit.Store, kit.StoreTimeout), kit.Observer)
-	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: replay, Clock: kit.Clock, AcceptAgent: c.AcceptAgent}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: kitReplay{kit}, Clock: now, AcceptAgent: c.AcceptAgent}
 	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	if c.Decline != nil {
 		m.endpoint.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {
@@ -196,6 +201,13 @@ func NewMount(c Config) (*Mount, error) {
 	}
 	m.poppyJSON = append(m.poppyJSON, '\n')
 	return m, nil
+}
+
+// kitReplay is the Kit's store, as it is when a jti is checked.
+type kitReplay struct{ kit *webkit.Kit }
+
+func (r kitReplay) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	return kitlink.Store(r.kit).UseOnce(ctx, key, until, now)
 }
 
 // checkOrigin returns the origin in its canonical form (lower-case scheme

@@ -457,12 +457,20 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 		// operation while neither the action's (performed and marked ka)
 		// nor the one computed is remembered; the caller gets it sealed in
 		// its ref, and its first approval stores it. Terms too long for a
-		// ref, or a lifetime beyond the retention, are stored.
+		// ref, or a lifetime beyond the retention, are stored. So is one
+		// whose revision could still be approved after the epoch's turn,
+		// under the operation_id computed now: the requests after the turn
+		// then find it, and the action keeps one operation_id across the
+		// turn (W19, W20; computed.Crosses).
+		storeAs := ""
 		if c, ok := m.computable(owner, ak.id, action, now); ok {
 			k := m.sealerLocked()
 			c.ID = k.ID(slot, c)
 			if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
-				return computedIssued(k, slot, c), nil
+				if !computed.Crosses(now, c.Expires, m.retention()) {
+					return computedIssued(k, slot, c), nil
+				}
+				storeAs = c.ID
 			}
 		}
 		if m.overAll(now) {
@@ -471,14 +479,24 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 		if m.overCaps(owner, slot) {
 			return TakeResult{}, ErrRateLimited
 		}
+		if storeAs != "" {
+			if old, ok := m.ops.get(memKey{slot, storeAs}); ok { // forgotten by now, not swept yet
+				m.expiry.remove(&old.timer)
+				m.dropOp(memKey{slot, storeAs})
+				a, _ = m.actions.get(ak)
+			}
+		}
 		if a == nil {
 			a = &memAction{}
 			m.actions.put(ak, a)
 		}
-		a.current = storekit.NewOperationID()
+		a.current = storeAs
+		if storeAs == "" {
+			a.current = storekit.NewOperationID()
+		}
 		m.opened(slot, owner.Agent, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: cloneOwner(owner), action: ak, ka: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
+		op = &memOperation{owner: cloneOwner(owner), action: ak, ka: storeAs == "", computed: storeAs != "", memPending: &memPending{revisions: make(map[string]*memRevision)}}
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -540,6 +558,22 @@ func reusable(r *memRevision, action TakeRequest, now time.Time) bool {
 func (op *memOperation) add(r *memRevision) {
 	op.revisions[r.op.Revision] = r
 	op.order = append(op.order, r.op.Revision)
+	op.capRevisions()
+}
+
+// addBefore keeps r as a revision of the operation without making it the
+// current one: a revision returned earlier than the current one (a
+// computed ref sent after its operation was stored), which must not make
+// Lookup name it instead of the current one (W72, §6 check 3).
+func (op *memOperation) addBefore(r *memRevision) {
+	op.revisions[r.op.Revision] = r
+	op.order = slices.Insert(op.order, max(len(op.order)-1, 0), r.op.Revision)
+	op.capRevisions()
+}
+
+// capRevisions drops the oldest never-approved revision but the current
+// one beyond memMaxRevisions.
+func (op *memOperation) capRevisions() {
 	if len(op.order) > memMaxRevisions {
 		for i, rev := range op.order[:len(op.order)-1] {
 			if !op.revisions[rev].approved {
@@ -881,6 +915,9 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 		return RecordReply{Result: Replayed}, nil
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
+	// What the approval adds is bounded in bytes: a long input_type or
+	// reference is kept as absent, never refused (§6).
+	approval.InputType, approval.Reference = storekit.KeptMembers(approval.InputType, approval.Reference)
 	var id string
 	var op *memOperation
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
@@ -1033,9 +1070,17 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 	revision.op.Terms = bytes.Clone(c.Terms)
 	if op := m.op(slot, c.ID, now); op != nil {
 		// Stored already: an open one gets the ref's revision if it does
-		// not keep it (W20).
-		if op.state == memOpen && op.revisions[rev] == nil {
-			op.add(revision)
+		// not keep it (W20), unless it has expired: an expired revision
+		// fails check 3 whatever the operation keeps, and must never
+		// become its current one, which would make a live operation read
+		// as expired (§6 check 3, W72, W101). It becomes the current one
+		// only if it lives at least as long as the current one.
+		if op.state == memOpen && op.revisions[rev] == nil && !now.After(c.Expires) {
+			if cur := op.revisions[op.current()]; cur != nil && cur.op.ExpiresAt.After(c.Expires) {
+				op.addBefore(revision)
+			} else {
+				op.add(revision)
+			}
 			m.keep(op, c.Expires)
 		}
 		return c.ID, op, ""

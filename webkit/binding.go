@@ -91,7 +91,9 @@ func (c *CookieSessions) boundElsewhere(r *http.Request, s Session) bool {
 	if securecookie.DecodeMulti(c.boundName(), ck.Value, &m, c.codecs...) != nil || m.Digest == "" {
 		return false
 	}
-	if age := c.now().Sub(time.Unix(m.JoinedAt, 0)); age < -time.Minute || age > c.maxAge() {
+	// As the join cookie's: never refused for a join "in the future" (a
+	// server whose clock is ahead made it), kept joinSkew past its end.
+	if c.now().After(time.Unix(m.JoinedAt, 0).Add(c.maxAge() + joinSkew)) {
 		return false
 	}
 	return m.Digest != bindingDigest(s.Agent, s.User)

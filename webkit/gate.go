@@ -66,11 +66,16 @@ var ErrNotGated = errors.New("webkit: request not gated")
 // Gate returns middleware that asks for approval before the handler performs
 // an action (§4 "Websites", §6 "Websites", §7):
 //
-//   - A request from a browser not joined to a Session, or one with a login
-//     of the website's own (Kit.OwnLogin), goes straight to the handler,
-//     whatever its method (W07, W56).
+//   - A request from a browser not joined to a Session goes straight to
+//     the handler, whatever its method (W07).
 //   - describe says which action the request asks for; ErrNotGated passes
 //     it through.
+//   - A browser whose join cookie this server can't accept (expired,
+//     made with other keys) is not an ordinary one: its gated request gets
+//     ErrJoinInvalid (403, join again), never the handler.
+//   - A browser with a login of the website's own (Kit.OwnLogin) gets the
+//     website's own approval flow (W56): ErrOwnLogin, unless
+//     Kit.OwnFlowInHandler says the handler is that flow.
 //   - A Session that did not declare operations v3 gets extension_required
 //     (W11); a website with its own approval flow serves it from Kit.Refused
 //     when FailureReason is ErrExtensionRequired (W12).
@@ -98,15 +103,25 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 			// its children.
 			r, sp := spans.Begin(r, k.Observer, "opsgate.gate", spans.Labels{Route: routeGate})
 			defer sp.End(spans.Labels{}, nil)
-			s, unbound, joined := k.bindingOf(r)
-			if !joined { // an ordinary browser: no store, no body read (W07)
+			s, unbound, st := k.bindingOf(r)
+			switch {
+			case st == bindNone: // an ordinary browser: no store, no body read (W07)
 				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_joined"})
 				next.ServeHTTP(w, r)
 				return
-			}
-			if k.OwnLogin != nil && k.OwnLogin(r, s) { // §4 W56: own approval flow
-				k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "own_login"})
-				next.ServeHTTP(w, r)
+			case st == bindUnusable:
+				// Joined, but its join cookie can't be accepted here
+				// (expired, made with other keys, another server's clock
+				// far off): never an ordinary browser on a gated route.
+				k.refuseGated(w, r, describe, next, ErrJoinInvalid, "join_invalid")
+				return
+			case k.OwnLogin != nil && k.OwnLogin(r, s): // §4 W56: the website's own approval flow
+				if k.OwnFlowInHandler { // the handler is that flow, the website says
+					k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "own_login"})
+					next.ServeHTTP(w, r)
+					return
+				}
+				k.refuseGated(w, r, describe, next, ErrOwnLogin, "own_flow")
 				return
 			}
 			k.serveSession(w, r, s, unbound, describe, next)
@@ -114,23 +129,38 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 	}
 }
 
-// serveSession handles a request from a browser handled as Session s (§4
-// W54, W55). unbound, when not "", is the key of the marker that says
-// Unbind ended the browser's binding (CookieSessions).
-func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, unbound string, describe Describe, next http.Handler) {
+// refuseGated answers a request the Gate must not hand to the handler as
+// it is, nor as the Session's (a join cookie it can't accept, or the
+// website's own login, W56): when describe gates it, Kit.Refused answers
+// with reason (the Observer sees outcome); a request describe does not
+// gate goes to next, as any other.
+func (k *Kit) refuseGated(w http.ResponseWriter, r *http.Request, describe Describe, next http.Handler, reason error, outcome string) {
+	act, _, ok := k.described(w, r, describe, next)
+	if !ok {
+		return
+	}
+	k.observe(r.Context(), Event{Route: routeGate, Outcome: outcome, Kind: act.kind()})
+	k.refuse(w, r, reason, nil)
+}
+
+// described reads r's body and asks describe which action r asks for. It
+// answers r itself and reports false when describe does not gate it (next
+// serves it) or it can't be read (400, 413); otherwise the body is
+// restored for the handler, and returned for Continue.
+func (k *Kit) described(w http.ResponseWriter, r *http.Request, describe Describe, next http.Handler) (Action, []byte, bool) {
 	body, err := k.sentBody(r)
 	if errors.Is(err, errBodySpent) {
 		k.bodySpent(w, r)
-		return
+		return Action{}, nil, false
 	}
 	if err != nil {
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		if errors.Is(err, errBodyTooLarge) {
 			pages.WriteTooLarge(w)
-			return
+			return Action{}, nil, false
 		}
 		pages.WriteBadRequest(w, "the request body could not be read")
-		return
+		return Action{}, nil, false
 	}
 	restoreBody(r, body)
 	act, err := describe(r)
@@ -138,18 +168,31 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 	if errors.Is(err, ErrNotGated) {
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_gated"})
 		next.ServeHTTP(w, r)
-		return
+		return Action{}, nil, false
 	}
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		pages.WriteBadRequest(w, err.Error())
+		return Action{}, nil, false
+	}
+	return act, body, true
+}
+
+// serveSession handles a request from a browser handled as Session s (§4
+// W54, W55). unbound, when not "", is the key of the marker that says
+// Unbind ended the browser's binding (CookieSessions).
+func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, unbound string, describe Describe, next http.Handler) {
+	act, body, ok := k.described(w, r, describe, next)
+	if !ok {
 		return
 	}
-	// A copy of a join cookie that Unbind ended is no binding: the browser
-	// is an ordinary one, and an ordinary browser's request goes to the
-	// handler (§4 W07), as with an expired cookie. Asked only now, so that
+	// A copy of a join cookie that Unbind ended is no binding: the website
+	// ended the Session's binding (a sign-out), so the browser is an
+	// ordinary one, and an ordinary browser's request goes to the handler
+	// (§4 W07). (A cookie that merely expired, or that this server can't
+	// read, is refused instead: ErrJoinInvalid.) Asked only now, so that
 	// a request the Gate doesn't gate costs no store read; and, when the
 	// store can, by Take in its own step (storekit.MarkedInTake), so that
 	// it costs no round trip of its own. When the store can't say,
@@ -212,14 +255,19 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 
 // bindingOf returns the Session r's browser is joined to, as
 // Kit.Sessions.SessionOf does, but leaves to unbound the check that Unbind
-// did not end a CookieSessions binding: unbound is its marker's key.
-func (k *Kit) bindingOf(r *http.Request) (s Session, unbound string, joined bool) {
+// did not end a CookieSessions binding: unbound is its marker's key. st
+// says whether the browser is joined (bindOK), ordinary (bindNone), or
+// carries a join cookie this server can't accept (bindUnusable:
+// CookieSessions only).
+func (k *Kit) bindingOf(r *http.Request) (s Session, unbound string, st bindState) {
 	if c, ok := k.Sessions.(*CookieSessions); ok {
-		b, ok := c.current(r)
-		return b.session, b.unbound, ok
+		b, st := c.current(r)
+		return b.session, b.unbound, st
 	}
-	s, joined = k.Sessions.SessionOf(r)
-	return s, "", joined
+	if s, joined := k.Sessions.SessionOf(r); joined {
+		return s, "", bindOK
+	}
+	return Session{}, "", bindNone
 }
 
 // endedBinding checks, by a store step of its own, that Unbind did not

@@ -331,8 +331,10 @@ func testGateScenarios(t *testing.T, be backend) {
 	}{
 		{"W07 not joined, no approval → handler", notJoined, noApproval, "", false, want{200, false, "handler", 1}},
 		{"W07 not joined, someone's approval → handler, store untouched", notJoined, matching, "", false, want{200, false, "handler", 1}},
-		{"W56 own login → own flow (handler)", ownLogin, noApproval, "text/html", false, want{200, false, "handler", 1}},
-		{"W56 own login with an approval → own flow (handler)", ownLogin, matching, "", false, want{200, false, "handler", 1}},
+		{"W56 own login → the kit's page: confirm on the site", ownLogin, noApproval, "text/html", false, want{403, false, "html", 0}},
+		{"W56 own login, a script → confirmation_required", ownLogin, noApproval, "application/json", false, want{403, false, "json", 0}},
+		{"W56 own login with an approval → never performed", ownLogin, matching, "", false, want{403, false, "html", 0}},
+		{"W56 own login → the site's own flow (Refused)", ownLogin, matching, "text/html", true, want{200, false, "other:text/plain", 1}},
 		{"W11 W12 no extension → extension_required", joinedNoExt, noApproval, "text/html", false, want{403, false, "json", 0}},
 		{"W13 v2 → extension_required", joinedV2, noApproval, "application/json", false, want{403, false, "json", 0}},
 		{"W12 no extension, own flow → the site's flow from Refused", joinedNoExt, noApproval, "", true, want{200, false, "other:text/plain", 1}},
@@ -353,9 +355,9 @@ func testGateScenarios(t *testing.T, be backend) {
 			t.Parallel()
 			c := newClock()
 			e := newGateEnv(t, be.make(t), c)
-			if tt.ownFlow { // W12: the site's own flow, from the one refusal handler
+			if tt.ownFlow { // W12, W56: the site's own flow, from the one refusal handler
 				e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if !errors.Is(FailureReason(r), ErrExtensionRequired) {
+					if !errors.Is(FailureReason(r), ErrExtensionRequired) && !errors.Is(FailureReason(r), ErrOwnLogin) {
 						e.kit.Refuse(w, r)
 						return
 					}
@@ -429,14 +431,21 @@ func testGateScenarios(t *testing.T, be backend) {
 			if tt.want.kind == "json" && tt.want.status == 403 && !tt.want.op {
 				var body map[string]string
 				json.Unmarshal(rec.Body.Bytes(), &body)
-				if body["error"] != "extension_required" || body["extension"] != "operations" { // W12
+				if tt.browser == ownLogin {
+					if body["error"] != "confirmation_required" || body["message"] == "" { // W56
+						t.Errorf("body = %s", rec.Body)
+					}
+				} else if body["error"] != "extension_required" || body["extension"] != "operations" { // W12
 					t.Errorf("body = %s", rec.Body)
 				}
 			}
 			if tt.want.kind == "json" && tt.want.op && strings.TrimSpace(rec.Body.String()) != `{"error":"approval_required"}` { // W66
 				t.Errorf("body = %s", rec.Body)
 			}
-			if tt.want.kind == "html" && !strings.Contains(rec.Body.String(), "waiting for your approval in your personal agent") { // W65
+			if tt.want.kind == "html" && tt.browser == ownLogin && !strings.Contains(rec.Body.String(), "Confirm the action on the site yourself") { // W56
+				t.Errorf("own-flow page text missing")
+			}
+			if tt.want.kind == "html" && tt.browser != ownLogin && !strings.Contains(rec.Body.String(), "waiting for your approval in your personal agent") { // W65
 				t.Errorf("waiting page text missing")
 			}
 			if tt.want.runs == 1 && tt.setup == matching && tt.browser != notJoined && tt.browser != ownLogin {

@@ -38,7 +38,11 @@ const (
 // Kit is a website's configuration of operations on its web pages
 // (§4 "Websites", §6 "Websites"; see RULES.md). Build it with [New], the
 // only way: New fills in working defaults; change its exported fields
-// before serving. A Kit is safe for concurrent use once it serves.
+// before serving. A Kit is safe for concurrent use once it serves. The
+// Gate, and the endpoint and join that endpoint.NewMount builds, read
+// Store, StoreTimeout, Clock, Logger and Observer from the Kit whenever
+// they use them: one Kit, whether a field is set before or after
+// NewMount.
 //
 // A Kit that can't work fails loudly when the website is wired, before
 // any request is served: endpoint.NewMount returns why (keys New refused,
@@ -58,9 +62,25 @@ type Kit struct {
 	Sessions Sessions
 	// OwnLogin reports whether the browser has a login of the website's own
 	// that its join did not give it. Such a browser is not handled as the
-	// Session and gets the website's own approval flow: the wrapped handler
-	// (§4 W56). nil: no browser has one.
+	// Session: it gets the website's own approval flow (§4 W56). nil: no
+	// browser has one.
+	//
+	// By default the Gate never calls the handler for a gated request of
+	// such a browser, as if a person had clicked: it hands the request to
+	// Kit.Refused with FailureReason ErrOwnLogin, whose default answer (403)
+	// tells the person to confirm the action on the website itself. A
+	// website answers ErrOwnLogin with its own approval flow (a
+	// confirmation page that asks the person), or says that its gated
+	// handlers are that flow with OwnFlowInHandler.
 	OwnLogin func(r *http.Request, s Session) bool
+	// OwnFlowInHandler says that the gated handlers themselves are the
+	// website's own approval flow for a browser with its own login
+	// (OwnLogin): they never perform a gated action for that login without
+	// the person's confirmation on the website, such as a confirmation
+	// page that asks for the password again (webkit/SECURITY.md). The Gate
+	// then hands such requests straight to the handler (W56). false, the
+	// default: the Gate refuses them with ErrOwnLogin.
+	OwnFlowInHandler bool
 	// Clock is the time, of the Gate and of the join cookies; nil is
 	// time.Now. Tests move it instead of sleeping.
 	Clock func() time.Time
@@ -68,8 +88,7 @@ type Kit struct {
 	// Poppy-Session, Authorization, the join cookie or a request body.
 	Logger *slog.Logger
 	// Observer sees what the Gate, the status route, the endpoint and the
-	// join do, and each store step's latency; nil observes nothing. Set it before endpoint.NewMount,
-	// which hands it to the endpoint. See
+	// join do, and each store step's latency; nil observes nothing. See
 	// webkit/metrics/prometheus and webkit/metrics/otel; for spans,
 	// webkit/tracing/otel, an Observer with the metrics one behind it.
 	Observer Observer
@@ -107,6 +126,13 @@ type Kit struct {
 	//	                      performing; never say the action failed (W142)
 	//	ErrRateLimited        429: too many operations wait for approval
 	//	                      (RULES.md "Bounded work")
+	//	ErrJoinInvalid        403: the browser's join cookie can't be
+	//	                      accepted (expired, or made with other keys);
+	//	                      the page says to join again. Nothing was done.
+	//	ErrOwnLogin           403: the browser has the website's own login
+	//	                      (OwnLogin): the website's own approval flow
+	//	                      answers; the kit's page says to confirm the
+	//	                      action on the website. Nothing was done (W56).
 	Refused http.Handler
 
 	// maxBodyBytes, when set (by tests), replaces defaultMaxBody.
@@ -133,6 +159,15 @@ var (
 	ErrBusy              = errors.New("webkit: the operation is being performed")
 	ErrOutcomeUnknown    = errors.New("webkit: the action's outcome is not known yet")
 	ErrRateLimited       = errors.New("webkit: too many operations wait for approval")
+	// ErrJoinInvalid: the browser carries a join cookie that this server
+	// can't accept (expired, or made with keys it doesn't have). It was
+	// joined to a Session, so its gated request is neither an ordinary
+	// browser's nor performed: it must join again.
+	ErrJoinInvalid = errors.New("webkit: the browser's join can't be accepted: join again")
+	// ErrOwnLogin: the browser has a login of the website's own
+	// (Kit.OwnLogin), so it gets the website's own approval flow, not an
+	// operation (§4 W56), and the Gate does not perform the action for it.
+	ErrOwnLogin = errors.New("webkit: the browser has the website's own login: confirm on the website")
 )
 
 // errBodyTooLarge is a gated request body over defaultMaxBody: 413.
@@ -299,6 +334,8 @@ func init() {
 	kitlink.Routes = func(k any) http.Handler { return k.(*Kit).routes() }
 	kitlink.Check = func(k any) error { return k.(*Kit).check() }
 	kitlink.BasePath = func(k any) string { return k.(*Kit).basePath() }
+	kitlink.Store = func(k any) store.Store { return k.(*Kit).store() }
+	kitlink.Now = func(k any) time.Time { return k.(*Kit).now() }
 	kitlink.JoinHandler = func(k any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
 		return k.(*Kit).joinHandler(url, v, tokens)
 	}

@@ -42,8 +42,11 @@ const (
 // Event is one answer of the kit. Outcome and Reason come from the fixed
 // sets below; Kind is the action's kind at the Gate.
 //
-// Gate outcomes: "passed" (Reason "not_joined", "own_login", "not_gated":
-// the handler ran without the kit), "waiting" (403 with a
+// Gate outcomes: "passed" (Reason "not_joined", "own_login" with
+// Kit.OwnFlowInHandler, "not_gated": the handler ran without the kit),
+// "join_invalid" (403: a join cookie this server can't accept, nothing
+// run), "own_flow" (403, or the website's own flow in Kit.Refused: a
+// browser with the website's own login, W56), "waiting" (403 with a
 // ref: the operation was issued or reused), "performed", "not_performed",
 // "unknown" (an approval was used up and the handler's outcome was that),
 // "busy" and "unavailable" (503, nothing performed), "rate_limited" (429:

@@ -13,8 +13,8 @@ type failureKey struct{}
 
 // FailureReason returns why the Gate refused r, for Kit.Refused, or nil
 // outside a refusal. It wraps one of ErrApprovalRequired,
-// ErrExtensionRequired, ErrStoreUnavailable, ErrBusy, ErrOutcomeUnknown
-// and ErrRateLimited; compare with errors.Is.
+// ErrExtensionRequired, ErrStoreUnavailable, ErrBusy, ErrOutcomeUnknown,
+// ErrRateLimited, ErrJoinInvalid and ErrOwnLogin; compare with errors.Is.
 func FailureReason(r *http.Request) error {
 	err, _ := r.Context().Value(failureKey{}).(error)
 	return err
@@ -52,7 +52,8 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *pa
 // refusedStatus is the status the Gate answers reason with.
 func refusedStatus(reason error) int {
 	switch {
-	case errors.Is(reason, ErrApprovalRequired), errors.Is(reason, ErrExtensionRequired):
+	case errors.Is(reason, ErrApprovalRequired), errors.Is(reason, ErrExtensionRequired),
+		errors.Is(reason, ErrJoinInvalid), errors.Is(reason, ErrOwnLogin):
 		return http.StatusForbidden
 	case errors.Is(reason, ErrRateLimited):
 		return http.StatusTooManyRequests
@@ -88,6 +89,10 @@ func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v 
 		pages.WriteOutcomeUnknown(w, r, k.retryAfter(), page)
 	case errors.Is(reason, ErrRateLimited):
 		pages.WriteRateLimited(w, r, k.retryAfter(), page)
+	case errors.Is(reason, ErrJoinInvalid):
+		pages.WriteJoinInvalid(w, r, page)
+	case errors.Is(reason, ErrOwnLogin):
+		pages.WriteOwnLogin(w, r, page)
 	default: // ErrStoreUnavailable, ErrBusy
 		pages.WriteUnavailable(w, r, k.retryAfter(), page)
 	}

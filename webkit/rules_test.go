@@ -87,7 +87,7 @@ func citations(t *testing.T, root string) (built, proven map[string][]string) {
 			return nil
 		}
 		into := built
-		if strings.HasSuffix(name, "_test.go") {
+		if strings.HasSuffix(name, "_test.go") || isSuite(rel) {
 			into = proven
 		}
 		for _, id := range ruleID.FindAllString(string(b), -1) {
@@ -106,6 +106,44 @@ func citations(t *testing.T, root string) (built, proven map[string][]string) {
 		}
 	}
 	return built, proven
+}
+
+// suites are the folders whose Go files are test cases, though not named
+// _test.go: the store conformance suite every store runs from its own
+// tests (storetest.Run). A rule they cite is proven there.
+var suites = []string{"store/storetest/"}
+
+// isSuite reports whether rel (slash-separated, from the repository's
+// root) is a file of a conformance suite.
+func isSuite(rel string) bool {
+	for _, dir := range suites {
+		if strings.HasPrefix(rel, dir) && strings.HasSuffix(rel, ".go") {
+			return true
+		}
+	}
+	return false
+}
+
+// The suites listed above still exist and hold test cases, so that the
+// rules they prove are never listed as built there, nor as unproven.
+func TestRulesSuitesAreSuites(t *testing.T) {
+	for _, dir := range suites {
+		files, err := filepath.Glob(filepath.Join("..", filepath.FromSlash(dir), "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("suite %s: no Go files (%v)", dir, err)
+		}
+		cases := 0
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases += strings.Count(string(b), "*testing.T")
+		}
+		if cases == 0 {
+			t.Errorf("suite %s holds no test cases", dir)
+		}
+	}
 }
 
 // fileList is a "built in" or "proven by" cell: the first five files,

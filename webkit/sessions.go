@@ -108,7 +108,21 @@ type cookieSession struct {
 	Account    string            `json:"account,omitempty"`
 	Extensions map[string]string `json:"ext,omitempty"`
 	JoinedAt   int64             `json:"joined"` // Unix seconds
+	// Expires is when the binding ends (Unix seconds), decided by the
+	// server that joined it: its clock plus MaxAge. A cookie without it
+	// (made before it was added) ends MaxAge after JoinedAt.
+	Expires int64 `json:"exp,omitempty"`
 }
+
+// joinSkew is how long after its expiry, on the clock of the server that
+// reads it, a join cookie is still a binding: the clocks of the web
+// servers sharing the cookie keys may disagree by that much. A cookie is
+// never refused for having been made "in the future" (on a server whose
+// clock is ahead). Whatever the skew, a browser whose join cookie a server
+// can't accept is never handled as an ordinary browser on a gated route:
+// the Gate refuses the request (ErrJoinInvalid), so too large a skew only
+// makes an agent join again sooner (webkit/DEPLOYING.md).
+const joinSkew = 5 * time.Minute
 
 // maxJoinCookie bounds the cookie value decoded (securecookie's own limit).
 const maxJoinCookie = 4096
@@ -178,10 +192,11 @@ func hasCookie(r *http.Request, name string) bool {
 // Unbind ended: for a cookie that reads as a binding it asks the Kit's
 // Store (in r's context) whether Unbind left its marker, and a store that
 // fails to answer makes it no binding too. (The Gate and the status route
-// answer 503 instead when the store fails.)
+// answer 503 instead when the store fails, and the Gate refuses a gated
+// request whose join cookie is there but can't be accepted: ErrJoinInvalid.)
 func (c *CookieSessions) SessionOf(r *http.Request) (Session, bool) {
-	b, ok := c.current(r)
-	if !ok {
+	b, st := c.current(r)
+	if st != bindOK {
 		return Session{}, false
 	}
 	if ended, err := c.ended(r.Context(), b); err != nil || ended {
@@ -190,21 +205,37 @@ func (c *CookieSessions) SessionOf(r *http.Request) (Session, bool) {
 	return b.session, true
 }
 
+// bindState is what a request's join cookie is.
+type bindState uint8
+
+const (
+	bindNone     bindState = iota // no join cookie: an ordinary browser
+	bindOK                        // a binding that has not expired
+	bindUnusable                  // a join cookie this server can't accept
+)
+
 // current returns the binding r's cookie carries when it is one that has
-// not expired, without asking whether Unbind ended it (ended does).
-func (c *CookieSessions) current(r *http.Request) (binding, bool) {
+// not expired, without asking whether Unbind ended it (ended does); and
+// bindUnusable for a join cookie that is there but is no binding here:
+// undecodable (forged, changed, or made with keys this server doesn't
+// have), incomplete, too long, or past its expiry by more than joinSkew.
+// Such a browser was joined to a Session, so it must not be handled as an
+// ordinary one on a gated route (the Gate refuses it: ErrJoinInvalid).
+func (c *CookieSessions) current(r *http.Request) (binding, bindState) {
 	if c == nil || !hasCookie(r, c.name()) {
-		return binding{}, false
+		return binding{}, bindNone
 	}
 	b, ok := c.read(r)
 	if !ok {
-		return binding{}, false
+		return binding{}, bindUnusable
 	}
-	// A minute of clock skew between web servers is forgiven.
-	if age := c.now().Sub(b.joined); age < -time.Minute || age > c.maxAge() {
-		return binding{}, false
+	// The expiry is the joining server's; this server's clock may be behind
+	// or ahead of it by up to joinSkew (never refused for a join time "in
+	// the future").
+	if c.now().After(b.expires.Add(joinSkew)) {
+		return binding{}, bindUnusable
 	}
-	return b, true
+	return b, bindOK
 }
 
 // ended reports whether Unbind ended b: whether its marker is in the
@@ -239,13 +270,18 @@ func (c *CookieSessions) read(r *http.Request) (binding, bool) {
 	if securecookie.DecodeMulti(c.name(), value, &cs, c.codecs...) != nil || cs.ID == "" || cs.Agent == "" || cs.User == "" {
 		return binding{}, false
 	}
+	joined := time.Unix(cs.JoinedAt, 0)
+	expires := joined.Add(c.maxAge()) // a cookie made before it carried its expiry
+	if cs.Expires != 0 {
+		expires = time.Unix(cs.Expires, 0)
+	}
 	b := binding{session: Session{
 		ID:         cs.ID,
 		Agent:      cs.Agent,
 		User:       cs.User,
 		Account:    cs.Account,
 		Extensions: cs.Extensions,
-	}, joined: time.Unix(cs.JoinedAt, 0), unbound: unboundKey(cs.Agent, cs.User, value)}
+	}, joined: joined, expires: expires, unbound: unboundKey(cs.Agent, cs.User, value)}
 	c.decoded.put(value, b)
 	return b, true
 }
@@ -289,7 +325,8 @@ func cookieValue(r *http.Request, name string) (string, bool) {
 type binding struct {
 	session Session
 	joined  time.Time
-	unbound string // the key of the marker Unbind leaves (unboundKey)
+	expires time.Time // decided by the server that joined it
+	unbound string    // the key of the marker Unbind leaves (unboundKey)
 }
 
 // decodedCookies remembers decoded join cookies by their exact value, in
@@ -340,13 +377,15 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 	case s.User == "":
 		return errors.New("webkit: bind: Session.User is empty")
 	}
+	now := c.now()
 	value, err := securecookie.EncodeMulti(c.name(), cookieSession{
 		ID:         s.ID,
 		Agent:      s.Agent,
 		User:       s.User,
 		Account:    s.Account,
 		Extensions: s.Extensions,
-		JoinedAt:   c.now().Unix(),
+		JoinedAt:   now.Unix(),
+		Expires:    now.Add(c.maxAge()).Unix(),
 	}, c.codecs...)
 	if err != nil {
 		return fmt.Errorf("webkit: bind: cookie %s: %w", c.name(), err)
@@ -357,20 +396,21 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 
 // Unbind removes the binding: the cookie and the kit join's binding
 // marker expire now, and, when r carries a join cookie that is a binding,
-// a marker in the Kit's Store says it ended, until the cookie would have
-// expired (joined + MaxAge): a copy of the cookie replayed later is no
-// binding. It returns an error when the store could not keep the marker;
+// a marker in the Kit's Store says it ended, until any server would
+// refuse the cookie (its expiry plus joinSkew): a copy of the cookie
+// replayed later is no binding. It returns an error when the store could not keep the marker;
 // the browser's cookies are expired all the same.
 func (c *CookieSessions) Unbind(w http.ResponseWriter, r *http.Request) error {
 	opts := c.options()
 	opts.MaxAge = -1
 	http.SetCookie(w, sessions.NewCookie(c.name(), "", opts))
 	c.unmarkBound(w)
-	b, ok := c.current(r)
-	if !ok || c.store == nil {
+	b, st := c.current(r)
+	if st != bindOK || c.store == nil {
 		return nil
 	}
-	if _, err := c.store().UseOnce(r.Context(), b.unbound, b.joined.Add(c.maxAge()), c.now()); err != nil {
+	// Kept as long as any server may still accept the cookie.
+	if _, err := c.store().UseOnce(r.Context(), b.unbound, b.expires.Add(joinSkew), c.now()); err != nil {
 		return fmt.Errorf("webkit: unbind: the store kept no marker, so a copy of the cookie still works until it expires: %w", err)
 	}
 	return nil

@@ -77,9 +77,9 @@ func TestCookieSessionsRefuses(t *testing.T) {
 		{"no cookie", c, nil, 0},
 		{"tampered", c, []*http.Cookie{&tampered}, 0},
 		{"other keys", other, []*http.Cookie{ck}, 0},
-		{"empty value", c, []*http.Cookie{{Name: joinCookieName, Value: ""}}, 0},
-		{"garbage", c, []*http.Cookie{{Name: joinCookieName, Value: "not-a-cookie"}}, 0},
-		{"past MaxAge on the clock", c, []*http.Cookie{ck}, defaultJoinMaxAge + time.Second},
+		{"empty value", c, []*http.Cookie{{Name: c.name(), Value: ""}}, 0},
+		{"garbage", c, []*http.Cookie{{Name: c.name(), Value: "not-a-cookie"}}, 0},
+		{"past its expiry and the skew on the clock", c, []*http.Cookie{ck}, defaultJoinMaxAge + joinSkew + time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,10 +88,53 @@ func TestCookieSessionsRefuses(t *testing.T) {
 			if s, ok := sessionOf(tt.c, tt.cookies...); ok {
 				t.Errorf("SessionOf = %+v, want none", s)
 			}
+			// A join cookie that is there but can't be accepted is not an
+			// ordinary browser's: the Gate refuses its gated requests.
+			r := httptest.NewRequest("GET", "/", nil)
+			for _, ck := range tt.cookies {
+				r.AddCookie(ck)
+			}
+			want := bindUnusable
+			if len(tt.cookies) == 0 {
+				want = bindNone
+			}
+			if _, st := tt.c.current(r); st != want {
+				t.Errorf("state %d, want %d", st, want)
+			}
 		})
 	}
 	if _, ok := sessionOf(c, ck); !ok {
 		t.Error("the good cookie no longer works")
+	}
+}
+
+// A join cookie's validity is its expiry, decided by the server that
+// joined it: a server whose clock is behind (the cookie's join time is
+// in its future) or ahead (by up to joinSkew past the expiry) still reads
+// it as the binding.
+func TestCookieSessionsSkew(t *testing.T) {
+	t.Parallel()
+	ahead, behind := newClock(), newClock()
+	ahead.Add(2 * time.Hour) // far more than any real skew: never refused for the future
+	joiner := newCookieSessions(testKeys...)
+	joiner.clock = ahead.Now
+	reader := newCookieSessions(testKeys...)
+	reader.clock = behind.Now
+	ck := bindCookie(t, joiner, sesOut)
+	if s, ok := sessionOf(reader, ck); !ok || s.ID != sesOut.ID {
+		t.Fatalf("joined on a server 2 h ahead: %+v %v, want the binding", s, ok)
+	}
+	// The reader's clock reaches the joiner's expiry, then passes it by
+	// less than the skew: still the binding.
+	behind.Add(2*time.Hour + defaultJoinMaxAge + joinSkew - time.Second)
+	if _, ok := sessionOf(reader, ck); !ok {
+		t.Fatal("refused within the skew after its expiry")
+	}
+	behind.Add(2 * time.Second)
+	r := httptest.NewRequest("GET", "/", nil)
+	r.AddCookie(ck)
+	if _, st := reader.current(r); st != bindUnusable {
+		t.Fatalf("past its expiry and the skew: state %d, want unusable", st)
 	}
 }
 

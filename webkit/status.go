@@ -100,8 +100,8 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
 		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
 	}
-	s, unbound, joined := k.bindingOf(r)
-	if !joined {
+	s, unbound, st := k.bindingOf(r)
+	if st != bindOK {
 		notFound()
 		return
 	}

@@ -144,7 +144,7 @@ func TestUnbindMarksUntilTheCookieExpires(t *testing.T) {
 	if err := unbind(ck); err != nil {
 		t.Fatal(err)
 	}
-	if want := t0.Add(defaultJoinMaxAge); len(st.until) != 1 || !st.until[0].Equal(want) {
+	if want := t0.Add(defaultJoinMaxAge + joinSkew); len(st.until) != 1 || !st.until[0].Equal(want) {
 		t.Fatalf("Unbind marked until %v, want once until %v", st.until, want)
 	}
 	if err := unbind(); err != nil || len(st.until) != 1 {

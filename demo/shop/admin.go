@@ -80,13 +80,18 @@ func (s *Server) staffSignIn(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(ret, "/admin/") {
 		ret = "/admin/operations"
 	}
+	if s.slowed(w, r, s.staffTries, "staff credentials") {
+		return
+	}
 	if !secretEqual(r.PostFormValue("staff"), s.cfg.StaffCredential) {
+		s.staffTries.failed(s.sourceOf(r))
 		// Never the value tried: only that a sign-in failed.
 		s.cfg.Logger.Warn("demo shop: staff sign-in refused")
 		v := s.viewerOf(r)
 		render(w, r, http.StatusUnauthorized, views.StaffSignInPage(s.chrome(r, v, "Staff only", ""), ret, "That staff credential is not right."))
 		return
 	}
+	s.staffTries.succeeded(s.sourceOf(r))
 	value, err := s.staff.Encode(staffCookie, s.staffMark())
 	if err != nil {
 		http.Error(w, "sign-in failed", http.StatusInternalServerError)

@@ -219,11 +219,16 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.message(w, r, statusOf(err), "Not done", sentence(err), views.BackLink("/account", "Back to your account"))
 		return
 	}
+	if s.slowed(w, r, s.passwordTries, "passwords") {
+		return
+	}
 	if !s.customerPassword(r.PostFormValue("password")) {
+		s.passwordTries.failed(s.sourceOf(r))
 		// The token is not used up: the person may type it again.
 		s.renderConfirm(w, r, http.StatusUnauthorized, acct, tok.Params, plan, "That password is not right. Nothing was done.")
 		return
 	}
+	s.passwordTries.succeeded(s.sourceOf(r))
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	first, err := s.kit.Store.UseOnce(ctx, "demo-confirm:"+tok.ID, time.Unix(tok.Exp, 0), s.now())
 	cancel()

@@ -185,11 +185,16 @@ func (s *Server) deliveries(w http.ResponseWriter, r *http.Request) {
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	ret := localPath(r.PostFormValue("return"), "/account")
+	if s.slowed(w, r, s.passwordTries, "passwords") {
+		return
+	}
 	if !s.customerPassword(r.PostFormValue("password")) {
+		s.passwordTries.failed(s.sourceOf(r))
 		v := s.viewerOf(r)
 		render(w, r, http.StatusUnauthorized, views.SignInPage(s.chrome(r, v, "Sign in", "account"), views.SignInView{Return: ret, Error: "That password is not right."}))
 		return
 	}
+	s.passwordTries.succeeded(s.sourceOf(r))
 	value, err := s.login.Encode(loginCookie, shopdb.DemoAccount)
 	if err != nil {
 		http.Error(w, "sign-in failed", http.StatusInternalServerError)

@@ -44,13 +44,13 @@ func (s *Server) sandboxKey(r *http.Request) string {
 
 // dbOf is the sandbox r sees and changes.
 func (s *Server) dbOf(r *http.Request) *shopdb.DB {
-	return s.sandboxes.Get(s.sandboxKey(r), s.now())
+	return s.sandboxes.GetFrom(s.sandboxKey(r), s.sourceOf(r), s.now())
 }
 
 // reset restores the browser's sandbox to the seeded demo data: the agent
 // User's copy for a joined browser, the shared one otherwise. It is a demo
 // control with no business effect, so it is not gated.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
-	s.sandboxes.Reset(s.sandboxKey(r), s.now())
+	s.sandboxes.ResetFrom(s.sandboxKey(r), s.sourceOf(r), s.now())
 	http.Redirect(w, r, "/account?reset=1", http.StatusSeeOther)
 }

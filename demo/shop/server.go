@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -91,6 +92,19 @@ type Config struct {
 	// MaxSandboxes the agent with the most copies gives way first: one
 	// agent's joins never flush another agent's sandboxes.
 	MaxSandboxesPerAgent int
+	// MaxSandboxesPerSource bounds the copies made from one client network
+	// (an IPv4 /24, an IPv6 /48); 0 is shopdb.DefaultMaxPerSource. Made-up
+	// agents cost nothing, so one network's many agents make room from
+	// their own copies first, and beyond MaxSandboxes the network with the
+	// most copies gives way: 1,000 made-up agents from one network never
+	// flush another's sandbox.
+	MaxSandboxesPerSource int
+	// TrustedProxies are the reverse proxies in front of the shop (such as
+	// 127.0.0.1/32 for a proxy on the same machine): for a request from
+	// one, the client is the last address in X-Forwarded-For that isn't a
+	// proxy's. Without them, every request behind a proxy is the proxy's,
+	// and shares its network's budgets (sandboxes, wrong passwords).
+	TrustedProxies []netip.Prefix
 	// CustomerPassword is the demo customer's password for the shop's own
 	// login (POST /signin), asked again to confirm each gated action on
 	// that login (the shop's own approval flow, §4 W56). "" makes a random
@@ -130,6 +144,9 @@ type Server struct {
 	issuerID  string         // kid of issuer
 	metrics   *prom.Registry // nil without Config.Metrics
 	handler   http.Handler
+	// Wrong guesses of the customer's password (sign-in, confirmation)
+	// and of the staff credential, by source (source.go).
+	passwordTries, staffTries *throttle
 }
 
 // NewServer builds the shop, seeded with the demo account, around cfg.
@@ -165,9 +182,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		origin:    u.Scheme + "://" + u.Host,
-		sandboxes: &shopdb.Sandboxes{Max: cfg.MaxSandboxes, MaxPerGroup: cfg.MaxSandboxesPerAgent, Idle: cfg.SandboxIdle, Group: sandboxAgent},
+		sandboxes: &shopdb.Sandboxes{Max: cfg.MaxSandboxes, MaxPerGroup: cfg.MaxSandboxesPerAgent, MaxPerSource: cfg.MaxSandboxesPerSource, Idle: cfg.SandboxIdle, Group: sandboxAgent},
 		secure:    u.Scheme == "https",
 	}
+	s.passwordTries, s.staffTries = &throttle{clock: cfg.Clock}, &throttle{clock: cfg.Clock}
 	cfg.BaseURL = s.origin
 
 	// The kit: the Gate's configuration.
@@ -176,6 +194,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s.kit.Clock = cfg.Clock
 	s.kit.Logger = cfg.Logger
 	s.kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { return s.ownLogin(r) != "" }
+	// §4 W56: the shop's gated handlers are its own approval flow for that
+	// login: each sends the browser to the confirmation page (ownflow.go),
+	// which performs only with the password again and a single-use token.
+	s.kit.OwnFlowInHandler = true
 	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
 	}

@@ -69,6 +69,18 @@ func Epoch(now time.Time, retention time.Duration) string {
 	return e.s
 }
 
+// Crosses reports whether an operation computed at now whose expires_at
+// is expires could still be approved in a later epoch than now's: after
+// the turn the same action computes another operation_id, so a store
+// stores such an operation when its ref is returned, under the
+// operation_id computed now, and the action keeps that one operation_id
+// on both sides of the turn (§3 W19, W20). With the default lifetime of
+// 10 minutes, only the last 10 minutes of an epoch store anything at the
+// 403.
+func Crosses(now, expires time.Time, retention time.Duration) bool {
+	return expires.UnixNano()/int64(retention) != now.UnixNano()/int64(retention)
+}
+
 // epoch is an epoch's number and its decimal form.
 type epoch struct {
 	n int64

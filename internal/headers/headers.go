@@ -286,6 +286,9 @@ func ParseApprovalReport(values []string) (a store.Approval, ignored []*Error, e
 		if a.InputType, _, err = dictionaryString(dict, "input_type"); err != nil {
 			a.InputType = ""
 			ignore("input_type", err) // W83: an input_type of another type is not recognised, not refused
+		} else if len(a.InputType) > storekit.MaxInputType {
+			a.InputType = ""
+			ignore("input_type", errInputTypeLong) // kept as absent: bounded bytes per approval, never refused
 		}
 	}
 
@@ -295,6 +298,8 @@ func ParseApprovalReport(values []string) (a store.Approval, ignored []*Error, e
 		ignore("reference", err)
 	case present && !storekit.ValidID(reference):
 		ignore("reference", errIDValue)
+	case len(reference) > storekit.MaxKeptReference:
+		ignore("reference", errReferenceLong) // kept as absent, never refused
 	default:
 		a.Reference = reference
 	}
@@ -524,6 +529,8 @@ var (
 	errIDValue         = memberReason{ErrBadValue, "must be 1 to 255 characters of A-Z a-z 0-9 - _"}
 	errRefValue        = memberReason{ErrBadValue, "must be 1 to 2048 characters of A-Z a-z 0-9 - _ ."}
 	errSIDValue        = memberReason{ErrBadValue, "must be 1 to 255 characters of visible ASCII"}
+	errInputTypeLong   = memberReason{ErrBadValue, fmt.Sprintf("is longer than the %d bytes kept", storekit.MaxInputType)}
+	errReferenceLong   = memberReason{ErrBadValue, fmt.Sprintf("is longer than the %d characters kept", storekit.MaxKeptReference)}
 )
 
 // ValidSID reports whether s can be a Session's sid in Poppy-Operation: 1 to

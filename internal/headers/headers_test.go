@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -489,9 +490,38 @@ func TestApprovalRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("#%d %q: ParseApproval: %v", i, h, err)
 		}
+		// A reference longer than the Company keeps is read as absent,
+		// never refused (storekit.MaxKeptReference).
+		if len(want.Reference) > storekit.MaxKeptReference {
+			want.Reference = ""
+		}
 		if got != want {
 			t.Fatalf("#%d %q:\ngot  %+v\nwant %+v", i, h, got, want)
 		}
+	}
+}
+
+// An input_type or reference longer than the Company keeps is read as
+// absent and reported, never a reason to refuse the approval (§6 "MUST NOT
+// reject or decline"; bounded bytes per approval).
+func TestApprovalLongMembersKeptAsAbsent(t *testing.T) {
+	long := strings.Repeat("x", 7000)
+	ref := strings.Repeat("r", storekit.MaxKeptReference+1)
+	a, ignored, err := ParseApprovalReport([]string{`operation_id="op_1", revision="r1", approver="user", input_type="` + long + `", reference="` + ref + `"`})
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if a.InputType != "" || a.Reference != "" || a.OperationID != "op_1" {
+		t.Errorf("kept %+v", a)
+	}
+	if len(ignored) != 2 || ignored[0].Member != "input_type" || ignored[1].Member != "reference" {
+		t.Errorf("ignored %v, want input_type and reference reported", ignored)
+	}
+	kept := strings.Repeat("t", storekit.MaxInputType)
+	keptRef := strings.Repeat("r", storekit.MaxKeptReference)
+	a, ignored, err = ParseApprovalReport([]string{`operation_id="op_1", revision="r1", approver="user", input_type="` + kept + `", reference="` + keptRef + `"`})
+	if err != nil || a.InputType != kept || a.Reference != keptRef || len(ignored) != 0 {
+		t.Errorf("at the bounds: %+v %v %v", a, ignored, err)
 	}
 }
 

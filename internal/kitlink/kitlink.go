@@ -7,8 +7,10 @@ package kitlink
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -24,4 +26,11 @@ var (
 	JoinHandler func(kit any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler
 	// BasePath is the path the Kit's routes are under, "/_opsgate/".
 	BasePath func(kit any) string
+	// Store is the Kit's Store as the Gate calls it now: Kit.Store with
+	// Kit.StoreTimeout on each call and Kit.Observer seeing each step,
+	// read from the Kit's fields at each call, so that the endpoint and
+	// the Gate never use two stores (issue 34: one Kit).
+	Store func(kit any) store.Store
+	// Now is the Kit's time now: Kit.Clock, or time.Now.
+	Now func(kit any) time.Time
 )

@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/kitlink"
 	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -84,7 +84,11 @@ type DeclineRequest struct {
 	Session   webkit.Session
 }
 
-// Endpoint is the operations endpoint, an http.Handler.
+// Endpoint is the operations endpoint, an http.Handler. Built by New, it
+// reads its store, clock, logger and observer from the Kit on every
+// request, as the Gate does, so that a Kit changed after the endpoint was
+// built never leaves the two apart; a field set here overrides the Kit's
+// (tests, the demo's load tools).
 type Endpoint struct {
 	Store store.Store
 	Auth  Authenticator
@@ -100,14 +104,32 @@ type Endpoint struct {
 	Logger  *slog.Logger
 	// Observer sees each answer (webkit.Event, route "endpoint").
 	Observer webkit.Observer
+
+	kit *webkit.Kit // New's: read live where a field above is unset
 }
 
-// New returns the endpoint for the kit's store, clock, logger and observer. Each store call
-// has the kit's StoreTimeout, so a stalled store gets a 503 in bounded time
-// (storewrap.WithTimeout).
+// New returns the endpoint of kit: its store (each call with the kit's
+// StoreTimeout, so a stalled store gets a 503 in bounded time, and seen
+// by its Observer), clock, logger and observer, read from the Kit's
+// fields on every request.
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
-	st := storewrap.WithTimeout(kit.Store, kit.StoreTimeout)
-	return &Endpoint{Store: storewrap.Observe(st, kit.Observer), Auth: auth, Clock: kit.Clock, Logger: kit.Logger, Observer: kit.Observer}
+	return &Endpoint{Auth: auth, kit: kit}
+}
+
+// store is the store the endpoint calls: Store, or the Kit's now.
+func (e *Endpoint) store() store.Store {
+	if e.Store != nil || e.kit == nil {
+		return e.Store
+	}
+	return kitlink.Store(e.kit)
+}
+
+// observer is Observer, or the Kit's now.
+func (e *Endpoint) observer() webkit.Observer {
+	if e.Observer != nil || e.kit == nil {
+		return e.Observer
+	}
+	return e.kit.Observer
 }
 
 // ServeHTTP answers one request, in the order of checks the spec gives:
@@ -117,11 +139,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The endpoint's span, when the Observer traces: the Event labels it;
 	// the Session's verification (with the identity fetches), the store
 	// steps and the website's Decline are its children.
-	r, sp := spans.Begin(r, e.Observer, "opsgate.endpoint", spans.Labels{Route: "endpoint"})
+	obs := e.observer()
+	r, sp := spans.Begin(r, obs, "opsgate.endpoint", spans.Labels{Route: "endpoint"})
 	defer sp.End(spans.Labels{}, nil) // after the Event, deferred next
-	if e.Observer != nil {
+	if obs != nil {
 		ow := &observedWriter{ResponseWriter: w}
-		defer func() { e.Observer.Observe(r.Context(), ow.event()) }()
+		defer func() { obs.Observe(r.Context(), ow.event()) }()
 		w = ow
 	}
 	if r.Method != http.MethodPost { // W69
@@ -251,7 +274,7 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 	if replay.Key == "" {
 		return true
 	}
-	first, err := e.Store.UseOnce(ctx, replay.Key, replay.Until, e.now())
+	first, err := e.store().UseOnce(ctx, replay.Key, replay.Until, e.now())
 	switch {
 	case errors.Is(err, store.ErrRateLimited): // the store's overall cap of single-use markers
 		note(w, "rate_limited", "overall")
@@ -272,7 +295,7 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 // lookup answers a ref without an approval (§4, §6 "Looking up an approved
 // operation").
 func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner store.Owner, ref string) {
-	rec, found, err := e.Store.Lookup(ctx, owner, ref, e.now())
+	rec, found, err := e.store().Lookup(ctx, owner, ref, e.now())
 	if err != nil {
 		e.storeDown(w, err)
 		return
@@ -346,7 +369,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		checks := once
 		checks.CheckOnly = true
 		once = store.RecordOptions{}
-		reply, err := e.Store.Record(ctx, owner, ref, a, now, checks)
+		reply, err := e.store().Record(ctx, owner, ref, a, now, checks)
 		if err != nil {
 			e.storeDown(w, err)
 			return
@@ -364,7 +387,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			return
 		}
 	}
-	reply, err := e.Store.Record(ctx, owner, ref, a, now, once)
+	reply, err := e.store().Record(ctx, owner, ref, a, now, once)
 	if err != nil {
 		e.storeDown(w, err)
 		return
@@ -390,7 +413,7 @@ func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, owner sto
 	if reason == "" {
 		reason = "(no reason given)"
 	}
-	reply, err := e.Store.Record(ctx, owner, ref, a, e.now(), store.RecordOptions{Decline: reason})
+	reply, err := e.store().Record(ctx, owner, ref, a, e.now(), store.RecordOptions{Decline: reason})
 	if err != nil {
 		e.storeDown(w, err)
 		return
@@ -459,15 +482,21 @@ func (e *Endpoint) storeDown(w http.ResponseWriter, err error) {
 }
 
 func (e *Endpoint) now() time.Time {
-	if e.Clock != nil {
+	switch {
+	case e.Clock != nil:
 		return e.Clock()
+	case e.kit != nil:
+		return kitlink.Now(e.kit)
 	}
 	return time.Now()
 }
 
 func (e *Endpoint) log() *slog.Logger {
-	if e.Logger != nil {
+	switch {
+	case e.Logger != nil:
 		return e.Logger
+	case e.kit != nil && e.kit.Logger != nil:
+		return e.kit.Logger
 	}
 	return slog.Default()
 }

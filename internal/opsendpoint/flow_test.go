@@ -529,11 +529,33 @@ func TestJoin(t *testing.T) {
 			t.Fatalf("status %d", res.StatusCode)
 		}
 	})
-	t.Run("W10 W11 a join that declared nothing gets no operations", func(t *testing.T) {
+	t.Run("W11 a join that declared nothing gets no operations", func(t *testing.T) {
 		b := joinBrowser(t, s, a, "ses_n", "usr_n", "", "")
 		res := b.exchange(s, "ord_1", "S")
 		if res.Header.Get("Poppy-Operation") != "" || runs.Load() != 0 {
 			t.Fatalf("status %d, Poppy-Operation %q, runs %d", res.StatusCode, res.Header.Get("Poppy-Operation"), runs.Load())
+		}
+	})
+	t.Run("W10 a browser's requests declare what its join declared, never a header of their own", func(t *testing.T) {
+		// Declared at the join: the browser's request gets an operation
+		// without saying anything itself.
+		v3 := joinBrowser(t, s, a, "ses_w10", "usr_w10", "", `"operations";v="3"`)
+		if res := v3.exchange(s, "ord_1", "S"); res.StatusCode != http.StatusForbidden || res.Header.Get("Poppy-Operation") == "" {
+			t.Fatalf("join declaring v3: status %d, Poppy-Operation %q; want 403 with a ref", res.StatusCode, res.Header.Get("Poppy-Operation"))
+		}
+		// Not declared at the join: the browser's own Poppy-Extensions
+		// header (which a page's script could send) doesn't count.
+		none := joinBrowser(t, s, a, "ses_w10n", "usr_w10n", "", "")
+		req, _ := http.NewRequest(http.MethodPost, s.server.URL+"/orders/ord_1/exchange", strings.NewReader(url.Values{"size": {"S"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(headers.Extensions, `"operations";v="3"`)
+		res, err := none.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.Header.Get("Poppy-Operation") != "" || runs.Load() != 0 {
+			t.Fatalf("join declaring nothing, request declaring v3: status %d, Poppy-Operation %q, runs %d; want no operation", res.StatusCode, res.Header.Get("Poppy-Operation"), runs.Load())
 		}
 	})
 	t.Run("W13 a join that declared v2 gets no operations", func(t *testing.T) {

@@ -169,6 +169,31 @@ func WriteRateLimited(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", RateLimitedPage(v))
 }
 
+// WriteJoinInvalid answers 403 join_invalid: the browser's join cookie
+// can't be accepted, so nothing was done and the agent joins it again
+// (webkit.ErrJoinInvalid). A script gets the code, a browser the page.
+func WriteJoinInvalid(w http.ResponseWriter, r *http.Request, v Unavailable) {
+	writeRefused(w, r, "join_invalid", "This browser's join to your personal agent can't be accepted any more: join it again. Nothing was done.", JoinInvalidPage(v))
+}
+
+// WriteOwnLogin answers 403 confirmation_required: the browser has the
+// website's own login, so the action is confirmed on the website, not by
+// the agent (§4 W56, webkit.ErrOwnLogin). Nothing was done.
+func WriteOwnLogin(w http.ResponseWriter, r *http.Request, v Unavailable) {
+	writeRefused(w, r, "confirmation_required", "This browser is signed in to your own account on this site: confirm the action on the site itself. Nothing was done.", OwnLoginPage(v))
+}
+
+// writeRefused answers 403: {"error": code, "message": message} for a
+// script, the page for a browser.
+func writeRefused(w http.ResponseWriter, r *http.Request, code, message string, page templ.Component) {
+	NoStore(w.Header())
+	if WantsJSON(r) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": code, "message": message})
+		return
+	}
+	writeHTML(w, r.Context(), http.StatusForbidden, page)
+}
+
 // write503 answers 503 with Retry-After: see writeRetry.
 func write503(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, code string, page templ.Component) {
 	writeRetry(w, r, http.StatusServiceUnavailable, retryAfter, code, page)

@@ -192,3 +192,29 @@ func CanonicalTerms(terms []byte) ([]byte, error) {
 // an approval (store.Approval.UnmarshalJSON). One error, so that both
 // answer errors.Is the same way.
 var ErrWrongType = errors.New("member of the wrong type")
+
+// What a store keeps of an approval's optional statements (§6: a Company
+// MAY record input_type and reference, and MUST NOT reject or decline an
+// approval for them): an input_type of at most MaxInputType bytes and a
+// reference of at most MaxKeptReference bytes (ID characters, as the
+// endpoint reads it: headers). Longer ones are
+// kept as absent, never refused, so that what an agent's approval adds to
+// the store is bounded in bytes, not only in count (webkit/RULES.md
+// "Bounded work").
+const (
+	MaxInputType     = 32
+	MaxKeptReference = 64
+)
+
+// KeptMembers returns what a store keeps of an approval's input_type and
+// reference: each as it was sent within its bound in bytes, "" beyond it.
+// (The endpoint keeps only a reference of ID characters: headers.)
+func KeptMembers(inputType, reference string) (string, string) {
+	if len(inputType) > MaxInputType {
+		inputType = ""
+	}
+	if len(reference) > MaxKeptReference {
+		reference = ""
+	}
+	return inputType, reference
+}

@@ -1,13 +1,18 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
@@ -150,4 +155,95 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 			}
 		}
 	})
+}
+
+// approvalShapes are the approvals whose cost in stored bytes is compared
+// (store/approval_bytes_test.go): the spec's example, a hostile one (an
+// input_type of 7 KB, a 255-character reference), and the largest the
+// store keeps whole.
+var approvalShapes = []struct {
+	name                 string
+	inputType, reference func(i int) string
+}{
+	{"ordinary", func(int) string { return "tap" }, func(i int) string { return fmt.Sprintf("apr_%010d", i) }},
+	{"hostile_7KB_input_type", func(i int) string { return fmt.Sprintf("%07d", i) + strings.Repeat("x", 7000) }, func(i int) string { return fmt.Sprintf("apr_%010d", i) }},
+	{"hostile_7KB_input_type_255_reference", func(i int) string { return fmt.Sprintf("%07d", i) + strings.Repeat("x", 7000) },
+		func(i int) string { return fmt.Sprintf("%010d", i) + strings.Repeat("r", 245) }},
+	{"largest_kept", func(i int) string { return fmt.Sprintf("%07d", i) + strings.Repeat("t", storekit.MaxInputType-7) },
+		func(i int) string { return fmt.Sprintf("%010d", i) + strings.Repeat("r", storekit.MaxKeptReference-10) }},
+}
+
+// approveN records n approvals under prefix's store, each of its own
+// operation, and performs them when perform is set.
+func approveN(tb testing.TB, st store.Store, n int, inputType, reference func(int) string, perform bool) {
+	ctx := context.Background()
+	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
+	for i := range n {
+		owner := store.Owner{Agent: "https://agent.example/client", User: fmt.Sprint("usr_", i%64), Account: "acct_demo"}
+		a := store.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: []byte(`{"order_id":"ord_7Hk2","size":"M"}`), Summary: "Exchange the jacket for size M.", Lifetime: 10 * time.Minute}
+		is, err := st.Take(ctx, owner, a, now)
+		if err != nil || is.Ref == "" {
+			tb.Fatalf("Take: %+v %v", is, err)
+		}
+		ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser, ApprovedAt: now,
+			InputType: inputType(i), Reference: reference(i)}
+		if rep, err := st.Record(ctx, owner, is.Ref, ap, now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+			tb.Fatalf("Record: %v %v", rep.Result, err)
+		}
+		if !perform {
+			continue
+		}
+		res, err := st.Take(ctx, owner, a, now)
+		if err != nil || res.Claim == nil {
+			tb.Fatalf("Take: %+v %v", res, err)
+		}
+		if err := st.Finish(ctx, *res.Claim, store.Done, now); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// storedBytes sums MEMORY USAGE of the keys under prefix.
+func storedBytes(tb testing.TB, c *redis.Client, prefix string) int64 {
+	ctx := context.Background()
+	var total int64
+	it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for it.Next(ctx) {
+		n, err := c.MemoryUsage(ctx, it.Val()).Result()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		total += n
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return total
+}
+
+// go test -run '^$' -bench ApprovalBytes ./store/redisstore/
+//
+// What one agent's approval costs Redis, by MEMORY USAGE of the keys it
+// makes: recorded (its operation hash and audit log, kept until
+// expires_at), and performed (kept a day). A hostile approval costs no
+// more than an ordinary one: an input_type or reference beyond its bound
+// is kept as absent (storekit.KeptMembers).
+func BenchmarkApprovalBytes(b *testing.B) {
+	const n = 500
+	c := redistest.Server(b)
+	var run atomic.Int64
+	for _, stage := range []string{"recorded", "performed"} {
+		for _, shape := range approvalShapes {
+			b.Run(stage+"/"+shape.name, func(b *testing.B) {
+				var per float64
+				for range b.N {
+					prefix := fmt.Sprintf("ab%d:", run.Add(1))
+					st := redisstore.New(c, redisstore.Options{Prefix: prefix, Durability: redisstore.DurableNone})
+					approveN(b, st, n, shape.inputType, shape.reference, stage == "performed")
+					per = float64(storedBytes(b, c, prefix)) / n
+				}
+				b.ReportMetric(per, "bytes/approval")
+			})
+		}
+	}
 }

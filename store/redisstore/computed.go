@@ -33,7 +33,10 @@ import (
 //
 // Only operations whose expires_at is at most Retention away are computed:
 // a ref then expires before the operation it names can have been performed
-// and forgotten, so it can never bring back a performed operation_id.
+// and forgotten, so it can never bring back a performed operation_id. One
+// whose expires_at is in the next epoch is stored by Take under the
+// operation_id it computed (computed.Crosses), so that the action keeps it
+// after the turn.
 // Terms too long for a 2048-character ref are stored by Take, and so is
 // a new operation of an action whose operation is remembered. An approval stores a computed operation only while no
 // other operation of its action is remembered (record.lua; lib.lua
@@ -98,7 +101,8 @@ func (s *rstore) computable(owner store.Owner, digest string, action store.TakeR
 // f from issueArgs, for the owner whose keys start with base) answer
 // "compute" rather than store a new operation, when the operation can be
 // computed: it returns the sealer and what to compute, its operation_id
-// set. k is nil when the step is to store it.
+// set. k is nil when the step is to store it (under a random id, or under
+// the computed one when it crosses the epoch's turn).
 func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, f *issueFields) (c computed.Op, k *computed.Sealer, err error) {
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
@@ -111,8 +115,14 @@ func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner,
 		s.failed(err)
 		return c, nil, err
 	}
-	// The seed ends with "." and the operation_id to compute (lib.lua issue).
+	// The seed ends with "." and the operation_id to compute (lib.lua issue),
+	// or "!" and it when a revision of it could still be approved after the
+	// epoch's turn: the step then stores it under that id (computed.Crosses).
 	c.ID = k.ID(base, c)
+	if computed.Crosses(now, c.Expires, s.retention) {
+		f.seed += "!" + c.ID
+		return c, nil, nil
+	}
 	f.seed += "." + c.ID
 	return c, k, nil
 }

@@ -229,19 +229,19 @@ func TestComputed(t *testing.T) {
 	t.Run("a stale ref whose action has another live operation is not found", func(t *testing.T) {
 		retention := time.Hour
 		st, _, _ := computedStore(t, redisstore.Options{Retention: retention})
-		a := action("k", `{}`, 50*time.Minute)
-		// Computed in one epoch, and the next request in the next one.
-		first := issued(t, st, owner, a, at(0))
-		var second store.TakeResult
-		for d := time.Minute; ; d += time.Minute {
-			second = issued(t, st, owner, a, at(d))
-			if second.Operation.ID != first.Operation.ID {
-				break
-			}
+		a := action("k", `{}`, 5*time.Minute)
+		// A ref computed in one epoch, then one in the next (at 20:00),
+		// whose approval stores the action's operation.
+		first := issued(t, st, owner, a, at(50*time.Minute))
+		second := issued(t, st, owner, a, at(61*time.Minute))
+		if second.Operation.ID == first.Operation.ID {
+			t.Fatalf("one operation_id in two epochs: %s", first.Operation.ID)
 		}
-		if got := record(t, st, owner, second, second.Operation.ExpiresAt.Add(-time.Minute)); got != store.Recorded {
+		if got := record(t, st, owner, second, at(62*time.Minute)); got != store.Recorded {
 			t.Fatalf("Record: %v", got)
 		}
+		// The first ref, sent by a server whose clock is behind, while it
+		// is still within its lifetime there.
 		if got := record(t, st, owner, first, first.Operation.ExpiresAt); got != store.NotFound {
 			t.Errorf("the other operation's ref: Record %v, want not found", got)
 		}
@@ -250,60 +250,45 @@ func TestComputed(t *testing.T) {
 		}
 	})
 
-	t.Run("W19 W135 at an epoch's turn the action keeps one operation, performed once", func(t *testing.T) {
-		retention := time.Hour
-		st, _, _ := computedStore(t, redisstore.Options{Retention: retention})
-		a := action("k", `{}`, 50*time.Minute)
-		// Two requests on either side of the turn (at 20:00): two
-		// operation_ids.
-		first := issued(t, st, owner, a, at(55*time.Minute))
-		var second store.TakeResult
-		var secondAt time.Duration
-		for d := 56 * time.Minute; ; d += time.Minute {
-			if second = issued(t, st, owner, a, at(d)); second.Operation.ID != first.Operation.ID {
-				secondAt = d
-				break
-			}
+	t.Run("W19 W20 at an epoch's turn the action keeps one operation_id (Retention 1h)", func(t *testing.T) {
+		st, c, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
+		a := action("k", `{}`, 10*time.Minute)
+		// 19:59:58: its revision can be approved after the turn (20:00),
+		// so it is stored at the 403, under the id computed now.
+		first := issued(t, st, owner, a, at(time.Hour-2*time.Second))
+		if first.Ref != storekit.MakeRef(first.Operation.ID, first.Operation.Revision) {
+			t.Fatalf("ref %.60q…, want a stored operation's", first.Ref)
 		}
-		now := at(secondAt)
-		if got := record(t, st, owner, first, now); got != store.Recorded {
-			t.Fatalf("first: %v", got)
+		if n, _ := c.Exists(ctx, "opsgate:{"+storekit.Slot(owner.Agent, owner.User)+"}:op:"+first.Operation.ID).Result(); n != 1 {
+			t.Errorf("the operation is not stored under its computed id %s", first.Operation.ID)
 		}
-		// The other one can't be stored beside it, before or after it is
-		// performed: its approval records nothing.
-		if got := record(t, st, owner, second, now); got != store.NotFound {
-			t.Errorf("the other side of the turn: %v, want not found", got)
+		second := issued(t, st, owner, a, at(time.Hour+2*time.Second))
+		if second.Operation.ID != first.Operation.ID {
+			t.Fatalf("W19: %s before the turn, %s after", first.Operation.ID, second.Operation.ID)
 		}
-		r := mustTake(t, st, owner, a, now.Add(time.Second))
+		// A ref that expires before the turn is computed: nothing stored.
+		short := issued(t, st, owner, action("s", `{}`, time.Minute), at(time.Hour-2*time.Minute))
+		if short.Ref == storekit.MakeRef(short.Operation.ID, short.Operation.Revision) {
+			t.Errorf("a ref expiring before the turn was stored")
+		}
+		if got := record(t, st, owner, first, at(time.Hour+3*time.Second)); got != store.Recorded {
+			t.Fatalf("Record: %v", got)
+		}
+		r := mustTake(t, st, owner, a, at(time.Hour+4*time.Second))
 		if r.Claim == nil || r.Claim.Operation.ID != first.Operation.ID {
 			t.Fatalf("Take: %+v", r)
 		}
-		if err := st.Finish(ctx, *r.Claim, store.Done, now.Add(time.Second)); err != nil {
+		if err := st.Finish(ctx, *r.Claim, store.Done, at(time.Hour+5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if got := record(t, st, owner, second, now.Add(2*time.Second)); got != store.NotFound {
-			t.Errorf("after the first was performed: %v, want not found", got)
-		}
-		if _, found, _ := st.Lookup(ctx, owner, second.Ref, now.Add(2*time.Second)); found {
-			t.Errorf("after the first was performed: the other is found")
-		}
-		// W141: a request after the performance is the action's next
-		// operation: computed in this epoch, and its approval stores it.
-		next := issued(t, st, owner, a, now.Add(3*time.Second))
-		if next.Operation.ID == first.Operation.ID || !strings.HasPrefix(next.Ref, storekit.MakeRef(next.Operation.ID, next.Operation.Revision)+".") {
+		// W141: the next request is the action's next operation, computed
+		// in the new epoch, and its approval stores it.
+		next := issued(t, st, owner, a, at(time.Hour+6*time.Second))
+		if next.Operation.ID == first.Operation.ID || next.Ref == storekit.MakeRef(next.Operation.ID, next.Operation.Revision) {
 			t.Fatalf("W141 after the turn: %+v, want a new computed operation", next)
 		}
-		if _, found, _ := st.Lookup(ctx, owner, next.Ref, now.Add(4*time.Second)); !found {
-			t.Errorf("the next operation is not found")
-		}
-		if got := record(t, st, owner, next, now.Add(4*time.Second)); got != store.Recorded {
+		if got := record(t, st, owner, next, at(time.Hour+7*time.Second)); got != store.Recorded {
 			t.Fatalf("the next operation: %v, want recorded", got)
-		}
-		// A web server whose clock is behind (the epoch before) takes the
-		// action's operation, the next one, with its approval: the
-		// performed one's id is not computed again.
-		if r := mustTake(t, st, owner, a, at(secondAt-time.Minute)); r.Claim == nil || r.Claim.Operation.ID != next.Operation.ID {
-			t.Errorf("behind the turn: %+v, want a claim of %s", r, next.Operation.ID)
 		}
 	})
 

@@ -54,15 +54,21 @@
 // 2048-character ref (§4), a lifetime beyond Options.Retention, and a new
 // operation of an action whose last one is still remembered.
 //
-// An operation_id is computed per epoch (Retention long), so all servers
-// sharing a Redis must agree on Retention. An action still has one
-// operation at a time (W19): at an epoch's turn two requests may be handed
-// two operation_ids, and an approval stores one only while no other
-// operation of its action is remembered, so the other's approval records
-// nothing. A performed operation's id never comes back (W141): only
-// operations whose expires_at is at most Retention away are computed, so a
-// ref computed before it was performed has expired by the time it is
-// forgotten.
+// An operation_id is computed per epoch (Retention long: midnight UTC is a
+// turn by default), so all servers sharing a Redis must agree on
+// Retention. A waiting action keeps one operation_id across the turn
+// (W19, W20): an operation whose revision could still be approved after
+// the turn is stored at the 403, under the operation_id computed before
+// it, and the requests after the turn find it through its action key.
+// With the default 10-minute lifetime, only the 403s of an epoch's last 10
+// minutes store anything. An action still has one operation at a time when
+// web servers' clocks disagree at the turn: an approval stores a computed
+// operation only while no other operation of its action is remembered
+// (nor one of the epoch before or after was performed after its ref was
+// handed out), so the other's approval records nothing. A performed
+// operation's id never comes back (W141): only operations whose expires_at
+// is at most Retention away are computed, so a ref computed before it was
+// performed has expired by the time it is forgotten.
 //
 // # Durability
 //

@@ -406,7 +406,8 @@ const releaseAtLeast = 20 * time.Millisecond
 // 7.2, fewer replicas connected than DurableReplicas needs, an AOF that
 // failed to write, or a server that isn't Redis at all (miniredis, a demo
 // store), and a Cluster client that would notice a failover late (see
-// ClusterOptions). With DurableNone it returns an error naming that risk too, so
+// ClusterOptions), and a server that may evict keys (any maxmemory-policy
+// but noeviction: the error names the fix). With DurableNone it returns an error naming that risk too, so
 // call it at start-up, and refuse to start or log the error loudly. With
 // DurableServer it takes a server that refuses CONFIG (a managed one) at
 // the operator's word, and refuses one that shows it doesn't persist each
@@ -432,6 +433,9 @@ func (s *rstore) check(ctx context.Context) error {
 		if err := s.checkNode(ctx, node); err != nil {
 			errs = append(errs, err)
 		}
+		if err := checkEviction(ctx, node); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		if iv := cc.Options().ClusterStateReloadInterval; iv > maxClusterReload {
@@ -442,6 +446,31 @@ func (s *rstore) check(ctx context.Context) error {
 		return fmt.Errorf("redisstore: check (durability %s): %w", s.durability.Mode, errors.Join(errs...))
 	}
 	return nil
+}
+
+// checkEviction refuses a server that may evict keys: with any
+// maxmemory-policy but noeviction, a full Redis drops keys it still needs
+// (a claim, an approval's use, a performed operation, a replay marker),
+// so an approval could perform twice or a jti verify twice. With
+// noeviction a full Redis refuses writes instead, and the kit fails
+// closed (503). It reads INFO memory, which managed servers answer too.
+func checkEviction(ctx context.Context, node redis.Cmdable) error {
+	addr := "redis"
+	if c, ok := node.(*redis.Client); ok {
+		addr = c.Options().Addr
+	}
+	info, err := node.Info(ctx, "memory").Result()
+	if err != nil {
+		return nil // no INFO at all: checkNode refuses the server already
+	}
+	switch policy := infoField(info, "maxmemory_policy"); policy {
+	case "noeviction":
+		return nil
+	case "":
+		return fmt.Errorf("%s: INFO memory names no maxmemory_policy, so can't tell whether it evicts keys: the store needs maxmemory-policy noeviction", addr)
+	default:
+		return fmt.Errorf("%s: maxmemory-policy is %s: a full Redis then evicts keys the store still needs (a claim, an approval's use, a performed operation, a replay marker), and an approval can be performed twice; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf or your provider's parameter group), with maxmemory large enough (webkit/DEPLOYING.md, \"Redis sizing\")", addr, policy)
+	}
 }
 
 func (s *rstore) checkNode(ctx context.Context, node redis.Cmdable) error {

@@ -452,3 +452,29 @@ func TestDurableReplicasConfirmsFinish(t *testing.T) {
 	}
 	wantStatus(t, st, is.Ref, store.Performed)
 }
+
+// Check refuses every maxmemory-policy but noeviction, naming the fix: an
+// evicted key is a forgotten claim, use or replay marker.
+func TestCheckRefusesEviction(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client(t)
+	st := redisstore.New(c, redisstore.Options{})
+	if err := redisstore.Check(t.Context(), st); err != nil {
+		t.Fatalf("Check with noeviction: %v", err)
+	}
+	for _, policy := range []string{"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
+		if err := c.ConfigSet(t.Context(), "maxmemory-policy", policy).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := redisstore.Check(t.Context(), st)
+		if err == nil || !strings.Contains(err.Error(), "maxmemory-policy is "+policy) || !strings.Contains(err.Error(), "set maxmemory-policy noeviction") {
+			t.Errorf("%s: Check: %v, want it refused with the fix named", policy, err)
+		}
+	}
+	if err := c.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisstore.Check(t.Context(), st); err != nil {
+		t.Errorf("Check with noeviction again: %v", err)
+	}
+}

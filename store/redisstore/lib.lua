@@ -97,9 +97,17 @@ end
 -- order and whose approved ones al. Beyond MAX_REVISIONS the oldest
 -- never-approved one is dropped (its fields are returned in drop); approved
 -- ones are kept for check 3 and "already recorded" (§6, §7).
-local function revision_fields(order, al, rev, terms, summary, x)
+--
+-- With before, rev is kept without becoming the current revision: it goes
+-- just before the current one in order, and 'cur' is left alone (a
+-- revision returned earlier than the current one, record.lua).
+local function revision_fields(order, al, rev, terms, summary, x, before)
   local revs = words(order)
-  revs[#revs + 1] = rev
+  if before and #revs > 0 then
+    table.insert(revs, #revs, rev)
+  else
+    revs[#revs + 1] = rev
+  end
   local drop = nil
   if #revs > MAX_REVISIONS then
     local approved = {}
@@ -112,6 +120,10 @@ local function revision_fields(order, al, rev, terms, summary, x)
         break
       end
     end
+  end
+  if before and #revs > 1 then
+    return {'t:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x,
+      'order', table.concat(revs, ' ')}, drop
   end
   return {'t:' .. rev, terms, 's:' .. rev, summary, 'x:' .. rev, x,
     'cur', rev, 'order', table.concat(revs, ' ')}, drop
@@ -391,12 +403,21 @@ local function issue(a)
   -- operation_id (W141), and marked (ka) so that its action key outlives
   -- its performance (finish.lua): a computed ref handed out before it
   -- then can't store another operation of the action (record.lua).
-  if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) and
-      gone(redis.call('HGET', a.base .. 'op:' .. a.compute, 'k'), now) then
-    return {'compute'}
-  end
   local extra = {'ka', '1'}
   local opID = 'op_' .. string.sub(a.seed, 1, 20)
+  if a.compute ~= '' and not (a.opID and f[1] == 'performed' and not gone(f[3], now)) then
+    local kept = redis.call('HGET', a.base .. 'op:' .. a.compute, 'k')
+    if gone(kept, now) then
+      if not a.storeAs then return {'compute'} end
+      -- One whose revision could still be approved after the epoch's turn
+      -- (computed.Crosses) is stored now, under the operation_id the caller
+      -- computed, marked c as an approval would store it (record.lua): the
+      -- requests after the turn find it through the action key, so the
+      -- action keeps one operation_id across the turn (W19, W20).
+      if kept then redis.call('DEL', a.base .. 'op:' .. a.compute) end -- forgotten, not collected yet
+      extra, opID = {'c', '1'}, a.compute
+    end
+  end
   local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
   if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember, extra) then
     return nil
@@ -440,6 +461,18 @@ local function revisions_of(f, h, op, al)
   return redis.call('HMGET', op, unpack(fields))
 end
 
+-- computed_of reads what follows a seed's 36 random characters: '.' and
+-- the operation_id the caller computes (not stored: the ref carries it),
+-- or '!' and that operation_id to store the operation under
+-- (computed.Crosses); '' when the caller can't compute one. storeAs is
+-- true for '!'. (Plain finds: a pattern would scan the seed at every
+-- position.)
+local function computed_of(seed)
+  local i = string.find(seed, '.', 1, true) or string.find(seed, '!', 1, true)
+  if not i then return '', false end
+  return string.sub(seed, i + 1), string.sub(seed, i, i) == '!'
+end
+
 -- request reads issue.lua's ARGV (KEYS[1] is the action key
 -- "<base>act:<action digest>"; take.lua makes the same table from its
 -- own, only when it issues). The table names every field the steps set
@@ -447,15 +480,11 @@ end
 -- rather than grown (about 0.7 µs of server CPU per step).
 local function request(KEYS, ARGV)
   local base, akey = string.match(KEYS[1], '^(.*)act:([^:]*)$')
-  -- The seed ends with '.' and the operation_id to compute ('' when it
-  -- can't be; a plain find: a pattern would scan the seed at every
-  -- position).
-  local dot, compute = string.find(ARGV[8], '.', 1, true), ''
-  if dot then compute = string.sub(ARGV[8], dot + 1) end
+  local compute, storeAs = computed_of(ARGV[8])
   return {
     base = base, actKey = KEYS[1], akey = akey,
     acct = ARGV[1], terms = ARGV[2], summary = ARGV[3], fixed = ARGV[4],
-    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = compute,
+    x = ARGV[5], half = ARGV[6], now = ARGV[7], seed = ARGV[8], compute = compute, storeAs = storeAs,
     agent = ARGV[9], user = ARGV[10], maxOpen = ARGV[11], xttl = ARGV[12],
     agentKey = false, maxAgent = false, agentMember = false,
     opID = false, hint = '', prev = '', f = false, c = false,

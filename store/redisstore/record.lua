@@ -63,19 +63,28 @@ if computed then
   local nothing = redis.call('EXISTS', op, actKey, KEYS[4], KEYS[5]) == 0
   local g, cur, prev = {}, nil, ''
   if not nothing then
-    g = redis.call('HMGET', op, 'state', 'k', 'order', 'al')
+    g = redis.call('HMGET', op, 'state', 'k', 'order', 'al', 'cur')
     local _
     cur, _, prev = current_of(redis.call('GET', actKey))
   end
   if g[1] and not gone(g[2], now) then
     -- Stored already. An open one gets the ref's revision if it does not
-    -- keep it yet, as Take would have added it (W20).
-    if g[1] == 'open' then
+    -- keep it yet, as Take would have added it (W20), unless it has
+    -- expired: an expired revision fails check 3 whatever the operation
+    -- keeps, and must never become its current one, which would make a
+    -- live operation read as expired (§6 check 3, W72, W101). It becomes
+    -- the current one only if it lives at least as long as the current one.
+    if g[1] == 'open' and cmp(now, x) <= 0 then
       local known = false
       for _, r in ipairs(words(g[3])) do
         if r == rev then known = true end
       end
-      if not known then
+      local curX = not known and g[5] and redis.call('HGET', op, 'x:' .. g[5])
+      if not known and curX and cmp(curX, x) > 0 then
+        local fields, drop = revision_fields(g[3], g[4], rev, terms, summary, x, true)
+        if drop then redis.call('HDEL', op, unpack(drop)) end
+        redis.call('HSET', op, unpack(fields))
+      elseif not known then
         local ak = nil
         if cur == opID then ak = actKey end
         add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[23], prev, agentKey, ARGV[30])

@@ -589,6 +589,9 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
+	// What the approval adds is bounded in bytes: a long input_type or
+	// reference is kept as absent, never refused (§6).
+	approval.InputType, approval.Reference = storekit.KeptMembers(approval.InputType, approval.Reference)
 	var c *computed.Op
 	var k *computed.Sealer
 	opID, refRev, ok := storekit.SplitRef(ref) // ValidRef: isComputedRef's other half

@@ -176,14 +176,13 @@ end
 -- Nothing to claim: the operation to answer with (lib.lua issue).
 local p = cjson.decode(ARGV[13])
 local seed = p[5]
--- The seed ends with '.' and the operation_id to compute ('' when it
--- can't be).
-local dot, compute = string.find(seed, '.', 1, true), ''
-if dot then compute = string.sub(seed, dot + 1) end
+-- The seed ends with '.' or '!' and the operation_id to compute ('' when
+-- it can't be; lib.lua computed_of).
+local compute, storeAs = computed_of(seed)
 local a = {
   base = base, actKey = actKey, akey = string.sub(actKey, #base + 5),
   acct = acct, terms = terms, summary = p[1], fixed = p[2],
-  x = p[3], half = p[4], now = now, seed = seed, compute = compute,
+  x = p[3], half = p[4], now = now, seed = seed, compute = compute, storeAs = storeAs,
   agent = p[6], user = p[7], maxOpen = p[8], xttl = p[9],
   agentKey = agentKey, maxAgent = ARGV[14], agentMember = agentMember,
   opID = opID or false, hint = hint, prev = prev, f = f, c = c,

@@ -16,6 +16,10 @@ const (
 	// DefaultMaxPerGroup bounds the sandboxes of one group (in the demo
 	// shop: one agent's Users) kept at once.
 	DefaultMaxPerGroup = 100
+	// DefaultMaxPerSource bounds the sandboxes made from one source (in the
+	// demo shop: one client network) kept at once: made-up agents cost
+	// nothing, a network of one's own does.
+	DefaultMaxPerSource = 100
 	// DefaultSandboxIdle is how long a sandbox is kept without use.
 	DefaultSandboxIdle = 24 * time.Hour
 )
@@ -24,36 +28,51 @@ const (
 // of the demo data, seeded on first use, so that agents sharing one running
 // demo never see each other's changes. A sandbox unused for Idle is
 // forgotten. Keys belong to groups (Group; in the demo shop, the agent),
-// and eviction is fair between groups: a group at MaxPerGroup makes room
-// by dropping its own least recently used sandbox, and beyond Max
-// sandboxes in all, the least recently used sandbox of the largest group
-// goes. So one group filling the cache (one agent joining many made-up
-// Users) evicts its own sandboxes, never another group's while it holds
-// more than they do. A forgotten sandbox comes back freshly seeded on its
-// next use.
+// and each sandbox to the source that made it (GetFrom; in the demo shop,
+// the client's network), and eviction is fair between both: a group at
+// MaxPerGroup makes room by dropping its own least recently used sandbox,
+// a source at MaxPerSource the least recently used of its largest group,
+// and beyond Max sandboxes in all, the least
+// recently used sandbox of the largest group of the largest source goes.
+// So one group filling the cache (one agent joining many made-up Users)
+// evicts its own sandboxes, and so does one source (many made-up agents
+// from one network): never another's while it holds more than they do. A
+// forgotten sandbox comes back freshly seeded on its next use.
 type Sandboxes struct {
 	// Max is the most sandboxes kept; 0 is DefaultMaxSandboxes.
 	Max int
 	// MaxPerGroup is the most sandboxes kept of one group; 0 is
 	// DefaultMaxPerGroup.
 	MaxPerGroup int
+	// MaxPerSource is the most sandboxes kept that one source made; 0 is
+	// DefaultMaxPerSource.
+	MaxPerSource int
 	// Group is the group of a key; nil makes every key a group of its own.
 	Group func(key string) string
 	// Idle is how long an unused sandbox is kept; 0 is DefaultSandboxIdle.
 	Idle time.Duration
 
-	mu     sync.Mutex
-	byKey  map[string]*list.Element // of *sandbox
-	lru    list.List                // most recently used at the front
-	groups map[string]*list.List    // each group's *sandbox, most recent at the front
+	mu      sync.Mutex
+	byKey   map[string]*list.Element // of *sandbox
+	lru     list.List                // most recently used at the front
+	groups  map[string]*list.List    // each group's *sandbox, most recent at the front
+	sources map[string]*list.List    // each source's *sandbox, most recent at the front
 }
 
 type sandbox struct {
-	key, group string
-	db         *DB
-	used       time.Time
-	elem       *list.Element // in Sandboxes.lru
-	inGroup    *list.Element // in its group's list
+	key, group, source string
+	db                 *DB
+	used               time.Time
+	elem               *list.Element // in Sandboxes.lru
+	inGroup            *list.Element // in its group's list
+	inSource           *list.Element // in its source's list
+}
+
+func (s *Sandboxes) maxPerSource() int {
+	if s.MaxPerSource > 0 {
+		return s.MaxPerSource
+	}
+	return DefaultMaxPerSource
 }
 
 func (s *Sandboxes) max() int {
@@ -85,8 +104,12 @@ func (s *Sandboxes) idle() time.Duration {
 }
 
 // Get returns key's sandbox, seeded with dates around now when it is new,
-// and marks it used at now.
-func (s *Sandboxes) Get(key string, now time.Time) *DB {
+// and marks it used at now. A new one belongs to no source ("").
+func (s *Sandboxes) Get(key string, now time.Time) *DB { return s.GetFrom(key, "", now) }
+
+// GetFrom is Get for a request from source: a new sandbox counts against
+// source's MaxPerSource. A sandbox kept stays its first source's.
+func (s *Sandboxes) GetFrom(key, source string, now time.Time) *DB {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expire(now)
@@ -95,20 +118,25 @@ func (s *Sandboxes) Get(key string, now time.Time) *DB {
 		sb.used = now
 		s.lru.MoveToFront(e)
 		s.groups[sb.group].MoveToFront(sb.inGroup)
+		s.sources[sb.source].MoveToFront(sb.inSource)
 		return sb.db
 	}
-	return s.add(key, now)
+	return s.add(key, source, now)
 }
 
 // Reset replaces key's sandbox with a freshly seeded one and returns it.
-func (s *Sandboxes) Reset(key string, now time.Time) *DB {
+func (s *Sandboxes) Reset(key string, now time.Time) *DB { return s.ResetFrom(key, "", now) }
+
+// ResetFrom is Reset for a request from source.
+func (s *Sandboxes) ResetFrom(key, source string, now time.Time) *DB {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.byKey[key]; ok {
+		source = e.Value.(*sandbox).source
 		s.drop(e)
 	}
 	s.expire(now)
-	return s.add(key, now)
+	return s.add(key, source, now)
 }
 
 // Len is the number of sandboxes kept.
@@ -119,46 +147,82 @@ func (s *Sandboxes) Len() int {
 }
 
 // add seeds key's sandbox, making room first: in its own group when the
-// group is full, else in the largest group when all are. Called with mu
-// held.
-func (s *Sandboxes) add(key string, now time.Time) *DB {
+// group is full, in its own source when the source is, else in the
+// largest group of the largest source when all are. Called with mu held.
+func (s *Sandboxes) add(key, source string, now time.Time) *DB {
 	if s.byKey == nil {
 		s.byKey = map[string]*list.Element{}
 		s.groups = map[string]*list.List{}
+		s.sources = map[string]*list.List{}
 	}
 	g := s.groupOf(key)
 	for gl := s.groups[g]; gl != nil && gl.Len() >= s.maxPerGroup(); gl = s.groups[g] {
 		s.drop(gl.Back().Value.(*sandbox).elem)
 	}
-	for s.lru.Len() >= s.max() {
-		s.drop(s.largestGroupsOldest())
+	for sl := s.sources[source]; source != "" && sl != nil && sl.Len() >= s.maxPerSource(); sl = s.sources[source] {
+		s.drop(largestGroupOldest(sl))
 	}
-	sb := &sandbox{key: key, group: g, db: New(now), used: now}
+	for s.lru.Len() >= s.max() {
+		s.drop(s.largestOldest())
+	}
+	sb := &sandbox{key: key, group: g, source: source, db: New(now), used: now}
 	gl := s.groups[g]
 	if gl == nil {
 		gl = list.New()
 		s.groups[g] = gl
 	}
+	sl := s.sources[source]
+	if sl == nil {
+		sl = list.New()
+		s.sources[source] = sl
+	}
 	sb.elem = s.lru.PushFront(sb)
 	sb.inGroup = gl.PushFront(sb)
+	sb.inSource = sl.PushFront(sb)
 	s.byKey[key] = sb.elem
 	return sb.db
 }
 
-// largestGroupsOldest is the least recently used sandbox of the largest
-// groups (the one used least recently of those). Called with mu held, with
-// at least one sandbox kept; O(sandboxes), paid only when all are full.
-func (s *Sandboxes) largestGroupsOldest() *list.Element {
-	size := 0
-	for _, gl := range s.groups {
-		size = max(size, gl.Len())
+// largestGroupOldest is the least recently used sandbox of the largest
+// groups within one source's list sl: agents sharing a network make room
+// from the one with the most, not from whoever came first. O(len(sl)).
+func largestGroupOldest(sl *list.List) *list.Element {
+	n := map[string]int{}
+	most := 0
+	for e := sl.Front(); e != nil; e = e.Next() {
+		g := e.Value.(*sandbox).group
+		n[g]++
+		most = max(most, n[g])
+	}
+	for e := sl.Back(); e != nil; e = e.Prev() {
+		if sb := e.Value.(*sandbox); n[sb.group] == most {
+			return sb.elem
+		}
+	}
+	return sl.Back().Value.(*sandbox).elem // not reached
+}
+
+// largestOldest is the least recently used sandbox of the largest groups
+// among those of the largest sources (the one used least recently of
+// those). Called with mu held, with at least one sandbox kept;
+// O(sandboxes), paid only when all are full.
+func (s *Sandboxes) largestOldest() *list.Element {
+	srcSize := 0
+	for _, sl := range s.sources {
+		srcSize = max(srcSize, sl.Len())
+	}
+	grpSize := 0
+	for e := s.lru.Back(); e != nil; e = e.Prev() {
+		if sb := e.Value.(*sandbox); s.sources[sb.source].Len() == srcSize {
+			grpSize = max(grpSize, s.groups[sb.group].Len())
+		}
 	}
 	for e := s.lru.Back(); e != nil; e = e.Prev() {
-		if s.groups[e.Value.(*sandbox).group].Len() == size {
+		if sb := e.Value.(*sandbox); s.sources[sb.source].Len() == srcSize && s.groups[sb.group].Len() == grpSize {
 			return e
 		}
 	}
-	return s.lru.Back() // not reached: some group has size sandboxes
+	return s.lru.Back() // not reached: some sandbox is of that source and group
 }
 
 // expire forgets the sandboxes unused for Idle: they are at the back.
@@ -177,6 +241,12 @@ func (s *Sandboxes) drop(e *list.Element) {
 		gl.Remove(sb.inGroup)
 		if gl.Len() == 0 {
 			delete(s.groups, sb.group)
+		}
+	}
+	if sl := s.sources[sb.source]; sl != nil {
+		sl.Remove(sb.inSource)
+		if sl.Len() == 0 {
+			delete(s.sources, sb.source)
 		}
 	}
 }

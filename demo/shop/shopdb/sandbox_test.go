@@ -104,6 +104,37 @@ func TestSandboxes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("fair between sources: 1,000 made-up groups from one source evict their own", func(t *testing.T) {
+		group := func(key string) string { g, _, _ := strings.Cut(key, "/"); return g }
+		s := Sandboxes{Max: 50, MaxPerGroup: 4, MaxPerSource: 10, Group: group}
+		exchanged(t, s.GetFrom("victim/u1", "198.51.100.0/24", now), now)
+		exchanged(t, s.GetFrom("other/u1", "192.0.2.0/24", now), now)
+		// 1,000 made-up groups of one key each, from one network, each
+		// newer than the victims'.
+		for i := range 1000 {
+			s.GetFrom(fmt.Sprint("made-up-", i, "/u"), "203.0.113.0/24", now.Add(time.Minute))
+			if s.Len() > 12 {
+				t.Fatalf("%d sandboxes, want the source's 10 and the other 2", s.Len())
+			}
+		}
+		if isSeeded(s.GetFrom("victim/u1", "198.51.100.0/24", now.Add(time.Minute))) || isSeeded(s.GetFrom("other/u1", "192.0.2.0/24", now.Add(time.Minute))) {
+			t.Error("one source's made-up groups evicted another source's sandbox")
+		}
+		if !isSeeded(s.GetFrom("made-up-999/u", "203.0.113.0/24", now.Add(time.Minute))) || s.Len() != 12 {
+			t.Errorf("%d sandboxes, want the source's 10 most recent and the 2 others", s.Len())
+		}
+		// Beyond Max in all, the largest source gives way first, even
+		// when many sources of one sandbox each are older.
+		small := Sandboxes{Max: 5, MaxPerSource: 10}
+		exchanged(t, small.GetFrom("a", "net-a", now), now)
+		exchanged(t, small.GetFrom("b", "net-b", now), now)
+		for i := range 20 {
+			small.GetFrom(fmt.Sprint("h", i), "net-h", now.Add(time.Minute))
+		}
+		if small.Len() != 5 || isSeeded(small.GetFrom("a", "net-a", now.Add(time.Minute))) || isSeeded(small.GetFrom("b", "net-b", now.Add(time.Minute))) {
+			t.Errorf("%d kept; the small sources' sandboxes must stay while the large one holds more", small.Len())
+		}
+	})
 	t.Run("reset", func(t *testing.T) {
 		var s Sandboxes
 		exchanged(t, s.Get("a", now), now)
