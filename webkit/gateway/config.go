@@ -38,6 +38,9 @@ type Config struct {
 	store      storeConfig
 	keys       [][]byte
 	ownLogin   []string
+	// ownFlow is own_login_flow: ownFlowRefuse (the default) or
+	// ownFlowUpstream.
+	ownFlow string
 	chrome     templates.Chrome
 	actions    []*action
 
@@ -252,12 +255,12 @@ func (p *parser) strings(f field, name string) ([]string, error) {
 
 func (p *parser) config(root *yaml.Node) (*Config, error) {
 	m, err := p.mapping(root, "", "listen", "admin_listen", "shutdown_timeout", "origin", "upstream", "name", "allow_local", "store", "cookie_keys", "own_login_cookies", "chrome", "actions", "access_tokens", "identity_headers",
-		"identity_key_env", "identity_on", "routing", "pass", "method_override", "timeouts")
+		"identity_key_env", "identity_on", "routing", "pass", "method_override", "timeouts", "own_login_flow")
 	if err != nil {
 		return nil, err
 	}
 	c := &Config{listen: defaultListen, shutdown: defaultShutdown, identityPrefix: defaultIdentityPrefix,
-		identityOn: identityOnApproved, routing: routingLenient, timeouts: defaultTimeouts}
+		identityOn: identityOnApproved, routing: routingLenient, timeouts: defaultTimeouts, ownFlow: ownFlowRefuse}
 	if f, ok := m["allow_local"]; ok {
 		if c.allowLocal, err = p.boolean(f, "allow_local"); err != nil {
 			return nil, err
@@ -326,6 +329,17 @@ func (p *parser) config(root *yaml.Node) (*Config, error) {
 	if f, ok := m["chrome"]; ok {
 		if err := p.chromeSection(f, &c.chrome); err != nil {
 			return nil, err
+		}
+	}
+	if f, ok := m["own_login_flow"]; ok {
+		if c.ownFlow, err = p.str(f, "own_login_flow"); err != nil {
+			return nil, err
+		}
+		if c.ownFlow != ownFlowRefuse && c.ownFlow != ownFlowUpstream {
+			return nil, p.errAt(f.value, "own_login_flow", "want refuse (the default: an agent's browser with your own login performs no gated action) or upstream (your website confirms each gated action with the person itself), got %q", c.ownFlow)
+		}
+		if len(c.ownLogin) == 0 {
+			return nil, p.errAt(f.value, "own_login_flow", "without own_login_cookies no browser has your own login")
 		}
 	}
 	if f, ok := m["routing"]; ok {

@@ -36,6 +36,8 @@ func TestConfigErrors(t *testing.T) {
 		{"key env unset", "origin: https://shop.example\nupstream: http://x\ncookie_keys:\n  - hash_env: GW_TEST_NOT_SET\n    encryption_env: GW_TEST_ENC\n", "gateway.yaml:4: cookie_keys[0].hash_env: environment variable GW_TEST_NOT_SET is not set"},
 		{"key too short", "origin: https://shop.example\nupstream: http://x\ncookie_keys:\n  - hash_env: GW_TEST_HASH\n    encryption_env: GW_TEST_SHORT\n", "gateway.yaml:5: cookie_keys[0].encryption_env: environment variable GW_TEST_SHORT holds 5 bytes; want 16 or 24 or 32"},
 		{"own login cookie of the gateway", goodHead + "own_login_cookies: [opsgate_join]\n", "gateway.yaml:6: own_login_cookies[0]:"},
+		{"own_login_flow of no known value", goodHead + "own_login_cookies: [signed_in]\nown_login_flow: handler\n", "own_login_flow"},
+		{"own_login_flow without own login cookies", goodHead + "own_login_flow: upstream\n", "own_login_flow"},
 		{"chrome header twice", goodHead + "chrome:\n  header: <b>x</b>\n  header_file: h.html\n", "gateway.yaml:8: chrome.header_file: give header or header_file, not both"},
 		{"chrome header file missing", goodHead + "chrome:\n  footer_file: no-such-footer.html\n", "gateway.yaml:7: chrome.footer_file:"},
 		{"actions not a list", goodHead + "actions: {}\n", "gateway.yaml:6: actions: want a list"},

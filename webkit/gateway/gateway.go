@@ -90,9 +90,11 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 	}
 	if len(c.ownLogin) > 0 {
 		names := c.ownLogin
-		// own_login_cookies says the upstream handles those logins itself:
-		// its handlers are the website's own approval flow (§4 W56).
-		kit.OwnFlowInHandler = true
+		// A browser with the website's own login gets the website's own
+		// approval flow (§4 W56): the upstream's handlers only when
+		// own_login_flow says they are that flow; by default the Gate
+		// refuses its gated requests (ErrOwnLogin: confirm on the website).
+		kit.OwnFlowInHandler = c.ownFlow == ownFlowUpstream
 		kit.OwnLogin = func(r *http.Request, _ webkit.Session) bool { // §4 W56
 			for _, n := range names {
 				if _, err := r.Cookie(n); err == nil {

@@ -274,15 +274,18 @@ func TestGatewayFlow(t *testing.T) {
 		}
 	})
 
-	t.Run("W56 a browser with the site's own login goes straight to the upstream", func(t *testing.T) {
+	t.Run("W56 a browser with the site's own login performs no gated action by default", func(t *testing.T) {
 		_, b := join(t, site)
 		if r := b.Get("/login"); r.StatusCode != 200 { // the upstream's Set-Cookie passes through
 			t.Fatalf("login: %d", r.StatusCode)
 		}
 		before := up.exchanges.Load()
 		res := b.PostForm("/orders/ord_10/exchange", url.Values{"size": {"S"}})
-		if res.StatusCode != 200 || res.Ref != "" || up.exchanges.Load() != before+1 {
-			t.Fatalf("%d ref %q", res.StatusCode, res.Ref)
+		if res.StatusCode != http.StatusForbidden || res.Ref != "" || up.exchanges.Load() != before {
+			t.Fatalf("%d ref %q, upstream exchanges %d → %d", res.StatusCode, res.Ref, before, up.exchanges.Load())
+		}
+		if !strings.Contains(string(res.Body), "Confirm on the site") {
+			t.Errorf("the page doesn't say to confirm on the website: %.300s", res.Body)
 		}
 	})
 
@@ -362,5 +365,22 @@ func TestGatewayUpstreamDown(t *testing.T) {
 	}
 	if look := s.Lookup(res.Ref); look.Status == "performed" || look.Status == "performing" {
 		t.Errorf("status %q: a refused connection performed nothing", look.Status)
+	}
+}
+
+// W56 own_login_flow: upstream says the website confirms each gated action
+// with a person signed in to its own login itself: such a browser's request
+// goes straight to the upstream, unapproved, as the website asked.
+func TestOwnLoginFlowUpstream(t *testing.T) {
+	up := newShop(t)
+	site := startGateway(t, shopConfig+"own_login_flow: upstream\n", up.srv.URL)
+	_, b := join(t, site)
+	if r := b.Get("/login"); r.StatusCode != 200 {
+		t.Fatalf("login: %d", r.StatusCode)
+	}
+	before := up.exchanges.Load()
+	res := b.PostForm("/orders/ord_10/exchange", url.Values{"size": {"S"}})
+	if res.StatusCode != 200 || res.Ref != "" || up.exchanges.Load() != before+1 {
+		t.Fatalf("%d ref %q", res.StatusCode, res.Ref)
 	}
 }

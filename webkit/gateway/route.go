@@ -32,6 +32,12 @@ const (
 	routingStrict  = "strict"
 )
 
+// The values of own_login_flow (§4 W56).
+const (
+	ownFlowRefuse   = "refuse"
+	ownFlowUpstream = "upstream"
+)
+
 // patternSeg is one segment of a path pattern: a literal, a wildcard
 // {name}, or a final {name...} (the rest of the path).
 type patternSeg struct {
