@@ -41,8 +41,8 @@ type Config struct {
 	// ownFlow is own_login_flow: ownFlowRefuse (the default) or
 	// ownFlowUpstream.
 	ownFlow string
-	chrome     templates.Chrome
-	actions    []*action
+	chrome  templates.Chrome
+	actions []*action
 
 	tokens         *tokenConfig // access_tokens: nil for no signed-in joins
 	identityPrefix string       // identity_headers
