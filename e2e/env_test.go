@@ -27,7 +27,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
-	"github.com/opsgate/opsgate/internal/browsertest"
+	"github.com/opsgate/opsgate/e2e/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"

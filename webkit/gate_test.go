@@ -6,30 +6,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/pages"
 	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
+	"github.com/opsgate/opsgate/internal/pages"
+
 	"golang.org/x/net/html"
 
-	"github.com/opsgate/opsgate/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/testclock"
-	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/store/storetest"
@@ -1290,237 +1287,6 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
-}
-
-// ---- a real browser: auto-continue (W93), fetch.js, and CSP ----
-
-const chromiumPath = "/usr/bin/chromium"
-
-// TestBrowserAutoContinue drives Chromium: the waiting page's script makes
-// the request again once the approval is recorded (§6 W93), and
-// opsgate.fetch does the same for a fetch-driven page (W149), under a
-// Content-Security-Policy that allows no inline script or style.
-func TestBrowserAutoContinue(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: real Chromium")
-	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		testenv.Missing(t, "chromium", err.Error())
-	}
-	k := New(testKeys...)
-	k.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	k.Sessions.(*CookieSessions).Insecure = true // plain http on loopback
-	var runs atomic.Int64
-	exchange := k.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		if strings.Contains(r.Header.Get("Accept"), "application/json") {
-			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"exchanged":%q}`, r.PostFormValue("size"))
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprintf(w, `<!doctype html><title>Done</title><p id="done">exchanged to %s</p>`, html.EscapeString(r.PostFormValue("size")))
-	}))
-	mux := http.NewServeMux()
-	mux.Handle("/exchange", exchange)
-	mux.Handle(defaultBasePath, k.routes())
-	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
-		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
-			t.Error(err)
-		}
-		fmt.Fprint(w, `<!doctype html><title>joined</title><p id="joined">joined</p>`)
-	})
-	mux.HandleFunc("/order", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `<!doctype html><meta charset="utf-8"><title>Order</title>
-<form method="post" action="/exchange?from=order"><input name="order" value="ord_7"><input name="size" value="L &quot;&gt;&lt;b&gt;✓"><input name="submit" value="shadow"><button id="go">Exchange</button></form>`)
-	})
-	mux.HandleFunc("/spa", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `<!doctype html><title>SPA</title><div id="out"></div>
-<script src="/_opsgate/fetch.js"></script><script src="/app.js"></script>`)
-	})
-	mux.HandleFunc("/app.js", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript")
-		fmt.Fprint(w, `
-function show(id, text) { const p = document.createElement("p"); p.id = id; p.textContent = text; document.getElementById("out").append(p); }
-opsgate.fetch("/exchange", {
-  method: "POST",
-  headers: { Accept: "application/json" },
-  body: new URLSearchParams({ order: new URLSearchParams(location.search).get("order") || "ord_8", size: "S" }),
-}, { onWaiting(ref) { show("spa-waiting", ref); }, onApproved() { show("spa-approved", "approved"); } })
-  .then(r => r.json()).then(b => show("spa-done", JSON.stringify(b)));
-`)
-	})
-	// For the page left while its status answer is on its way: once held
-	// is set, status requests wait until released is closed, and the
-	// first one held says so on polled.
-	var held atomic.Bool
-	polled, released := make(chan struct{}), make(chan struct{})
-	var pollOnce, leaveOnce sync.Once
-	mux.HandleFunc("/leave", func(w http.ResponseWriter, r *http.Request) {
-		// The navigation away is under way: the held status answer
-		// ("approved") reaches the old page now, and this page commits
-		// only after it has.
-		leaveOnce.Do(func() { close(released) })
-		time.Sleep(700 * time.Millisecond)
-		fmt.Fprint(w, `<!doctype html><title>Elsewhere</title><p id="left">elsewhere</p>`)
-	})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'")
-		if held.Load() && strings.HasSuffix(r.URL.Path, "/status") {
-			pollOnce.Do(func() { close(polled) })
-			select {
-			case <-released:
-			case <-r.Context().Done():
-			}
-		}
-		mux.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-
-	dir := t.TempDir()
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(dir),
-		chromedp.Flag("disable-dev-shm-usage", true))
-	defer cancelAlloc()
-	tab, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	tab, cancelTimeout := context.WithTimeout(tab, 60*time.Second)
-	defer cancelTimeout()
-	if err := chromedp.Do(tab); err != nil { // start it
-		t.Fatal(err)
-	}
-	consoleCtx, stopConsole := context.WithCancel(tab)
-	defer stopConsole()
-	console := chromedp.Console(consoleCtx) // CSP violations and script errors land here
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(tab, steps...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		return browsertest.Text(t, tab, sel, 10*time.Second)
-	}
-
-	// approve records an approval of the waiting operation for form, as
-	// the endpoint would: the same action gives its current ref (W19).
-	env := &gateEnv{t: t, kit: k, clock: newClock()}
-	approve := func(form string) {
-		env.clock.Set(time.Now())
-		env.record(sesIn, env.issueForm(sesIn, form))
-	}
-	// approveRef records an approval of exactly the revision ref names,
-	// as the endpoint does for the ref the agent was given.
-	approveRef := func(ref string) {
-		id, rev, ok := storekit.SplitRef(ref)
-		if !ok {
-			t.Fatalf("ref %q", ref)
-		}
-		env.clock.Set(time.Now())
-		env.record(sesIn, store.TakeResult{Ref: ref, Operation: store.Operation{ID: id, Revision: rev}})
-	}
-
-	do(
-		chromedp.Navigate(srv.URL+"/join"),
-		chromedp.WaitVisible(chromedp.CSS("#joined")),
-		chromedp.Navigate(srv.URL+"/order"),
-		chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")),
-	)
-	if title := text("#opsgate-waiting h1"); title != "Waiting for approval" || runs.Load() != 0 {
-		t.Fatalf("title %q, runs %d", title, runs.Load())
-	}
-	approve(url.Values{"order": {"ord_7"}, "size": {`L "><b>✓`}, "submit": {"shadow"}}.Encode())
-	do(chromedp.WaitVisible(chromedp.CSS("#done"))) // waiting.js pressed Continue itself
-	if done := text("#done"); done != `exchanged to L "><b>✓` || runs.Load() != 1 {
-		t.Errorf("auto-continue: %q, runs %d", done, runs.Load())
-	}
-
-	do(
-		chromedp.Navigate(srv.URL+"/spa"),
-		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
-	)
-	ref := text("#spa-waiting")
-	if !storekit.ValidRef(ref) {
-		t.Fatalf("onWaiting got ref %q", ref)
-	}
-	approveRef(ref)
-	do(chromedp.WaitVisible(chromedp.CSS("#spa-done")))
-	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 2 {
-		t.Errorf("opsgate.fetch: %q, runs %d", got, runs.Load())
-	}
-
-	// W93 for opsgate.fetch when the approval is of a newer revision of
-	// the same terms (the agent's own request a second later: a computed
-	// operation's revision follows its expires_at, W39): the repeated
-	// request takes it (§6 check 3), so the script must hear "approved".
-	// Asked by ref, the status route knows only the ref's revision and
-	// said "waiting" until the operation expired.
-	do(
-		chromedp.Navigate(srv.URL+"/spa?order=ord_9"),
-		chromedp.WaitVisible(chromedp.CSS("#spa-waiting")),
-	)
-	ref = text("#spa-waiting")
-	env.clock.Set(time.Now().Add(2 * time.Second))
-	newer := env.issueForm(sesIn, "order=ord_9&size=S")
-	if _, pageRev, _ := storekit.SplitRef(ref); newer.Operation.Revision == pageRev {
-		t.Fatalf("the page's revision %s was issued again: no newer revision to approve", pageRev)
-	}
-	env.record(sesIn, newer)
-	heard, stop := context.WithTimeout(tab, 15*time.Second) // polls are 2 s, then 2.5 s apart
-	err := chromedp.Do(heard, chromedp.WaitVisible(chromedp.CSS("#spa-done")))
-	stop()
-	if err != nil {
-		t.Fatalf("W93: opsgate.fetch never heard of the approval of a newer revision of its terms: %v", err)
-	}
-	if got := text("#spa-done"); got != `{"exchanged":"S"}` || runs.Load() != 3 {
-		t.Errorf("opsgate.fetch, newer revision approved: %q, runs %d", got, runs.Load())
-	}
-
-	// W93 on a page that is being left: the browser (the user, or an
-	// agent that pressed Continue or went elsewhere) navigates away while
-	// a status answer saying "approved" is on its way. The old page's
-	// script must not press Continue then: its form submission would
-	// abort the navigation under way (net::ERR_ABORTED) and make the
-	// request behind the browser's back.
-	do(
-		chromedp.Navigate(srv.URL+"/order"),
-		chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible),
-		chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")),
-	)
-	held.Store(true)
-	approve(url.Values{"order": {"ord_7"}, "size": {`L "><b>✓`}, "submit": {"shadow"}}.Encode())
-	select {
-	case <-polled:
-	case <-tab.Done():
-		t.Fatal("the waiting page never asked its status route")
-	}
-	// A click on the page (an agent's or a person's) gives it the user
-	// activation with which a script's form submission may cancel a
-	// navigation the browser started.
-	do(chromedp.Click(chromedp.CSS("#opsgate-waiting h1"), chromedp.NodeVisible))
-	if _, err := chromedp.Run(tab, chromedp.Navigate(srv.URL+"/leave")); err != nil {
-		t.Errorf("W93: leaving a waiting page whose status answer came late: %v", err)
-	}
-	do(chromedp.WaitVisible(chromedp.CSS("#left")))
-	time.Sleep(300 * time.Millisecond) // a submission the script made would have reached the server
-	if runs.Load() != 3 {
-		t.Errorf("W93: the left page's script made the request again: runs %d, want 3", runs.Load())
-	}
-
-	// The 403s are logged as failed loads; a CSP violation or an exception
-	// in the kit's scripts is a failure.
-	time.AfterFunc(300*time.Millisecond, stopConsole) // end the queue's reading
-	for m, err := range console {
-		if err != nil {
-			break
-		}
-		if m.Type == chromedp.ConsoleException || strings.Contains(m.Text, "Content Security Policy") {
-			t.Errorf("browser console %s: %s", m.Type, m.Text)
-		}
-	}
 }
 
 // ---- busy (W145) and replaceable pages ----

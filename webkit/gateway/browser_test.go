@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
-	"github.com/opsgate/opsgate/internal/browsertest"
+	"github.com/opsgate/opsgate/e2e/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
 )

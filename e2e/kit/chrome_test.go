@@ -1,16 +1,13 @@
-package webkit
+package kit_test
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,8 +17,9 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
-	"github.com/opsgate/opsgate/internal/testenv"
+	"github.com/opsgate/opsgate/e2e/internal/browsertest"
 	"github.com/opsgate/opsgate/templates"
+	"github.com/opsgate/opsgate/webkit"
 )
 
 // chromeSite is a website that dresses the kit's pages in its own chrome
@@ -89,12 +87,7 @@ a { color: #0645ad; }
 // OPSGATE_SCREENSHOTS=dir keeps the screenshots there (they go to a
 // temporary directory otherwise).
 func TestBrowserChromeContrast(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: real Chromium")
-	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		testenv.Missing(t, "chromium", err.Error())
-	}
+	needChromium(t)
 	shots := os.Getenv("OPSGATE_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
@@ -172,7 +165,7 @@ func TestBrowserChromeContrast(t *testing.T) {
 
 	dir := t.TempDir()
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.ExecPath(browsertest.ChromiumPath), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
 		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(dir),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("disable-background-networking", true),
@@ -216,6 +209,11 @@ func TestBrowserChromeContrast(t *testing.T) {
 							do(chromedp.Navigate(srv.URL+"/order"), chromedp.Click(chromedp.CSS("#go"), chromedp.NodeVisible), chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")))
 						case "waiting-link":
 							do(chromedp.Navigate(srv.URL+"/exchange?order=ord_9&size=M"), chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")))
+						case "unknown":
+							// Approved, its handler fails: the outcome is not known (W142).
+							do(chromedp.Navigate(srv.URL+"/unknown?n="+scheme), chromedp.WaitVisible(chromedp.CSS("#opsgate-waiting")))
+							srv.approve(srv.lastRef())
+							do(chromedp.Navigate(srv.URL+"/unknown?n="+scheme), chromedp.WaitVisible(chromedp.CSS(".opsgate-card:not(#opsgate-waiting)")))
 						default:
 							do(chromedp.Navigate(srv.URL+"/"+view), chromedp.WaitVisible(chromedp.CSS(".opsgate-card")))
 						}
@@ -277,52 +275,47 @@ func TestBrowserChromeContrast(t *testing.T) {
 // browser to an agent's Session, /order holds a form whose POST is gated,
 // a GET /exchange is gated too (its Continue is a link), /unavailable
 // and /unknown are the kit's 503 pages and /ratelimited its 429.
-func chromeSiteServer(t *testing.T, site chromeSite) *httptest.Server {
-	k := New(testKeys...)
-	k.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	k.Sessions.(*CookieSessions).Insecure = true // plain http on loopback
+func chromeSiteServer(t *testing.T, site chromeSite) *kitSite {
+	s := newKitSite(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'")
+			h.ServeHTTP(w, r)
+		})
+	})
+	k := s.Kit
+	k.Store = refusingStore{k.Store}
 	k.Chrome = site.chrome
 	if site.css != "" {
 		k.Chrome.Stylesheets = []string{"/site.css"}
 	}
-	exchange := k.Gate(func(r *http.Request) (Action, error) {
+	exchange := k.Gate(func(r *http.Request) (webkit.Action, error) {
 		order, size := r.FormValue("order"), r.FormValue("size")
 		if order == "" {
-			return Action{}, fmt.Errorf(`field "order" is required`)
+			return webkit.Action{}, fmt.Errorf(`field "order" is required`)
 		}
-		return Action{Key: "exchange:" + order, Terms: map[string]string{"order_id": order, "size": size}}, nil
+		return webkit.Action{Key: "exchange:" + order, Terms: map[string]string{"order_id": order, "size": size}}, nil
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("the exchange ran: nothing approved it")
 	}))
-	mux := http.NewServeMux()
-	mux.Handle("/exchange", exchange)
-	mux.Handle(defaultBasePath, k.routes())
-	mux.HandleFunc("/join", func(w http.ResponseWriter, r *http.Request) {
-		if err := k.Sessions.Bind(w, r, sesIn); err != nil {
-			t.Error(err)
-		}
-		fmt.Fprint(w, `<!doctype html><title>joined</title><p id="joined">joined</p>`)
-	})
-	mux.HandleFunc("/order", func(w http.ResponseWriter, r *http.Request) {
+	s.Mux.Handle("/exchange", exchange)
+	s.Mux.HandleFunc("/order", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `<!doctype html><meta charset="utf-8"><title>Order</title>
 <form method="post" action="/exchange"><input name="order" value="ord_7"><input name="size" value="L"><button id="go">Exchange</button></form>`)
 	})
-	refusal := func(reason error) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) { k.refuse(w, r, reason, nil) }
+	// The kit's refusals, each its own gated GET: the store refuses two
+	// (refusingStore), and the third's handler fails once approved.
+	for _, name := range []string{"unavailable", "ratelimited", "unknown"} {
+		s.Mux.Handle("/"+name, k.Gate(func(r *http.Request) (webkit.Action, error) {
+			return webkit.Action{Key: name + r.URL.RawQuery, Terms: map[string]string{"page": name}}, nil
+		})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "the handler failed", http.StatusInternalServerError)
+		})))
 	}
-	mux.HandleFunc("/unavailable", refusal(ErrStoreUnavailable))
-	mux.HandleFunc("/unknown", refusal(ErrOutcomeUnknown))
-	mux.HandleFunc("/ratelimited", refusal(ErrRateLimited))
-	mux.HandleFunc("/site.css", func(w http.ResponseWriter, r *http.Request) {
+	s.Mux.HandleFunc("/site.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css")
 		io.WriteString(w, site.css)
 	})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'")
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	return s
 }
 
 // chromeElement is what the page says of one element: its computed text
@@ -506,52 +499,3 @@ func TestContrastRatio(t *testing.T) {
 		t.Errorf("parseCSSColor rgba: %v %v", c, err)
 	}
 }
-
-// The kit's stylesheet names its variables --opsgate-… (a website's own
-// --fg or --accent is not the kit's), and each is documented where a
-// website reads about them: the comment at the top of opsgate.css and the
-// doc of templates.Chrome (templates.Chrome), with its light and dark default.
-func TestStylesheetVariablesAreDocumented(t *testing.T) {
-	css, err := static.ReadFile("static/opsgate.css")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile("../templates/view.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(css)
-	end := strings.Index(text, "*/")
-	if !strings.HasPrefix(text, "/*") || end < 0 {
-		t.Fatal("opsgate.css doesn't open with its comment block")
-	}
-	header, rules := text[:end], text[end:]
-	defaults := map[string]bool{}
-	for _, m := range cssVariable.FindAllStringSubmatch(rules, -1) {
-		name := m[1]
-		if !strings.HasPrefix(name, "--opsgate-") {
-			t.Errorf("opsgate.css uses %s: the kit's variables are named --opsgate-…", name)
-			continue
-		}
-		if m[2] == ":" && strings.HasPrefix(strings.TrimSpace(rules[strings.Index(rules, m[0])+len(m[0]):]), "light-dark(") {
-			defaults[name] = true
-		}
-	}
-	if len(defaults) < 5 {
-		t.Fatalf("found only %d variables with a light-dark() default in opsgate.css: %v", len(defaults), defaults)
-	}
-	for name := range defaults {
-		// name  what it colours  #light  #dark
-		row := regexp.MustCompile(`(?m)^\s*(//\s*)?` + regexp.QuoteMeta(name) + `\s+\S.*#[0-9a-f]{6}\s+#[0-9a-f]{6}\s*$`)
-		if !row.MatchString(header) {
-			t.Errorf("the comment at the top of opsgate.css doesn't document %s with its light and dark default", name)
-		}
-		if !row.MatchString(string(doc)) {
-			t.Errorf("the doc of templates.Chrome doesn't document %s with its light and dark default", name)
-		}
-	}
-}
-
-// cssVariable is a custom property's name, declared (followed by ":") or
-// used (in var()).
-var cssVariable = regexp.MustCompile(`(--[a-zA-Z0-9-]+)\s*([:),])`)
