@@ -5,7 +5,7 @@ go 1.26.0
 replace github.com/opsgate/opsgate => ../
 
 require (
-	github.com/a-h/templ v0.3.1118
+	github.com/a-h/templ v0.3.977
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/chromedp/cdproto v0.160.3
 	github.com/chromedp/chromedp v0.23.1

@@ -7,7 +7,7 @@ replace github.com/opsgate/opsgate => ../
 replace github.com/opsgate/opsgate/demo => ../demo
 
 require (
-	github.com/a-h/templ v0.3.1118
+	github.com/a-h/templ v0.3.977
 	github.com/chromedp/cdproto v0.160.3
 	github.com/chromedp/chromedp v0.23.1
 	github.com/gin-gonic/gin v1.12.0

@@ -19,7 +19,7 @@ import (
 // webkittest, a joined browser's 403 and a whole approved flow (403,
 // lookup, approval, Continue proxied to the upstream).
 //
-//	go test ./webkit/gateway -run '^$' -bench Gateway -benchtime 2000x
+//	go test ./endpoint/gateway -run '^$' -bench Gateway -benchtime 2000x
 func BenchmarkGateway(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)

@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"crypto/ecdsa"
@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/endpoint/gateway"
 
 	"github.com/opsgate/opsgate/demo/agent/conformance"
 	"github.com/opsgate/opsgate/internal/agentside"
@@ -78,11 +80,11 @@ func TestConformanceThroughGateway(t *testing.T) {
 	setKeys(t)
 	cfg := strings.NewReplacer("https://shop.example", origin, "store: memory", "store: memory\nallow_local: true", "UPSTREAM", up.URL).Replace(shopConfig) +
 		"access_tokens:\n  issuer: " + auth.URL + "\n  jwks_url: " + auth.URL + "/jwks\n"
-	c, err := Parse("gateway.yaml", []byte(cfg))
+	c, err := gateway.Parse("gateway.yaml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(c, slog.New(slog.DiscardHandler))
+	g, err := gateway.New(c, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/endpoint/gateway"
 
 	"github.com/chromedp/chromedp"
 
@@ -62,11 +64,11 @@ func TestBrowserContinueThroughGateway(t *testing.T) {
 	origin := "http://" + ln.Addr().String()
 	setKeys(t)
 	cfg := strings.NewReplacer("https://shop.example", origin, "store: memory", "store: memory\nallow_local: true", "UPSTREAM", up.URL).Replace(shopConfig)
-	c, err := Parse("gateway.yaml", []byte(cfg))
+	c, err := gateway.Parse("gateway.yaml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(c, slog.New(slog.DiscardHandler))
+	g, err := gateway.New(c, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

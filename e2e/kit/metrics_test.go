@@ -1,4 +1,4 @@
-package endpoint_test
+package kit_test
 
 import (
 	"io"

@@ -1,6 +1,6 @@
 // Command opsgate-gateway runs the opsgate gateway: the Poppy `operations`
 // extension v3 in front of any website, from a YAML config file (see
-// webkit/gateway/README.md).
+// endpoint/gateway/README.md).
 //
 //	opsgate-gateway -config opsgate-gateway.yaml
 //	opsgate-gateway -config opsgate-gateway.yaml -check-config
@@ -20,7 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/opsgate/opsgate/webkit/gateway"
+	"github.com/opsgate/opsgate/endpoint/gateway"
 )
 
 func main() {
