@@ -12,8 +12,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
-	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/testenv"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -51,7 +51,7 @@ func replaceWaiting(k *webkit.Kit, h http.HandlerFunc) {
 func churningWaiting(w http.ResponseWriter, r *http.Request) {
 	v, _ := pages.WaitingOf(r)
 	rec := httptest.NewRecorder()
-	pages.WriteWaiting(rec, r, v)
+	pages.Waiting(rec, r, v)
 	for k, vs := range rec.Header() {
 		w.Header()[k] = vs
 	}
@@ -111,7 +111,7 @@ func TestNoContinueControlFailsClearly(t *testing.T) {
 	}
 	t.Parallel()
 	noControl := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		pages.NoStore(w.Header())
+		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusForbidden)
 		w.Write([]byte(`<!doctype html><div id="opsgate-waiting"><h1>Waiting for approval</h1><p>No way to continue here.</p></div>`))

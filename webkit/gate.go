@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/templates"
 )
 
 // Action is what a gated request asks for, as the website describes it
@@ -156,10 +157,10 @@ func (k *Kit) described(w http.ResponseWriter, r *http.Request, describe Describ
 	if err != nil {
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
 		if errors.Is(err, errBodyTooLarge) {
-			pages.WriteTooLarge(w)
+			respond.TooLarge(w)
 			return Action{}, nil, false
 		}
-		pages.WriteBadRequest(w, "the request body could not be read")
+		respond.BadRequest(w, "the request body could not be read")
 		return Action{}, nil, false
 	}
 	restoreBody(r, body)
@@ -174,7 +175,7 @@ func (k *Kit) described(w http.ResponseWriter, r *http.Request, describe Describ
 		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
 			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
-		pages.WriteBadRequest(w, err.Error())
+		respond.BadRequest(w, err.Error())
 		return Action{}, nil, false
 	}
 	return act, body, true
@@ -221,7 +222,7 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: describe returned an unusable action",
 				slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 			k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request", Kind: act.kind()})
-			pages.WriteBadRequest(w, err.Error())
+			respond.BadRequest(w, err.Error())
 			return
 		}
 		// One round trip: take the first-recorded matching approval, or
@@ -441,7 +442,7 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		prefix = base + "status?w="
 	}
 	status := k.seal.sealAfter(prefix, page, k.now())
-	if pages.WantsJSON(r) {
+	if respond.WantsJSON(r) {
 		// A script's request (opsgate.fetch) gets the status route the
 		// waiting page names (W93), in a header: its sealed handle carries
 		// the terms, so the route also says "approved" for an approval of
@@ -457,15 +458,10 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 			return
 		}
 	}
-	v := pages.Waiting{
+	v := templates.Waiting{
 		Continue:  continueOf(r, body),
-		ScriptURL: defaultBasePath + "waiting.js", // constants: no allocation on every 403
-		StyleURL:  defaultBasePath + "opsgate.css",
 		Chrome:    k.Chrome,
 		StatusURL: status,
-	}
-	if base != defaultBasePath {
-		v.ScriptURL, v.StyleURL = base+"waiting.js", base+"opsgate.css"
 	}
 	k.refuse(w, r, ErrApprovalRequired, &v)
 }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/pages"
 
 	"golang.org/x/net/html"
 

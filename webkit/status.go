@@ -4,13 +4,14 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/storekit"
+
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/store"
 )
@@ -88,17 +89,17 @@ func (k *Kit) routes() http.Handler {
 func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	r, sp := spans.Begin(r, k.Observer, "opsgate.status", spans.Labels{Route: routeStatus})
 	defer sp.End(spans.Labels{}, nil)
-	pages.NoStore(w.Header())
+	respond.NoStore(w.Header())
 	notFound := func() {
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "not_found"})
-		pages.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
+		respond.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "not_found"})
 	}
 	unavailable := func(op string, err error) {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: store failed",
 			slog.String("op", op), slog.String("error", err.Error()))
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: "unavailable"})
 		w.Header().Set("Retry-After", strconv.Itoa(int(k.retryAfter().Seconds())))
-		pages.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
+		respond.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "temporarily_unavailable"})
 	}
 	s, unbound, st := k.bindingOf(r)
 	if st != bindOK {
@@ -148,7 +149,7 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 	switch status {
 	case store.Waiting, store.Approved, store.Performing, store.Performed:
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: string(status)})
-		pages.WriteJSON(w, http.StatusOK, map[string]string{"status": string(status)})
+		respond.WriteJSON(w, http.StatusOK, map[string]string{"status": string(status)})
 	default:
 		notFound()
 	}

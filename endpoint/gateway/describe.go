@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -251,30 +253,10 @@ func (k *asker) url() string {
 // "temporarily_unavailable"} for a script, as the Gate answers a store
 // that is down.
 func (k *asker) unavailable(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("Cache-Control", "no-store")
-	h.Set("Retry-After", "5")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if wantsJSON(r) {
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, `{"error":"temporarily_unavailable"}`+"\n")
-		return
-	}
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	writePage(w, r, k.kit.Chrome, "Not available right now", "The website could not check this request just now, so nothing was done. Try again in a moment.")
-}
-
-// wantsJSON reports whether a script sent r: it asks for JSON over HTML,
-// or, accepting anything, is no navigation (the kit's own rule, W66).
-func wantsJSON(r *http.Request) bool {
-	accept := strings.ToLower(strings.Join(r.Header.Values("Accept"), ","))
-	switch {
-	case strings.Contains(accept, "text/html"):
-		return false
-	case strings.Contains(accept, "json"):
-		return true
-	}
-	return r.Header.Get("Sec-Fetch-Dest") == "empty"
+	w.Header().Set("Retry-After", "5")
+	pages.Refuse(w, r, http.StatusServiceUnavailable, "temporarily_unavailable", templates.Notice{
+		Title: "Not available right now", Heading: "Not available right now",
+		Text:   []string{"The website could not check this request just now, so nothing was done. Try again in a moment."},
+		Chrome: k.kit.Chrome,
+	})
 }

@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"html"
 	"io"
 	"log/slog"
 	"mime"
@@ -17,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -316,10 +314,11 @@ func (rt *router) notOpen(w http.ResponseWriter, r *http.Request, method string,
 		"opsgate-gateway: refused an unsafe request from an agent's browser that no action gates; if it needs no approval, add it to the config's pass list",
 		slog.String("method", method), slog.String("path", p.String()), slog.String("config", rt.c.file), slog.String("add", line))
 	rt.kit.Observer.Observe(r.Context(), webkit.Event{Route: "gate", Outcome: "refused", Reason: "not_open_to_agents"})
-	writeAnswer(w, r, rt.kit.Chrome, http.StatusForbidden, "forbidden",
-		"This website does not allow this action from an agent's browser.",
-		"Not available from an agent's browser",
-		"This website does not allow this action from a browser an agent joined, so nothing was done.")
+	pages.Refuse(w, r, http.StatusForbidden, "forbidden", templates.Notice{
+		Title: "Not available from an agent's browser", Heading: "Not available from an agent's browser",
+		Text:   []string{"This website does not allow this action from a browser an agent joined, so nothing was done."},
+		Chrome: rt.kit.Chrome,
+	})
 }
 
 // refuse answers a request of an agent's browser that the gateway can't
@@ -329,51 +328,10 @@ func (rt *router) refuse(w http.ResponseWriter, r *http.Request, status int, rea
 	rt.logger.LogAttrs(r.Context(), slog.LevelInfo, "opsgate-gateway: refused a request from an agent's browser",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("reason", reason), slog.String("detail", detail))
 	rt.kit.Observer.Observe(r.Context(), webkit.Event{Route: "gate", Outcome: "invalid_request", Reason: reason})
-	writeAnswer(w, r, rt.kit.Chrome, status, "invalid_request", detail, "This request can't be sent", detail+". Nothing was done.")
-}
-
-// writeAnswer writes the gateway's own answer: {"error": code, "detail":
-// detail} to a script (W66's rule: it accepts JSON over HTML), else a page
-// in the website's chrome.
-func writeAnswer(w http.ResponseWriter, r *http.Request, ch templates.Chrome, status int, code, detail, title, text string) {
-	h := w.Header()
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if pages.WantsJSON(r) {
-		pages.WriteJSON(w, status, map[string]string{"error": code, "detail": detail})
-		return
-	}
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	writePage(w, r, ch, title, text)
-}
-
-// writePage writes a page of the gateway's in the website's chrome.
-func writePage(w io.Writer, r *http.Request, ch templates.Chrome, title, text string) {
-	var b strings.Builder
-	b.WriteString("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
-	full := title
-	if ch.SiteName != "" {
-		full += " · " + ch.SiteName
-	}
-	fmt.Fprintf(&b, "<title>%s</title><link rel=\"stylesheet\" href=\"/_opsgate/opsgate.css\">", html.EscapeString(full))
-	for _, s := range ch.Stylesheets {
-		fmt.Fprintf(&b, "<link rel=\"stylesheet\" href=\"%s\">", html.EscapeString(s))
-	}
-	b.WriteString("</head><body>")
-	io.WriteString(w, b.String())
-	ctx := context.Background()
-	if r != nil {
-		ctx = r.Context()
-	}
-	if ch.Header != nil {
-		ch.Header.Render(ctx, w)
-	}
-	fmt.Fprintf(w, `<main class="opsgate-card"><h1>%s</h1><p>%s</p></main>`, html.EscapeString(title), html.EscapeString(text))
-	if ch.Footer != nil {
-		ch.Footer.Render(ctx, w)
-	}
-	io.WriteString(w, "</body></html>\n")
+	pages.Refuse(w, r, status, "invalid_request", templates.Notice{
+		Title: "This request can't be sent", Heading: "This request can't be sent",
+		Text: []string{detail + ". Nothing was done."}, Chrome: rt.kit.Chrome,
+	})
 }
 
 // bodyDeadline bounds how long r's body may take to arrive (timeouts.body),

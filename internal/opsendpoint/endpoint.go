@@ -30,7 +30,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/kitlink"
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
@@ -640,5 +640,5 @@ func writeError(w http.ResponseWriter, status int, code, description string) {
 // write JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
-	pages.WriteJSON(w, status, v)
+	respond.WriteJSON(w, status, v)
 }

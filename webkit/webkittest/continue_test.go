@@ -16,7 +16,8 @@ import (
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/continueform"
-	"github.com/opsgate/opsgate/internal/pages"
+	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"
 )
@@ -213,7 +214,7 @@ func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 				return
 			}
 			v.Continue.Fields = nil // the kit's page, its Continue emptied
-			pages.WriteWaiting(w, r, v)
+			pages.Waiting(w, r, v)
 		})
 	}, nil)
 	s, b := g.join(t)
@@ -249,16 +250,16 @@ func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 // another action, is not the request again.
 func TestContinueDiffers(t *testing.T) {
 	for name, tc := range map[string]struct {
-		edit func(*pages.Waiting)
+		edit func(*templates.Waiting)
 		want string
 	}{
-		"changed": {func(v *pages.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
-		"added": {func(v *pages.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, pages.Field{Name: "gift", Value: "yes"})
+		"changed": {func(v *templates.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
+		"added": {func(v *templates.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "gift", Value: "yes"})
 		}, `Continue sends that the request did not: gift="yes"`},
-		"action": {func(v *pages.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
-		"fresh token": {func(v *pages.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, pages.Field{Name: "_csrf", Value: "fresh"})
+		"action": {func(v *templates.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
+		"fresh token": {func(v *templates.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "_csrf", Value: "fresh"})
 		}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -270,7 +271,7 @@ func TestContinueDiffers(t *testing.T) {
 						return
 					}
 					tc.edit(&v)
-					pages.WriteWaiting(w, r, v)
+					pages.Waiting(w, r, v)
 				})
 			}, nil)
 			s, b := g.join(t)

@@ -27,9 +27,9 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
-	"github.com/opsgate/opsgate/internal/pages"
 	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/storewrap"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
@@ -114,7 +114,7 @@ func newToy(t *testing.T, fault string) *toy {
 				return
 			}
 			v.Continue.Fields = nil
-			pages.WriteWaiting(w, r, v)
+			pages.Waiting(w, r, v)
 		})
 	}
 	st := store.NewMemory()

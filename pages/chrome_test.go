@@ -1,4 +1,4 @@
-package pages
+package pages_test
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/a-h/templ"
+
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/templates"
 )
 
@@ -31,22 +32,12 @@ func TestChromeFramesThePages(t *testing.T) {
 	pagesOf := map[string]func() string{
 		"waiting": func() string {
 			rec := httptest.NewRecorder()
-			WriteWaiting(rec, r, Waiting{Continue: Continue{Method: "POST", Action: "/x"}, StyleURL: "/_opsgate/opsgate.css", StatusURL: "/_opsgate/status?w=sealed", Chrome: chrome})
+			pages.Waiting(rec, r, templates.Waiting{Continue: templates.Continue{Method: "POST", Action: "/x"}, StatusURL: "/_opsgate/status?w=sealed", Chrome: chrome})
 			return rec.Body.String()
 		},
-		"unavailable": func() string {
+		"notice": func() string {
 			rec := httptest.NewRecorder()
-			WriteUnavailable(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
-			return rec.Body.String()
-		},
-		"rate limited": func() string {
-			rec := httptest.NewRecorder()
-			WriteRateLimited(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
-			return rec.Body.String()
-		},
-		"outcome unknown": func() string {
-			rec := httptest.NewRecorder()
-			WriteOutcomeUnknown(rec, r, time.Second, Unavailable{StyleURL: "/_opsgate/opsgate.css", Chrome: chrome})
+			pages.Refuse(rec, r, 503, "temporarily_unavailable", templates.Notice{Title: "Try again shortly", Heading: "Try again shortly", Chrome: chrome})
 			return rec.Body.String()
 		},
 	}
@@ -78,7 +69,7 @@ func TestChromeFramesThePages(t *testing.T) {
 	}
 	// Without chrome: the kit's plain card, no frame.
 	rec := httptest.NewRecorder()
-	WriteWaiting(rec, r, Waiting{StyleURL: "/s.css"})
+	pages.Waiting(rec, r, templates.Waiting{})
 	if strings.Contains(rec.Body.String(), "opsgate-framed") || !strings.Contains(rec.Body.String(), "<title>Waiting for approval</title>") {
 		t.Errorf("plain page: %s", rec.Body)
 	}
