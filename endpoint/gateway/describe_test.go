@@ -173,7 +173,8 @@ func TestDescribeURL(t *testing.T) {
 			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Ref != "" {
 				t.Fatalf("%d %v %s", res.StatusCode, res.Header, res.Body)
 			}
-			if res.Error != "temporarily_unavailable" || strings.Contains(string(res.Body), "fail") {
+			var body struct{ Error, Message string }
+			if json.Unmarshal(res.Body, &body) != nil || body.Error != "temporarily_unavailable" || strings.Contains(body.Message, "fail") {
 				t.Errorf("W142 body %q", res.Body)
 			}
 			if took := time.Since(start); took > time.Second {
