@@ -20,14 +20,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/discovery"
-	"github.com/opsgate/opsgate/internal/kitlink"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/discovery"
+	"github.com/opsgate/opsgate/internal/join"
+	"github.com/opsgate/opsgate/internal/respond"
+	"github.com/opsgate/opsgate/internal/storewrap"
 
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/siteverify"
@@ -147,7 +150,7 @@ func NewMount(c Config) (*Mount, error) {
 	if c.Kit == nil {
 		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", errConfig)
 	}
-	if err := kitlink.Check(c.Kit); err != nil {
+	if err := c.Kit.Check(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errConfig, err)
 	}
 	origin, err := checkOrigin(c.Origin)
@@ -157,7 +160,7 @@ func NewMount(c Config) (*Mount, error) {
 	kit := c.Kit
 	m := &Mount{
 		kit:           kit,
-		base:          kitlink.BasePath(kit),
+		base:          respond.BasePath,
 		endpointPath:  defaultEndpointPath,
 		joinPath:      defaultJoinPath,
 		poppyJSONPath: defaultPoppyJSONPath,
@@ -166,7 +169,12 @@ func NewMount(c Config) (*Mount, error) {
 	// One Kit: the Mount reads the Kit's Store, StoreTimeout, Clock,
 	// Logger and Observer when it uses them, as the Gate does, so that a
 	// field set after NewMount is the one both use (issue 34).
-	now := func() time.Time { return kitlink.Now(kit) }
+	now := func() time.Time {
+		if kit.Clock != nil {
+			return kit.Clock()
+		}
+		return time.Now()
+	}
 	resolver := c.Resolver
 	if resolver == nil {
 		resolver = &identity.Resolver{AllowLocal: c.AllowLocal, Clock: now}
@@ -174,7 +182,7 @@ func NewMount(c Config) (*Mount, error) {
 	// The jti check is a store call like the others: it has the kit's
 	// StoreTimeout, so a stalled store answers 503 in bounded time, and the
 	// Observer sees it (the join's use_once step).
-	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: kitReplay{kit}, Clock: now, AcceptAgent: c.AcceptAgent}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: &kitReplay{kit: kit}, Clock: now, AcceptAgent: c.AcceptAgent}
 	m.endpoint = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: c.AccessTokens})
 	if c.Decline != nil {
 		m.endpoint.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {
@@ -182,8 +190,8 @@ func NewMount(c Config) (*Mount, error) {
 		}
 	}
 	joinURL := origin + m.joinPath
-	m.join = kitlink.JoinHandler(kit, joinURL, verifier, c.AccessTokens)
-	m.static = kitlink.Routes(kit)
+	m.join = join.New(kit, joinURL, verifier, c.AccessTokens)
+	m.static = kit
 
 	doc := map[string]any{}
 	for k, v := range c.PoppyJSON {
@@ -204,10 +212,13 @@ func NewMount(c Config) (*Mount, error) {
 }
 
 // kitReplay is the Kit's store, as it is when a jti is checked.
-type kitReplay struct{ kit *webkit.Kit }
+type kitReplay struct {
+	kit *webkit.Kit
+	c   storewrap.Cached
+}
 
-func (r kitReplay) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
-	return kitlink.Store(r.kit).UseOnce(ctx, key, until, now)
+func (r *kitReplay) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	return opsendpoint.KitStore(r.kit, &r.c).UseOnce(ctx, key, until, now)
 }
 
 // checkOrigin returns the origin in its canonical form (lower-case scheme

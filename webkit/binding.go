@@ -99,15 +99,6 @@ func (c *CookieSessions) boundElsewhere(r *http.Request, s Session) bool {
 	return m.Digest != bindingDigest(s.Agent, s.User)
 }
 
-// boundElsewhere reports whether the browser of r is bound to a Session of
-// another agent or User than s: the join must not rebind it (issue 10).
-func boundElsewhere(ss Sessions, r *http.Request, s Session) bool {
-	if c, ok := ss.(*CookieSessions); ok {
-		return c.boundElsewhere(r, s)
-	}
-	cur, ok := ss.SessionOf(r)
-	return ok && (cur.Agent != s.Agent || cur.User != s.User)
-}
 
 // hasHostPrefix reports whether name carries hostPrefix.
 func hasHostPrefix(name string) bool { return strings.HasPrefix(name, hostPrefix) }

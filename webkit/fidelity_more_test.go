@@ -23,7 +23,7 @@ func askStatus(t *testing.T, k *Kit, target string, s Session) (int, string) {
 	r := httptest.NewRequest("GET", target, nil)
 	r.AddCookie(joinCookie(t, k, s))
 	rec := httptest.NewRecorder()
-	k.routes().ServeHTTP(rec, r)
+	k.handler().ServeHTTP(rec, r)
 	var body struct{ Status string }
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	return rec.Code, body.Status

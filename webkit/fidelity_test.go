@@ -189,7 +189,7 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 				sharedRedis(t)
 			}
 			e := newGateEnv(t, be.make(t), newClock())
-			routes := e.kit.routes()
+			routes := e.kit.handler()
 			ask := func(target string) string {
 				r := httptest.NewRequest("GET", target, nil)
 				r.AddCookie(joinCookie(t, e.kit, sesIn))

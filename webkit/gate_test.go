@@ -151,8 +151,8 @@ func joinCookie(t testing.TB, k *Kit, s Session) *http.Cookie {
 		t.Fatal(err)
 	}
 	cs := rec.Result().Cookies()
-	if len(cs) != 1 {
-		t.Fatalf("Bind set %d cookies", len(cs))
+	if len(cs) != 2 || cs[1].Name != cs[0].Name+"_bound" {
+		t.Fatalf("Bind set %v, want the join cookie and its binding marker", cs)
 	}
 	return cs[0]
 }
@@ -1019,7 +1019,7 @@ func TestStatusRoute(t *testing.T) {
 				sharedRedis(t)
 			}
 			e := newGateEnv(t, be.make(t), newClock())
-			status := e.kit.routes()
+			status := e.kit.handler()
 			rec := e.do(e.request(joinedIn, formM, "text/html"))
 			_, ref := refOf(t, rec)
 			statusURL := statusURLOf(t, rec)

@@ -4,15 +4,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/kitlink"
-	"github.com/opsgate/opsgate/internal/siteverify"
-	"github.com/opsgate/opsgate/webkit/identity"
 	"log/slog"
 	"net/http"
-	"reflect"
-	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
@@ -30,7 +26,7 @@ const (
 	defaultLifetime = 10 * time.Minute
 	// defaultBasePath is where the Mount serves the kit's browser-facing
 	// routes (waiting.js, fetch.js, opsgate.css, status).
-	defaultBasePath = "/_opsgate/"
+	defaultBasePath = respond.BasePath
 	// defaultRetryAfter is the Retry-After of a 503 or a 429 (§7 W143).
 	defaultRetryAfter = 5 * time.Second
 )
@@ -140,7 +136,7 @@ type Kit struct {
 	// seal encrypts the waiting page's handle on its ref (W64).
 	seal handleSeal
 	// wrapped is the store the kit calls (see store()).
-	wrapped atomic.Pointer[wrappedStore]
+	wrapped storewrap.Cached
 	// retries are the Releases and Finishes that failed, tried again
 	// until they land (retry.go).
 	retries retries
@@ -169,6 +165,11 @@ var (
 	// operation (§4 W56), and the Gate does not perform the action for it.
 	ErrOwnLogin = errors.New("webkit: the browser has the website's own login: confirm on the website")
 )
+
+// ErrBoundElsewhere is returned by Sessions.Bind for a browser bound to a
+// Session of another agent or User: it is not rebound (login CSRF, issue
+// 10). The join answers it 409.
+var ErrBoundElsewhere = errors.New("webkit: the browser is bound to another agent's or User's Session")
 
 // errBodyTooLarge is a gated request body over defaultMaxBody: 413.
 var errBodyTooLarge = errors.New("webkit: request body too large")
@@ -227,9 +228,11 @@ func checkKeys(keys ...[]byte) error {
 	return nil
 }
 
-// check reports what makes the Kit unusable: keys New refused, a Kit not
-// built by New, or a Store or Sessions set to nil.
-func (k *Kit) check() error {
+// Check reports what makes the Kit unusable: keys New refused, a Kit not
+// built by New, or a Store or Sessions set to nil. endpoint.NewMount
+// returns its error, and Gate panics with it, so that a website stops
+// while it is wired, before it serves.
+func (k *Kit) Check() error {
 	switch {
 	case k == nil:
 		return errors.New("webkit: Kit is nil: build one with webkit.New")
@@ -248,7 +251,7 @@ func (k *Kit) check() error {
 // mustCheck panics with check's error: Gate is called while the website
 // is wired, so a bad Kit stops it before it serves.
 func (k *Kit) mustCheck() {
-	if err := k.check(); err != nil {
+	if err := k.Check(); err != nil {
 		panic(err)
 	}
 }
@@ -262,41 +265,14 @@ func randomKey(n int) []byte {
 // maxWait bounds how long a waiting page's handle works.
 const maxWait = 24 * time.Hour
 
+// store is Kit.Store with each call's deadline (StoreTimeout), so that
+// failing closed takes bounded time, and each step seen by the Observer.
 func (k *Kit) store() store.Store {
-	s := k.Store
-	d, o := k.storeTimeout(), k.Observer
-	// The wrapped store is kept while the fields it was made of stay the
-	// same: wrapping on every call cost allocations on every request.
-	if w := k.wrapped.Load(); w != nil && w.d == d && same(w.base, s) && same(w.o, o) {
-		return w.s
+	var o storewrap.StepObserver
+	if k.Observer != nil {
+		o = k.Observer
 	}
-	w := &wrappedStore{base: s, d: d, o: o}
-	// Each call has its own deadline, so failing closed takes bounded time.
-	w.s = storewrap.WithTimeout(s, d)
-	if o != nil { // each step's latency and errors
-		w.s = storewrap.Observe(w.s, o)
-	}
-	k.wrapped.Store(w)
-	return w.s
-}
-
-// wrappedStore is Kit.Store with the kit's deadline and Observer, and what
-// it was made of.
-type wrappedStore struct {
-	base store.Store
-	d    time.Duration
-	o    Observer
-	s    store.Store
-}
-
-// same reports whether a and b are the same value, without panicking on
-// values of types that can't be compared.
-func same(a, b any) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
+	return k.wrapped.Wrap(k.Store, k.storeTimeout(), o)
 }
 
 func (k *Kit) now() time.Time {
@@ -329,14 +305,3 @@ func (k *Kit) retryAfter() time.Duration {
 }
 
 func (k *Kit) basePath() string { return defaultBasePath }
-
-func init() {
-	kitlink.Routes = func(k any) http.Handler { return k.(*Kit).routes() }
-	kitlink.Check = func(k any) error { return k.(*Kit).check() }
-	kitlink.BasePath = func(k any) string { return k.(*Kit).basePath() }
-	kitlink.Store = func(k any) store.Store { return k.(*Kit).store() }
-	kitlink.Now = func(k any) time.Time { return k.(*Kit).now() }
-	kitlink.JoinHandler = func(k any, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
-		return k.(*Kit).joinHandler(url, v, tokens)
-	}
-}

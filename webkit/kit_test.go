@@ -17,7 +17,7 @@ func TestNewFillsDefaults(t *testing.T) {
 		t.Fatalf("defaults: %T %T %v", k.Store, k.Sessions, k.StoreTimeout)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(k.basePath(), k.routes())
+	mux.Handle(k.basePath(), k.handler())
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, httptest.NewRequest("GET", "/_opsgate/fetch.js", nil))
 	if w.Code != 200 {
@@ -43,7 +43,7 @@ func TestNewChecksKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := New(tc.keys...)
-			err := k.check()
+			err := k.Check()
 			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errKeys)) {
 				t.Fatalf("Check: %v", err)
 			}
@@ -70,7 +70,7 @@ func TestZeroKitFailsClearly(t *testing.T) {
 		"no Sessions": func() *Kit { k := New(testKeys...); k.Sessions = nil; return k }(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := k.check()
+			err := k.Check()
 			if err == nil {
 				t.Fatal("Check: nil")
 			}
@@ -79,9 +79,14 @@ func TestZeroKitFailsClearly(t *testing.T) {
 					t.Errorf("Check: %v does not say to use webkit.New", err)
 				}
 			}
+			// Its routes answer 500, naming nothing of the error.
+			rec := httptest.NewRecorder()
+			k.ServeHTTP(rec, httptest.NewRequest("GET", "/_opsgate/waiting.js", nil))
+			if rec.Code != http.StatusInternalServerError {
+				t.Errorf("ServeHTTP: %d, want 500", rec.Code)
+			}
 			for what, wire := range map[string]func(){
-				"Gate":   func() { k.Gate(func(*http.Request) (Action, error) { return Action{}, ErrNotGated }) },
-				"routes": func() { k.routes() },
+				"Gate": func() { k.Gate(func(*http.Request) (Action, error) { return Action{}, ErrNotGated }) },
 			} {
 				func() {
 					defer func() {
@@ -95,3 +100,6 @@ func TestZeroKitFailsClearly(t *testing.T) {
 		})
 	}
 }
+
+// handler is the Kit's routes as an http.Handler, for the tests.
+func (k *Kit) handler() http.Handler { return k }

@@ -368,6 +368,10 @@ func (d *decodedCookies) putLocked(value string, b binding) {
 }
 
 // Bind joins the browser to s by setting the cookie; the join time is now.
+// A browser bound to a Session of another agent or User is not rebound
+// (ErrBoundElsewhere): any page can post a join (login CSRF), and its next
+// gated action would belong to the other Session; Unbind it first. The
+// same agent and User may replace their Session.
 func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session) error {
 	switch {
 	case s.ID == "":
@@ -376,6 +380,9 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 		return errors.New("webkit: bind: Session.Agent is empty")
 	case s.User == "":
 		return errors.New("webkit: bind: Session.User is empty")
+	}
+	if c.boundElsewhere(r, s) {
+		return ErrBoundElsewhere
 	}
 	now := c.now()
 	value, err := securecookie.EncodeMulti(c.name(), cookieSession{
@@ -391,7 +398,7 @@ func (c *CookieSessions) Bind(w http.ResponseWriter, r *http.Request, s Session)
 		return fmt.Errorf("webkit: bind: cookie %s: %w", c.name(), err)
 	}
 	http.SetCookie(w, sessions.NewCookie(c.name(), value, c.options()))
-	return nil
+	return c.markBound(w, s)
 }
 
 // Unbind removes the binding: the cookie and the kit join's binding

@@ -16,8 +16,8 @@ func bindCookie(t *testing.T, c *CookieSessions, s Session) *http.Cookie {
 		t.Fatal(err)
 	}
 	cs := rec.Result().Cookies()
-	if len(cs) != 1 {
-		t.Fatalf("%d cookies", len(cs))
+	if len(cs) != 2 || cs[1].Name != cs[0].Name+"_bound" {
+		t.Fatalf("Bind set %v, want the join cookie and its binding marker", cs)
 	}
 	return cs[0]
 }

@@ -30,8 +30,10 @@ var staticTypes = map[string]string{
 // opsgate.fetch reads it (W93).
 const statusHeader = "X-Opsgate-Status"
 
-// routes serves the kit's browser-facing routes under /_opsgate/; the
-// endpoint package's Mount serves them, with the endpoint and the join.
+// ServeHTTP serves the Kit's browser-facing routes under /_opsgate/:
+// endpoint.Mount serves them, beside the operations endpoint and the
+// join; a website that routes each of a Mount's paths itself mounts the
+// Kit at /_opsgate/ (as a prefix).
 //
 // Routes:
 //   - GET waiting.js: the waiting page's auto-continue (§6 W93).
@@ -43,9 +45,17 @@ const statusHeader = "X-Opsgate-Status"
 //
 // Files are served from the binary, so a Content-Security-Policy of
 // script-src 'self' holds: the kit writes no inline script or style.
-func (k *Kit) routes() http.Handler {
-	k.mustCheck()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (k *Kit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := k.Check(); err != nil {
+		log := slog.Default()
+		if k != nil {
+			log = k.logger()
+		}
+		log.LogAttrs(r.Context(), slog.LevelError, "opsgate: unusable Kit", slog.String("error", err.Error()))
+		http.Error(w, "the kit is not configured", http.StatusInternalServerError)
+		return
+	}
+	{
 		name, ok := strings.CutPrefix(r.URL.Path, k.basePath())
 		if !ok {
 			http.NotFound(w, r)
@@ -79,7 +89,7 @@ func (k *Kit) routes() http.Handler {
 			return
 		}
 		w.Write(b)
-	})
+	}
 }
 
 // serveStatus answers the status route: authorised by the join cookie,

@@ -1,6 +1,7 @@
 package webkit
 
 import (
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -28,7 +29,7 @@ type AlternativeReference struct {
 }
 
 // operationsExtension is this extension's name in Poppy-Extensions and poppy.json.
-const operationsExtension = "operations"
+const operationsExtension = headers.OperationsExtension
 
 // Session is the verified Poppy Session a request is handled as (§4): what
 // the Session header (or the browser's join) proved.

@@ -18,7 +18,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/kitlink"
 	"io"
 	"log/slog"
 	"math/big"
@@ -31,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	kitjoin "github.com/opsgate/opsgate/internal/join"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
@@ -138,7 +139,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		verifier := &siteverify.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
 		mux := http.NewServeMux()
 		mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier}))
-		mux.Handle("POST /poppy/join", kitlink.JoinHandler(kit, hostileOrigin+"/poppy/join", verifier, nil))
+		mux.Handle("POST /poppy/join", kitjoin.New(kit, hostileOrigin+"/poppy/join", verifier, nil))
 		mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "exchanged\n")
 		})))

@@ -376,7 +376,7 @@ func ParseExtensions(values []string) (map[string]string, error) {
 		}
 		version := versionText(item.Params)
 		if old, seen := ext[name]; seen {
-			if name != operationsExtension || majorVersionIs3(old) || !majorVersionIs3(version) {
+			if name != OperationsExtension || majorVersionIs3(old) || !majorVersionIs3(version) {
 				continue
 			}
 		}
@@ -439,14 +439,14 @@ func FormatExtensions(e map[string]string) string {
 	return s
 }
 
-// operationsExtension is this extension's name in Poppy-Extensions and poppy.json.
-const operationsExtension = "operations"
+// OperationsExtension is this extension's name in Poppy-Extensions and poppy.json.
+const OperationsExtension = "operations"
 
 // DeclaresOperations reports whether the declarations (as ParseExtensions
 // returns them) count as declaring operations v3 (§2): the major version
 // must be 3, so "3" and "3.1" count, and "2", "4" and "" don't (W13).
 func DeclaresOperations(ext map[string]string) bool {
-	return majorVersionIs3(ext[operationsExtension])
+	return majorVersionIs3(ext[OperationsExtension])
 }
 
 func majorVersionIs3(v string) bool {

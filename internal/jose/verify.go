@@ -1,7 +1,6 @@
 package jose
 
 import (
-	"context"
 	"net/url"
 	"strings"
 	"time"
@@ -20,13 +19,6 @@ const (
 	// return_to.
 	MaxURLLength = 2048
 )
-
-// ResolveKey returns the key with kid that fits alg of the agent clientID,
-// and the agent's client_name, as resolver (an *identity.Resolver) loads
-// and caches them. Package identity sets it when it is initialized, so
-// that internal/siteverify reaches the Resolver's cache without an exported
-// method. Errors wrap identity.ErrInvalid or identity.ErrUnavailable.
-var ResolveKey func(resolver any, ctx context.Context, clientID, kid, alg string) (key PublicKey, clientName string, err error)
 
 // SameHost reports whether a and b have the same host (compared
 // case-insensitively) and the same port, 443 or 80 when none is given.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/kitlink"
+	"github.com/opsgate/opsgate/internal/join"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
@@ -42,7 +42,7 @@ func auditShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomi
 		}
 		return nil
 	}
-	s.join = kitlink.JoinHandler(kit, origin+"/poppy/join", verifier, tokens)
+	s.join = join.New(kit, origin+"/poppy/join", verifier, tokens)
 	s.mux.Handle("POST /poppy/operations", s.ep)
 	s.mux.Handle("POST /poppy/join", s.join)
 	describe := func(r *http.Request) (webkit.Action, error) {

@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/kitlink"
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -105,7 +105,8 @@ type Endpoint struct {
 	// Observer sees each answer (webkit.Event, route "endpoint").
 	Observer webkit.Observer
 
-	kit *webkit.Kit // New's: read live where a field above is unset
+	kit    *webkit.Kit // New's: read live where a field above is unset
+	kitRun storewrap.Cached
 }
 
 // New returns the endpoint of kit: its store (each call with the kit's
@@ -121,7 +122,20 @@ func (e *Endpoint) store() store.Store {
 	if e.Store != nil || e.kit == nil {
 		return e.Store
 	}
-	return kitlink.Store(e.kit)
+	return KitStore(e.kit, &e.kitRun)
+}
+
+// KitStore is kit's Store as the Gate calls it now: each call with the
+// Kit's StoreTimeout (one second when unset) and seen by its Observer,
+// read from the Kit's fields at each call, so that the endpoint, the
+// join's replay check and the Gate never use two stores (issue 34: one
+// Kit). c keeps the wrapped store while those fields stay the same.
+func KitStore(kit *webkit.Kit, c *storewrap.Cached) store.Store {
+	var o storewrap.StepObserver
+	if kit.Observer != nil {
+		o = kit.Observer
+	}
+	return c.Wrap(kit.Store, kit.StoreTimeout, o)
 }
 
 // observer is Observer, or the Kit's now.
@@ -485,8 +499,8 @@ func (e *Endpoint) now() time.Time {
 	switch {
 	case e.Clock != nil:
 		return e.Clock()
-	case e.kit != nil:
-		return kitlink.Now(e.kit)
+	case e.kit != nil && e.kit.Clock != nil:
+		return e.kit.Clock()
 	}
 	return time.Now()
 }

@@ -2,7 +2,7 @@ package opsendpoint_test
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/kitlink"
+	"github.com/opsgate/opsgate/internal/join"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -56,7 +56,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	verifier := &siteverify.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
-	mux.Handle("POST /poppy/join", kitlink.JoinHandler(kit, s.site.JoinURL, verifier, s.site.AccessTokens()))
+	mux.Handle("POST /poppy/join", join.New(kit, s.site.JoinURL, verifier, s.site.AccessTokens()))
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.runs.Add(1)
 		code := int(s.status.Load())

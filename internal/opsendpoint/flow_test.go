@@ -10,7 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/kitlink"
+	"github.com/opsgate/opsgate/internal/join"
 	"io"
 	"log/slog"
 	"math/big"
@@ -114,7 +114,7 @@ func newShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomic.
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
 	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
-	s.join = kitlink.JoinHandler(kit, origin+"/poppy/join", verifier, tokens)
+	s.join = join.New(kit, origin+"/poppy/join", verifier, tokens)
 	s.mux.Handle("POST /poppy/operations", s.ep)
 	s.mux.Handle("POST /poppy/join", s.join)
 	s.mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -176,3 +176,8 @@ func WaitingOf(r *http.Request) (templates.Waiting, bool) {
 	}
 	return *v, true
 }
+
+// BasePath is where the Kit's browser-facing routes are served
+// (Kit.ServeHTTP: its scripts, stylesheet and status route), by
+// endpoint.Mount.
+const BasePath = "/_opsgate/"

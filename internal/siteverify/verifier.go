@@ -135,7 +135,11 @@ func (v *Verifier) now() time.Time {
 // and the agent's client_name, as v.Resolver loads and caches them
 // (webkit/RULES.md choice 1 and its hardening).
 func (v *Verifier) agentKey(ctx context.Context, clientID, kid, alg string) (jose.PublicKey, string, error) {
-	return jose.ResolveKey(v.Resolver, ctx, clientID, kid, alg)
+	k, name, err := v.Resolver.Key(ctx, clientID, kid, alg)
+	if err != nil {
+		return jose.PublicKey{}, "", err
+	}
+	return jose.PublicKey{Kid: kid, Alg: alg, Key: k}, name, nil
 }
 
 // VerifySession verifies the Poppy-Session header token (webkit/RULES.md choice

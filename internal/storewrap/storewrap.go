@@ -7,6 +7,8 @@ package storewrap
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/internal/spans"
@@ -303,4 +305,47 @@ func (t observedStore) Release(ctx context.Context, owner store.Owner, token str
 	released, err := t.s.Release(ctx, owner, token, now)
 	sp.End(spans.Labels{}, err)
 	return released, err
+}
+
+// Cached keeps one store wrapped with a deadline and an Observer (Wrap)
+// while the settings it was made of stay the same: the Kit's Store,
+// StoreTimeout and Observer, which the Gate, the status route and the
+// endpoint read on every request (one Kit: a field changed after wiring
+// is the one every part uses). Wrapping on every call cost allocations
+// on every request. The zero Cached is ready; it is safe for concurrent
+// use.
+type Cached struct {
+	p atomic.Pointer[cached]
+}
+
+type cached struct {
+	base store.Store
+	d    time.Duration
+	o    StepObserver
+	s    store.Store
+}
+
+// Wrap returns base with a deadline of d on every call and, when o is not
+// nil, each step's latency reported to o: the store it returned last
+// while base, d and o are the same.
+func (c *Cached) Wrap(base store.Store, d time.Duration, o StepObserver) store.Store {
+	if w := c.p.Load(); w != nil && w.d == d && same(w.base, base) && same(w.o, o) {
+		return w.s
+	}
+	w := &cached{base: base, d: d, o: o, s: WithTimeout(base, d)}
+	if o != nil {
+		w.s = Observe(w.s, o)
+	}
+	c.p.Store(w)
+	return w.s
+}
+
+// same reports whether a and b are the same value, without panicking on
+// values of types that can't be compared.
+func same(a, b any) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }

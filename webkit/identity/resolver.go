@@ -2,10 +2,10 @@ package identity
 
 import (
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/discovery"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/opsgate/opsgate/internal/discovery"
 
 	"golang.org/x/sync/singleflight"
 
@@ -53,16 +55,20 @@ func (a *loadedAgent) hasKid(kid string) bool {
 	return false
 }
 
-func init() {
-	// internal/siteverify verifies Session JWTs with the keys a Resolver
-	// loads (webkit/RULES.md choice 1), through this hook.
-	jose.ResolveKey = func(resolver any, ctx context.Context, clientID, kid, alg string) (jose.PublicKey, string, error) {
-		k, a, err := resolver.(*Resolver).key(ctx, clientID, kid, alg)
-		if err != nil {
-			return jose.PublicKey{}, "", err
-		}
-		return k, a.ClientName, nil
+// Key returns the public key named kid that fits alg in the key set of
+// the agent clientID, and the agent's client_name, loading its metadata
+// document and JWKS and caching them with the hardening of a 1.0 verifier
+// (webkit/RULES.md "Hardening"): an unknown kid reloads the set at most
+// every 30 s, a failed load is remembered for 30 s, keys loaded before are
+// kept up to an hour while reloads fail. The kit's verifier of Session
+// JWTs and join assertions calls it. Errors wrap ErrInvalid (the agent or
+// its keys are unacceptable) or ErrUnavailable (they can't be loaded now).
+func (r *Resolver) Key(ctx context.Context, clientID, kid, alg string) (key crypto.PublicKey, clientName string, err error) {
+	k, a, err := r.key(ctx, clientID, kid, alg)
+	if err != nil {
+		return nil, "", err
 	}
+	return k.Key, a.ClientName, nil
 }
 
 // The hardening of a 1.0 verifier (webkit/RULES.md "Hardening").

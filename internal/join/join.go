@@ -1,4 +1,8 @@
-package webkit
+// Package join is the kit's browser_session_endpoint (webkit/RULES.md
+// choice 3), as endpoint.Mount serves it at /poppy/join: the Personal
+// Agent's browser POSTs a signed assertion, and the join binds the browser
+// to the agent's Session through the Kit's Sessions.
+package join
 
 import (
 	"errors"
@@ -6,15 +10,17 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/spans"
+	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
-// joinHandler returns the kit's browser_session_endpoint (RULES.md choice
-// 3), as endpoint.NewMount mounts it: the Personal Agent's browser POSTs a
+// New returns the kit's browser_session_endpoint (RULES.md choice 3) for
+// kit, as endpoint.NewMount mounts it: the Personal Agent's browser POSTs a
 // form with `assertion` (a poppy-browser+jwt) and, for a signed-in join,
 // `access_token`. It verifies them (1), records the declared extensions
 // (2: "step 2" of §2, W10) and binds the browser to the Session (3), then
@@ -27,13 +33,13 @@ import (
 //
 // A website whose identity provider hosts the join does not mount it: its
 // login callback calls Kit.Sessions.Bind with the Session it verified.
-func (k *Kit) joinHandler(url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
-	return &joinEndpoint{Kit: k, URL: url, Verifier: v, AccessTokens: tokens}
+func New(kit *webkit.Kit, url string, v *siteverify.Verifier, tokens identity.AccessTokens) http.Handler {
+	return &joinEndpoint{Kit: kit, URL: url, Verifier: v, AccessTokens: tokens}
 }
 
-// joinEndpoint is the join joinHandler returns.
+// joinEndpoint is the join New returns.
 type joinEndpoint struct {
-	Kit *Kit
+	Kit *webkit.Kit
 	// URL is this endpoint's own absolute URL, the aud of every assertion.
 	URL string
 	// Verifier verifies assertions (its Origin is the Company's origin,
@@ -67,9 +73,13 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	outcome, reason := "refused", "request"
 	r, sp := spans.Begin(r, j.Kit.Observer, "opsgate.join", spans.Labels{Route: routeJoin})
 	defer sp.End(spans.Labels{}, nil) // after the Event below, which labels it
-	defer func() { j.Kit.observe(r.Context(), Event{Route: routeJoin, Outcome: outcome, Reason: reason}) }()
-	if err := j.Kit.check(); err != nil { // not wired by NewMount, which checks
-		j.Kit.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))
+	defer func() {
+		if o := j.Kit.Observer; o != nil {
+			o.Observe(r.Context(), webkit.Event{Route: routeJoin, Outcome: outcome, Reason: reason})
+		}
+	}()
+	if err := j.Kit.Check(); err != nil { // not wired by NewMount, which checks
+		j.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: join: unusable Kit", slog.String("error", err.Error()))
 		joinError(w, http.StatusInternalServerError, "the join is not configured")
 		return
 	}
@@ -89,7 +99,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		joinError(w, http.StatusBadRequest, "exactly one assertion is required")
 		return
 	}
-	log := j.Kit.logger()
+	log := j.logger()
 	// 1. Verify the assertion (aud = this URL, lifetime ≤ 60 s, return_to
 	// on our origin) and, signed in, the access token. Its single-use jti
 	// is used up last, once the join can succeed: an assertion refused
@@ -107,7 +117,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		j.refuse(w, log, err)
 		return
 	}
-	s := Session{ID: a.SID, Agent: a.ClientID, User: a.User}
+	s := webkit.Session{ID: a.SID, Agent: a.ClientID, User: a.User}
 	if token != "" {
 		reason = "access_token"
 		if j.AccessTokens == nil {
@@ -140,20 +150,19 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// action would belong to the other Session. The same agent and User
 	// may replace their Session.
 	ss := j.Kit.Sessions
-	if boundElsewhere(ss, r, s) {
-		reason = "conflict"
-		log.Info("opsgate join: refused, the browser is bound to another Session")
-		joinConflict(w)
+	if cur, ok := ss.SessionOf(r); ok && (cur.Agent != s.Agent || cur.User != s.User) {
+		conflict(w, log, &reason)
 		return
 	}
 	// 3. Bind the browser to the Session: the cookies are made first, the
-	// jti is used up next, and only then are the cookies sent.
+	// jti is used up next, and only then are the cookies sent. Sessions
+	// that see the browser bound elsewhere (CookieSessions' binding
+	// marker, sent even with a cross-site POST) refuse to rebind it.
 	held := &heldHeader{h: http.Header{}}
-	err = ss.Bind(held, r, s)
-	if c, ok := ss.(*CookieSessions); ok && err == nil {
-		err = c.markBound(held, s)
-	}
-	if err != nil {
+	if err := ss.Bind(held, r, s); errors.Is(err, webkit.ErrBoundElsewhere) {
+		conflict(w, log, &reason)
+		return
+	} else if err != nil {
 		log.Error("opsgate join: cannot bind the browser", "err", err)
 		outcome, reason = "unavailable", "bind"
 		joinError(w, http.StatusInternalServerError, "the join could not be completed")
@@ -189,11 +198,11 @@ func knownExtensions(claim string) map[string]string {
 	if err != nil {
 		return nil
 	}
-	v, ok := ext[operationsExtension]
+	v, ok := ext[headers.OperationsExtension]
 	if !ok || len(v) > maxJoinVersion {
 		return nil
 	}
-	return map[string]string{operationsExtension: v}
+	return map[string]string{headers.OperationsExtension: v}
 }
 
 // heldHeader is a ResponseWriter that only collects headers: Bind's
@@ -207,7 +216,7 @@ func (w *heldHeader) WriteHeader(int)             {}
 func (j *joinEndpoint) refuse(w http.ResponseWriter, log *slog.Logger, err error) {
 	if errors.Is(err, identity.ErrUnavailable) {
 		log.Warn("opsgate join: cannot verify now", "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(int(j.Kit.retryAfter().Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter.Seconds())))
 		joinError(w, http.StatusServiceUnavailable, "the join cannot be verified now; try again")
 		return
 	}
@@ -215,6 +224,16 @@ func (j *joinEndpoint) refuse(w http.ResponseWriter, log *slog.Logger, err error
 	// Every 401 carries a challenge (RFC 9110 §15.5.2; RULES.md choice 5).
 	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
 	joinError(w, http.StatusUnauthorized, "the join could not be verified")
+}
+
+// conflict refuses a join into a browser bound to another agent's or
+// User's Session: any page can post a join (login CSRF), and the
+// browser's next gated action would belong to the other Session (issue
+// 10). The same agent and User may replace their Session.
+func conflict(w http.ResponseWriter, log *slog.Logger, reason *string) {
+	*reason = "conflict"
+	log.Info("opsgate join: refused, the browser is bound to another Session")
+	joinConflict(w)
 }
 
 // joinConflict is the short page of a join into a browser bound to another
@@ -243,4 +262,18 @@ func joinError(w http.ResponseWriter, status int, msg string) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	w.Write([]byte(msg + "\n"))
+}
+
+// routeJoin is the join's route in the Observer's events.
+const routeJoin = "join"
+
+// retryAfter is the Retry-After of a join that can't be verified now (§7
+// W143), as the Gate's.
+const retryAfter = 5 * time.Second
+
+func (j *joinEndpoint) logger() *slog.Logger {
+	if j.Kit.Logger != nil {
+		return j.Kit.Logger
+	}
+	return slog.Default()
 }
