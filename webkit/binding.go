@@ -99,6 +99,5 @@ func (c *CookieSessions) boundElsewhere(r *http.Request, s Session) bool {
 	return m.Digest != bindingDigest(s.Agent, s.User)
 }
 
-
 // hasHostPrefix reports whether name carries hostPrefix.
 func hasHostPrefix(name string) bool { return strings.HasPrefix(name, hostPrefix) }
