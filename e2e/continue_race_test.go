@@ -14,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -51,7 +52,7 @@ func replaceWaiting(k *webkit.Kit, h http.HandlerFunc) {
 func churningWaiting(w http.ResponseWriter, r *http.Request) {
 	v, _ := pages.WaitingOf(r)
 	rec := httptest.NewRecorder()
-	pages.Waiting(rec, r, v)
+	pages.Waiting(rec, r, v, templates.Chrome{})
 	for k, vs := range rec.Header() {
 		w.Header()[k] = vs
 	}

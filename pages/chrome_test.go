@@ -9,6 +9,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/templates"
 )
@@ -32,12 +33,12 @@ func TestChromeFramesThePages(t *testing.T) {
 	pagesOf := map[string]func() string{
 		"waiting": func() string {
 			rec := httptest.NewRecorder()
-			pages.Waiting(rec, r, templates.Waiting{Continue: templates.Continue{Method: "POST", Action: "/x"}, StatusURL: "/_opsgate/status?w=sealed", Chrome: chrome})
+			pages.Waiting(rec, r, view.Waiting{Continue: view.Continue{Method: "POST", Action: "/x"}, StatusURL: "/_opsgate/status?w=sealed"}, chrome)
 			return rec.Body.String()
 		},
 		"notice": func() string {
 			rec := httptest.NewRecorder()
-			pages.Refuse(rec, r, 503, "temporarily_unavailable", templates.Notice{Title: "Try again shortly", Heading: "Try again shortly", Chrome: chrome})
+			pages.Refuse(rec, r, 503, "temporarily_unavailable", view.Notice{Title: "Try again shortly", Heading: "Try again shortly"}, chrome)
 			return rec.Body.String()
 		},
 	}
@@ -69,7 +70,7 @@ func TestChromeFramesThePages(t *testing.T) {
 	}
 	// Without chrome: the kit's plain card, no frame.
 	rec := httptest.NewRecorder()
-	pages.Waiting(rec, r, templates.Waiting{})
+	pages.Waiting(rec, r, view.Waiting{}, templates.Chrome{})
 	if strings.Contains(rec.Body.String(), "opsgate-framed") || !strings.Contains(rec.Body.String(), "<title>Waiting for approval</title>") {
 		t.Errorf("plain page: %s", rec.Body)
 	}

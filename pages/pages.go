@@ -23,6 +23,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/opsgate/opsgate/internal/respond"
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/templates"
 )
 
@@ -30,33 +31,33 @@ import (
 // waiting page (W65), or {"error":"approval_required"} for a script
 // (W66). The caller has set Poppy-Operation (W53); Waiting sets
 // Cache-Control and Vary (W68).
-func Waiting(w http.ResponseWriter, r *http.Request, v templates.Waiting) {
+func Waiting(w http.ResponseWriter, r *http.Request, v view.Waiting, c templates.Chrome) {
 	respond.NoStore(w.Header())
 	if respond.WantsJSON(r) {
 		respond.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "approval_required"})
 		return
 	}
-	writeHTML(w, r.Context(), http.StatusForbidden, templates.WaitingPage(v))
+	writeHTML(w, r.Context(), http.StatusForbidden, templates.WaitingPage(v, c))
 }
 
 // Refuse answers any other refusal with status: a script gets
 // {"error": code, "message": …} (the notice's text), a browser the
 // notice's page. A caller answering 503 or 429 sets Retry-After first
 // (§7 W143).
-func Refuse(w http.ResponseWriter, r *http.Request, status int, code string, n templates.Notice) {
+func Refuse(w http.ResponseWriter, r *http.Request, status int, code string, n view.Notice, c templates.Chrome) {
 	respond.NoStore(w.Header())
 	if respond.WantsJSON(r) {
 		respond.WriteJSON(w, status, map[string]string{"error": code, "message": strings.Join(n.Text, " ")})
 		return
 	}
-	writeHTML(w, r.Context(), status, templates.NoticePage(n))
+	writeHTML(w, r.Context(), status, templates.NoticePage(n, c))
 }
 
 // WaitingOf returns the waiting page's view while the Gate refuses a
 // request with webkit.ErrApprovalRequired, for a website's own
 // Kit.Refused that renders templates.WaitingCard in its own layout; false
 // for any other request.
-func WaitingOf(r *http.Request) (templates.Waiting, bool) {
+func WaitingOf(r *http.Request) (view.Waiting, bool) {
 	return respond.WaitingOf(r)
 }
 

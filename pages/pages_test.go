@@ -7,21 +7,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/templates"
 )
 
 func TestWaitingW64W68(t *testing.T) {
 	t.Parallel()
-	v := templates.Waiting{
-		Continue:  templates.Continue{Method: "POST", Action: "/x", Fields: []templates.Field{{Name: "a", Value: `"><script>alert(1)</script>`}}},
+	v := view.Waiting{
+		Continue:  view.Continue{Method: "POST", Action: "/x", Fields: []view.Field{{Name: "a", Value: `"><script>alert(1)</script>`}}},
 		StatusURL: "/_opsgate/status?w=h",
 	}
 	for _, accept := range []string{"text/html", "application/json"} {
 		r := httptest.NewRequest("POST", "/x", nil)
 		r.Header.Set("Accept", accept)
 		rec := httptest.NewRecorder()
-		pages.Waiting(rec, r, v)
+		pages.Waiting(rec, r, v, templates.Chrome{})
 		if rec.Code != 403 || rec.Header().Get("Cache-Control") != "no-store" || !strings.Contains(strings.Join(rec.Header().Values("Vary"), ","), "Accept") {
 			t.Errorf("%s: %d %v", accept, rec.Code, rec.Header())
 		}
@@ -42,11 +43,11 @@ func TestWaitingW64W68(t *testing.T) {
 // that the action failed.
 func TestRefuse(t *testing.T) {
 	t.Parallel()
-	n := templates.Notice{Title: "Try again shortly", Heading: "Try again shortly", Text: []string{"Nothing was done.", "Try again."}}
+	n := view.Notice{Title: "Try again shortly", Heading: "Try again shortly", Text: []string{"Nothing was done.", "Try again."}}
 	r := httptest.NewRequest("POST", "/x", nil)
 	rec := httptest.NewRecorder()
 	rec.Header().Set("Retry-After", "5")
-	pages.Refuse(rec, r, http.StatusServiceUnavailable, "temporarily_unavailable", n)
+	pages.Refuse(rec, r, http.StatusServiceUnavailable, "temporarily_unavailable", n, templates.Chrome{})
 	body := rec.Body.String()
 	if rec.Code != 503 || rec.Header().Get("Retry-After") != "5" || rec.Header().Get("Cache-Control") != "no-store" ||
 		!strings.Contains(body, "<h1>Try again shortly</h1>") || !strings.Contains(body, "<p>Try again.</p>") {
@@ -54,7 +55,7 @@ func TestRefuse(t *testing.T) {
 	}
 	r.Header.Set("Accept", "application/json")
 	rec = httptest.NewRecorder()
-	pages.Refuse(rec, r, http.StatusServiceUnavailable, "temporarily_unavailable", n)
+	pages.Refuse(rec, r, http.StatusServiceUnavailable, "temporarily_unavailable", n, templates.Chrome{})
 	if rec.Code != 503 || rec.Body.String() != `{"error":"temporarily_unavailable","message":"Nothing was done. Try again."}` {
 		t.Errorf("JSON: %d %s", rec.Code, rec.Body)
 	}
@@ -67,8 +68,10 @@ func TestPagesWhenTheClientHasGone(t *testing.T) {
 	r := httptest.NewRequestWithContext(ctx, "POST", "/exchange", nil)
 	r.Header.Set("Accept", "text/html")
 	for name, write := range map[string]func(http.ResponseWriter){
-		"notice":  func(w http.ResponseWriter) { pages.Refuse(w, r, 503, "x", templates.Notice{Heading: "Try again"}) },
-		"waiting": func(w http.ResponseWriter) { pages.Waiting(w, r, templates.Waiting{}) },
+		"notice": func(w http.ResponseWriter) {
+			pages.Refuse(w, r, 503, "x", view.Notice{Heading: "Try again"}, templates.Chrome{})
+		},
+		"waiting": func(w http.ResponseWriter) { pages.Waiting(w, r, view.Waiting{}, templates.Chrome{}) },
 	} {
 		w := httptest.NewRecorder()
 		write(w)

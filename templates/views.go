@@ -1,8 +1,8 @@
 package templates
 
-// The views of the kit's pages: the kit (package pages) fills them, the
-// components (layout.templ, waiting.templ, notice.templ) only render them,
-// and templ escapes every value they print.
+// The kit's pages are rendered from their views (internal/view): the kit
+// fills them, the components (layout.templ, waiting.templ, notice.templ)
+// only render them, and templ escapes every value they print.
 
 // The kit's served files, under the base path its routes are served at
 // (endpoint.Mount): no inline script or style, so a strict
@@ -11,64 +11,6 @@ const (
 	styleURL   = "/_opsgate/opsgate.css"
 	waitingURL = "/_opsgate/waiting.js"
 )
-
-// Waiting is what the waiting page and the waiting card show (§4 W65): the
-// action waits for the person's approval in their agent, and Continue makes
-// the request again once it is given (W62). It never carries the
-// operation, its revision or its ref (W64): the agent gets those from the
-// operations endpoint only.
-//
-// The Gate fills it; a website's own Kit.Refused gets it with
-// pages.WaitingOf and may place WaitingCard in its own layout.
-type Waiting struct {
-	// StatusURL is the status route the card's script asks (W93), with an
-	// opaque handle; "" for none.
-	StatusURL string
-	// Continue is the control that makes the original request again.
-	Continue Continue
-	// Chrome is the website's frame around the page.
-	Chrome Chrome
-}
-
-// Continue is the control that makes the original request again (§4 W62).
-type Continue struct {
-	// Method is "GET" (a link) or "POST" (a form); "" when the request
-	// can't be repeated from the page.
-	Method string
-	// Action is the request's path and query on this website.
-	Action string
-	// Fields are the form's fields for POST, order and repeats kept.
-	Fields []Field
-	// Multipart posts the fields as multipart/form-data, as the browser
-	// first sent them; else application/x-www-form-urlencoded.
-	Multipart bool
-	// Back is where to go when the request can't be repeated: a path on
-	// this website.
-	Back string
-	// Why says why the request can't be repeated; "" when it can.
-	Why string
-}
-
-// Field is one name=value pair of a form, in the order it was sent.
-type Field struct {
-	Name  string
-	Value string
-}
-
-// Notice is every other page of the kit's: "try again shortly", "not
-// known yet", "too many waiting", "join again", "confirm on the site", and
-// the gateway's refusals. Its text says what was done (nothing, or not
-// known yet) and never that an action failed (§7 W142); it never names the
-// operation (W64).
-type Notice struct {
-	// Title is the document's title (before the site's name).
-	Title string
-	// Heading is the card's heading; Text its paragraphs.
-	Heading string
-	Text    []string
-	// Chrome is the website's frame around the page.
-	Chrome Chrome
-}
 
 func framed(c Chrome) bool {
 	return c.SiteName != "" || c.BackURL != "" || len(c.Stylesheets) > 0 || c.Header != nil || c.Footer != nil

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/opsgate/opsgate/templates"
+	"github.com/opsgate/opsgate/internal/view"
 )
 
 // Continue fidelity (§4 W62, §6): the waiting page's Continue control must
@@ -30,9 +30,9 @@ import (
 // upload, is unsuited to operations on the website (§4 W63).
 
 // continueOf returns the Continue control for r, whose body is body.
-func continueOf(r *http.Request, body []byte) templates.Continue {
+func continueOf(r *http.Request, body []byte) view.Continue {
 	action := requestTarget(r)
-	c := templates.Continue{Action: action, Back: backOf(r)}
+	c := view.Continue{Action: action, Back: backOf(r)}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		c.Method = http.MethodGet
@@ -115,8 +115,8 @@ var errFormSyntax = errors.New("webkit: form: malformed field")
 
 // parseFormOrdered parses an application/x-www-form-urlencoded body as
 // net/url does (ParseQuery), keeping the order and repeats of its fields.
-func parseFormOrdered(body []byte) ([]templates.Field, error) {
-	var fields []templates.Field
+func parseFormOrdered(body []byte) ([]view.Field, error) {
+	var fields []view.Field
 	s := string(body)
 	for s != "" {
 		var part string
@@ -136,7 +136,7 @@ func parseFormOrdered(body []byte) ([]templates.Field, error) {
 		if err != nil {
 			return nil, errFormSyntax
 		}
-		fields = append(fields, templates.Field{Name: k, Value: v})
+		fields = append(fields, view.Field{Name: k, Value: v})
 	}
 	return fields, nil
 }
@@ -147,7 +147,7 @@ func parseFormOrdered(body []byte) ([]templates.Field, error) {
 // a field with no name is skipped; _charset_ gets the charset's name;
 // text that is not UTF-8, or has NUL, can't be in the page; a line break
 // that is not CR LF comes back as CR LF.
-func formSafe(fields []templates.Field) string {
+func formSafe(fields []view.Field) string {
 	for _, f := range fields {
 		if f.Name == "" {
 			return "it has a field without a name"
@@ -185,12 +185,12 @@ func textSafe(s string) bool {
 // multipartFields returns a multipart body's fields in order, or why the
 // page can't post it again: a browser's form can send fields as
 // multipart/form-data, never a file it was not given (§4 W63).
-func multipartFields(body []byte, boundary string) ([]templates.Field, string) {
+func multipartFields(body []byte, boundary string) ([]view.Field, string) {
 	if boundary == "" {
 		return nil, "its form could not be read"
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
-	var fields []templates.Field
+	var fields []view.Field
 	for {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -209,14 +209,14 @@ func multipartFields(body []byte, boundary string) ([]templates.Field, string) {
 		if err != nil {
 			return nil, "its form could not be read"
 		}
-		fields = append(fields, templates.Field{Name: p.FormName(), Value: string(v)})
+		fields = append(fields, view.Field{Name: p.FormName(), Value: string(v)})
 	}
 }
 
 // multipartNamesSafe: a browser escapes '"', CR and LF in a multipart
 // field's name (HTML "multipart/form-data encoding algorithm"), so such a
 // name would not come back as it was sent.
-func multipartNamesSafe(fields []templates.Field) bool {
+func multipartNamesSafe(fields []view.Field) bool {
 	for _, f := range fields {
 		if strings.ContainsAny(f.Name, "\"\r\n") {
 			return false

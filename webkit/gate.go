@@ -17,8 +17,8 @@ import (
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/templates"
 )
 
 // Action is what a gated request asks for, as the website describes it
@@ -458,9 +458,8 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 			return
 		}
 	}
-	v := templates.Waiting{
+	v := view.Waiting{
 		Continue:  continueOf(r, body),
-		Chrome:    k.Chrome,
 		StatusURL: status,
 	}
 	k.refuse(w, r, ErrApprovalRequired, &v)

@@ -6,8 +6,8 @@ import (
 	"net/http"
 
 	"github.com/opsgate/opsgate/internal/respond"
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
-	"github.com/opsgate/opsgate/templates"
 )
 
 // failureKey is the context value that carries why the Gate refused.
@@ -27,7 +27,7 @@ func FailureReason(r *http.Request) error {
 // headers the protocol needs whoever answers (no-store, W68; Retry-After
 // of a 503 or 429, W143), then calls Kit.Refused, or Kit.Refuse when it is
 // nil. v is the waiting page's view, for ErrApprovalRequired only.
-func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *templates.Waiting) {
+func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *view.Waiting) {
 	h := w.Header()
 	respond.NoStore(h)
 	if status := refusedStatus(reason); status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
@@ -36,7 +36,7 @@ func (k *Kit) refuse(w http.ResponseWriter, r *http.Request, reason error, v *te
 	if k.Refused == nil {
 		// The kit's own answer reads no context value: spare the
 		// allocations of one.
-		var view templates.Waiting
+		var view view.Waiting
 		if v != nil {
 			view = *v
 		}
@@ -79,10 +79,10 @@ func (k *Kit) Refuse(w http.ResponseWriter, r *http.Request) {
 	k.refuseFor(w, r, reason, v)
 }
 
-func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v templates.Waiting) {
+func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v view.Waiting) {
 	if errors.Is(reason, ErrApprovalRequired) {
 		// A script gets {"error":"approval_required"} (W66).
-		pages.Waiting(w, r, v)
+		pages.Waiting(w, r, v, k.Chrome)
 		return
 	}
 	if errors.Is(reason, ErrExtensionRequired) {
@@ -90,40 +90,39 @@ func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v 
 		return
 	}
 	code, n := noticeOf(reason)
-	n.Chrome = k.Chrome
-	pages.Refuse(w, r, refusedStatus(reason), code, n)
+	pages.Refuse(w, r, refusedStatus(reason), code, n, k.Chrome)
 }
 
 // noticeOf is the error code and the page of each reason but
 // ErrApprovalRequired and ErrExtensionRequired. None says an action
 // failed (§7 W142).
-func noticeOf(reason error) (code string, n templates.Notice) {
+func noticeOf(reason error) (code string, n view.Notice) {
 	switch {
 	case errors.Is(reason, ErrOutcomeUnknown):
 		// The website could not tell whether the action took effect; a
 		// retry never does it twice.
-		return "outcome_unknown", templates.Notice{Title: "Not known yet", Heading: "Not known yet", Text: []string{
+		return "outcome_unknown", view.Notice{Title: "Not known yet", Heading: "Not known yet", Text: []string{
 			"This action was started, but the site can't tell yet whether it has taken effect.",
 			"Nothing will be done twice. Check again in a moment."}}
 	case errors.Is(reason, ErrRateLimited):
 		// 429 (webkit/RULES.md "Bounded work"): approving or finishing
 		// some lets this one through later.
-		return "rate_limited", templates.Notice{Title: "Too many waiting", Heading: "Too many actions are waiting", Text: []string{
+		return "rate_limited", view.Notice{Title: "Too many waiting", Heading: "Too many actions are waiting", Text: []string{
 			"Too many actions are waiting for approval. Nothing was done.",
 			"Approve or finish some, then try again later."}}
 	case errors.Is(reason, ErrJoinInvalid):
 		// The join expired or the website's keys changed: the agent
 		// joins the browser again.
-		return "join_invalid", templates.Notice{Title: "Join again", Heading: "Your agent needs to join again", Text: []string{
+		return "join_invalid", view.Notice{Title: "Join again", Heading: "Your agent needs to join again", Text: []string{
 			"This browser was joined to your personal agent, but the site can't accept that join any more. Nothing was done.",
 			"Ask your personal agent to join this browser to the site again, then try again."}}
 	case errors.Is(reason, ErrOwnLogin):
 		// §4 W56: the website's own approval flow, not the agent's.
-		return "confirmation_required", templates.Notice{Title: "Confirm on the site", Heading: "Confirm this on the site", Text: []string{
+		return "confirmation_required", view.Notice{Title: "Confirm on the site", Heading: "Confirm this on the site", Text: []string{
 			"This browser is signed in to your own account on this site, so your personal agent can't approve this action. Nothing was done.",
 			"Confirm the action on the site yourself, or sign out of the site and let your personal agent ask for your approval."}}
 	}
 	// ErrStoreUnavailable, ErrBusy: nothing was done (§7).
-	return "temporarily_unavailable", templates.Notice{Title: "Try again shortly", Heading: "Try again shortly", Text: []string{
+	return "temporarily_unavailable", view.Notice{Title: "Try again shortly", Heading: "Try again shortly", Text: []string{
 		"This action can't be handled right now. Please try again in a moment."}}
 }

@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
-	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -254,9 +254,8 @@ func (k *asker) url() string {
 // that is down.
 func (k *asker) unavailable(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Retry-After", "5")
-	pages.Refuse(w, r, http.StatusServiceUnavailable, "temporarily_unavailable", templates.Notice{
+	pages.Refuse(w, r, http.StatusServiceUnavailable, "temporarily_unavailable", view.Notice{
 		Title: "Not available right now", Heading: "Not available right now",
-		Text:   []string{"The website could not check this request just now, so nothing was done. Try again in a moment."},
-		Chrome: k.kit.Chrome,
-	})
+		Text: []string{"The website could not check this request just now, so nothing was done. Try again in a moment."},
+	}, k.kit.Chrome)
 }

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
-	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -314,11 +314,10 @@ func (rt *router) notOpen(w http.ResponseWriter, r *http.Request, method string,
 		"opsgate-gateway: refused an unsafe request from an agent's browser that no action gates; if it needs no approval, add it to the config's pass list",
 		slog.String("method", method), slog.String("path", p.String()), slog.String("config", rt.c.file), slog.String("add", line))
 	rt.kit.Observer.Observe(r.Context(), webkit.Event{Route: "gate", Outcome: "refused", Reason: "not_open_to_agents"})
-	pages.Refuse(w, r, http.StatusForbidden, "forbidden", templates.Notice{
+	pages.Refuse(w, r, http.StatusForbidden, "forbidden", view.Notice{
 		Title: "Not available from an agent's browser", Heading: "Not available from an agent's browser",
-		Text:   []string{"This website does not allow this action from a browser an agent joined, so nothing was done."},
-		Chrome: rt.kit.Chrome,
-	})
+		Text: []string{"This website does not allow this action from a browser an agent joined, so nothing was done."},
+	}, rt.kit.Chrome)
 }
 
 // refuse answers a request of an agent's browser that the gateway can't
@@ -328,10 +327,10 @@ func (rt *router) refuse(w http.ResponseWriter, r *http.Request, status int, rea
 	rt.logger.LogAttrs(r.Context(), slog.LevelInfo, "opsgate-gateway: refused a request from an agent's browser",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("reason", reason), slog.String("detail", detail))
 	rt.kit.Observer.Observe(r.Context(), webkit.Event{Route: "gate", Outcome: "invalid_request", Reason: reason})
-	pages.Refuse(w, r, status, "invalid_request", templates.Notice{
+	pages.Refuse(w, r, status, "invalid_request", view.Notice{
 		Title: "This request can't be sent", Heading: "This request can't be sent",
-		Text: []string{detail + ". Nothing was done."}, Chrome: rt.kit.Chrome,
-	})
+		Text: []string{detail + ". Nothing was done."},
+	}, rt.kit.Chrome)
 }
 
 // bodyDeadline bounds how long r's body may take to arrive (timeouts.body),

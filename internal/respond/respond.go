@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opsgate/opsgate/templates"
+	"github.com/opsgate/opsgate/internal/view"
 )
 
 // NoStore marks a response as never to be stored (§4 W68) and varies it on
@@ -164,15 +164,15 @@ type waitingKey struct{}
 
 // WithWaiting is ctx carrying the waiting page's view, for WaitingOf: the
 // Gate sets it before Kit.Refused runs.
-func WithWaiting(ctx context.Context, v *templates.Waiting) context.Context {
+func WithWaiting(ctx context.Context, v *view.Waiting) context.Context {
 	return context.WithValue(ctx, waitingKey{}, v)
 }
 
 // WaitingOf returns the view WithWaiting put in r's context.
-func WaitingOf(r *http.Request) (templates.Waiting, bool) {
-	v, ok := r.Context().Value(waitingKey{}).(*templates.Waiting)
+func WaitingOf(r *http.Request) (view.Waiting, bool) {
+	v, ok := r.Context().Value(waitingKey{}).(*view.Waiting)
 	if !ok {
-		return templates.Waiting{}, false
+		return view.Waiting{}, false
 	}
 	return *v, true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/continueform"
+	"github.com/opsgate/opsgate/internal/view"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
@@ -214,7 +215,7 @@ func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 				return
 			}
 			v.Continue.Fields = nil // the kit's page, its Continue emptied
-			pages.Waiting(w, r, v)
+			pages.Waiting(w, r, v, templates.Chrome{})
 		})
 	}, nil)
 	s, b := g.join(t)
@@ -250,16 +251,16 @@ func TestContinueFailsOnAnEmptyContinueForm(t *testing.T) {
 // another action, is not the request again.
 func TestContinueDiffers(t *testing.T) {
 	for name, tc := range map[string]struct {
-		edit func(*templates.Waiting)
+		edit func(*view.Waiting)
 		want string
 	}{
-		"changed": {func(v *templates.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
-		"added": {func(v *templates.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "gift", Value: "yes"})
+		"changed": {func(v *view.Waiting) { v.Continue.Fields[0].Value = "XS" }, `size sent as "L", Continue sends "XS"`},
+		"added": {func(v *view.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, view.Field{Name: "gift", Value: "yes"})
 		}, `Continue sends that the request did not: gift="yes"`},
-		"action": {func(v *templates.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
-		"fresh token": {func(v *templates.Waiting) {
-			v.Continue.Fields = append(v.Continue.Fields, templates.Field{Name: "_csrf", Value: "fresh"})
+		"action": {func(v *view.Waiting) { v.Continue.Action = "/orders/ord_8/exchange" }, "Continue goes to https://shop.example/orders/ord_8/exchange"},
+		"fresh token": {func(v *view.Waiting) {
+			v.Continue.Fields = append(v.Continue.Fields, view.Field{Name: "_csrf", Value: "fresh"})
 		}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -271,7 +272,7 @@ func TestContinueDiffers(t *testing.T) {
 						return
 					}
 					tc.edit(&v)
-					pages.Waiting(w, r, v)
+					pages.Waiting(w, r, v, templates.Chrome{})
 				})
 			}, nil)
 			s, b := g.join(t)

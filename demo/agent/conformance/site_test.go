@@ -31,6 +31,7 @@ import (
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -114,7 +115,7 @@ func newToy(t *testing.T, fault string) *toy {
 				return
 			}
 			v.Continue.Fields = nil
-			pages.Waiting(w, r, v)
+			pages.Waiting(w, r, v, templates.Chrome{})
 		})
 	}
 	st := store.NewMemory()
