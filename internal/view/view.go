@@ -57,4 +57,3 @@ type Notice struct {
 	Heading string
 	Text    []string
 }
-
