@@ -53,7 +53,7 @@ func perform(t *testing.T, sess *webkittest.Session, b *webkittest.Browser, res 
 	if again.Err != nil || again.StatusCode >= 400 {
 		t.Fatalf("Continue: %d %v: %s", again.StatusCode, again.Err, again.Body)
 	}
-	if look := sess.Lookup(res.Ref); look.Status != "performed" {
+	if look := sess.Lookup(res.Ref); look.OperationStatus != "performed" {
 		t.Fatalf("after Continue: %d %s", look.StatusCode, look.Body)
 	}
 	id, _, _ := strings.Cut(res.Ref, ".")

@@ -339,7 +339,7 @@ func TestJoinedBrowserWaitsForApproval(t *testing.T) {
 	if o.Items[0].SKU != "stormline-insulated-m" || len(o.Charges) != 1 {
 		t.Fatalf("after Continue: %+v, charges %+v", o.Items[0], o.Charges)
 	}
-	if look := sess.Lookup(res.Ref); look.Status != "performed" {
+	if look := sess.Lookup(res.Ref); look.OperationStatus != "performed" {
 		t.Errorf("status %d %s, want performed", look.StatusCode, look.Body)
 	}
 	// Repeating it, even many times at once, performs nothing more.

@@ -238,7 +238,7 @@ func TestGatewayFlow(t *testing.T) {
 		if got := up.exchanges.Load() - before; got != 1 {
 			t.Fatalf("performed %d times, want 1", got)
 		}
-		if st := s.Lookup(res.Ref).Status; st != "performed" {
+		if st := s.Lookup(res.Ref).OperationStatus; st != "performed" {
 			t.Errorf("status %q, want performed", st)
 		}
 	})
@@ -363,8 +363,8 @@ func TestGatewayUpstreamDown(t *testing.T) {
 	if again := res.Continue(); again.StatusCode != http.StatusBadGateway {
 		t.Fatalf("continue: %d %s", again.StatusCode, again.Body)
 	}
-	if look := s.Lookup(res.Ref); look.Status == "performed" || look.Status == "performing" {
-		t.Errorf("status %q: a refused connection performed nothing", look.Status)
+	if look := s.Lookup(res.Ref); look.OperationStatus == "performed" || look.OperationStatus == "performing" {
+		t.Errorf("status %q: a refused connection performed nothing", look.OperationStatus)
 	}
 }
 

@@ -57,7 +57,7 @@ func TestGatewayRedisTwoInstances(t *testing.T) {
 	if performed != 1 || up.exchanges.Load() != 1 {
 		t.Fatalf("performed %d (shop counted %d), want 1", performed, up.exchanges.Load())
 	}
-	if st := s.Lookup(res.Ref).Status; st != "performed" {
+	if st := s.Lookup(res.Ref).OperationStatus; st != "performed" {
 		t.Errorf("status %q", st)
 	}
 	if n, _ := client.Keys(t.Context(), "gw:*").Result(); len(n) == 0 {

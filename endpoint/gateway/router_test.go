@@ -252,7 +252,7 @@ func TestUpstreamTimeoutNotKnownYet(t *testing.T) {
 	if again.StatusCode != http.StatusServiceUnavailable || again.Header.Get("Retry-After") == "" || reached.Load() != 1 {
 		t.Fatalf("continue: %d %v, reached %d", again.StatusCode, again.Header, reached.Load())
 	}
-	if st := s.Lookup(res.Ref).Status; st != "performing" {
+	if st := s.Lookup(res.Ref).OperationStatus; st != "performing" {
 		t.Errorf("status %q, want performing: the outcome is not known", st)
 	}
 }

@@ -56,7 +56,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	verifier := &siteverify.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
-	mux.Handle("POST /poppy/join", join.New(kit, s.site.JoinURL, verifier, s.site.AccessTokens()))
+	mux.Handle("POST /poppy/join", join.New(kit, s.site.Origin+"/poppy/join", verifier, s.site.AccessTokens()))
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describeExchange)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.runs.Add(1)
 		code := int(s.status.Load())
@@ -145,7 +145,7 @@ func TestHandler4xxIsNotPerformed(t *testing.T) {
 					if res := b.Again(); res.StatusCode != http.StatusOK || s.runs.Load() != 2 {
 						t.Fatalf("Continue after the new approval: %d, runs %d", res.StatusCode, s.runs.Load())
 					}
-					if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "performed" {
+					if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.OperationStatus != "performed" {
 						t.Errorf("lookup after: %d %s, want 200 performed", a.StatusCode, a.Body)
 					}
 				})
@@ -245,7 +245,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 						"lookup":   ses.Lookup(near),
 						"approval": ses.Send(near, approval(op)),
 					} {
-						if a.Err != nil || a.StatusCode != http.StatusBadRequest || a.Error != "invalid_request" || a.Operation != nil || a.Status != "" {
+						if a.Err != nil || a.StatusCode != http.StatusBadRequest || a.Error != "invalid_request" || a.Operation != nil || a.OperationStatus != "" {
 							t.Errorf("W74 %s, %s of %q: %d %q %s (%v), want 400 invalid_request alone", state, what, near, a.StatusCode, a.Error, a.Body, a.Err)
 						}
 					}
@@ -268,7 +268,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 				t.Fatalf("Continue: %d, runs %d", res.StatusCode, s.runs.Load())
 			}
 			refused("performed")
-			if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "performed" {
+			if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.OperationStatus != "performed" {
 				t.Errorf("the real ref after: %d %s, want 200 performed", a.StatusCode, a.Body)
 			}
 		})
@@ -302,7 +302,7 @@ func TestSealedRefOfNewerTerms(t *testing.T) {
 	if newer.ID != op.ID || newer.Revision == op.Revision || !strings.Contains(string(newer.Terms), `"L"`) {
 		t.Errorf("L's ref asks for %s.%s %s, want L's own revision of %s", newer.ID, newer.Revision, newer.Terms, op.ID)
 	}
-	if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.Status != "approved" {
+	if a := ses.Lookup(first.Ref); a.StatusCode != http.StatusOK || a.OperationStatus != "approved" {
 		t.Errorf("M's ref: %d %s, want 200 approved", a.StatusCode, a.Body)
 	}
 }

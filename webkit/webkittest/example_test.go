@@ -107,7 +107,7 @@ func Example() {
 			fmt.Println("performed again!")
 		}
 	}
-	fmt.Println("performed:", exchanges.Load(), "status:", session.Lookup(res.Ref).Status)
+	fmt.Println("performed:", exchanges.Load(), "status:", session.Lookup(res.Ref).OperationStatus)
 	// Output:
 	// browser: 403 ref given: true performed: 0
 	// lookup: 403 approval_required Exchange the jacket on order ord_7 for size L, at no extra cost ($0.00).

@@ -87,10 +87,6 @@ type Site struct {
 	// unless the site's CookieSessions is Insecure, and a browser sends a
 	// Secure cookie over https only.
 	Origin string
-	// JoinURL and EndpointURL are where the site mounts the browser join
-	// and the operations endpoint; New sets them to the default paths,
-	// /poppy/join and /poppy/operations on Origin.
-	JoinURL, EndpointURL string
 	// Handler serves the whole site. Set it before the first request.
 	Handler http.Handler
 	// Clock is the time of the agents' tokens and of the verifiers the
@@ -120,17 +116,24 @@ func New(origin string) *Site {
 		panic(fmt.Sprintf("webkittest: issuer key: %v", err))
 	}
 	s := &Site{
-		Origin:      origin,
-		JoinURL:     origin + "/poppy/join",
-		EndpointURL: origin + "/poppy/operations",
-		issuerKey:   key,
-		issuerKID:   "webkittest",
-		agents:      map[string]*Agent{},
+		Origin:    origin,
+		issuerKey: key,
+		issuerKID: "webkittest",
+		agents:    map[string]*Agent{},
 	}
-	s.IssueAccessToken = func(clientID, account string) (string, error) {
-		return agentside.IssueAccessTokenAt(s.issuerKey, s.issuerKID, s.Origin, clientID, account, s.now(), time.Hour)
-	}
+	s.IssueAccessToken = s.issueAccessToken
 	return s
+}
+
+// The paths a Mount serves the browser join and the operations endpoint
+// at, on Origin.
+func (s *Site) joinURL() string     { return s.Origin + "/poppy/join" }
+func (s *Site) endpointURL() string { return s.Origin + "/poppy/operations" }
+
+// issueAccessToken issues the access token of a signed-in Session: an RFC
+// 9068 token from the harness's own issuer, which AccessTokens verifies.
+func (s *Site) issueAccessToken(clientID, account string) (string, error) {
+	return agentside.IssueAccessTokenAt(s.issuerKey, s.issuerKID, s.Origin, clientID, account, s.now(), time.Hour)
 }
 
 func (s *Site) now() time.Time {
@@ -159,7 +162,7 @@ func (s *Site) Resolver() *identity.Resolver {
 	return s.resolver
 }
 
-// AccessTokens verifies the access tokens the default IssueAccessToken
+// AccessTokens verifies the access tokens the default IssueAccessToken issues
 // issues: give it to the site's endpoint and join.
 func (s *Site) AccessTokens() *identity.JWTAccessTokens {
 	return &identity.JWTAccessTokens{Issuer: s.Origin, Keys: map[string]crypto.PublicKey{s.issuerKID: s.issuerKey.Public()}, Clock: s.Clock}
@@ -227,7 +230,7 @@ func (a *Agent) Session(user string) *Session {
 }
 
 // SignedInSession starts a Session for user signed in to account: it
-// carries an access token from the site's IssueAccessToken.
+// carries an access token from the harness's own issuer.
 func (a *Agent) SignedInSession(user, account string) *Session {
 	s := a.Session(user)
 	tok, err := a.site.IssueAccessToken(a.ClientID(), account)
@@ -264,7 +267,7 @@ func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(declared) }
 func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 	site := s.agent.site
 	assertion, err := s.agent.delegation().BrowserAssertion(agentside.BrowserClaims{
-		SessionClaims: agentside.SessionClaims{Audience: site.JoinURL, SID: s.SID, User: s.user, AccessToken: s.accessToken, Lifetime: 30 * time.Second},
+		SessionClaims: agentside.SessionClaims{Audience: site.joinURL(), SID: s.SID, User: s.user, AccessToken: s.accessToken, Lifetime: 30 * time.Second},
 		ReturnTo:      site.Origin + "/",
 		Extensions:    extensions,
 	})
@@ -278,7 +281,7 @@ func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 	b := site.Browser()
 	b.session = s
 	// Posted from the agent's own page, so with no same-origin headers.
-	res := b.send(&request{method: http.MethodPost, url: site.JoinURL, contentType: "application/x-www-form-urlencoded", accept: "text/html", body: []byte(form.Encode())})
+	res := b.send(&request{method: http.MethodPost, url: site.joinURL(), contentType: "application/x-www-form-urlencoded", accept: "text/html", body: []byte(form.Encode())})
 	if res.Err != nil {
 		return nil, res.Err
 	}
@@ -336,9 +339,10 @@ type Response struct {
 	Error string
 	// Operation is the operation of an approval_required answer.
 	Operation *store.Operation
-	// Status is the status answer's "status": "approved", "performing" or
-	// "performed".
-	Status string
+	// OperationStatus is the status answer's "status" (§6 "Looking up an
+	// approved operation"): "approved", "performing" or "performed"; the
+	// HTTP status is StatusCode.
+	OperationStatus string
 	// Decline is the body of an approval_declined answer.
 	Decline *webkit.Decline
 
@@ -562,7 +566,7 @@ func (s *Session) send(ref, approval string) *Response {
 		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
 	}
 	body, _ := json.Marshal(map[string]string{"ref": ref})
-	req, err := http.NewRequest(http.MethodPost, site.EndpointURL, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, site.endpointURL(), bytes.NewReader(body))
 	if err != nil {
 		return &Response{Err: err}
 	}
@@ -582,14 +586,14 @@ func (s *Session) send(ref, approval string) *Response {
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.EndpointURL}
+	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.endpointURL()}
 	var v struct {
 		Error     string           `json:"error"`
 		Operation *store.Operation `json:"operation"`
 		Status    string           `json:"status"`
 	}
 	if json.Unmarshal(raw, &v) == nil {
-		ans.Error, ans.Operation, ans.Status = v.Error, v.Operation, v.Status
+		ans.Error, ans.Operation, ans.OperationStatus = v.Error, v.Operation, v.Status
 		if v.Error == "approval_declined" {
 			var d webkit.Decline
 			if json.Unmarshal(raw, &d) == nil {
