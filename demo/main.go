@@ -192,7 +192,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 		return fmt.Errorf("redis: %w", err)
 	}
 	st := redisstore.New(client, storeOpts)
-	if err := redisstore.Check(ctx, st); err != nil {
+	if err := st.Check(ctx); err != nil {
 		// Not fatal for a demo, but loud: it names what this store risks.
 		// The embedded miniredis is chosen knowing that (a warning); a
 		// Redis given by REDIS_URL that can't promise it is an error.
@@ -204,7 +204,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	}
 	// The steps as functions where the server has them (a real Redis), so
 	// each is one FCALL; miniredis runs them as scripts.
-	if err := redisstore.Load(ctx, st); err != nil {
+	if err := st.Load(ctx); err != nil {
 		logger.Warn("opsgate: store load", "error", err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -279,7 +280,7 @@ func TestNewTermsNewRevision(t *testing.T) {
 	// (W20, W34), as the shop's store shows.
 	ref2 := lastRef(t, a)
 	owner := store.Owner{Agent: a.ClientID(), User: a.User()}
-	rec, found, err := e.shop.Kit().Store.Lookup(t.Context(), owner, ref2.Ref, e.clock.Now())
+	rec, found, err := storedriver.Steps(e.shop.Kit().Store).Lookup(t.Context(), owner, ref2.Ref, e.clock.Now())
 	if err != nil || !found || rec.Current.ID != first.OperationID || rec.Current.Revision == first.Revision || !strings.Contains(string(rec.Current.Terms), insulL) {
 		t.Fatalf("W20, W34: the shop's operation for the L request: %+v (found %v, %v); first %s/%s", rec.Current, found, err, first.OperationID, first.Revision)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -52,7 +54,7 @@ func (l *stepLog) has(list func(*stepLog) []string, want string) bool {
 // stalled is a store whose every call waits for its context to end, and
 // keeps the deadline it was given.
 type stalled struct {
-	store.Store
+	storedriver.Store
 	mu        sync.Mutex
 	deadlines []time.Duration
 }
@@ -67,8 +69,8 @@ func (s *stalled) wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (s *stalled) Lookup(ctx context.Context, _ store.Owner, _ string, _ time.Time) (store.Record, bool, error) {
-	return store.Record{}, false, s.wait(ctx)
+func (s *stalled) Lookup(ctx context.Context, _ store.Owner, _ string, _ time.Time) (storedriver.Found, bool, error) {
+	return storedriver.Found{}, false, s.wait(ctx)
 }
 
 func (s *stalled) UseOnce(ctx context.Context, _ string, _, _ time.Time) (bool, error) {
@@ -99,7 +101,7 @@ func TestOneKitAfterNewMount(t *testing.T) {
 
 	// Every setting changed after NewMount.
 	before := kit.Store
-	kit.Store = store.NewMemory()
+	kit.Store = memstore.New(memstore.Config{})
 	// A clock a year ahead: Session JWTs signed on it are "from the
 	// future" to a verifier still on the machine's clock.
 	clk := testclock.At(time.Now().Add(365 * 24 * time.Hour))
@@ -126,7 +128,7 @@ func TestOneKitAfterNewMount(t *testing.T) {
 	if again := res.Continue(); again.Err != nil || again.StatusCode != http.StatusOK || runs != 1 {
 		t.Fatalf("continue: %d %v, ran %d; want the approval the endpoint recorded performed", again.StatusCode, again.Err, runs)
 	}
-	if _, found, _ := before.Lookup(context.Background(), store.Owner{Agent: agent.ClientID(), User: "usr_1"}, res.Ref, clk.Now()); found {
+	if _, found, _ := storedriver.Steps(before).Lookup(context.Background(), store.Owner{Agent: agent.ClientID(), User: "usr_1"}, res.Ref, clk.Now()); found {
 		t.Error("the store replaced after NewMount still got the operation")
 	}
 	for _, want := range []string{"join/joined", "endpoint/operation", "endpoint/recorded", "gate/waiting", "gate/performed"} {
@@ -142,8 +144,8 @@ func TestOneKitAfterNewMount(t *testing.T) {
 
 	// StoreTimeout and Logger: a stalled store answers within the new
 	// deadline, and the endpoint logs to the new Logger.
-	st := &stalled{Store: store.NewMemory()}
-	kit.Store, kit.StoreTimeout = st, 50*time.Millisecond
+	st := &stalled{Store: memstore.New(memstore.Config{}).Steps()}
+	kit.Store, kit.StoreTimeout = storedriver.AsStore(st), 50*time.Millisecond
 	if look := s.Lookup(res.Ref); look.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("lookup on a stalled store: %d, want 503", look.StatusCode)
 	}

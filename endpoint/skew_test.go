@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
@@ -94,7 +95,7 @@ func newSkewServer(t *testing.T, site *webkittest.Site, st store.Store, clock fu
 // browser's (W07, W53, DEPLOYING.md "Clocks").
 func TestTwoServersTwoMinutesApart(t *testing.T) {
 	stores := map[string]func(t *testing.T) store.Store{
-		"memory": func(*testing.T) store.Store { return store.NewMemory() },
+		"memory": func(*testing.T) store.Store { return memstore.New(memstore.Config{}) },
 		"redis": func(t *testing.T) store.Store {
 			return redisstore.New(redistest.Start(t).Client(t), redisstore.Options{})
 		},

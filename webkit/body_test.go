@@ -19,9 +19,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/continueform"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 
 	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/store"
 )
 
 // A middleware in front of the Gate that reads the form spends r.Body. The
@@ -113,7 +114,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func newFormSite(t *testing.T, wrap func(http.Handler) http.Handler) *formSite {
 	t.Helper()
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	fs := &formSite{gateEnv: e, logs: &syncBuffer{}, obs: &eventLog{}}
 	e.kit.Logger = slog.New(slog.NewTextHandler(fs.logs, nil))
 	e.kit.Observer = fs.obs
@@ -160,7 +161,7 @@ func (fs *formSite) approveRef(t *testing.T, res *http.Response) {
 		t.Fatalf("Poppy-Operation %q: %v", res.Header.Values(headers.Operation), err)
 	}
 	rec := fs.lookup(sesOut, ref)
-	fs.record(sesOut, store.TakeResult{Operation: rec.Current, Ref: ref})
+	fs.record(sesOut, storedriver.TakeResult{Operation: rec.Current, Ref: ref})
 }
 
 func readAll(t *testing.T, res *http.Response) string {

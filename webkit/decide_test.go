@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -14,7 +15,7 @@ import (
 // RULES.md "Bounded work").
 func TestDecide(t *testing.T) {
 	t.Parallel()
-	claim, issued := &store.Claim{}, &store.TakeResult{Ref: "ref"}
+	claim, issued := &store.Claim{}, &storedriver.TakeResult{Ref: "ref"}
 	down := errors.New("redis: connection refused")
 	tests := []struct {
 		name   string
@@ -25,21 +26,21 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "W11 no extension: refused", s: sesNoExt,
 			want: decision{do: doRefuse, outcome: "extension_required"}, reason: []error{ErrExtensionRequired}},
-		{name: "no extension after Take: still refused", s: sesNoExt, t: &taken{res: store.TakeResult{Claim: claim}},
+		{name: "no extension after Take: still refused", s: sesNoExt, t: &taken{res: storedriver.TakeResult{Claim: claim}},
 			want: decision{do: doRefuse, outcome: "extension_required"}, reason: []error{ErrExtensionRequired}},
 		{name: "declared: take", s: sesIn,
 			want: decision{do: doTake}},
-		{name: "W97 claim: perform", s: sesIn, t: &taken{res: store.TakeResult{Claim: claim}},
+		{name: "W97 claim: perform", s: sesIn, t: &taken{res: storedriver.TakeResult{Claim: claim}},
 			want: decision{do: doPerform, claim: claim}},
 		{name: "W53 issued: ask approval", s: sesIn, t: &taken{res: *issued},
 			want: decision{do: doAskApproval, issued: issued}},
-		{name: "W145 busy: 503", s: sesIn, t: &taken{res: store.TakeResult{Busy: true}},
+		{name: "W145 busy: 503", s: sesIn, t: &taken{res: storedriver.TakeResult{Busy: true}},
 			want: decision{do: doRefuse, outcome: "busy"}, reason: []error{ErrBusy}},
-		{name: "rate limited: 429, nothing to release", s: sesIn, t: &taken{err: fmt.Errorf("redisstore: %w", store.ErrRateLimited)},
-			want: decision{do: doRefuse, outcome: "rate_limited"}, reason: []error{ErrRateLimited, store.ErrRateLimited}},
+		{name: "rate limited: 429, nothing to release", s: sesIn, t: &taken{err: fmt.Errorf("redisstore: %w", storedriver.ErrRateLimited)},
+			want: decision{do: doRefuse, outcome: "rate_limited"}, reason: []error{ErrRateLimited, storedriver.ErrRateLimited}},
 		{name: "W143 store down: 503, release, log", s: sesIn, t: &taken{err: down},
 			want: decision{do: doRefuse, outcome: "unavailable", release: true, fault: down}, reason: []error{ErrStoreUnavailable, down}},
-		{name: "W144 claimed but the browser left: release", s: sesIn, t: &taken{res: store.TakeResult{Claim: claim}, gone: context.Canceled},
+		{name: "W144 claimed but the browser left: release", s: sesIn, t: &taken{res: storedriver.TakeResult{Claim: claim}, gone: context.Canceled},
 			want: decision{do: doRefuse, outcome: "unavailable", release: true}, reason: []error{ErrStoreUnavailable, context.Canceled}},
 		{name: "gone without a claim: the issued ref still answers", s: sesIn, t: &taken{res: *issued, gone: context.Canceled},
 			want: decision{do: doAskApproval, issued: issued}},

@@ -3,8 +3,6 @@ package webkit
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/headers"
-	"github.com/opsgate/opsgate/internal/memstore"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -13,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 )
 
 // askStatus asks the kit's status route for target as s's joined browser:
@@ -71,7 +71,7 @@ func TestGateHandler4xxIsNotPerformed(t *testing.T) {
 						t.Errorf("observer: %s, want one not_performed", obs.snapshot())
 					}
 					got := e.lookup(sesIn, approved.Ref)
-					if got.Status != store.Waiting {
+					if got.Status != storedriver.StatusWaiting {
 						t.Errorf("after the handler's %d: %s, want waiting", code, got.Status)
 					}
 					if len(got.Approvals) != 1 || got.Approvals[0].UsedAt.IsZero() {
@@ -89,11 +89,11 @@ func TestGateHandler4xxIsNotPerformed(t *testing.T) {
 					}
 					// A new approval of that ref performs it, once.
 					next := e.lookup(sesIn, ref)
-					e.record(sesIn, store.TakeResult{Operation: next.Current, Ref: ref})
+					e.record(sesIn, storedriver.TakeResult{Operation: next.Current, Ref: ref})
 					if rec := do(); rec.Code != http.StatusOK || runs.Load() != 2 {
 						t.Fatalf("after a new approval: %d, runs %d", rec.Code, runs.Load())
 					}
-					if got := e.lookup(sesIn, approved.Ref).Status; got != store.Performed {
+					if got := e.lookup(sesIn, approved.Ref).Status; got != storedriver.StatusPerformed {
 						t.Errorf("after the new approval: %s, want performed", got)
 					}
 				})
@@ -121,7 +121,7 @@ func TestStatusRouteExpiredAfterNotPerformed(t *testing.T) {
 			_, ref := refOf(t, page)
 			statusURL := statusURLOf(t, page)
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 			cont := httptest.NewRecorder()
 			h.ServeHTTP(cont, e.request(joinedIn, formM, "text/html"))
 			if cont.Code != http.StatusBadRequest {
@@ -135,7 +135,7 @@ func TestStatusRouteExpiredAfterNotPerformed(t *testing.T) {
 			}
 			last := e.lookup(sesIn, ref).Current.ExpiresAt
 			e.clock.Add(last.Sub(e.clock.Now()) + time.Second)
-			if rec, found, err := e.kit.Store.Lookup(t.Context(), sesIn.Owner(), ref, e.clock.Now()); err != nil || found && !rec.Expired {
+			if rec, found, err := storedriver.Steps(e.kit.Store).Lookup(t.Context(), sesIn.Owner(), ref, e.clock.Now()); err != nil || found && !rec.Expired {
 				t.Fatalf("the store past expires_at: %+v found %v err %v, want expired (or not found)", rec, found, err)
 			}
 			for _, target := range []string{statusURL, byRef} {
@@ -178,7 +178,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 			}
 			refused("waiting")
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 			refused("approved")
 			if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != http.StatusOK {
 				t.Fatalf("Continue: %d", rec.Code)
@@ -193,7 +193,7 @@ func TestStatusRouteNearRefs(t *testing.T) {
 // waiting operations computed (their refs sealed), the status route of an
 // approved ref says approved.
 func TestSealedRefsRevision(t *testing.T) {
-	m, _ := memstore.New(memstore.Config{})
+	m := memstore.New(memstore.Config{})
 	e := newGateEnv(t, m, newClock())
 	page := e.do(e.request(joinedIn, formM, "text/html"))
 	_, ref := refOf(t, page)
@@ -201,7 +201,7 @@ func TestSealedRefsRevision(t *testing.T) {
 		t.Fatalf("ref %q is not sealed", ref)
 	}
 	rr := e.lookup(sesIn, ref)
-	e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+	e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 	if code, st := askStatus(t, e.kit, defaultBasePath+"status?ref="+url.QueryEscape(ref), sesIn); code != 200 || st != "approved" {
 		t.Errorf("W106 the approved sealed ref: %d %q, want 200 approved", code, st)
 	}

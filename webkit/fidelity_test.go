@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/opsgate/opsgate/store/storetest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,8 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storetest"
+
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -88,7 +91,7 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 					if tc.kind == "html" && !strings.Contains(rec.Body.String(), "Not known yet") {
 						t.Errorf("page %q", rec.Body.String())
 					}
-					if st := e.lookup(sesIn, approved.Ref).Status; st != store.Performing {
+					if st := e.lookup(sesIn, approved.Ref).Status; st != storedriver.StatusPerforming {
 						t.Errorf("status %s, want performing (W142)", st)
 					}
 					if strings.Contains(tc.name, "panic") && !strings.Contains(logs.String(), "payment provider timed out") {
@@ -98,7 +101,7 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 					// used up, so the browser gets a new ref, and the agent
 					// finds the earlier one performing.
 					e.do(e.request(joinedIn, formM, "text/html"))
-					if st := e.lookup(sesIn, approved.Ref).Status; st != store.Performing {
+					if st := e.lookup(sesIn, approved.Ref).Status; st != storedriver.StatusPerforming {
 						t.Errorf("after a repeat: %s, want performing", st)
 					}
 				})
@@ -106,7 +109,7 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 		})
 	}
 	t.Run("a panic after the response began goes on up", func(t *testing.T) {
-		e := newGateEnv(t, store.NewMemory(), newClock())
+		e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 		h := e.kit.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "half")
 			panic("boom")
@@ -122,9 +125,9 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 		}
 	})
 	t.Run("SetOutcome before a 5xx lets the handler's answer through", func(t *testing.T) {
-		e := newGateEnv(t, store.NewMemory(), newClock())
+		e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 		h := e.kit.Gate(exchangeDescribe)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			SetOutcome(r, store.NotDone)
+			SetOutcome(r, store.OutcomeNotPerformed)
 			http.Error(w, "the warehouse refused", http.StatusBadGateway)
 		}))
 		e.approve(sesIn, "ord_7", "M")
@@ -135,7 +138,7 @@ func TestOutcomeUnknownNeverReportedAsFailed(t *testing.T) {
 		}
 	})
 	t.Run("replaceable: Kit.Refused with FailureReason", func(t *testing.T) {
-		e := newGateEnv(t, store.NewMemory(), newClock())
+		e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 		var reason error
 		e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			reason = FailureReason(r)
@@ -211,7 +214,7 @@ func TestStatusRouteApprovedOnlyForThePagesTerms(t *testing.T) {
 			// may go on after its revision with a seal: storekit.SplitRef
 			// reads it as the store does.)
 			id, rev, _ := storekit.SplitRef(refL)
-			e.record(sesIn, store.TakeResult{Operation: store.Operation{ID: id, Revision: rev}, Ref: refL})
+			e.record(sesIn, storedriver.TakeResult{Operation: store.Operation{ID: id, Revision: rev}, Ref: refL})
 
 			if got := ask(urlL); got != "approved" {
 				t.Errorf("W106 L's page: %q, want approved", got)
@@ -297,18 +300,18 @@ func TestStatusRouteOfAScriptsRequest(t *testing.T) {
 // flakyStore fails Take while down is set, as a store that is briefly
 // unreachable does.
 type flakyStore struct {
-	store.Store
+	storedriver.Store
 	down atomic.Bool
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (f *flakyStore) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, f.Store, o, a, now)
 }
 
-func (f *flakyStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (f *flakyStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if f.down.Load() {
-		return store.TakeResult{}, errDown
+		return storedriver.TakeResult{}, errDown
 	}
 	return f.Store.Take(ctx, o, a, now)
 }
@@ -321,22 +324,22 @@ func TestApprovalAppliesAfterTheStoreRecovers(t *testing.T) {
 			if be.name == "redis" {
 				sharedRedis(t)
 			}
-			st := &flakyStore{Store: be.make(t)}
-			e := newGateEnv(t, st, newClock())
+			st := &flakyStore{Store: storedriver.Steps(be.make(t))}
+			e := newGateEnv(t, storedriver.AsStore(st), newClock())
 			approved := e.approve(sesIn, "ord_7", "M")
 			st.down.Store(true)
 			if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
 				t.Fatalf("store down: %d", rec.Code)
 			}
 			st.down.Store(false)
-			if got := e.lookup(sesIn, approved.Ref).Status; got != store.Approved {
+			if got := e.lookup(sesIn, approved.Ref).Status; got != storedriver.StatusApproved {
 				t.Fatalf("after the failed repeat: %s, want approved", got)
 			}
 			rec := e.do(e.request(joinedIn, formM, "text/html"))
 			if rec.Code != http.StatusOK || bodyKind(rec) != "handler" || e.runs.Load() != 1 {
 				t.Fatalf("W144 repeat after recovery: %d %s, runs %d", rec.Code, bodyKind(rec), e.runs.Load())
 			}
-			if got := e.lookup(sesIn, approved.Ref).Status; got != store.Performed {
+			if got := e.lookup(sesIn, approved.Ref).Status; got != storedriver.StatusPerformed {
 				t.Fatalf("status %s, want performed", got)
 			}
 		})

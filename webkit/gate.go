@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/view"
@@ -209,9 +210,9 @@ func (k *Kit) serveSession(w http.ResponseWriter, r *http.Request, s Session, un
 	// the context names the marker the Take checks (in the same
 	// allocation).
 	if inTake {
-		r = r.WithContext(storekit.WithEntryMarker(r.Context(), s.ID, act.kind(), unbound))
+		r = r.WithContext(storedriver.WithEntryMarker(r.Context(), s.ID, act.kind(), unbound))
 	} else {
-		r = r.WithContext(store.WithEntry(r.Context(), store.Entry{Session: s.ID, Kind: act.kind()}))
+		r = r.WithContext(storedriver.WithEntry(r.Context(), store.Entry{Session: s.ID, Kind: act.kind()}))
 	}
 	if d.do == doTake {
 		sa, err := k.storeAction(act)
@@ -328,13 +329,13 @@ type decision struct {
 	release bool         // give back whatever Take may have claimed (W144)
 	fault   error        // a store failure to log
 	claim   *store.Claim // doPerform
-	issued  *store.TakeResult
+	issued  *storedriver.TakeResult
 }
 
 // taken is what store.Take answered, and why the request's context
 // ended, if it did, by the time Take returned.
 type taken struct {
-	res  store.TakeResult
+	res  storedriver.TakeResult
 	err  error
 	gone error
 }
@@ -352,7 +353,7 @@ func decide(s Session, t *taken) decision {
 	}
 	res := t.res
 	switch {
-	case errors.Is(t.err, store.ErrRateLimited): // RULES.md "Bounded work": nothing claimed
+	case errors.Is(t.err, storedriver.ErrRateLimited): // RULES.md "Bounded work": nothing claimed
 		return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrRateLimited, t.err), outcome: "rate_limited"}
 	case t.err != nil: // Take may have claimed all the same
 		return decision{do: doRefuse, reason: fmt.Errorf("%w: %w", ErrStoreUnavailable, t.err), outcome: "unavailable", release: true, fault: t.err}
@@ -373,14 +374,14 @@ func decide(s Session, t *taken) decision {
 
 // storeAction checks an Action and canonicalises its terms (§6 check 3
 // compares meaning: W118).
-func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
+func (k *Kit) storeAction(a Action) (storedriver.TakeRequest, error) {
 	if a.Key == "" {
-		return store.TakeRequest{}, errors.New("describe: Action.Key is empty")
+		return storedriver.TakeRequest{}, errors.New("describe: Action.Key is empty")
 	}
 	var raw []byte
 	switch t := a.Terms.(type) {
 	case nil:
-		return store.TakeRequest{}, errors.New("describe: Action.Terms is nil; terms must be a JSON object")
+		return storedriver.TakeRequest{}, errors.New("describe: Action.Terms is nil; terms must be a JSON object")
 	case json.RawMessage:
 		raw = t
 	case []byte:
@@ -388,19 +389,19 @@ func (k *Kit) storeAction(a Action) (store.TakeRequest, error) {
 	default:
 		b, err := termsJSON(t)
 		if err != nil {
-			return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
+			return storedriver.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
 		}
 		raw = b
 	}
 	terms, err := storekit.CanonicalTerms(raw)
 	if err != nil {
-		return store.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
+		return storedriver.TakeRequest{}, fmt.Errorf("describe: Action.Terms: %w", err)
 	}
 	lifetime := a.Lifetime
 	if lifetime <= 0 {
 		lifetime = k.lifetime()
 	}
-	return store.TakeRequest{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
+	return storedriver.TakeRequest{Key: a.Key, Terms: terms, Summary: a.Summary, Lifetime: lifetime}, nil
 }
 
 // termsJSON encodes describe's terms: the usual maps without reflection
@@ -425,7 +426,7 @@ func (k *Kit) storeFailed(r *http.Request, op string, err error) {
 
 // askApproval answers 403 with the operation's ref (§4 W53): the waiting
 // page or {"error":"approval_required"}, never the operation (W64).
-func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *store.TakeResult, body []byte, kind string) {
+func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss *storedriver.TakeResult, body []byte, kind string) {
 	hdr, err := headers.FormatOperation(s.ID, iss.Ref)
 	if err != nil {
 		k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: can't write Poppy-Operation",
@@ -500,10 +501,10 @@ func ClaimOf(r *http.Request) (store.Claim, bool) {
 }
 
 // SetOutcome states how the action ended, instead of the handler's status
-// (§7): store.Done, store.NotDone or store.Unknown. Outside a performance it
+// (§7): store.OutcomePerformed, store.OutcomeNotPerformed or store.OutcomeUnknown. Outside a performance it
 // does nothing.
 func SetOutcome(r *http.Request, o store.Outcome) {
-	if p, ok := r.Context().Value(performingKey{}).(*performing); ok && o >= store.Done && o <= store.Unknown {
+	if p, ok := r.Context().Value(performingKey{}).(*performing); ok && o >= store.OutcomePerformed && o <= store.OutcomeUnknown {
 		p.outcome.Store(int32(o))
 	}
 }
@@ -536,7 +537,7 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 	}
 	panicked := true
 	defer func() {
-		outcome := store.Unknown
+		outcome := store.OutcomeUnknown
 		if !panicked {
 			outcome = outcomeOf(sw.status)
 		}
@@ -574,9 +575,9 @@ var errHandlerPanicked = errors.New("webkit: the handler panicked while performi
 // outcomeName is the Observer's name of an outcome.
 func outcomeName(o store.Outcome) string {
 	switch o {
-	case store.Done:
+	case store.OutcomePerformed:
 		return "performed"
-	case store.NotDone:
+	case store.OutcomeNotPerformed:
 		return "not_performed"
 	}
 	return "unknown"
@@ -585,11 +586,11 @@ func outcomeName(o store.Outcome) string {
 func outcomeOf(status int) store.Outcome {
 	switch {
 	case status == 0 || status < 400: // nothing written is 200
-		return store.Done
+		return store.OutcomePerformed
 	case status < 500:
-		return store.NotDone
+		return store.OutcomeNotPerformed
 	default:
-		return store.Unknown
+		return store.OutcomeUnknown
 	}
 }
 
@@ -609,7 +610,7 @@ func (k *Kit) finish(r *http.Request, claim store.Claim, outcome store.Outcome, 
 		// tried again until it lands (retry.go), so that the operation
 		// reads performed soon after the store is back.
 		k.storeFailed(r, "finish", err)
-		if !errors.Is(err, store.ErrClaimLost) {
+		if !errors.Is(err, storedriver.ErrClaimLost) {
 			st := k.newRetryStep(r.URL.Path)
 			st.claim, st.owner, st.outcome, st.until = slimClaim(claim), claim.Owner, outcome, time.Now().Add(finishRetryFor)
 			if !k.retryLater(st) {

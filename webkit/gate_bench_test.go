@@ -2,13 +2,15 @@ package webkit
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -74,7 +76,7 @@ func benchBackends() []benchBackend {
 		// for one owner and agent, beyond the default caps of open
 		// operations (b.N can pass the agent's 10,000).
 		{"memory", func(*testing.B) store.Store {
-			m, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+			m := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			return m
 		}},
 		{"redis", func(b *testing.B) store.Store {
@@ -84,8 +86,8 @@ func benchBackends() []benchBackend {
 }
 
 func benchEnv(b *testing.B, st store.Store) (*gateEnv, *countingStore) {
-	cs := &countingStore{Store: st}
-	e := newGateEnv(b, cs, newClock())
+	cs := &countingStore{Store: storedriver.Steps(st)}
+	e := newGateEnv(b, storedriver.AsStore(cs), newClock())
 	e.kit.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return e, cs
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -42,7 +44,7 @@ func TestSIDOfAnyVerifiedSession(t *testing.T) {
 // nothing recorded (§6 "Websites", §8.2; W86).
 func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	t.Parallel()
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	iss := e.issue(sesOut, "ord_1", "M")
 	r := e.request(joinedOut, "order=ord_1&size=M", "application/json")
 	hdr, err := headers.FormatApproval(store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: headers.ApproverUser})
@@ -54,7 +56,7 @@ func TestApprovalNeverThroughTheBrowser(t *testing.T) {
 	if rec.Code != http.StatusForbidden || rec.Header().Get(headers.Operation) == "" || e.runs.Load() != 0 {
 		t.Fatalf("W86: status %d, Poppy-Operation %q, handler runs %d", rec.Code, rec.Header().Get(headers.Operation), e.runs.Load())
 	}
-	if got := e.lookup(sesOut, iss.Ref); got.Status != store.Waiting || len(got.Approvals) != 0 {
+	if got := e.lookup(sesOut, iss.Ref); got.Status != storedriver.StatusWaiting || len(got.Approvals) != 0 {
 		t.Fatalf("W86: the browser's Poppy-Approval was recorded: %+v", got)
 	}
 }

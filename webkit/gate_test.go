@@ -23,13 +23,15 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // ---- fixtures ----
@@ -66,9 +68,9 @@ func backends() []backend {
 	return []backend{
 		{
 			name: "memory",
-			make: func(testing.TB) store.Store { return store.NewMemory() },
+			make: func(testing.TB) store.Store { return memstore.New(memstore.Config{}) },
 			more: func(testing.TB) func() store.Store {
-				m := store.NewMemory()
+				m := memstore.New(memstore.Config{})
 				return func() store.Store { return m }
 			},
 		},
@@ -209,14 +211,14 @@ func (e *gateEnv) do(r *http.Request) *httptest.ResponseRecorder {
 
 // approve issues the operation for s's exchange with these terms and
 // records an approval of it, as the endpoint would (§6).
-func (e *gateEnv) approve(s Session, order, size string) store.TakeResult {
+func (e *gateEnv) approve(s Session, order, size string) storedriver.TakeResult {
 	e.t.Helper()
 	iss := e.issue(s, order, size)
 	e.record(s, iss)
 	return iss
 }
 
-func (e *gateEnv) issue(s Session, order, size string) store.TakeResult {
+func (e *gateEnv) issue(s Session, order, size string) storedriver.TakeResult {
 	e.t.Helper()
 	r := httptest.NewRequest("POST", "/exchange", strings.NewReader(url.Values{"order": {order}, "size": {size}}.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -228,26 +230,26 @@ func (e *gateEnv) issue(s Session, order, size string) store.TakeResult {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	iss, err := storetest.Issue(context.Background(), e.kit.Store, s.Owner(), sa, e.clock.Now())
+	iss, err := storetest.Issue(context.Background(), storedriver.Steps(e.kit.Store), s.Owner(), sa, e.clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return iss
 }
 
-func (e *gateEnv) record(s Session, iss store.TakeResult) {
+func (e *gateEnv) record(s Session, iss storedriver.TakeResult) {
 	e.t.Helper()
-	rep, err := e.kit.Store.Record(context.Background(), s.Owner(), iss.Ref, store.Approval{
+	rep, err := storedriver.Steps(e.kit.Store).Record(context.Background(), s.Owner(), iss.Ref, store.Approval{
 		OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user",
-	}, e.clock.Now(), store.RecordOptions{})
-	if err != nil || rep.Result != store.Recorded {
+	}, e.clock.Now(), storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.Recorded {
 		e.t.Fatalf("Record: %v %v", rep.Result, err)
 	}
 }
 
-func (e *gateEnv) lookup(s Session, ref string) store.Record {
+func (e *gateEnv) lookup(s Session, ref string) storedriver.Found {
 	e.t.Helper()
-	rec, found, err := e.kit.Store.Lookup(context.Background(), s.Owner(), ref, e.clock.Now())
+	rec, found, err := storedriver.Steps(e.kit.Store).Lookup(context.Background(), s.Owner(), ref, e.clock.Now())
 	if err != nil || !found {
 		e.t.Fatalf("Lookup %s: found=%v err=%v", ref, found, err)
 	}
@@ -367,7 +369,7 @@ func testGateScenarios(t *testing.T, be backend) {
 			if tt.browser == notJoined {
 				owner = sesOut
 			}
-			var approved store.TakeResult
+			var approved storedriver.TakeResult
 			switch tt.setup {
 			case matching:
 				approved = e.approve(owner, "ord_7", "M")
@@ -380,11 +382,11 @@ func testGateScenarios(t *testing.T, be backend) {
 				c.Add(e.kit.lifetime() + time.Second)
 			case performed:
 				approved = e.approve(owner, "ord_7", "M")
-				res, err := e.kit.Store.Take(context.Background(), owner.Owner(), mustAction(t, e.kit, formM), c.Now())
+				res, err := storedriver.Steps(e.kit.Store).Take(context.Background(), owner.Owner(), mustAction(t, e.kit, formM), c.Now())
 				if err != nil || res.Claim == nil {
 					t.Fatalf("setup take: %+v %v", res, err)
 				}
-				if err := e.kit.Store.Finish(context.Background(), *res.Claim, store.Done, c.Now()); err != nil {
+				if err := storedriver.Steps(e.kit.Store).Finish(context.Background(), *res.Claim, store.OutcomePerformed, c.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -447,7 +449,7 @@ func testGateScenarios(t *testing.T, be backend) {
 			}
 			if tt.want.runs == 1 && tt.setup == matching && tt.browser != notJoined && tt.browser != ownLogin {
 				rec := e.lookup(owner, approved.Ref)
-				if rec.Status != store.Performed { // W108
+				if rec.Status != storedriver.StatusPerformed { // W108
 					t.Errorf("status after performing = %s", rec.Status)
 				}
 			}
@@ -455,7 +457,7 @@ func testGateScenarios(t *testing.T, be backend) {
 	}
 }
 
-func mustAction(t testing.TB, k *Kit, form string) store.TakeRequest {
+func mustAction(t testing.TB, k *Kit, form string) storedriver.TakeRequest {
 	t.Helper()
 	r := httptest.NewRequest("POST", "/exchange", strings.NewReader(form))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -471,7 +473,7 @@ func mustAction(t testing.TB, k *Kit, form string) store.TakeRequest {
 }
 
 // checkNoOperationInBody: W64, the body never carries the operation.
-func checkNoOperationInBody(t *testing.T, rec *httptest.ResponseRecorder, approved store.TakeResult, ref string) {
+func checkNoOperationInBody(t *testing.T, rec *httptest.ResponseRecorder, approved storedriver.TakeResult, ref string) {
 	t.Helper()
 	body := rec.Body.String()
 	if strings.Contains(body, `"operation"`) || strings.Contains(body, "order_id") {
@@ -554,7 +556,7 @@ func TestGateConcurrentRepeatsOneApproval(t *testing.T) {
 			if performed != 1 || refused+busy != n-1 {
 				t.Errorf("performed %d, refused with a new ref %d, busy %d", performed, refused, busy)
 			}
-			if st := envs[1].lookup(sesIn, approved.Ref).Status; st != store.Performed {
+			if st := envs[1].lookup(sesIn, approved.Ref).Status; st != storedriver.StatusPerformed {
 				t.Errorf("status = %s", st)
 			}
 		})
@@ -632,25 +634,31 @@ func TestGateOutcomes(t *testing.T) {
 	tests := []struct {
 		name    string
 		handler func(w http.ResponseWriter, r *http.Request)
-		want    store.Status
+		want    storedriver.Status
 		panics  bool
 	}{
-		{"200 → performed", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }, store.Performed, false},
-		{"nothing written → performed", func(w http.ResponseWriter, r *http.Request) {}, store.Performed, false},
-		{"303 → performed", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/done", http.StatusSeeOther) }, store.Performed, false},
-		{"103 then 200 → performed", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(103); w.WriteHeader(200) }, store.Performed, false},
-		{"W98 409 → not performed, waiting again", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(409) }, store.Waiting, false},
-		{"W142 500 → unknown, stays performing", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, store.Performing, false},
-		{"W142 panic → unknown, answered 503 by the Gate", func(w http.ResponseWriter, r *http.Request) { panic("boom") }, store.Performing, false},
-		{"W142 panic after writing → unknown, re-panics", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("half")); panic("boom") }, store.Performing, true},
-		{"SetOutcome NotDone over 200", func(w http.ResponseWriter, r *http.Request) { SetOutcome(r, store.NotDone); w.Write([]byte("sorry")) }, store.Waiting, false},
-		{"SetOutcome Done over 502", func(w http.ResponseWriter, r *http.Request) { SetOutcome(r, store.Done); w.WriteHeader(502) }, store.Performed, false},
-		{"SetOutcome Unknown over 200", func(w http.ResponseWriter, r *http.Request) { SetOutcome(r, store.Unknown) }, store.Performing, false},
+		{"200 → performed", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }, storedriver.StatusPerformed, false},
+		{"nothing written → performed", func(w http.ResponseWriter, r *http.Request) {}, storedriver.StatusPerformed, false},
+		{"303 → performed", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/done", http.StatusSeeOther) }, storedriver.StatusPerformed, false},
+		{"103 then 200 → performed", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(103); w.WriteHeader(200) }, storedriver.StatusPerformed, false},
+		{"W98 409 → not performed, waiting again", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(409) }, storedriver.StatusWaiting, false},
+		{"W142 500 → unknown, stays performing", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, storedriver.StatusPerforming, false},
+		{"W142 panic → unknown, answered 503 by the Gate", func(w http.ResponseWriter, r *http.Request) { panic("boom") }, storedriver.StatusPerforming, false},
+		{"W142 panic after writing → unknown, re-panics", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("half")); panic("boom") }, storedriver.StatusPerforming, true},
+		{"SetOutcome NotDone over 200", func(w http.ResponseWriter, r *http.Request) {
+			SetOutcome(r, store.OutcomeNotPerformed)
+			w.Write([]byte("sorry"))
+		}, storedriver.StatusWaiting, false},
+		{"SetOutcome Done over 502", func(w http.ResponseWriter, r *http.Request) {
+			SetOutcome(r, store.OutcomePerformed)
+			w.WriteHeader(502)
+		}, storedriver.StatusPerformed, false},
+		{"SetOutcome Unknown over 200", func(w http.ResponseWriter, r *http.Request) { SetOutcome(r, store.OutcomeUnknown) }, storedriver.StatusPerforming, false},
 		{"Flush through ResponseController → performed", func(w http.ResponseWriter, r *http.Request) {
 			if err := http.NewResponseController(w).Flush(); err != nil {
 				panic(err)
 			}
-		}, store.Performed, false},
+		}, storedriver.StatusPerformed, false},
 	}
 	for _, be := range backends() {
 		t.Run(be.name, func(t *testing.T) {
@@ -686,12 +694,12 @@ func TestGateOutcomes(t *testing.T) {
 
 // ---- fail closed (RULES.md "Non-negotiables") ----
 
-type failingStore struct{ store.Store }
+type failingStore struct{ storedriver.Store }
 
 var errDown = errors.New("connection refused")
 
-func (failingStore) Take(context.Context, store.Owner, store.TakeRequest, time.Time) (store.TakeResult, error) {
-	return store.TakeResult{}, errDown
+func (failingStore) Take(context.Context, store.Owner, storedriver.TakeRequest, time.Time) (storedriver.TakeResult, error) {
+	return storedriver.TakeResult{}, errDown
 }
 
 func TestGateStoreDown(t *testing.T) {
@@ -722,7 +730,7 @@ func TestGateStoreDown(t *testing.T) {
 		}
 	}
 	t.Run("failing store", func(t *testing.T) {
-		e := newGateEnv(t, failingStore{store.NewMemory()}, newClock())
+		e := newGateEnv(t, storedriver.AsStore(failingStore{memstore.New(memstore.Config{}).Steps()}), newClock())
 		obs := &countingObserver{}
 		e.kit.Observer = obs
 		check(t, e, e.h)
@@ -838,7 +846,7 @@ func TestContinueFidelity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e := newGateEnv(t, store.NewMemory(), newClock())
+			e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 			var sent strings.Builder
 			for i, f := range tt.form {
 				if i > 0 {
@@ -889,8 +897,8 @@ func TestContinueFidelity(t *testing.T) {
 	}
 }
 
-func (e *gateEnv) issueForm(s Session, form string) store.TakeResult {
-	iss, err := storetest.Issue(context.Background(), e.kit.Store, s.Owner(), mustAction(e.t, e.kit, form), e.clock.Now())
+func (e *gateEnv) issueForm(s Session, form string) storedriver.TakeResult {
+	iss, err := storetest.Issue(context.Background(), storedriver.Steps(e.kit.Store), s.Owner(), mustAction(e.t, e.kit, form), e.clock.Now())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -916,7 +924,7 @@ func TestContinueNotRepeatable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newGateEnv(t, store.NewMemory(), newClock())
+			e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 			r := e.request(joinedOut, tt.body, "text/html")
 			r.Header.Set("Content-Type", tt.ctype)
 			r.Header.Set("Referer", "http://example.com/orders/7?tab=1")
@@ -940,7 +948,7 @@ func TestContinueNotRepeatable(t *testing.T) {
 		})
 	}
 	t.Run("W62 GET gets a link", func(t *testing.T) {
-		e := newGateEnv(t, store.NewMemory(), newClock())
+		e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 		h := e.kit.Gate(func(r *http.Request) (Action, error) {
 			return Action{Key: "k", Terms: map[string]any{"q": r.URL.Query().Get("q")}}, nil
 		})(http.NotFoundHandler())
@@ -964,7 +972,7 @@ func TestContinueNotRepeatable(t *testing.T) {
 // ---- describe, body, and the status route ----
 
 func TestGateDescribe(t *testing.T) {
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	cookie := joinCookie(t, e.kit, sesIn)
 	var runs atomic.Int64
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1061,7 +1069,7 @@ func TestStatusRoute(t *testing.T) {
 				}
 			}
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 			if code, st := ask(statusURL, &sesIn); code != 200 || st != "approved" { // W106
 				t.Errorf("after approval: %d %s", code, st)
 			}
@@ -1085,13 +1093,13 @@ func TestStatusRoute(t *testing.T) {
 
 func TestGateLogsNoSecrets(t *testing.T) {
 	var logs bytes.Buffer
-	e := newGateEnv(t, failingStore{store.NewMemory()}, newClock())
+	e := newGateEnv(t, storedriver.AsStore(failingStore{memstore.New(memstore.Config{}).Steps()}), newClock())
 	e.kit.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := e.request(joinedIn, formM, "text/html")
 	r.Header.Set(headers.Session, "eyJsecret-session")
 	r.Header.Set("Authorization", "Bearer secret-token")
 	e.do(r)
-	e.kit.Store = store.NewMemory()
+	e.kit.Store = memstore.New(memstore.Config{})
 	bad := e.kit.Gate(func(*http.Request) (Action, error) { return Action{}, errors.New("nope") })(http.NotFoundHandler())
 	bad.ServeHTTP(httptest.NewRecorder(), r)
 	cookie, _ := r.Cookie(e.kit.Sessions.(*CookieSessions).name())
@@ -1149,17 +1157,17 @@ func (o *countingObserver) StoreStep(_ context.Context, _ string, _ time.Duratio
 }
 
 func TestGateObserverAndRoundTrips(t *testing.T) {
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	obs := &countingObserver{}
-	cs := &countingStore{Store: e.kit.Store}
-	e.kit.Observer, e.kit.Store = obs, cs
+	cs := &countingStore{Store: storedriver.Steps(e.kit.Store)}
+	e.kit.Observer, e.kit.Store = obs, storedriver.AsStore(cs)
 	rec := e.do(e.request(joinedIn, formM, "text/html"))
 	if rec.Code != 403 || cs.calls.Load() != 1 {
 		t.Errorf("403 path: %d, %d store round trips, want 1", rec.Code, cs.calls.Load())
 	}
 	_, ref := refOf(t, rec)
 	rr := e.lookup(sesIn, ref)
-	e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+	e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 	cs.calls.Store(0)
 	if rec := e.do(e.request(joinedIn, formM, "")); rec.Code != 200 || cs.calls.Load() != 2 {
 		t.Errorf("performing path: %d, %d store round trips, want 2", rec.Code, cs.calls.Load())
@@ -1176,7 +1184,7 @@ func TestGateObserverAndRoundTrips(t *testing.T) {
 
 // countingStore counts the store round trips of a request.
 type countingStore struct {
-	store.Store
+	storedriver.Store
 	calls atomic.Int64
 	// marks counts the Unbind checks (storekit.OnceMarked), one round
 	// trip each on Redis, apart from calls: the benchmarks report both.
@@ -1207,7 +1215,7 @@ func (c *countingStore) BoundByContext() bool {
 	return ok && b.BoundByContext()
 }
 
-func (c *countingStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (c *countingStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	c.calls.Add(1)
 	return c.Store.Take(ctx, o, a, now)
 }
@@ -1218,11 +1226,11 @@ func (c *countingStore) Finish(ctx context.Context, cl store.Claim, out store.Ou
 
 // Issue is uncounted: the benchmarks and tests issue through it, untimed,
 // to set up approvals (storetest.Issue finds it).
-func (c *countingStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (c *countingStore) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, c.Store, o, a, now)
 }
 
-func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	c.calls.Add(1)
 	return c.Store.Lookup(ctx, o, ref, now)
 }
@@ -1235,7 +1243,7 @@ func FuzzGateForm(f *testing.F) {
 	f.Add("POST", "multipart/form-data; boundary=x", "application/json", "--x\r\nContent-Disposition: form-data; name=\"order\"\r\n\r\n1\r\n--x--")
 	f.Add("PUT", "application/json", "application/json;q=0.5, text/html;q=0.4", `{"order":"1"}`)
 	f.Add("POST", "", "", "a=%zz&;b")
-	e := newGateEnv(f, store.NewMemory(), newClock())
+	e := newGateEnv(f, memstore.New(memstore.Config{}), newClock())
 	cookie := joinCookie(f, e.kit, sesOut)
 	f.Fuzz(func(t *testing.T, method, ctype, accept, body string) {
 		if !validMethod(method) {
@@ -1260,7 +1268,7 @@ func FuzzGateDescribe(f *testing.F) {
 	f.Add("", []byte(`[1]`), "", int64(-1))
 	f.Add("k", []byte(`{"a":1} x`), "\x00", int64(1<<62))
 	f.Add("k", []byte(`{"a":1e999999}`), "", int64(5))
-	e := newGateEnv(f, store.NewMemory(), newClock())
+	e := newGateEnv(f, memstore.New(memstore.Config{}), newClock())
 	cookie := joinCookie(f, e.kit, sesIn)
 	f.Fuzz(func(t *testing.T, key string, terms []byte, summary string, lifetime int64) {
 		h := e.kit.Gate(func(r *http.Request) (Action, error) {
@@ -1306,7 +1314,7 @@ func TestGateBusy(t *testing.T) {
 			b := e.issue(sesIn, "ord_7", "M")
 			e.record(sesIn, a)
 			e.record(sesIn, b)
-			res, err := e.kit.Store.Take(context.Background(), sesIn.Owner(), mustAction(t, e.kit, formM), c.Now())
+			res, err := storedriver.Steps(e.kit.Store).Take(context.Background(), sesIn.Owner(), mustAction(t, e.kit, formM), c.Now())
 			if err != nil || res.Claim == nil {
 				t.Fatalf("take: %+v %v", res, err)
 			}
@@ -1326,7 +1334,7 @@ func TestGateBusy(t *testing.T) {
 // kit's own answer for the reasons it hands back.
 func TestGateReplaceablePages(t *testing.T) {
 	reasons := make(chan error, 1)
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	e.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reason := FailureReason(r)
 		reasons <- reason
@@ -1351,8 +1359,8 @@ func TestGateReplaceablePages(t *testing.T) {
 	}{
 		{"approval required", joinedIn, nil, ErrApprovalRequired, 403},
 		{"extension required", joinedNoExt, nil, ErrExtensionRequired, 403},
-		{"store unavailable (kit.Refuse)", joinedIn, failingStore{store.NewMemory()}, ErrStoreUnavailable, 503},
-		{"rate limited", joinedIn, limitedStore{store.NewMemory()}, ErrRateLimited, 429},
+		{"store unavailable (kit.Refuse)", joinedIn, storedriver.AsStore(failingStore{memstore.New(memstore.Config{}).Steps()}), ErrStoreUnavailable, 503},
+		{"rate limited", joinedIn, storedriver.AsStore(limitedStore{memstore.New(memstore.Config{}).Steps()}), ErrRateLimited, 429},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

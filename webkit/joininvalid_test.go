@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/internal/memstore"
 )
 
 // outcomes is an Observer that keeps the Gate's events.
@@ -42,7 +42,7 @@ func (o *outcomes) last() Event {
 func TestGateRefusesAJoinItCantAccept(t *testing.T) {
 	t.Parallel()
 	c := newClock()
-	e := newGateEnv(t, store.NewMemory(), c)
+	e := newGateEnv(t, memstore.New(memstore.Config{}), c)
 	obs := &outcomes{}
 	e.kit.Observer = obs
 	good := joinCookie(t, e.kit, sesOut)
@@ -114,7 +114,7 @@ func TestGateRefusesAJoinItCantAccept(t *testing.T) {
 // its own login to the handler.
 func TestOwnFlowInHandler(t *testing.T) {
 	t.Parallel()
-	e := newGateEnv(t, store.NewMemory(), newClock())
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
 	obs := &outcomes{}
 	e.kit.Observer = obs
 	rec := e.do(e.request(ownLogin, formM, "text/html"))

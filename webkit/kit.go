@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/respond"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
@@ -49,7 +51,7 @@ const (
 // at most once (§7); instances must also share the cookie keys given to
 // [New], so that each reads the others' join cookies and waiting pages.
 type Kit struct {
-	// Store keeps operations and approvals. New uses store.NewMemory(),
+	// Store keeps operations and approvals. New uses memstore.New(memstore.Config{}),
 	// right for one process; every instance of a website behind a load
 	// balancer shares one store/redisstore instead.
 	Store store.Store
@@ -192,7 +194,7 @@ func New(keys ...[]byte) *Kit {
 		keys = [][]byte{randomKey(64), randomKey(32)}
 	}
 	k := &Kit{
-		Store:        store.NewMemory(),
+		Store:        memstore.New(memstore.Config{}),
 		StoreTimeout: defaultStoreTimeout,
 		built:        true,
 	}
@@ -242,6 +244,8 @@ func (k *Kit) Check() error {
 		return k.err
 	case k.Store == nil:
 		return errors.New("webkit: Kit.Store is nil")
+	case !isKitStore(k.Store):
+		return fmt.Errorf("webkit: Kit.Store is a %T: set the Kit's default in-memory store or store/redisstore's", k.Store)
 	case k.Sessions == nil:
 		return errors.New("webkit: Kit.Sessions is nil")
 	}
@@ -267,12 +271,13 @@ const maxWait = 24 * time.Hour
 
 // store is Kit.Store with each call's deadline (StoreTimeout), so that
 // failing closed takes bounded time, and each step seen by the Observer.
-func (k *Kit) store() store.Store {
+func (k *Kit) store() storedriver.Store {
 	var o storewrap.StepObserver
 	if k.Observer != nil {
 		o = k.Observer
 	}
-	return k.wrapped.Wrap(k.Store, k.storeTimeout(), o)
+	d, _ := storedriver.Of(k.Store) // Check refused any other
+	return k.wrapped.Wrap(d, k.storeTimeout(), o)
 }
 
 func (k *Kit) now() time.Time {
@@ -305,3 +310,8 @@ func (k *Kit) retryAfter() time.Duration {
 }
 
 func (k *Kit) basePath() string { return defaultBasePath }
+
+func isKitStore(s store.Store) bool {
+	_, ok := storedriver.Of(s)
+	return ok
+}

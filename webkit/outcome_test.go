@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -14,9 +15,9 @@ import (
 func TestOutcomeOfStatus(t *testing.T) {
 	t.Parallel()
 	for status, want := range map[int]store.Outcome{
-		0: store.Done, 200: store.Done, 204: store.Done, 303: store.Done, 399: store.Done,
-		400: store.NotDone, 401: store.NotDone, 404: store.NotDone, 409: store.NotDone, 499: store.NotDone,
-		500: store.Unknown, 502: store.Unknown, 503: store.Unknown, 599: store.Unknown,
+		0: store.OutcomePerformed, 200: store.OutcomePerformed, 204: store.OutcomePerformed, 303: store.OutcomePerformed, 399: store.OutcomePerformed,
+		400: store.OutcomeNotPerformed, 401: store.OutcomeNotPerformed, 404: store.OutcomeNotPerformed, 409: store.OutcomeNotPerformed, 499: store.OutcomeNotPerformed,
+		500: store.OutcomeUnknown, 502: store.OutcomeUnknown, 503: store.OutcomeUnknown, 599: store.OutcomeUnknown,
 	} {
 		if got := outcomeOf(status); got != want {
 			t.Errorf("W98 outcomeOf(%d) = %v, want %v", status, got, want)
@@ -44,7 +45,7 @@ func TestStatusRouteSkipsUsedUpApprovals(t *testing.T) {
 			_, ref := refOf(t, page)
 			statusURL := statusURLOf(t, page)
 			rr := e.lookup(sesIn, ref)
-			e.record(sesIn, store.TakeResult{Operation: rr.Current, Ref: ref})
+			e.record(sesIn, storedriver.TakeResult{Operation: rr.Current, Ref: ref})
 			if code, st := askStatus(t, e.kit, statusURL, sesIn); code != 200 || st != "approved" {
 				t.Fatalf("W106 approved: %d %q", code, st)
 			}
@@ -55,7 +56,7 @@ func TestStatusRouteSkipsUsedUpApprovals(t *testing.T) {
 			}
 			// Another approval of the operation, for other terms, waits.
 			other := e.approve(sesIn, "ord_7", "L")
-			if got := e.lookup(sesIn, other.Ref).Status; got != store.Approved {
+			if got := e.lookup(sesIn, other.Ref).Status; got != storedriver.StatusApproved {
 				t.Fatalf("the operation with the other terms' approval: %s, want approved", got)
 			}
 			if code, st := askStatus(t, e.kit, statusURL, sesIn); code != 200 || st != "waiting" {

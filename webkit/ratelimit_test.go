@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/internal/memstore"
 
@@ -18,17 +20,17 @@ import (
 
 // limitedStore is a store whose owner has reached its cap of open
 // operations.
-type limitedStore struct{ store.Store }
+type limitedStore struct{ storedriver.Store }
 
-func (limitedStore) Take(context.Context, store.Owner, store.TakeRequest, time.Time) (store.TakeResult, error) {
-	return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", store.ErrRateLimited)
+func (limitedStore) Take(context.Context, store.Owner, storedriver.TakeRequest, time.Time) (storedriver.TakeResult, error) {
+	return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", storedriver.ErrRateLimited)
 }
 
 // Over the cap of open operations (webkit/RULES.md "Bounded work"): 429
 // with Retry-After, {"error":"rate_limited"} for a script, nothing run.
 func TestGateRateLimited(t *testing.T) {
 	t.Parallel()
-	e := newGateEnv(t, limitedStore{store.NewMemory()}, newClock())
+	e := newGateEnv(t, storedriver.AsStore(limitedStore{memstore.New(memstore.Config{}).Steps()}), newClock())
 	e.kit.Chrome.SiteName = "Acme Hardware"
 	rec := e.do(e.request(joinedIn, formM, "text/html"))
 	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" || e.runs.Load() != 0 {
@@ -56,24 +58,24 @@ func TestGateRateLimited(t *testing.T) {
 // first hundred still work.
 func TestGateOwnerCap(t *testing.T) {
 	t.Parallel()
-	e := newGateEnv(t, store.NewMemory(), newClock())
-	gated := func(form string) store.TakeResult {
+	e := newGateEnv(t, memstore.New(memstore.Config{}), newClock())
+	gated := func(form string) storedriver.TakeResult {
 		t.Helper()
 		rec := e.do(e.request(joinedIn, form, "text/html"))
 		if rec.Code != 403 {
 			t.Fatalf("%.40s: %d, want 403", form, rec.Code)
 		}
 		_, ref := refOf(t, rec)
-		return store.TakeResult{Operation: e.lookup(sesIn, ref).Current, Ref: ref}
+		return storedriver.TakeResult{Operation: e.lookup(sesIn, ref).Current, Ref: ref}
 	}
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		e.record(sesIn, gated(fmt.Sprintf("order=ord_%d&size=M", i)))
 	}
 	over := gated("order=ord_over&size=M")
-	rep, err := e.kit.Store.Record(context.Background(), sesIn.Owner(), over.Ref, store.Approval{
+	rep, err := storedriver.Steps(e.kit.Store).Record(context.Background(), sesIn.Owner(), over.Ref, store.Approval{
 		OperationID: over.Operation.ID, Revision: over.Operation.Revision, Approver: "user",
-	}, e.clock.Now(), store.RecordOptions{})
-	if err != nil || rep.Result != store.RateLimited {
+	}, e.clock.Now(), storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.RateLimited {
 		t.Errorf("the approval over the cap: %v %v, want rate limited", rep.Result, err)
 	}
 	long := "order=ord_" + strings.Repeat("x", storekit.MaxRefLength) + "&size=M"
@@ -105,7 +107,7 @@ func (o *overallObserver) StoreStep(context.Context, string, time.Duration, erro
 // rate_limited with Reason "overall" (the cap reached).
 func TestGateOverallCap(t *testing.T) {
 	t.Parallel()
-	st, _ := memstore.New(memstore.Config{MaxOpen: 1})
+	st := memstore.New(memstore.Config{MaxOpen: 1})
 	e := newGateEnv(t, st, newClock())
 	obs := &overallObserver{}
 	e.kit.Observer = obs

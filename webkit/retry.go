@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -52,7 +53,7 @@ type retryStep struct {
 	path    string        // the request's, for the logs
 	// The Kit's store, deadline, clock and logger when the request ran:
 	// read then, so that the steps never race with a change of the Kit.
-	st      store.Store
+	st      storedriver.Store
 	timeout time.Duration
 	now     func() time.Time
 	logger  *slog.Logger
@@ -231,7 +232,7 @@ func (k *Kit) try(st *retryStep) bool {
 		st.logger.LogAttrs(ctx, slog.LevelInfo, "opsgate: a Finish that had failed landed",
 			slog.String("path", st.path), slog.String("outcome", st.outcome.String()), slog.Int("tries", st.tries+1))
 		return true
-	case errors.Is(err, store.ErrClaimLost):
+	case errors.Is(err, storedriver.ErrClaimLost):
 		// An earlier try landed after all (its reply was lost), or
 		// reconciliation settled it: nothing left to do.
 		return true

@@ -11,16 +11,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // awayStore is a store that is away while down is set: Release and Finish
 // fail (and count their tries); with loseTake, Take runs and its reply is
 // lost, as when Redis runs a Take after its caller gave up.
 type awayStore struct {
-	store.Store
+	storedriver.Store
 	down                   atomic.Bool
 	loseTake               atomic.Bool
 	releases, finishes     atomic.Int64 // tries while down
@@ -29,14 +31,14 @@ type awayStore struct {
 
 var errAway = errors.New("store away (test)")
 
-func (s *awayStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *awayStore) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 
-func (s *awayStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *awayStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	res, err := s.Store.Take(ctx, o, a, now)
 	if s.loseTake.Load() {
-		return store.TakeResult{}, errAway
+		return storedriver.TakeResult{}, errAway
 	}
 	return res, err
 }
@@ -76,9 +78,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // back; the approval then performs on the next repeat, once.
 func TestGateReleaseRetriedUntilTheStoreIsBack(t *testing.T) {
 	t.Parallel()
-	mem := store.NewMemory()
-	st := &awayStore{Store: mem}
-	e := newGateEnv(t, st, newClock())
+	mem := memstore.New(memstore.Config{})
+	st := &awayStore{Store: mem.Steps()}
+	e := newGateEnv(t, storedriver.AsStore(st), newClock())
 	e.kit.retries.delays = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
 	approved := e.approve(sesIn, "ord_7", "M")
 
@@ -90,7 +92,7 @@ func TestGateReleaseRetriedUntilTheStoreIsBack(t *testing.T) {
 	st.loseTake.Store(false)
 	// Away for 20 tries of the Release.
 	waitFor(t, "20 tries of the Release", func() bool { return st.releases.Load() >= 20 })
-	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+	if got := e.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusPerforming {
 		t.Fatalf("while the store is away: %s, want performing (its Release can't land)", got.Status)
 	}
 	if n := e.kit.pendingRetries(); n != 1 {
@@ -98,7 +100,7 @@ func TestGateReleaseRetriedUntilTheStoreIsBack(t *testing.T) {
 	}
 	st.down.Store(false)
 	waitFor(t, "the Release to land", func() bool { return e.kit.pendingRetries() == 0 && st.releasedOK.Load() > 0 })
-	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Approved {
+	if got := e.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusApproved {
 		t.Fatalf("after the store came back: %s, want approved", got.Status)
 	}
 	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 200 || e.runs.Load() != 1 {
@@ -112,9 +114,9 @@ func TestGateReleaseRetriedUntilTheStoreIsBack(t *testing.T) {
 // soon after the store is back, rather than performing for a day.
 func TestGateFinishRetriedUntilTheStoreIsBack(t *testing.T) {
 	t.Parallel()
-	mem := store.NewMemory()
-	st := &awayStore{Store: mem}
-	e := newGateEnv(t, st, newClock())
+	mem := memstore.New(memstore.Config{})
+	st := &awayStore{Store: mem.Steps()}
+	e := newGateEnv(t, storedriver.AsStore(st), newClock())
 	e.kit.retries.delays = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
 	approved := e.approve(sesIn, "ord_7", "M")
 	st.down.Store(true)
@@ -122,12 +124,12 @@ func TestGateFinishRetriedUntilTheStoreIsBack(t *testing.T) {
 		t.Fatalf("performing: %d runs %d", rec.Code, e.runs.Load())
 	}
 	waitFor(t, "20 tries of the Finish", func() bool { return st.finishes.Load() >= 20 })
-	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+	if got := e.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusPerforming {
 		t.Fatalf("while the store is away: %s, want performing", got.Status)
 	}
 	st.down.Store(false)
 	waitFor(t, "the Finish to land", func() bool { return e.kit.pendingRetries() == 0 && st.finishedOK.Load() > 0 })
-	if got := e.lookup(sesIn, approved.Ref); got.Status != store.Performed {
+	if got := e.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusPerformed {
 		t.Fatalf("after the store came back: %s, want performed", got.Status)
 	}
 	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code == 200 || e.runs.Load() != 1 {
@@ -140,9 +142,9 @@ func TestGateFinishRetriedUntilTheStoreIsBack(t *testing.T) {
 // memory stays bounded however long the store is away.
 func TestGateRetriesAreBounded(t *testing.T) {
 	t.Parallel()
-	mem := store.NewMemory()
-	st := &awayStore{Store: mem}
-	e := newGateEnv(t, st, newClock())
+	mem := memstore.New(memstore.Config{})
+	st := &awayStore{Store: mem.Steps()}
+	e := newGateEnv(t, storedriver.AsStore(st), newClock())
 	e.kit.retries.delays = []time.Duration{time.Hour}
 	e.kit.retries.max = 3
 	st.down.Store(true)
@@ -192,9 +194,9 @@ func lose(cmds []redis.Cmder, err error) error {
 
 // deadServer is the store as a web server sees it that dies right after
 // sending its Take: none of its Releases lands.
-type deadServer struct{ store.Store }
+type deadServer struct{ storedriver.Store }
 
-func (s deadServer) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s deadServer) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 
@@ -216,19 +218,19 @@ func TestGateClaimOfADeadServerPerformsElsewhere(t *testing.T) {
 	c.AddHook(lostTake{})
 	first := redisstore.New(c, redisstore.Options{Prefix: "dead:"})
 	other := redisstore.New(inst.Client(t), redisstore.Options{Prefix: "dead:"})
-	for _, st := range []store.Store{first, other} {
-		if err := redisstore.Load(t.Context(), st); err != nil {
+	for _, st := range []*redisstore.Store{first, other} {
+		if err := st.Load(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dead := newGateEnv(t, deadServer{first}, clock)
+	dead := newGateEnv(t, storedriver.AsStore(deadServer{storedriver.Steps(first)}), clock)
 	alive := newGateEnv(t, other, clock)
 	approved := alive.approve(sesIn, "ord_7", "M")
 
 	if rec := dead.do(dead.request(joinedIn, formM, "text/html")); rec.Code != 503 || dead.runs.Load() != 0 {
 		t.Fatalf("the dying server: %d runs %d, want 503 and nothing run", rec.Code, dead.runs.Load())
 	}
-	if got := alive.lookup(sesIn, approved.Ref); got.Status != store.Performing {
+	if got := alive.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusPerforming {
 		t.Fatalf("after the lost Take: %s, want performing (Redis ran it)", got.Status)
 	}
 	clock.Add(time.Second)
@@ -239,7 +241,7 @@ func TestGateClaimOfADeadServerPerformsElsewhere(t *testing.T) {
 	if rec := alive.do(alive.request(joinedIn, formM, "text/html")); rec.Code != 200 || alive.runs.Load() != 1 {
 		t.Fatalf("another server 11 s on: %d runs %d, want 200 and one run", rec.Code, alive.runs.Load())
 	}
-	if got := alive.lookup(sesIn, approved.Ref); got.Status != store.Performed {
+	if got := alive.lookup(sesIn, approved.Ref); got.Status != storedriver.StatusPerformed {
 		t.Errorf("after: %s, want performed", got.Status)
 	}
 }

@@ -111,7 +111,7 @@ func citations(t *testing.T, root string) (built, proven map[string][]string) {
 // suites are the folders whose Go files are test cases, though not named
 // _test.go: the store conformance suite every store runs from its own
 // tests (storetest.Run). A rule they cite is proven there.
-var suites = []string{"store/storetest/"}
+var suites = []string{"internal/storetest/"}
 
 // isSuite reports whether rel (slash-separated, from the repository's
 // root) is a file of a conformance suite.

@@ -14,9 +14,9 @@ import (
 	"github.com/gorilla/securecookie"
 	"github.com/gorilla/sessions"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
-	"github.com/opsgate/opsgate/store"
 )
 
 // Sessions binds browsers to the Poppy Sessions they were joined to (spec 6
@@ -75,7 +75,7 @@ type CookieSessions struct {
 	clock func() time.Time
 	// store is the Kit's Store, with its deadline (New sets it), where
 	// Unbind leaves its markers; nil keeps none.
-	store func() store.Store
+	store func() storedriver.Store
 
 	codecs  []securecookie.Codec
 	decoded decodedCookies
@@ -286,7 +286,7 @@ func (c *CookieSessions) read(r *http.Request) (binding, bool) {
 	return b, true
 }
 
-// unboundKey is the single-use key (store.Store.UseOnce) of the marker
+// unboundKey is the single-use key (storedriver.Store.UseOnce) of the marker
 // Unbind leaves for the cookie value: a digest of the value, which is
 // different for every Bind (securecookie encrypts with a random IV and
 // stamps the time), so it names this one binding and can't be made

@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
-	"github.com/opsgate/opsgate/store"
 )
 
 //go:embed static/waiting.js static/fetch.js static/opsgate.css
@@ -149,15 +149,15 @@ func (k *Kit) serveStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := rec.Status
-	if status == store.Approved && !approvalApplies(rec, page) {
+	if status == storedriver.StatusApproved && !approvalApplies(rec, page) {
 		// W93: the waiting page repeats its request on "approved", so it
 		// hears it only when an approval applies to its own request (the
 		// same terms); an approval of other terms for the same operation
 		// would make it resubmit, get 403 again, and loop.
-		status = store.Waiting
+		status = storedriver.StatusWaiting
 	}
 	switch status {
-	case store.Waiting, store.Approved, store.Performing, store.Performed:
+	case storedriver.StatusWaiting, storedriver.StatusApproved, storedriver.StatusPerforming, storedriver.StatusPerformed:
 		k.observe(r.Context(), Event{Route: routeStatus, Outcome: string(status)})
 		respond.WriteJSON(w, http.StatusOK, map[string]string{"status": string(status)})
 	default:
@@ -182,7 +182,7 @@ func termsDigest(terms []byte) string {
 // browser would be taken by the page's request, as Take would judge it
 // (§6 check 3): an approval of the page's own revision, or of the current
 // revision when its terms are the page's.
-func approvalApplies(rec store.Record, page waitHandle) bool {
+func approvalApplies(rec storedriver.Found, page waitHandle) bool {
 	_, rev, _ := storekit.SplitRef(page.Ref) // a sealed ref's seal is not its revision
 	sameTerms := page.Terms != "" && termsDigest(rec.Current.Terms) == page.Terms
 	for _, a := range rec.Approvals {

@@ -2,7 +2,6 @@ package webkit
 
 import (
 	"context"
-	"github.com/opsgate/opsgate/store/storetest"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -10,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storetest"
+
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -19,7 +22,7 @@ import (
 // runs (before or after the stall, as a Redis that wakes up does) but its
 // reply comes only when the test lets it, whatever the caller's deadline.
 type stallStore struct {
-	store.Store
+	storedriver.Store
 	runFirst bool          // run the Take before the stall: a reply lost after the claim
 	gate     chan struct{} // closed to end the stall
 	done     chan error    // the late Take's result
@@ -29,15 +32,15 @@ type stallStore struct {
 }
 
 func newStallStore(s store.Store, runFirst bool) *stallStore {
-	return &stallStore{Store: s, runFirst: runFirst, gate: make(chan struct{}), done: make(chan error, 1), released: make(chan bool, 8)}
+	return &stallStore{Store: storedriver.Steps(s), runFirst: runFirst, gate: make(chan struct{}), done: make(chan error, 1), released: make(chan bool, 8)}
 }
 
 // Issue passes storetest.Issue on to the wrapped store.
-func (s *stallStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *stallStore) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, s.Store, o, a, now)
 }
 
-func (s *stallStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *stallStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if s.onTake != nil {
 		s.onTake()
 	}
@@ -89,10 +92,10 @@ func TestGateStoreStallReleases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			mem := store.NewMemory()
+			mem := memstore.New(memstore.Config{})
 			st := newStallStore(mem, tc.runFirst)
 			defer st.unstall()
-			e := newGateEnv(t, st, newClock())
+			e := newGateEnv(t, storedriver.AsStore(st), newClock())
 			e.kit.StoreTimeout = 100 * time.Millisecond
 			approved := e.approve(sesIn, "ord_7", "M")
 
@@ -129,7 +132,7 @@ func TestGateStoreStallReleases(t *testing.T) {
 				t.Errorf("the late Take claimed: want ErrClaimLost")
 			}
 			rec2 := e.lookup(sesIn, approved.Ref)
-			if rec2.Status != store.Approved {
+			if rec2.Status != storedriver.StatusApproved {
 				t.Fatalf("after the stall: %s, want approved", rec2.Status)
 			}
 			// W144: the approval performs on the next repeat, once (with a
@@ -201,8 +204,8 @@ func TestGateRedisStall(t *testing.T) {
 	// again once they have undone whatever the woken Redis claimed.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		rec, found, err := st.Lookup(context.Background(), sesIn.Owner(), approved.Ref, e.clock.Now())
-		if err == nil && found && rec.Status == store.Approved {
+		rec, found, err := storedriver.Steps(st).Lookup(context.Background(), sesIn.Owner(), approved.Ref, e.clock.Now())
+		if err == nil && found && rec.Status == storedriver.StatusApproved {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -233,12 +236,12 @@ func TestGateRedisStall(t *testing.T) {
 // repeat (W144).
 func TestGateClientGoneReleases(t *testing.T) {
 	t.Parallel()
-	mem := store.NewMemory()
+	mem := memstore.New(memstore.Config{})
 	// The store answers though the request's context is done, as a Redis
 	// whose reply arrives just after the browser left.
 	st := newStallStore(mem, true)
 	st.unstall()
-	e := newGateEnv(t, st, newClock())
+	e := newGateEnv(t, storedriver.AsStore(st), newClock())
 	approved := e.approve(sesIn, "ord_7", "M")
 	// The browser leaves as the Take starts (after the Gate checked that
 	// its binding was not ended).
@@ -261,7 +264,7 @@ func TestGateClientGoneReleases(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Gate never released the claim")
 	}
-	if got := e.lookup(sesIn, approved.Ref).Status; got != store.Approved {
+	if got := e.lookup(sesIn, approved.Ref).Status; got != storedriver.StatusApproved {
 		t.Fatalf("after the release: %s, want approved", got)
 	}
 	if rec := e.do(e.request(joinedIn, formM, "text/html")); rec.Code != 200 || e.runs.Load() != 1 {

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // A join cookie that Unbind ended stops working when a copy of it is
@@ -34,7 +36,7 @@ func TestUnbindEndsAReplayedCookie(t *testing.T) {
 	for _, be := range backends() {
 		variants = append(variants,
 			variant{be.name, func(s store.Store) store.Store { return s }},
-			variant{be.name + "/other store", func(s store.Store) store.Store { return plainStore{s} }})
+			variant{be.name + "/other store", func(s store.Store) store.Store { return storedriver.AsStore(plainStore{storedriver.Steps(s)}) }})
 	}
 	for i, v := range variants {
 		be := backends()[i/2]
@@ -45,7 +47,7 @@ func TestUnbindEndsAReplayedCookie(t *testing.T) {
 			}
 			moreOf := be.more(t)
 			more := func() store.Store { return v.wrap(moreOf()) }
-			if got := storewrap.MarksInTake(more()); got != (v.name == be.name) {
+			if got := storewrap.MarksInTake(storedriver.Steps(more())); got != (v.name == be.name) {
 				t.Fatalf("MarksInTake = %v", got)
 			}
 			c := newClock()
@@ -130,8 +132,8 @@ func TestUnbindEndsAReplayedCookie(t *testing.T) {
 func TestUnbindMarksUntilTheCookieExpires(t *testing.T) {
 	t.Parallel()
 	c := newClock()
-	st := &onceSpy{Store: store.NewMemory()}
-	e := newGateEnv(t, st, c)
+	st := &onceSpy{Store: memstore.New(memstore.Config{}).Steps()}
+	e := newGateEnv(t, storedriver.AsStore(st), c)
 	ck := joinCookie(t, e.kit, sesOut)
 	c.Add(time.Hour)
 	unbind := func(cookies ...*http.Cookie) error {
@@ -170,7 +172,7 @@ func TestUnbindMarksUntilTheCookieExpires(t *testing.T) {
 // onceSpy records the expiry of every UseOnce, and fails UseOnce and
 // Marked while fail is set.
 type onceSpy struct {
-	store.Store
+	storedriver.Store
 	until []time.Time
 	fail  error
 }
@@ -193,8 +195,8 @@ func (s *onceSpy) Marked(ctx context.Context, key string, now time.Time) (bool, 
 // plainStore is a store that offers only store.Store's methods (and the
 // Issue the tests set up approvals with): a store of another module, as
 // far as the kit can tell.
-type plainStore struct{ store.Store }
+type plainStore struct{ storedriver.Store }
 
-func (p plainStore) Issue(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (p plainStore) Issue(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	return storetest.Issue(ctx, p.Store, o, a, now)
 }

@@ -1,7 +1,6 @@
 package webkit
 
 import (
-	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -27,9 +26,6 @@ type AlternativeReference struct {
 	Type string `json:"type"`
 	URL  string `json:"url"`
 }
-
-// operationsExtension is this extension's name in Poppy-Extensions and poppy.json.
-const operationsExtension = headers.OperationsExtension
 
 // Session is the verified Poppy Session a request is handled as (§4): what
 // the Session header (or the browser's join) proved.

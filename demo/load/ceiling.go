@@ -35,9 +35,10 @@ import (
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -137,8 +138,8 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)
 	}
 	say("the store: functions where the server has them, durability none, %s\n", pipes)
-	for _, s := range []store.Store{st, capped} {
-		if err := redisstore.Load(ctx, s); err != nil {
+	for _, s := range []*redisstore.Store{st, capped} {
+		if err := s.Load(ctx); err != nil {
 			return res, err
 		}
 	}
@@ -164,9 +165,9 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	owner := func(g, i int) store.Owner { return owners[g%64][i%64] }
 	var phase atomic.Int64 // distinct action keys in every phase
-	action := func(g, i int) store.TakeRequest {
+	action := func(g, i int) storedriver.TakeRequest {
 		id := strconv.FormatInt(phase.Load(), 10) + "_" + strconv.Itoa(g) + "_" + strconv.Itoa(i)
-		return store.TakeRequest{
+		return storedriver.TakeRequest{
 			Key:      "exchange:" + id,
 			Terms:    []byte(`{"order_id":"ord_` + id + `","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
 			Summary:  "Exchange the jacket on order " + strconv.Itoa(i) + " for $70.00 more.",
@@ -174,7 +175,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 	take := func(ctx context.Context, g, i int) (int, error) {
-		r, err := st.Take(ctx, owner(g, i), action(g, i), time.Now())
+		r, err := storedriver.Steps(st).Take(ctx, owner(g, i), action(g, i), time.Now())
 		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("take of a new action: %+v", r)
 		}
@@ -187,7 +188,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 		}
 	}
 	takeCapped := func(ctx context.Context, g, i int) (int, error) {
-		r, err := capped.Take(ctx, agents[g%64][i%64], action(g, i), time.Now())
+		r, err := storedriver.Steps(capped).Take(ctx, agents[g%64][i%64], action(g, i), time.Now())
 		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("take of a new action: %+v", r)
 		}
@@ -357,21 +358,21 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 
 // cycleSteps is the whole cycle of an action new to st: Take (the 403
 // step), Record, Take (the claim), Finish. It returns the steps done.
-func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a store.TakeRequest) (int, error) {
+func cycleSteps(ctx context.Context, st store.Store, o store.Owner, a storedriver.TakeRequest) (int, error) {
 	now := time.Now()
-	r, err := st.Take(ctx, o, a, now)
+	r, err := storedriver.Steps(st).Take(ctx, o, a, now)
 	if err != nil || r.Ref == "" {
 		return 0, fmt.Errorf("take: %+v, %v", r, err)
 	}
-	rep, err := st.Record(ctx, o, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err := storedriver.Steps(st).Record(ctx, o, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.Recorded {
 		return 1, fmt.Errorf("record: %v, %v", rep.Result, err)
 	}
-	r, err = st.Take(ctx, o, a, now)
+	r, err = storedriver.Steps(st).Take(ctx, o, a, now)
 	if err != nil || r.Claim == nil {
 		return 2, fmt.Errorf("take of the approved action: %+v, %v", r, err)
 	}
-	if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+	if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, now); err != nil {
 		return 3, fmt.Errorf("finish: %v", err)
 	}
 	return 4, nil
@@ -676,7 +677,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	kit := webkit.New(keys2...)
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: storedriver.Steps(st)}
 	ep := opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier})
 	owner := store.Owner{Agent: keys.ClientID, User: "usr_approval"}
 
@@ -686,7 +687,7 @@ func approvalCost(ctx context.Context, st store.Store, client *redis.Client, n i
 	reqs := make([]one, 2*n+1)
 	run := time.Now().UnixNano()
 	for i := range reqs {
-		iss, err := storetest.Issue(ctx, st, owner, store.TakeRequest{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
+		iss, err := storetest.Issue(ctx, storedriver.Steps(st), owner, storedriver.TakeRequest{Key: fmt.Sprintf("approve:%d:%d", run, i), Terms: []byte(`{"i":1}`), Lifetime: 10 * time.Minute}, time.Now())
 		if err != nil {
 			return ac, err
 		}
@@ -942,25 +943,25 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		owner := store.Owner{Agent: "https://agent.example/durability", User: "usr_d"}
 		var claims []time.Duration
 		for i := range n {
-			a := store.TakeRequest{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
+			a := storedriver.TakeRequest{Key: fmt.Sprint("durable:", i), Terms: []byte(fmt.Sprintf(`{"i":%d}`, i)), Lifetime: 10 * time.Minute}
 			now := time.Now()
-			r, err := st.Take(ctx, owner, a, now)
+			r, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 			if err != nil || r.Ref == "" {
 				cl.Close()
 				return fmt.Errorf("%s: take: %+v, %v", m.mode, r, err)
 			}
-			if _, err := st.Record(ctx, owner, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, store.RecordOptions{}); err != nil {
+			if _, err := storedriver.Steps(st).Record(ctx, owner, r.Ref, store.Approval{OperationID: r.Operation.ID, Revision: r.Operation.Revision, Approver: "user"}, now, storedriver.RecordOptions{}); err != nil {
 				cl.Close()
 				return fmt.Errorf("%s: record: %v", m.mode, err)
 			}
 			t := time.Now()
-			r, err = st.Take(ctx, owner, a, now)
+			r, err = storedriver.Steps(st).Take(ctx, owner, a, now)
 			claims = append(claims, time.Since(t))
 			if err != nil || r.Claim == nil {
 				cl.Close()
 				return fmt.Errorf("%s: claim: %+v, %v", m.mode, r, err)
 			}
-			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+			if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, now); err != nil {
 				cl.Close()
 				return fmt.Errorf("%s: finish: %v", m.mode, err)
 			}
@@ -969,7 +970,7 @@ func durabilityCost(ctx context.Context, procs *redistest.Procs, n int, d time.D
 		// confirmed as the mode asks, while the steps share round trips.
 		rate, _, err := stepRate(ctx, 50, d, 0, func(ctx context.Context, g, i int) (int, error) {
 			return cycleSteps(ctx, st, store.Owner{Agent: "https://agent.example/durability", User: "usr_" + strconv.Itoa(g)},
-				store.TakeRequest{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute})
+				storedriver.TakeRequest{Key: "cycle:" + strconv.Itoa(g) + "_" + strconv.Itoa(i), Terms: []byte(`{"i":` + strconv.Itoa(i) + `}`), Lifetime: 10 * time.Minute})
 		})
 		cl.Close()
 		if err != nil {

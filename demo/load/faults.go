@@ -39,6 +39,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -381,12 +382,12 @@ func (r *rig) approve(ctx context.Context, srv, b int, order, ref string) {
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	rec, found, err := r.stores[srv].Lookup(ctx, r.owners[b], ref, now)
+	rec, found, err := storedriver.Steps(r.stores[srv]).Lookup(ctx, r.owners[b], ref, now)
 	if err != nil || !found {
 		return
 	}
-	reply, err := r.stores[srv].Record(ctx, r.owners[b], ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, now, store.RecordOptions{})
-	if err == nil && reply.Result != store.Recorded {
+	reply, err := storedriver.Steps(r.stores[srv]).Record(ctx, r.owners[b], ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, now, storedriver.RecordOptions{})
+	if err == nil && reply.Result != storedriver.Recorded {
 		return
 	}
 	r.mu.Lock()
@@ -1052,9 +1053,9 @@ func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsC
 			return res
 		}
 		r.mu.Lock()
-		outcome := map[bool]store.Outcome{true: store.Done, false: store.NotDone}[r.runs[st.Operation.ID] > 0]
+		outcome := map[bool]store.Outcome{true: store.OutcomePerformed, false: store.OutcomeNotPerformed}[r.runs[st.Operation.ID] > 0]
 		r.mu.Unlock()
-		if err := rc.Resolve(ctx, st.Owner, st.Operation.ID, outcome, time.Now()); err == nil {
+		if err := rc.Resolve(ctx, st.Owner, st.Operation.ID, outcome, "fault suite reconciler", time.Now()); err == nil {
 			resolved++
 		}
 	}
@@ -1083,13 +1084,13 @@ func (r *rig) lostStates(ctx context.Context) string {
 	r.mu.Unlock()
 	states := map[string]int{}
 	for _, a := range todo {
-		rec, found, err := r.stores[0].Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
+		rec, found, err := storedriver.Steps(r.stores[0]).Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
 		switch {
 		case err != nil:
 			states["unreadable"]++
 		case !found:
 			states["not found"]++
-		case rec.Status == store.Waiting && len(rec.Approvals) > 0 && !rec.Approvals[len(rec.Approvals)-1].UsedAt.IsZero():
+		case rec.Status == storedriver.StatusWaiting && len(rec.Approvals) > 0 && !rec.Approvals[len(rec.Approvals)-1].UsedAt.IsZero():
 			states["waiting, approval used up"]++
 		default:
 			states[string(rec.Status)]++
@@ -1242,12 +1243,12 @@ func (r *rig) lookupPerforming(ctx context.Context, st store.Store) (map[string]
 	unreadable := 0
 	for _, a := range todo {
 		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		rec, found, err := st.Lookup(lctx, r.owners[a.browser], a.ref, time.Now())
+		rec, found, err := storedriver.Steps(st).Lookup(lctx, r.owners[a.browser], a.ref, time.Now())
 		cancel()
 		switch {
 		case err != nil:
 			unreadable++
-		case found && rec.Status == store.Performing:
+		case found && rec.Status == storedriver.StatusPerforming:
 			ids[a.id] = true
 		}
 	}
@@ -1264,8 +1265,8 @@ func (r *rig) stuckPerforming(ctx context.Context, st store.Store) int {
 	r.mu.Unlock()
 	n := 0
 	for _, a := range todo {
-		rec, found, err := st.Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
-		if err == nil && found && rec.Status == store.Performing {
+		rec, found, err := storedriver.Steps(st).Lookup(ctx, r.owners[a.browser], a.ref, time.Now())
+		if err == nil && found && rec.Status == storedriver.StatusPerforming {
 			n++
 		}
 	}
@@ -1407,7 +1408,7 @@ func faultMasterRestart(persist string) func(context.Context, *redistest.Procs, 
 		defer replica.Stop()
 		side := redisClient(master.Addr)
 		defer side.Close()
-		checkErr := redisstore.Check(ctx, redisstore.New(side, opts))
+		checkErr := redisstore.New(side, opts).Check(ctx)
 		res.durable = checkErr == nil && persist != "restored"
 		verdict := "Check ok"
 		if checkErr != nil {

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	kitjoin "github.com/opsgate/opsgate/internal/join"
+	"github.com/opsgate/opsgate/internal/storedriver"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
@@ -136,7 +137,7 @@ func runHostile(ctx context.Context, c hostileConfig) (hostileResult, error) {
 		kit.Store = st
 		kit.Logger = slog.New(slog.DiscardHandler)
 		kit.Sessions.(*webkit.CookieSessions).Insecure = true
-		verifier := &siteverify.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+		verifier := &siteverify.Verifier{Origin: hostileOrigin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: storedriver.Steps(st)}
 		mux := http.NewServeMux()
 		mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier}))
 		mux.Handle("POST /poppy/join", kitjoin.New(kit, hostileOrigin+"/poppy/join", verifier, nil))

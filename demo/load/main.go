@@ -49,6 +49,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -217,7 +219,7 @@ func run(ctx context.Context, c config) error {
 		len(urls), storeName(c), c.browsers, c.repeats, c.workers)
 	if c.store == "redis" {
 		{
-			if err := redisstore.Check(ctx, stores[0]); err != nil {
+			if err := stores[0].(*redisstore.Store).Check(ctx); err != nil {
 				fmt.Println("store check:", err) // the risk the chosen durability leaves, as Check words it
 			}
 		}
@@ -257,12 +259,12 @@ func run(ctx context.Context, c config) error {
 	start := time.Now()
 	for i, ref := range refs {
 		id, _ := storekit.ParseRef(ref)
-		rec, found, err := stores[0].Lookup(ctx, sessions[i].Owner(), ref, time.Now())
+		rec, found, err := storedriver.Steps(stores[0]).Lookup(ctx, sessions[i].Owner(), ref, time.Now())
 		if err != nil || !found {
 			return fmt.Errorf("lookup of browser %d's ref %q: found %v, %v", i, ref, found, err)
 		}
-		reply, err := stores[0].Record(ctx, sessions[i].Owner(), ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, time.Now(), store.RecordOptions{})
-		if err != nil || reply.Result != store.Recorded {
+		reply, err := storedriver.Steps(stores[0]).Record(ctx, sessions[i].Owner(), ref, store.Approval{OperationID: id, Revision: rec.Current.Revision, Approver: "user"}, time.Now(), storedriver.RecordOptions{})
+		if err != nil || reply.Result != storedriver.Recorded {
 			return fmt.Errorf("record for browser %d: %v, %v", i, reply.Result, err)
 		}
 	}
@@ -313,7 +315,7 @@ func describe(r *http.Request) (webkit.Action, error) {
 
 func openStores(c config) ([]store.Store, func(), error) {
 	if c.store == "memory" {
-		return []store.Store{store.NewMemory()}, func() {}, nil
+		return []store.Store{memstore.New(memstore.Config{})}, func() {}, nil
 	}
 	if c.store != "redis" {
 		return nil, nil, fmt.Errorf("-store %q: want redis or memory", c.store)
@@ -455,10 +457,10 @@ func (r result) print(name string) {
 // as scripts, on the same records, as during a rolling deploy. Load's error
 // (a durability the server can't give yet) only means that claims fail
 // closed, which a fault scenario shows.
-func loadHalf(i int, st store.Store) store.Store {
+func loadHalf(i int, st *redisstore.Store) *redisstore.Store {
 	if i%2 == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = redisstore.Load(ctx, st)
+		_ = st.Load(ctx)
 		cancel()
 	}
 	return st

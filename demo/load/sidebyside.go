@@ -31,6 +31,7 @@ import (
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -157,10 +158,10 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 	prefix := fmt.Sprintf("sb%06x:", time.Now().UnixNano()&0xffffff)
 	rs := redisstore.New(kitClient, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
 		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1})
-	if err := redisstore.Load(ctx, rs); err != nil {
+	if err := rs.Load(ctx); err != nil {
 		return res, err
 	}
-	ms, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+	ms := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 	var performed atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		performed.Add(1)
@@ -556,8 +557,8 @@ func kitApprove(ctx context.Context, client *http.Client, st store.Store, base s
 					if !ok {
 						return fmt.Errorf("order %s: ref %q", order, ref)
 					}
-					rep, err := st.Record(ctx, owner, ref, store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), store.RecordOptions{})
-					if err == nil && rep.Result != store.Recorded {
+					rep, err := storedriver.Steps(st).Record(ctx, owner, ref, store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), storedriver.RecordOptions{})
+					if err == nil && rep.Result != storedriver.Recorded {
 						err = fmt.Errorf("order %s: record: %v", order, rep.Result)
 					}
 					return err
@@ -973,9 +974,9 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	for i := range owners {
 		owners[i] = store.Owner{Agent: sideAgentID, User: "usr_step_" + strconv.Itoa(i)}
 	}
-	action := func(i int) store.TakeRequest {
+	action := func(i int) storedriver.TakeRequest {
 		id := strconv.Itoa(round) + "_" + strconv.Itoa(i)
-		return store.TakeRequest{
+		return storedriver.TakeRequest{
 			Key:      "exchange:step" + id,
 			Terms:    []byte(`{"order_id":"ord_` + id + `","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
 			Summary:  "Exchange the jacket on order " + id + " for $70.00 more.",
@@ -1031,7 +1032,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return storekit.WithMarker(ctx, storekit.OnceKey(o.Agent, o.User, "unbound:"+strconv.Itoa(round)+":"+strconv.Itoa(i)))
 	}
 	if err := run("403", func(i int) error {
-		r, err := st.Take(marked(i), owners[i%50], action(i), time.Now())
+		r, err := storedriver.Steps(st).Take(marked(i), owners[i%50], action(i), time.Now())
 		if err == nil && r.Ref == "" {
 			err = fmt.Errorf("the 403's Take: %+v", r)
 		}
@@ -1045,8 +1046,8 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	}
 	if err := run("record", func(i int) error {
 		id, rev, _ := storekit.SplitRef(refs[i])
-		rep, err := st.Record(ctx, owners[i%50], refs[i], store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), store.RecordOptions{})
-		if err == nil && rep.Result != store.Recorded {
+		rep, err := storedriver.Steps(st).Record(ctx, owners[i%50], refs[i], store.Approval{OperationID: id, Revision: rev, Approver: "user"}, time.Now(), storedriver.RecordOptions{})
+		if err == nil && rep.Result != storedriver.Recorded {
 			err = fmt.Errorf("record: %v", rep.Result)
 		}
 		return err
@@ -1065,7 +1066,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return nil, err
 	}
 	if err := run("claim", func(i int) error {
-		r, err := st.Take(marked(i), owners[i%50], action(i), time.Now())
+		r, err := storedriver.Steps(st).Take(marked(i), owners[i%50], action(i), time.Now())
 		if err == nil && r.Claim == nil {
 			err = fmt.Errorf("the claiming Take: %+v", r)
 		}
@@ -1092,7 +1093,7 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 		return nil, err
 	}
 	if err := run("finish", func(i int) error {
-		return st.Finish(ctx, claims[i], store.Done, time.Now())
+		return storedriver.Steps(st).Finish(ctx, claims[i], store.OutcomePerformed, time.Now())
 	}, func(i int) error {
 		tok, _, op, log, _, _ := keysOf("", i)
 		return client.FCall(ctx, "sbs_floor_finish", []string{op, tok, log}, "tok"+strconv.Itoa(i), keep, pad).Err()

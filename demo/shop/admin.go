@@ -160,9 +160,9 @@ func (s *Server) adminResolve(w http.ResponseWriter, r *http.Request) {
 	var outcome store.Outcome
 	switch r.PostFormValue("outcome") {
 	case "performed":
-		outcome = store.Done
+		outcome = store.OutcomePerformed
 	case "not_performed":
-		outcome = store.NotDone
+		outcome = store.OutcomeNotPerformed
 	default:
 		s.message(w, r, http.StatusBadRequest, "Not resolved", "Choose performed or not performed.", views.BackLink("/admin/operations", "Back"))
 		return
@@ -185,8 +185,7 @@ func (s *Server) adminResolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The ledger names who resolved it (store.Entry.By): the staff.
-	ctx := store.WithEntry(r.Context(), store.Entry{By: "staff (admin page)"})
-	err := rc.Resolve(ctx, owner, id, outcome, s.cfg.Clock())
+	err := rc.Resolve(r.Context(), owner, id, outcome, "staff (admin page)", s.cfg.Clock())
 	// Every Resolve is logged: who it was for and what was said, never a
 	// token or a cookie.
 	s.cfg.Logger.Info("demo shop: staff resolved an operation",

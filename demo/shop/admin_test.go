@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // W142: the admin page lists operations whose outcome nobody reported, and
@@ -21,17 +22,17 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	st := s.kit.Store
 	ctx := context.Background()
 	owner := store.Owner{Agent: "https://agent.example/client", User: "usr_1"}
-	claim := func(key string) store.TakeResult {
+	claim := func(key string) storedriver.TakeResult {
 		t.Helper()
-		a := store.TakeRequest{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
-		iss, err := storetest.Issue(ctx, st, owner, a, c.Now())
+		a := storedriver.TakeRequest{Key: key, Terms: []byte(`{"order_id":"` + key + `"}`), Summary: "Exchange on " + key + ".", Lifetime: time.Hour}
+		iss, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, c.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep, err := st.Record(ctx, owner, iss.Ref, store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user"}, c.Now(), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := storedriver.Steps(st).Record(ctx, owner, iss.Ref, store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user"}, c.Now(), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			t.Fatalf("Record: %v %v", rep.Result, err)
 		}
-		if res, err := st.Take(ctx, owner, a, c.Now()); err != nil || res.Claim == nil {
+		if res, err := storedriver.Steps(st).Take(ctx, owner, a, c.Now()); err != nil || res.Claim == nil {
 			t.Fatalf("Take: %+v %v", res, err)
 		}
 		return iss
@@ -53,7 +54,7 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	if _, body := do(t, s, "GET", "/admin/operations?older=1h", nil, nil, login); strings.Contains(body, done.Operation.ID) {
 		t.Fatal("?older=1h lists an operation claimed 2 minutes ago")
 	}
-	resolve := func(iss store.TakeResult, outcome string) *http.Response {
+	resolve := func(iss storedriver.TakeResult, outcome string) *http.Response {
 		form := url.Values{"agent": {owner.Agent}, "user": {owner.User}, "account": {""}, "operation_id": {iss.Operation.ID}, "outcome": {outcome}, "confirmed": {"yes"}}
 		res, _ := do(t, s, "POST", "/admin/operations/resolve", strings.NewReader(form.Encode()), formHeader, login)
 		return res
@@ -70,17 +71,17 @@ func TestAdminResolvesStuckOperations(t *testing.T) {
 	if res := resolve(done, "maybe"); res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a made-up outcome: %d", res.StatusCode)
 	}
-	status := func(iss store.TakeResult) store.Status {
-		rec, found, err := st.Lookup(ctx, owner, iss.Ref, c.Now())
+	status := func(iss storedriver.TakeResult) storedriver.Status {
+		rec, found, err := storedriver.Steps(st).Lookup(ctx, owner, iss.Ref, c.Now())
 		if err != nil || !found {
 			t.Fatalf("Lookup: %v %v", found, err)
 		}
 		return rec.Status
 	}
-	if got := status(done); got != store.Performed {
+	if got := status(done); got != storedriver.StatusPerformed {
 		t.Errorf("resolved performed: %s", got)
 	}
-	if got := status(notDone); got != store.Waiting {
+	if got := status(notDone); got != storedriver.StatusWaiting {
 		t.Errorf("resolved not performed: %s", got)
 	}
 	if _, body := do(t, s, "GET", "/admin/operations", nil, nil, login); strings.Contains(body, done.Operation.ID) {
@@ -124,20 +125,20 @@ func TestAdminIsStaffOnly(t *testing.T) {
 	st := s.kit.Store
 	ctx := context.Background()
 	owner := store.Owner{Agent: "https://agent.example/client", User: "usr_1"}
-	a := store.TakeRequest{Key: "ord_a", Terms: []byte(`{"order_id":"ord_a"}`), Summary: "Exchange on ord_a.", Lifetime: time.Hour}
-	iss, err := storetest.Issue(ctx, st, owner, a, c.Now())
+	a := storedriver.TakeRequest{Key: "ord_a", Terms: []byte(`{"order_id":"ord_a"}`), Summary: "Exchange on ord_a.", Lifetime: time.Hour}
+	iss, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, c.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := st.Record(ctx, owner, iss.Ref, store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user"}, c.Now(), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(st).Record(ctx, owner, iss.Ref, store.Approval{OperationID: iss.Operation.ID, Revision: iss.Operation.Revision, Approver: "user"}, c.Now(), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record: %v %v", rep.Result, err)
 	}
-	if res, err := st.Take(ctx, owner, a, c.Now()); err != nil || res.Claim == nil {
+	if res, err := storedriver.Steps(st).Take(ctx, owner, a, c.Now()); err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v %v", res, err)
 	}
 	c.Add(2 * time.Minute)
-	status := func() store.Status {
-		rec, found, err := st.Lookup(ctx, owner, iss.Ref, c.Now())
+	status := func() storedriver.Status {
+		rec, found, err := storedriver.Steps(st).Lookup(ctx, owner, iss.Ref, c.Now())
 		if err != nil || !found {
 			t.Fatalf("Lookup: %v %v", found, err)
 		}
@@ -163,7 +164,7 @@ func TestAdminIsStaffOnly(t *testing.T) {
 		if res, _ := resolve(true, joined...); res.StatusCode != http.StatusForbidden {
 			t.Errorf("a joined browser resolves: %d", res.StatusCode)
 		}
-		if got := status(); got != store.Performing {
+		if got := status(); got != storedriver.StatusPerforming {
 			t.Fatalf("resolved by a non-staff browser: %s", got)
 		}
 	})
@@ -194,13 +195,13 @@ func TestAdminIsStaffOnly(t *testing.T) {
 		if res.StatusCode != http.StatusOK || !strings.Contains(body, `name="confirmed" value="yes"`) || !strings.Contains(body, "performs it again") {
 			t.Fatalf("an unconfirmed Resolve: %d\n%s", res.StatusCode, body)
 		}
-		if got := status(); got != store.Performing {
+		if got := status(); got != storedriver.StatusPerforming {
 			t.Fatalf("resolved without the confirmation: %s", got)
 		}
 		if res, _ := resolve(true, staff); res.StatusCode != http.StatusSeeOther {
 			t.Fatalf("confirmed Resolve: %d", res.StatusCode)
 		}
-		if got := status(); got != store.Waiting {
+		if got := status(); got != storedriver.StatusWaiting {
 			t.Errorf("after not_performed: %s", got)
 		}
 		out := logs.String()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 )
 
@@ -230,7 +231,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	}
 	s.passwordTries.succeeded(s.sourceOf(r))
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	first, err := s.kit.Store.UseOnce(ctx, "demo-confirm:"+tok.ID, time.Unix(tok.Exp, 0), s.now())
+	first, err := storedriver.Steps(s.kit.Store).UseOnce(ctx, "demo-confirm:"+tok.ID, time.Unix(tok.Exp, 0), s.now())
 	cancel()
 	if err != nil {
 		w.Header().Set("Retry-After", "2")

@@ -37,6 +37,7 @@ import (
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
@@ -64,7 +65,7 @@ type Config struct {
 	// BaseURL is the shop's origin as browsers and agents reach it, such as
 	// "http://localhost:8080": scheme, host and port, no path. Required.
 	BaseURL string
-	// Store keeps operations and approvals; nil is store.NewMemory().
+	// Store keeps operations and approvals; nil is memstore.New(memstore.Config{}).
 	Store store.Store
 	// Clock is the time; nil is time.Now.
 	Clock func() time.Time
@@ -162,7 +163,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Store == nil {
-		cfg.Store = store.NewMemory()
+		cfg.Store = memstore.New(memstore.Config{})
 	}
 	if cfg.CustomerPassword == "" {
 		cfg.CustomerPassword = rand.Text()

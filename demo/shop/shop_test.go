@@ -14,6 +14,7 @@ import (
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -409,7 +410,7 @@ func TestSignedInJoinCancelIsAccountOperation(t *testing.T) {
 	if res.StatusCode != http.StatusForbidden || err != nil {
 		t.Fatalf("signed-in cancel: %d, %v", res.StatusCode, err)
 	}
-	rec, found, _ := s.Kit().Store.Lookup(context.Background(), sess.Owner(), ref, c.Now())
+	rec, found, _ := storedriver.Steps(s.Kit().Store).Lookup(context.Background(), sess.Owner(), ref, c.Now())
 	if !found || rec.Owner.Account != shopdb.DemoAccount {
 		t.Fatalf("operation owner %+v", rec.Owner)
 	}

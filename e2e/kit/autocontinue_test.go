@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/testclock"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/e2e/internal/browsertest"
 	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -236,9 +236,9 @@ func exchangeDescribe(r *http.Request) (webkit.Action, error) {
 
 // issue asks the store for the operation of the exchange of order for
 // size, as the Gate does for a request with those terms at the Kit's time.
-func issue(t *testing.T, k *webkit.Kit, order, size string) store.TakeResult {
+func issue(t *testing.T, k *webkit.Kit, order, size string) storedriver.TakeResult {
 	t.Helper()
-	iss, err := storetest.Issue(context.Background(), k.Store, sesIn.Owner(), store.TakeRequest{
+	iss, err := storetest.Issue(context.Background(), storedriver.Steps(k.Store), sesIn.Owner(), storedriver.TakeRequest{
 		Key:      "exchange:" + order,
 		Terms:    []byte(`{"order_id":"` + order + `","size":"` + size + `"}`),
 		Summary:  "Exchange the jacket on order " + order + " for size " + size + ".",

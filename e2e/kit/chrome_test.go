@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/e2e/internal/browsertest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -283,7 +284,7 @@ func chromeSiteServer(t *testing.T, site chromeSite) *kitSite {
 		})
 	})
 	k := s.Kit
-	k.Store = refusingStore{k.Store}
+	k.Store = storedriver.AsStore(refusingStore{storedriver.Steps(k.Store)})
 	k.Chrome = site.chrome
 	if site.css != "" {
 		k.Chrome.Stylesheets = []string{"/site.css"}

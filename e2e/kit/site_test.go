@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/e2e/internal/browsertest"
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
@@ -120,9 +121,9 @@ func (s *kitSite) approve(ref string) {
 	if !ok {
 		s.t.Fatalf("ref %q", ref)
 	}
-	rep, err := s.Kit.Store.Record(context.Background(), sesIn.Owner(), ref,
-		store.Approval{OperationID: id, Revision: rev, Approver: store.ApproverUser}, s.now(), store.RecordOptions{})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err := storedriver.Steps(s.Kit.Store).Record(context.Background(), sesIn.Owner(), ref,
+		store.Approval{OperationID: id, Revision: rev, Approver: store.ApproverUser}, s.now(), storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.Recorded {
 		s.t.Fatalf("Record %s: %v %v", ref, rep.Result, err)
 	}
 }
@@ -166,14 +167,14 @@ func (w *refWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // refusingStore refuses the actions named unavailable (the store is down)
 // and ratelimited (too many open operations), so that the kit's own
 // refusal pages can be seen in a browser.
-type refusingStore struct{ store.Store }
+type refusingStore struct{ storedriver.Store }
 
-func (s refusingStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s refusingStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	switch a.Key {
 	case "unavailable":
-		return store.TakeResult{}, errors.New("the store is down")
+		return storedriver.TakeResult{}, errors.New("the store is down")
 	case "ratelimited":
-		return store.TakeResult{}, fmt.Errorf("take: %w", store.ErrRateLimited)
+		return storedriver.TakeResult{}, fmt.Errorf("take: %w", storedriver.ErrRateLimited)
 	}
 	return s.Store.Take(ctx, o, a, now)
 }

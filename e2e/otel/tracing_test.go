@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/spans"
 	"github.com/opsgate/opsgate/store"
@@ -172,7 +173,7 @@ opsgate.gate {kind=exchange outcome=performed route=gate}
 `
 
 func TestFlowTreeMemory(t *testing.T) {
-	s := newTraced(t, store.NewMemory())
+	s := newTraced(t, memstore.New(memstore.Config{}))
 	s.flow(t)
 	if got := tree(s.rec.Ended()); got != memoryFlow {
 		t.Errorf("spans:\n%s\nwant:\n%s", got, memoryFlow)
@@ -489,7 +490,7 @@ func (c *counting) StoreStep(_ context.Context, step string, _ time.Duration, _ 
 // it, so metrics go on as before; a route whose outcome is "unavailable"
 // is an error span.
 func TestPassesEventsOn(t *testing.T) {
-	s := newTraced(t, store.NewMemory())
+	s := newTraced(t, memstore.New(memstore.Config{}))
 	next := &counting{}
 	tracer := tracingotel.New(s.tp.Tracer("github.com/opsgate/opsgate"), next)
 	ctx, sp := tracer.(spans.Tracer).StartSpan(t.Context(), "opsgate.gate", spans.Labels{Route: "gate"})

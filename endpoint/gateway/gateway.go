@@ -112,9 +112,8 @@ func newGateway(c *Config, logger *slog.Logger, o options) (*Gateway, error) {
 		kit.Store = st
 		g.closers = append(g.closers, client.Close)
 		g.ping = func(ctx context.Context) error { return client.Ping(ctx).Err() }
-	} else {
-		kit.Store = store.NewMemory()
 	}
+	// else the Kit's default: the in-memory store.
 
 	if err := g.newAdmin(kit); err != nil { // before NewMount, which takes the Observer
 		g.Close()
@@ -215,19 +214,19 @@ func (g *Gateway) Close() error {
 
 // openRedis connects the Redis store and checks that it keeps the
 // durability the config asks for.
-func openRedis(sc storeConfig, logger *slog.Logger) (store.Store, *redis.Client, error) {
+func openRedis(sc storeConfig, logger *slog.Logger) (*redisstore.Store, *redis.Client, error) {
 	client := redis.NewClient(sc.redis)
 	st := redisstore.New(client, redisstore.Options{Durability: sc.durability, Replicas: sc.replicas, Prefix: sc.prefix})
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := redisstore.Check(ctx, st); err != nil {
+	if err := st.Check(ctx); err != nil {
 		if sc.durability != redisstore.DurableNone {
 			client.Close()
 			return nil, nil, fmt.Errorf("gateway: store: %w", err)
 		}
 		logger.Warn("opsgate-gateway: store", "risk", err.Error()) // durability: none was chosen
 	}
-	if err := redisstore.Load(ctx, st); err != nil {
+	if err := st.Load(ctx); err != nil {
 		logger.Warn("opsgate-gateway: store: functions not loaded; the first calls cost one more round trip", "error", err.Error())
 	}
 	return st, client, nil
@@ -293,7 +292,7 @@ func dropGatewayCookies(h http.Header) {
 func upstreamFailed(logger *slog.Logger, w http.ResponseWriter, r *http.Request, err error, upstreamTimeout time.Duration) {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		webkit.SetOutcome(r, store.NotDone)
+		webkit.SetOutcome(r, store.OutcomeNotPerformed)
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		logger.LogAttrs(r.Context(), slog.LevelInfo, "opsgate-gateway: the browser left before the upstream answered",

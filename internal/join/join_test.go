@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/webkit"
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/siteverify"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -67,7 +67,7 @@ func newJoinEnv(t testing.TB) *joinEnv {
 	e.join = &joinEndpoint{Kit: e.kit, URL: joinURL, Verifier: &siteverify.Verifier{
 		Origin:   joinOrigin,
 		Resolver: &identity.Resolver{HTTPClient: e.srv.Client(), AllowLocal: true},
-		Replay:   store.NewMemory(),
+		Replay:   memstore.New(memstore.Config{}),
 	}}
 	return e
 }

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/join"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
@@ -32,7 +34,7 @@ func auditShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomi
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
 	kit.Sessions.(*webkit.CookieSessions).Insecure = true
-	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: storedriver.Steps(st)}
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
 	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
@@ -70,7 +72,7 @@ func auditShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomi
 // and a Redis Cluster (skipped without redis-server unless required).
 func auditStores() map[string]func(t *testing.T) store.Store {
 	return map[string]func(t *testing.T) store.Store{
-		"memory": func(t *testing.T) store.Store { return store.NewMemory() },
+		"memory": func(t *testing.T) store.Store { return memstore.New(memstore.Config{}) },
 		"redis": func(t *testing.T) store.Store {
 			return redisstore.New(redistest.Start(t).Client(t), redisstore.Options{Durability: redisstore.DurableNone})
 		},
@@ -145,8 +147,7 @@ func TestAuditedFlow(t *testing.T) {
 			if res := b.exchange(s, "ord_5xx", "Z"); res.StatusCode != 503 {
 				t.Fatalf("5xx repeat: %d, want 503 (outcome unknown)", res.StatusCode)
 			}
-			ctx := store.WithEntry(t.Context(), store.Entry{By: "staff:alice"})
-			if err := st.Resolve(ctx, store.Owner{Agent: a.clientID(), User: "usr_1", Account: "acct_1"}, unknown, store.Done, time.Now()); err != nil {
+			if err := st.Resolve(t.Context(), store.Owner{Agent: a.clientID(), User: "usr_1", Account: "acct_1"}, unknown, store.OutcomePerformed, "staff:alice", time.Now()); err != nil {
 				t.Fatal(err)
 			}
 

@@ -31,6 +31,7 @@ import (
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
@@ -90,7 +91,7 @@ type DeclineRequest struct {
 // built never leaves the two apart; a field set here overrides the Kit's
 // (tests, the demo's load tools).
 type Endpoint struct {
-	Store store.Store
+	Store storedriver.Store
 	Auth  Authenticator
 	// Decline, when set, is asked once checks 1–3 pass whether the website
 	// declines the approval (§6, W123). It returns nil to accept it. It
@@ -118,7 +119,7 @@ func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
 }
 
 // store is the store the endpoint calls: Store, or the Kit's now.
-func (e *Endpoint) store() store.Store {
+func (e *Endpoint) store() storedriver.Store {
 	if e.Store != nil || e.kit == nil {
 		return e.Store
 	}
@@ -130,12 +131,13 @@ func (e *Endpoint) store() store.Store {
 // read from the Kit's fields at each call, so that the endpoint, the
 // join's replay check and the Gate never use two stores (issue 34: one
 // Kit). c keeps the wrapped store while those fields stay the same.
-func KitStore(kit *webkit.Kit, c *storewrap.Cached) store.Store {
+func KitStore(kit *webkit.Kit, c *storewrap.Cached) storedriver.Store {
 	var o storewrap.StepObserver
 	if kit.Observer != nil {
 		o = kit.Observer
 	}
-	return c.Wrap(kit.Store, kit.StoreTimeout, o)
+	d, _ := storedriver.Of(kit.Store) // Kit.Check refused any other
+	return c.Wrap(d, kit.StoreTimeout, o)
 }
 
 // observer is Observer, or the Kit's now.
@@ -261,7 +263,7 @@ type Replay struct {
 
 // DeferredAuthenticator is an Authenticator that can leave the request's
 // single-use key to the endpoint, which uses it up in the same store step
-// as the approval it records (store.RecordOptions.Once), or on its own
+// as the approval it records (storedriver.RecordOptions.Once), or on its own
 // before a lookup: the approval request then costs one store round trip,
 // and a replay is still refused before anything is recorded.
 // IdentityAuthenticator is one.
@@ -290,7 +292,7 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 	}
 	first, err := e.store().UseOnce(ctx, replay.Key, replay.Until, e.now())
 	switch {
-	case errors.Is(err, store.ErrRateLimited): // the store's overall cap of single-use markers
+	case errors.Is(err, storedriver.ErrRateLimited): // the store's overall cap of single-use markers
 		note(w, "rate_limited", "overall")
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
 		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many requests; try again later")
@@ -329,7 +331,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		return
 	}
 	switch rec.Status {
-	case store.Approved:
+	case storedriver.StatusApproved:
 		// The ref of newer terms than the approved ones (§3 "New terms"):
 		// its revision needs an approval of its own, so the agent gets it
 		// (W72, W34) rather than the status of an older revision's approval.
@@ -338,7 +340,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 			return
 		}
 		writeStatus(w, rec.Current.ID, rec.Status) // W105, W106
-	case store.Performing, store.Performed: // W107–W109
+	case storedriver.StatusPerforming, storedriver.StatusPerformed: // W107–W109
 		writeStatus(w, rec.Current.ID, rec.Status)
 	default:
 		if rec.Expired { // W75
@@ -352,7 +354,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 
 // newerTermsThanApproved reports whether ref names the operation's current
 // revision, unexpired, and no approval was ever recorded for that revision.
-func newerTermsThanApproved(rec store.Record, ref string, now time.Time) bool {
+func newerTermsThanApproved(rec storedriver.Found, ref string, now time.Time) bool {
 	_, rev, _ := storekit.SplitRef(ref) // a sealed ref's revision is its middle part
 	if rev != rec.Current.Revision || now.After(rec.Current.ExpiresAt) {
 		return false
@@ -374,21 +376,21 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 	now := e.now()
 	// The store's audit entry of the approval or its decline names the
 	// Session (§8.1).
-	ctx = store.WithEntry(ctx, store.Entry{Session: session.ID})
+	ctx = storedriver.WithEntry(ctx, store.Entry{Session: session.ID})
 	// The request's single-use key is used up by the first Record, before
 	// its checks: a replay records nothing.
-	once := store.RecordOptions{Once: replay.Key, OnceUntil: replay.Until}
+	once := storedriver.RecordOptions{Once: replay.Key, OnceUntil: replay.Until}
 	if e.Decline != nil {
 		// W124: the website declines only once checks 1–3 pass.
 		checks := once
 		checks.CheckOnly = true
-		once = store.RecordOptions{}
+		once = storedriver.RecordOptions{}
 		reply, err := e.store().Record(ctx, owner, ref, a, now, checks)
 		if err != nil {
 			e.storeDown(w, err)
 			return
 		}
-		if reply.Result == store.Recorded {
+		if reply.Result == storedriver.Recorded {
 			dctx, sp := spans.Start(ctx, "opsgate.endpoint.decline", spans.Labels{Route: "endpoint"})
 			d := e.Decline(dctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
 			sp.End(spans.Labels{Outcome: declineOutcome(d)}, nil)
@@ -427,12 +429,12 @@ func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, owner sto
 	if reason == "" {
 		reason = "(no reason given)"
 	}
-	reply, err := e.store().Record(ctx, owner, ref, a, e.now(), store.RecordOptions{Decline: reason})
+	reply, err := e.store().Record(ctx, owner, ref, a, e.now(), storedriver.RecordOptions{Decline: reason})
 	if err != nil {
 		e.storeDown(w, err)
 		return
 	}
-	if reply.Result != store.Recorded {
+	if reply.Result != storedriver.Recorded {
 		e.answer(w, ref, a, reply)
 		return
 	}
@@ -446,44 +448,44 @@ func refOperationID(ref string) string {
 	return id
 }
 
-func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, reply store.RecordReply) {
+func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, reply storedriver.RecordReply) {
 	switch reply.Result { // for the Observer: which check of §6 failed
-	case store.IsPerforming, store.IsPerformed:
+	case storedriver.BeingPerformed, storedriver.AlreadyPerformed:
 		note(w, "refused", "check2")
-	case store.RevisionMismatch, store.OperationExpired:
+	case storedriver.RevisionMismatch, storedriver.OperationExpired:
 		note(w, "refused", "check3")
-	case store.NotFound:
+	case storedriver.NotFound:
 		note(w, "refused", "check1")
 	}
 	switch reply.Result {
-	case store.Replayed: // the Session JWT was used before: nothing recorded
+	case storedriver.Replayed: // the Session JWT was used before: nothing recorded
 		note(w, "unauthenticated", "replay")
 		writeInvalidSession(w)
-	case store.Recorded, store.AlreadyRecorded: // W90, W91; §7 the same answer again
+	case storedriver.Recorded, storedriver.AlreadyRecorded: // W90, W91; §7 the same answer again
 		w.WriteHeader(http.StatusNoContent)
-	case store.SignInRequired: // W44 (check 1)
+	case storedriver.SignInRequired: // W44 (check 1)
 		writeChallenge(w)
 	// Check 2 is about the ref's operation (§6 "at endpoint, the reference is
 	// the operation's"): its answer names that operation, whatever the
 	// approval names (W113).
-	case store.IsPerforming: // W113, W143
-		writeStatus(w, refOperationID(ref), store.Performing)
-	case store.IsPerformed: // W113, W136
-		writeStatus(w, refOperationID(ref), store.Performed)
-	case store.RevisionMismatch: // W100
+	case storedriver.BeingPerformed: // W113, W143
+		writeStatus(w, refOperationID(ref), storedriver.StatusPerforming)
+	case storedriver.AlreadyPerformed: // W113, W136
+		writeStatus(w, refOperationID(ref), storedriver.StatusPerformed)
+	case storedriver.RevisionMismatch: // W100
 		if reply.Operation.Revision == a.Revision { // W122: never answer with the revision it names
 			e.log().Error("opsgate endpoint: store answered a check-3 failure with the approval's own revision", "operation_id", a.OperationID)
 			writeInvalidRequest(w)
 			return
 		}
 		writeApprovalRequired(w, reply.Operation)
-	case store.OperationExpired: // W101
+	case storedriver.OperationExpired: // W101
 		writeInvalidRequest(w)
-	case store.RateLimited: // a cap: the operation's approvals, the open operations (the owner's, the agent's, overall), the single-use markers (webkit/RULES.md "Bounded work")
+	case storedriver.RateLimited: // a cap: the operation's approvals, the open operations (the owner's, the agent's, overall), the single-use markers (webkit/RULES.md "Bounded work")
 		note(w, "rate_limited", "")
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
 		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many approvals or operations waiting; try again later")
-	default: // store.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
+	default: // storedriver.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
 		writeInvalidRequest(w)
 	}
 }
@@ -614,7 +616,7 @@ func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
 	}{"approval_required", op})
 }
 
-func writeStatus(w http.ResponseWriter, operationID string, s store.Status) {
+func writeStatus(w http.ResponseWriter, operationID string, s storedriver.Status) {
 	writeJSON(w, http.StatusOK, map[string]string{"operation_id": operationID, "status": string(s)})
 }
 

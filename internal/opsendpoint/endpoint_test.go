@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -70,8 +72,8 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, store: store.NewMemory(), now: t0}
-	f.ep = &Endpoint{Store: f.store, Auth: sessions, Clock: f.clock, Logger: quiet}
+	f := &fixture{t: t, store: memstore.New(memstore.Config{}), now: t0}
+	f.ep = &Endpoint{Store: storedriver.Steps(f.store), Auth: sessions, Clock: f.clock, Logger: quiet}
 	return f
 }
 
@@ -83,9 +85,9 @@ func (f *fixture) advance(d time.Duration) {
 }
 
 // issue returns an operation the website returned to session tok's browser.
-func (f *fixture) issue(tok, key, terms string) store.TakeResult {
+func (f *fixture) issue(tok, key, terms string) storedriver.TakeResult {
 	f.t.Helper()
-	iss, err := storetest.Issue(context.Background(), f.store, sessions[tok].Owner(), store.TakeRequest{
+	iss, err := storetest.Issue(context.Background(), storedriver.Steps(f.store), sessions[tok].Owner(), storedriver.TakeRequest{
 		Key: key, Terms: []byte(terms), Summary: "Exchange the jacket for $70.00 more.", Lifetime: 10 * time.Minute,
 	}, f.clock())
 	if err != nil {
@@ -330,7 +332,7 @@ func TestApproval(t *testing.T) {
 		a := approvalOf(iss.Operation.ID, iss.Operation.Revision, "")
 		f.post("out", iss.Ref, a).expect(t, 204, "")
 		f.post("out", iss.Ref, a).expect(t, 204, "")
-		rec, _, _ := f.store.Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
+		rec, _, _ := storedriver.Steps(f.store).Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
 		if len(rec.Approvals) != 1 {
 			t.Errorf("approvals recorded = %d, want 1", len(rec.Approvals))
 		}
@@ -357,7 +359,7 @@ func TestApproval(t *testing.T) {
 		iss := f.issue("out", "k", jacket)
 		h := fmt.Sprintf(`operation_id=%q, revision=%q, approver="agent", approved_at=%d, input_type="tap", reference="apr_01JD8ZK3R4"`, iss.Operation.ID, iss.Operation.Revision, t0.Unix())
 		f.post("out", iss.Ref, h).expect(t, 204, "")
-		rec, _, _ := f.store.Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
+		rec, _, _ := storedriver.Steps(f.store).Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
 		if len(rec.Approvals) != 1 {
 			t.Fatalf("approvals = %+v", rec.Approvals)
 		}
@@ -467,12 +469,12 @@ func TestApproval(t *testing.T) {
 func (f *fixture) perform(tok, key, terms string, outcome store.Outcome) {
 	f.t.Helper()
 	ctx := context.Background()
-	res, err := f.store.Take(ctx, sessions[tok].Owner(), store.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: 10 * time.Minute}, f.clock())
+	res, err := storedriver.Steps(f.store).Take(ctx, sessions[tok].Owner(), storedriver.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: 10 * time.Minute}, f.clock())
 	if err != nil || res.Claim == nil {
 		f.t.Fatalf("Take = %+v, %v; want a claim", res, err)
 	}
 	if outcome != 0 {
-		if err := f.store.Finish(ctx, *res.Claim, outcome, f.clock()); err != nil {
+		if err := storedriver.Steps(f.store).Finish(ctx, *res.Claim, outcome, f.clock()); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -486,8 +488,8 @@ func TestRetries(t *testing.T) {
 		status  string
 	}{
 		{"W107 W113 W143 approval while performing", 0, "performing"},
-		{"W142 outcome unknown stays performing", store.Unknown, "performing"},
-		{"W108 W113 W136 approval after performance", store.Done, "performed"},
+		{"W142 outcome unknown stays performing", store.OutcomeUnknown, "performing"},
+		{"W108 W113 W136 approval after performance", store.OutcomePerformed, "performed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
@@ -508,7 +510,7 @@ func TestRetries(t *testing.T) {
 		f := newFixture(t)
 		iss := f.issue("out", "k", jacket)
 		f.post("out", iss.Ref, approvalOf(iss.Operation.ID, iss.Operation.Revision, "")).expect(t, 204, "")
-		f.perform("out", "k", jacket, store.Done)
+		f.perform("out", "k", jacket, store.OutcomePerformed)
 		res := f.post("out", iss.Ref, approvalOf(iss.Operation.ID, "1791487200-never-returned", ""))
 		res.expect(t, 200, "")
 		if res.body["status"] != "performed" {
@@ -519,7 +521,7 @@ func TestRetries(t *testing.T) {
 		f := newFixture(t)
 		iss := f.issue("out", "k", jacket)
 		f.post("out", iss.Ref, approvalOf(iss.Operation.ID, iss.Operation.Revision, "")).expect(t, 204, "")
-		f.perform("out", "k", jacket, store.Done)
+		f.perform("out", "k", jacket, store.OutcomePerformed)
 		f.advance(time.Hour)
 		res := f.post("out", iss.Ref, "")
 		res.expect(t, 200, "")
@@ -531,7 +533,7 @@ func TestRetries(t *testing.T) {
 		f := newFixture(t)
 		iss := f.issue("out", "k", jacket)
 		f.post("out", iss.Ref, approvalOf(iss.Operation.ID, iss.Operation.Revision, "")).expect(t, 204, "")
-		f.perform("out", "k", jacket, store.NotDone)
+		f.perform("out", "k", jacket, store.OutcomeNotPerformed)
 		f.post("out", iss.Ref, "").expect(t, 403, "approval_required")
 	})
 }
@@ -574,7 +576,7 @@ func TestDecline(t *testing.T) {
 		}
 		// W134: not recorded: the lookup still asks for approval, and a Take finds nothing.
 		f.post("in", iss.Ref, "").expect(t, 403, "approval_required")
-		take, err := f.store.Take(context.Background(), sessions["in"].Owner(), store.TakeRequest{Key: "cancel", Terms: []byte(`{"subscription_id":"sub_1"}`), Lifetime: 10 * time.Minute}, f.clock())
+		take, err := storedriver.Steps(f.store).Take(context.Background(), sessions["in"].Owner(), storedriver.TakeRequest{Key: "cancel", Terms: []byte(`{"subscription_id":"sub_1"}`), Lifetime: 10 * time.Minute}, f.clock())
 		if err != nil || take.Claim != nil {
 			t.Errorf("W134: Take after a decline = %+v, %v", take, err)
 		}
@@ -595,15 +597,15 @@ func TestDecline(t *testing.T) {
 }
 
 // downStore fails every call, as an unreachable Redis would.
-type downStore struct{ store.Store }
+type downStore struct{ storedriver.Store }
 
 var errDown = errors.New("connection refused")
 
-func (downStore) Lookup(context.Context, store.Owner, string, time.Time) (store.Record, bool, error) {
-	return store.Record{}, false, errDown
+func (downStore) Lookup(context.Context, store.Owner, string, time.Time) (storedriver.Found, bool, error) {
+	return storedriver.Found{}, false, errDown
 }
-func (downStore) Record(context.Context, store.Owner, string, store.Approval, time.Time, store.RecordOptions) (store.RecordReply, error) {
-	return store.RecordReply{}, errDown
+func (downStore) Record(context.Context, store.Owner, string, store.Approval, time.Time, storedriver.RecordOptions) (storedriver.RecordReply, error) {
+	return storedriver.RecordReply{}, errDown
 }
 
 func TestStoreDown(t *testing.T) {
@@ -625,9 +627,9 @@ func FuzzEndpoint(f *testing.F) {
 	f.Add(`{"ref":`, `operation_id=`, `operations`, "")
 	f.Add(`{"ref":"a.b","ref":"c.d"}`, `approved_at="x"`, `"operations";v=3`, "1")
 	f.Add(`[]`, ``, `"operations";v="3.1", "other";v="9"`, "1.2")
-	mem := store.NewMemory()
-	ep := &Endpoint{Store: mem, Auth: sessions, Clock: func() time.Time { return t0 }, Logger: quiet}
-	iss, _ := storetest.Issue(context.Background(), mem, sessions["out"].Owner(), store.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
+	mem := memstore.New(memstore.Config{})
+	ep := &Endpoint{Store: mem.Steps(), Auth: sessions, Clock: func() time.Time { return t0 }, Logger: quiet}
+	iss, _ := storetest.Issue(context.Background(), mem.Steps(), sessions["out"].Owner(), storedriver.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Hour}, t0)
 	f.Add(`{"ref":"`+iss.Ref+`"}`, fmt.Sprintf(`operation_id=%q, revision=%q, approver="agent"`, iss.Operation.ID, iss.Operation.Revision), `"operations";v="3"`, "1.0")
 	f.Fuzz(func(t *testing.T, body, approval, extensions, version string) {
 		r := httptest.NewRequest(http.MethodPost, "/poppy/operations", strings.NewReader(body))

@@ -10,6 +10,8 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -41,7 +43,7 @@ func TestApprovalAppliesToAnotherSessionsBrowser(t *testing.T) {
 			if res := b1.exchange(s, "ord_7Hk2", "L"); res.StatusCode != http.StatusForbidden || runs.Load() != 1 {
 				t.Fatalf("Session 1's browser after: %d, runs %d", res.StatusCode, runs.Load())
 			}
-			if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != string(store.Performed) {
+			if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != string(storedriver.StatusPerformed) {
 				t.Fatalf("lookup: %d %v", status, body)
 			}
 			// Another User's browser never takes it (W45).
@@ -59,7 +61,7 @@ func TestApprovalAppliesToAnotherSessionsBrowser(t *testing.T) {
 // refused, and nothing is recorded.
 func TestForgedSessionJWT(t *testing.T) {
 	var runs atomic.Int32
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	a := newAgent(t)
 	b := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
 	r := ref(t, b.exchange(s, "ord_7Hk2", "L"), "ses_1")
@@ -105,11 +107,11 @@ func TestForgedSessionJWT(t *testing.T) {
 
 // countingStore counts the store steps the endpoint takes.
 type countingStore struct {
-	store.Store
+	storedriver.Store
 	steps atomic.Int32
 }
 
-func (c *countingStore) Record(ctx context.Context, o store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (c *countingStore) Record(ctx context.Context, o store.Owner, ref string, a store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	c.steps.Add(1)
 	return c.Store.Record(ctx, o, ref, a, now, opts)
 }
@@ -119,7 +121,7 @@ func (c *countingStore) UseOnce(ctx context.Context, key string, until, now time
 	return c.Store.UseOnce(ctx, key, until, now)
 }
 
-func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (c *countingStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	c.steps.Add(1)
 	return c.Store.Lookup(ctx, o, ref, now)
 }
@@ -134,8 +136,8 @@ func TestReplayFusedWithRecord(t *testing.T) {
 			_, client := open(t)
 			key := tokenKey(t)
 			var runs atomic.Int32
-			c1, c2 := &countingStore{Store: client()}, &countingStore{Store: client()}
-			s1, s2 := newShop(t, c1, key, &runs), newShop(t, c2, key, &runs)
+			c1, c2 := &countingStore{Store: storedriver.Steps(client())}, &countingStore{Store: storedriver.Steps(client())}
+			s1, s2 := newShop(t, storedriver.AsStore(c1), key, &runs), newShop(t, storedriver.AsStore(c2), key, &runs)
 			a := newAgent(t)
 			b := joinBrowser(t, s1, a, "ses_1", "usr_1", "", `"operations";v="3"`)
 			r := ref(t, b.exchange(s1, "ord_1", "S"), "ses_1")
@@ -193,7 +195,7 @@ func TestReplayFusedWithRecord(t *testing.T) {
 // approval, nor the one recorded at endpoint.
 func TestApprovalOnlyAtEndpoint(t *testing.T) {
 	var runs atomic.Int32
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	a := newAgent(t)
 	b := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
 	r := ref(t, b.exchange(s, "ord_7Hk2", "L"), "ses_1")

@@ -2,7 +2,6 @@ package opsendpoint_test
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/join"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -11,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/join"
+	"github.com/opsgate/opsgate/internal/storedriver"
 
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
@@ -53,7 +55,7 @@ func newOutcomeSite(t *testing.T, st store.Store) *outcomeSite {
 	kit.Store = st
 	kit.Clock = s.clock.Now
 	kit.Logger = slog.New(slog.DiscardHandler)
-	verifier := &siteverify.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: st, Clock: s.site.Clock}
+	verifier := &siteverify.Verifier{Origin: s.site.Origin, Resolver: s.site.Resolver(), Replay: storedriver.Steps(st), Clock: s.site.Clock}
 	mux := http.NewServeMux()
 	mux.Handle("POST /poppy/operations", opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: s.site.AccessTokens()}))
 	mux.Handle("POST /poppy/join", join.New(kit, s.site.Origin+"/poppy/join", verifier, s.site.AccessTokens()))
@@ -279,7 +281,7 @@ func TestNearRefsAreInvalid(t *testing.T) {
 // terms asks for their approval while an older revision's approval waits,
 // rather than answering that older approval's status.
 func TestSealedRefOfNewerTerms(t *testing.T) {
-	m, _ := memstore.New(memstore.Config{})
+	m := memstore.New(memstore.Config{})
 	s := newOutcomeSite(t, m)
 	ses := s.site.NewAgent().Session("usr_1")
 	b, err := ses.Join()

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -27,7 +29,7 @@ func TestCheck2AnswersForTheRefsOperation(t *testing.T) {
 		x := f.issue("out", "x", jacket)
 		y := f.issue("out", "y", `{"b":2}`)
 		f.post("out", y.Ref, approvalOf(y.Operation.ID, y.Operation.Revision, "")).expect(t, 204, "")
-		f.perform("out", "y", `{"b":2}`, store.Done)
+		f.perform("out", "y", `{"b":2}`, store.OutcomePerformed)
 
 		res := f.post("out", y.Ref, approvalOf(x.Operation.ID, x.Operation.Revision, ""))
 		res.expect(t, 200, "")
@@ -70,7 +72,7 @@ func TestUsedUpRevision(t *testing.T) {
 		iss := f.issue("out", "k", jacket)
 		a := approvalOf(iss.Operation.ID, iss.Operation.Revision, "")
 		f.post("out", iss.Ref, a).expect(t, 204, "")
-		f.perform("out", "k", jacket, store.NotDone) // the handler answered 4xx
+		f.perform("out", "k", jacket, store.OutcomeNotPerformed) // the handler answered 4xx
 
 		// A lookup offers a revision that can still be approved.
 		res := f.post("out", iss.Ref, "")
@@ -91,7 +93,7 @@ func TestUsedUpRevision(t *testing.T) {
 		if res := f.post("out", iss.Ref, ""); res.status != 200 || res.body["status"] != "approved" {
 			t.Fatalf("after approving the offered revision: %d %s", res.status, res.raw)
 		}
-		f.perform("out", "k", jacket, store.Done)
+		f.perform("out", "k", jacket, store.OutcomePerformed)
 		if res := f.post("out", iss.Ref, ""); res.status != 200 || res.body["status"] != "performed" {
 			t.Fatalf("after the repeat: %d %s", res.status, res.raw)
 		}
@@ -164,7 +166,7 @@ func TestMalformedOptionalMembersAreIgnored(t *testing.T) {
 			iss := f.issue("out", "k", jacket)
 			h := fmt.Sprintf(`operation_id=%q, revision=%q, approver="user"%s`, iss.Operation.ID, iss.Operation.Revision, tc.extra)
 			f.post("out", iss.Ref, h).expect(t, 204, "")
-			rec, _, _ := f.store.Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
+			rec, _, _ := storedriver.Steps(f.store).Lookup(context.Background(), sessions["out"].Owner(), iss.Ref, f.clock())
 			if len(rec.Approvals) != 1 {
 				t.Fatalf("approvals = %+v", rec.Approvals)
 			}
@@ -187,7 +189,7 @@ func TestSameAnswerSignedInAndOut(t *testing.T) {
 	out := f.issue("out", "k", jacket)
 	in := f.issue("in", "k", jacket)
 	a, b := f.post("out", out.Ref, ""), f.post("in", in.Ref, "")
-	normalise := func(r response, iss store.TakeResult) string {
+	normalise := func(r response, iss storedriver.TakeResult) string {
 		raw := strings.ReplaceAll(r.raw, iss.Operation.ID, "OP")
 		raw = strings.ReplaceAll(raw, iss.Operation.Revision, "REV")
 		h := r.header.Clone()
@@ -203,9 +205,9 @@ func TestSameAnswerSignedInAndOut(t *testing.T) {
 	f.post("in", in.Ref, approvalOf(in.Operation.ID, in.Operation.Revision, "")).expect(t, 204, "")
 	for _, tc := range []struct {
 		tok string
-		iss store.TakeResult
+		iss storedriver.TakeResult
 	}{{"out", out}, {"in", in}} {
-		f.perform(tc.tok, "k", jacket, store.Done)
+		f.perform(tc.tok, "k", jacket, store.OutcomePerformed)
 	}
 	a, b = f.post("out", out.Ref, ""), f.post("in", in.Ref, "")
 	if x, y := normalise(a, out), normalise(b, in); x != y {
@@ -251,9 +253,9 @@ func TestApprovedAfterTheSessionEnded(t *testing.T) {
 func TestAnotherInterfacesOperation(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	api := store.NewMemory()
+	api := memstore.New(memstore.Config{})
 	owner := sessions["out"].Owner()
-	apiOp, err := storetest.Issue(context.Background(), api, owner, store.TakeRequest{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
+	apiOp, err := storetest.Issue(context.Background(), api.Steps(), owner, storedriver.TakeRequest{Key: "k", Terms: []byte(jacket), Lifetime: 10 * time.Minute}, f.clock())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/join"
 	"io"
 	"log/slog"
 	"math/big"
@@ -24,6 +23,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/join"
+	"github.com/opsgate/opsgate/internal/storedriver"
+
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/jose"
@@ -31,9 +33,9 @@ import (
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -110,7 +112,7 @@ func newShop(t testing.TB, st store.Store, tokenKey crypto.Signer, runs *atomic.
 	kit.Store = st
 	kit.Logger = slog.New(slog.DiscardHandler)
 	kit.Sessions.(*webkit.CookieSessions).Insecure = true
-	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: st}
+	verifier := &siteverify.Verifier{Origin: origin, Resolver: &identity.Resolver{AllowLocal: true}, Replay: storedriver.Steps(st)}
 	tokens := &identity.JWTAccessTokens{Issuer: origin, Keys: map[string]crypto.PublicKey{"shop-1": tokenKey.Public()}}
 	s := &shop{kit: kit, runs: runs, tokenKey: tokenKey, mux: http.NewServeMux()}
 	s.ep = opsendpoint.New(kit, opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens})
@@ -283,7 +285,7 @@ func tokenKey(t testing.TB) crypto.Signer {
 func stores(t *testing.T) map[string]func(t *testing.T) (store.Store, func() store.Store) {
 	return map[string]func(t *testing.T) (store.Store, func() store.Store){
 		"memory": func(t *testing.T) (store.Store, func() store.Store) {
-			m := store.NewMemory()
+			m := memstore.New(memstore.Config{})
 			return m, func() store.Store { return m }
 		},
 		"redis": func(t *testing.T) (store.Store, func() store.Store) {
@@ -350,7 +352,7 @@ func TestWebsiteFlow(t *testing.T) {
 // operations the account's (W54); the endpoint needs the token (W44).
 func TestSignedInFlow(t *testing.T) {
 	var runs atomic.Int32
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	a := newAgent(t)
 	b := joinBrowser(t, s, a, "ses_in", "usr_1", "acct_1", `"operations";v="3"`)
 	r := ref(t, b.exchange(s, "ord_1", "M"), "ses_in")
@@ -376,7 +378,7 @@ func TestSignedInFlow(t *testing.T) {
 // TestAttacks: each is refused with the right status, and records nothing.
 func TestAttacks(t *testing.T) {
 	var runs atomic.Int32
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	a := newAgent(t)
 	other := newAgent(t)
 	b := joinBrowser(t, s, a, "ses_1", "usr_1", "", `"operations";v="3"`)
@@ -457,9 +459,9 @@ func TestAgentKeysDown(t *testing.T) {
 	clock := time.Now()
 	var mu sync.Mutex
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	resolver := &identity.Resolver{AllowLocal: true, Clock: now}
-	s.ep.Auth = opsendpoint.IdentityAuthenticator{Verifier: &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: s.kit.Store}}
+	s.ep.Auth = opsendpoint.IdentityAuthenticator{Verifier: &siteverify.Verifier{Origin: origin, Resolver: resolver, Replay: storedriver.Steps(s.kit.Store)}}
 	a := newAgent(t)
 	a.down.Store(true)
 	status, _, h := a.call(t, s, "op_x.1-y", agentRequest{sid: "ses_1", user: "usr_1"})
@@ -478,7 +480,7 @@ func TestAgentKeysDown(t *testing.T) {
 // TestJoin covers the join endpoint's refusals.
 func TestJoin(t *testing.T) {
 	var runs atomic.Int32
-	s := newShop(t, store.NewMemory(), tokenKey(t), &runs)
+	s := newShop(t, memstore.New(memstore.Config{}), tokenKey(t), &runs)
 	a := newAgent(t)
 	post := func(form url.Values) *http.Response {
 		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).PostForm(s.server.URL+"/poppy/join", form)
@@ -574,10 +576,10 @@ func BenchmarkApproval(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			// One operation per request for one owner and agent: no cap of
 			// open ones (b.N can pass the agent's default 10,000).
-			st, _ := memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
+			var st store.Store = memstore.New(memstore.Config{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 			if name == "redis" {
 				rs := redisstore.New(redistest.Start(b).Client(b), redisstore.Options{MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
-				if err := redisstore.Load(context.Background(), rs); err != nil { // FCALL, as a site that calls Load runs
+				if err := rs.Load(context.Background()); err != nil { // FCALL, as a site that calls Load runs
 					b.Fatal(err)
 				}
 				st = rs
@@ -591,7 +593,7 @@ func BenchmarkApproval(b *testing.B) {
 			type one struct{ jwt, body, approval string }
 			reqs := make([]one, b.N)
 			for i := range reqs {
-				iss, err := storetest.Issue(ctx, st, owner, store.TakeRequest{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
+				iss, err := storetest.Issue(ctx, storedriver.Steps(st), owner, storedriver.TakeRequest{Key: fmt.Sprint("k", i), Terms: []byte(`{"i":1}`), Lifetime: time.Hour}, time.Now())
 				if err != nil {
 					b.Fatal(err)
 				}

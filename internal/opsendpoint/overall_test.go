@@ -15,9 +15,9 @@ import (
 // 429 rate_limited with Retry-After, not the 503 of a store that is down,
 // and the Observer sees rate_limited with Reason "overall".
 func TestReplayMarkersCap(t *testing.T) {
-	st, _ := memstore.New(memstore.Config{MaxReplayMarkers: 1})
+	st := memstore.New(memstore.Config{MaxReplayMarkers: 1})
 	now := time.Unix(1_800_000_000, 0)
-	e := &Endpoint{Store: st, Clock: func() time.Time { return now }}
+	e := &Endpoint{Store: st.Steps(), Clock: func() time.Time { return now }}
 	use := func(key string) *observedWriter {
 		w := &observedWriter{ResponseWriter: httptest.NewRecorder()}
 		e.useReplay(w, context.Background(), Replay{Key: storekit.OnceKey("https://made-up.example/", "u", key), Until: now.Add(5 * time.Minute)})

@@ -3,9 +3,12 @@ package opsendpoint
 import (
 	"context"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
@@ -16,7 +19,7 @@ import (
 // {"error":"rate_limited"} with Retry-After, and nothing is recorded.
 func TestApprovalsCapped(t *testing.T) {
 	f := newFixture(t)
-	var last store.TakeResult
+	var last storedriver.TakeResult
 	for i := range storekit.MaxApprovalsPerOperation + 1 {
 		last = f.issue("in", "exchange:ord_7Hk2", fmt.Sprintf(`{"n":%d}`, i))
 		res := f.post("in", last.Ref, approvalOf(last.Operation.ID, last.Operation.Revision, ""))
@@ -29,7 +32,7 @@ func TestApprovalsCapped(t *testing.T) {
 			t.Error("429 without Retry-After")
 		}
 	}
-	rec, _, err := f.store.Lookup(t.Context(), sessions["in"].Owner(), last.Ref, f.clock())
+	rec, _, err := storedriver.Steps(f.store).Lookup(t.Context(), sessions["in"].Owner(), last.Ref, f.clock())
 	if err != nil || len(rec.Approvals) != storekit.MaxApprovalsPerOperation {
 		t.Errorf("approvals = %d (%v), want %d", len(rec.Approvals), err, storekit.MaxApprovalsPerOperation)
 	}
@@ -38,16 +41,16 @@ func TestApprovalsCapped(t *testing.T) {
 // stalledStore never answers Lookup or Record until released, as a
 // SIGSTOPped Redis whose client has no deadline of its own.
 type stalledStore struct {
-	store.Store
+	storedriver.Store
 	release chan struct{}
 }
 
-func (s stalledStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (s stalledStore) Lookup(ctx context.Context, o store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	<-s.release
 	return s.Store.Lookup(ctx, o, ref, now)
 }
 
-func (s stalledStore) Record(ctx context.Context, o store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (s stalledStore) Record(ctx context.Context, o store.Owner, ref string, a store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	<-s.release
 	return s.Store.Record(ctx, o, ref, a, now, opts)
 }
@@ -57,14 +60,14 @@ func (s stalledStore) Record(ctx context.Context, o store.Owner, ref string, a s
 // lookup and for an approval.
 func TestStoreStallBounded(t *testing.T) {
 	t.Parallel()
-	st := stalledStore{Store: store.NewMemory(), release: make(chan struct{})}
+	st := stalledStore{Store: memstore.New(memstore.Config{}).Steps(), release: make(chan struct{})}
 	defer close(st.release)
 	kit := webkit.New()
-	kit.Store = st
+	kit.Store = storedriver.AsStore(st)
 	kit.StoreTimeout = 100 * time.Millisecond
 	kit.Logger = quiet
 	f := newFixture(t)
-	f.store = st.Store
+	f.store = storedriver.AsStore(st.Store)
 	f.ep = New(kit, sessions)
 	f.ep.Clock, f.ep.Logger = f.clock, quiet
 	is := f.issue("in", "exchange:ord_7Hk2", jacket)

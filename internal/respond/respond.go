@@ -33,7 +33,6 @@ var (
 	noStore  = []string{"no-store"}
 	nosniff  = []string{"nosniff"}
 	typeJSON = []string{"application/json"}
-	typeHTML = []string{"text/html; charset=utf-8"}
 	varyBoth = []string{"Accept", "Sec-Fetch-Dest"}
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/agenttest"
 	"github.com/opsgate/opsgate/internal/jose"
-	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -263,7 +263,7 @@ func TestSessionAttacks(t *testing.T) {
 			return err
 		}},
 		{"replayed jti across two Verifiers sharing one store", func(t *testing.T, e *env) error {
-			shared := store.NewMemory()
+			shared := memstore.New(memstore.Config{})
 			v1, v2 := verifierOf(e.a, e.clk, shared), verifierOf(e.a, e.clk, shared)
 			tok := e.session(t, agentside.SessionClaims{})
 			if _, err := v1.VerifySession(t.Context(), tok, ""); err != nil {

@@ -160,7 +160,7 @@ func (v *Verifier) VerifySession(ctx context.Context, token, accessToken string)
 
 // CheckSession makes every check of VerifySession but the last: the jti
 // is not used up. Whoever calls it must use up ReplayKey until ReplayUntil
-// (store.Store.UseOnce, or store.RecordOptions.Once in the same step as
+// (store.Store.UseOnce, or storedriver.RecordOptions.Once in the same step as
 // the approval it records) before it acts on the request, or a replayed
 // token would be accepted.
 func (v *Verifier) CheckSession(ctx context.Context, token, accessToken string) (Caller, error) {

@@ -9,8 +9,9 @@ import (
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/agenttest"
+	"github.com/opsgate/opsgate/internal/storedriver"
+
 	"github.com/opsgate/opsgate/internal/testclock"
-	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 
@@ -31,7 +32,7 @@ func newClock() *clock { return testclock.At(time.Now().Truncate(time.Second)) }
 
 // replay is a store.Store with only UseOnce, enough for the Verifier.
 type replay struct {
-	store.Store
+	storedriver.Store
 	mu   sync.Mutex
 	used map[string]time.Time
 }
@@ -59,7 +60,7 @@ func resolverOf(a *agentServer, clk *clock) *identity.Resolver {
 	return &identity.Resolver{HTTPClient: a.Srv.Client(), AllowLocal: true, Clock: clk.Now}
 }
 
-func verifierOf(a *agentServer, clk *clock, st store.Store) *Verifier {
+func verifierOf(a *agentServer, clk *clock, st ReplayStore) *Verifier {
 	return &Verifier{Origin: origin, Resolver: resolverOf(a, clk), Replay: st, Clock: clk.Now}
 }
 func TestVerifySession(t *testing.T) {

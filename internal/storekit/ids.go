@@ -189,7 +189,7 @@ func CanonicalTerms(terms []byte) ([]byte, error) {
 
 // ErrWrongType is a known member of another type than the spec's: a
 // Structured Field member (internal/headers, W57, W84) or a JSON member of
-// an approval (store.Approval.UnmarshalJSON). One error, so that both
+// an approval (storedriver.UnmarshalApproval). One error, so that both
 // answer errors.Is the same way.
 var ErrWrongType = errors.New("member of the wrong type")
 

@@ -87,16 +87,10 @@ type MemoryConfig struct {
 	MaxOpen, MaxReplayMarkers int
 }
 
-// ErrOverall is wrapped, beside store.ErrRateLimited, by the error of a
+// ErrOverall is wrapped, beside storedriver.ErrRateLimited, by the error of a
 // step an overall cap refused (Options.MaxOpen, MaxReplayMarkers): the
 // kit then reports the cap to its Observer (Reason "overall").
 var ErrOverall = errors.New("an overall cap of the store is reached")
-
-// NewMemory, set by package store, returns a store of store.NewMemory
-// with cfg (a store.Store), and a function that
-// reports how many records it holds, so that a test can show that nothing
-// grows without bound.
-var NewMemory func(cfg MemoryConfig) (st any, size func() int)
 
 // OnceMarked is implemented by a store that can tell, without marking
 // it, whether a single-use key is marked (UseOnce) and not expired at
@@ -149,12 +143,6 @@ func (c *markerContext) Value(key any) any {
 func WithMarker(ctx context.Context, key string) context.Context {
 	return &markerContext{ctx, key}
 }
-
-// WithEntryMarker, set by package store, returns store.WithEntry(ctx,
-// store.Entry{Session: session, Kind: kind}) that also names marker as
-// WithMarker does, in the one allocation WithEntry makes: the Gate's
-// context for a joined browser's gated request.
-var WithEntryMarker func(ctx context.Context, session, kind, marker string) context.Context
 
 // MarkerOf returns the marker ctx names (WithMarker), or "".
 func MarkerOf(ctx context.Context) string {

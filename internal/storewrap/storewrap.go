@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/spans"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -27,12 +28,12 @@ import (
 // other's call runs in a goroutine that is abandoned at the deadline (it
 // ends when the client gives up, by its own timeouts) and answered with
 // context.DeadlineExceeded. A Take cut off either way may still claim
-// later; the Gate releases it (store.Store.Release, W144).
+// later; the Gate releases it (storedriver.Store.Release, W144).
 //
 // Finish is not bounded by d: it runs after the handler, with its own
 // longer deadline, because a lost Finish leaves the operation performing
 // until it is resolved.
-func WithTimeout(s store.Store, d time.Duration) store.Store {
+func WithTimeout(s storedriver.Store, d time.Duration) storedriver.Store {
 	if s == nil {
 		return nil
 	}
@@ -59,11 +60,11 @@ func WithTimeout(s store.Store, d time.Duration) store.Store {
 }
 
 // timedStore bounds each call of s by d. It embeds the store, so that a
-// method added to store.Store later still reaches it (unbounded until
+// method added to storedriver.Store later still reaches it (unbounded until
 // listed here).
 type timedStore struct {
-	store.Store
-	s   store.Store
+	storedriver.Store
+	s   storedriver.Store
 	d   time.Duration
 	how callHow
 }
@@ -119,19 +120,19 @@ func bounded[T any](ctx context.Context, d time.Duration, name string, f func(co
 	}
 }
 
-func (t timedStore) Take(ctx context.Context, owner store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (t timedStore) Take(ctx context.Context, owner store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if t.how == inProcess {
 		return t.s.Take(ctx, owner, a, now)
 	}
-	return call(t, ctx, "take", func(ctx context.Context) (store.TakeResult, error) { return t.s.Take(ctx, owner, a, now) })
+	return call(t, ctx, "take", func(ctx context.Context) (storedriver.TakeResult, error) { return t.s.Take(ctx, owner, a, now) })
 }
 
-func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	if t.how == inProcess {
 		return t.s.Lookup(ctx, owner, ref, now)
 	}
 	type found struct {
-		rec store.Record
+		rec storedriver.Found
 		ok  bool
 	}
 	f, err := call(t, ctx, "lookup", func(ctx context.Context) (found, error) {
@@ -141,11 +142,11 @@ func (t timedStore) Lookup(ctx context.Context, owner store.Owner, ref string, n
 	return f.rec, f.ok, err
 }
 
-func (t timedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (t timedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	if t.how == inProcess {
 		return t.s.Record(ctx, owner, ref, a, now, opts)
 	}
-	return call(t, ctx, "record", func(ctx context.Context) (store.RecordReply, error) {
+	return call(t, ctx, "record", func(ctx context.Context) (storedriver.RecordReply, error) {
 		return t.s.Record(ctx, owner, ref, a, now, opts)
 	})
 }
@@ -170,7 +171,7 @@ func (t timedStore) UseOnce(ctx context.Context, key string, until, now time.Tim
 // UseOnce finds a mark that is not expired (and leaves it), or leaves one
 // that is: each is one atomic step, so a UseOnce that marks key for later
 // (Unbind's) is seen by every check after it, whichever runs first.
-func Marked(ctx context.Context, s store.Store, key string, now time.Time) (bool, error) {
+func Marked(ctx context.Context, s storedriver.Store, key string, now time.Time) (bool, error) {
 	if m, ok := s.(storekit.OnceMarked); ok {
 		return m.Marked(ctx, key, now)
 	}
@@ -180,7 +181,7 @@ func Marked(ctx context.Context, s store.Store, key string, now time.Time) (bool
 
 // MarksInTake reports whether s's Take checks the marker its context
 // names (storekit.MarkedInTake).
-func MarksInTake(s store.Store) bool {
+func MarksInTake(s storedriver.Store) bool {
 	m, ok := s.(storekit.MarkedInTake)
 	return ok && m.MarkedInTake()
 }
@@ -202,7 +203,7 @@ type StepObserver interface {
 
 // Observe returns s with the duration and error of each call reported to o
 // as a StoreStep; s itself when o is nil.
-func Observe(s store.Store, o StepObserver) store.Store {
+func Observe(s storedriver.Store, o StepObserver) storedriver.Store {
 	if o == nil || s == nil {
 		return s
 	}
@@ -213,11 +214,11 @@ func Observe(s store.Store, o StepObserver) store.Store {
 }
 
 // observedStore times the store's calls. It embeds the store, so that a
-// method added to store.Store later still reaches it (untimed until listed
+// method added to storedriver.Store later still reaches it (untimed until listed
 // here).
 type observedStore struct {
-	store.Store
-	s store.Store
+	storedriver.Store
+	s storedriver.Store
 	o StepObserver
 }
 
@@ -248,7 +249,7 @@ func span(ctx context.Context, step string) (context.Context, spans.Span) {
 	return spans.Start(ctx, "opsgate.store."+step, spans.Labels{Step: step})
 }
 
-func (t observedStore) Take(ctx context.Context, owner store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (t observedStore) Take(ctx context.Context, owner store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	ctx, sp := span(ctx, "take")
 	start := time.Now()
 	r, err := t.s.Take(ctx, owner, a, now)
@@ -264,7 +265,7 @@ func (t observedStore) Finish(ctx context.Context, c store.Claim, o store.Outcom
 	return err
 }
 
-func (t observedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (t observedStore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	ctx, sp := span(ctx, "lookup")
 	start := time.Now()
 	r, found, err := t.s.Lookup(ctx, owner, ref, now)
@@ -272,7 +273,7 @@ func (t observedStore) Lookup(ctx context.Context, owner store.Owner, ref string
 	return r, found, err
 }
 
-func (t observedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (t observedStore) Record(ctx context.Context, owner store.Owner, ref string, a store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	ctx, sp := span(ctx, "record")
 	start := time.Now()
 	r, err := t.s.Record(ctx, owner, ref, a, now, opts)
@@ -319,16 +320,16 @@ type Cached struct {
 }
 
 type cached struct {
-	base store.Store
+	base storedriver.Store
 	d    time.Duration
 	o    StepObserver
-	s    store.Store
+	s    storedriver.Store
 }
 
 // Wrap returns base with a deadline of d on every call and, when o is not
 // nil, each step's latency reported to o: the store it returned last
 // while base, d and o are the same.
-func (c *Cached) Wrap(base store.Store, d time.Duration, o StepObserver) store.Store {
+func (c *Cached) Wrap(base storedriver.Store, d time.Duration, o StepObserver) storedriver.Store {
 	if w := c.p.Load(); w != nil && w.d == d && same(w.base, base) && same(w.o, o) {
 		return w.s
 	}

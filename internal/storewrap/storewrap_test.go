@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -22,7 +24,7 @@ func goroutineID() string {
 // seenStore records, for each Take, the deadline it was given and the
 // goroutine it ran on.
 type seenStore struct {
-	store.Store
+	storedriver.Store
 	bound     bool // what BoundByContext answers
 	deadline  time.Time
 	goroutine string
@@ -30,7 +32,7 @@ type seenStore struct {
 
 func (s *seenStore) BoundByContext() bool { return s.bound }
 
-func (s *seenStore) Take(ctx context.Context, o store.Owner, a store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *seenStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	s.deadline, _ = ctx.Deadline()
 	s.goroutine = goroutineID()
 	return s.Store.Take(ctx, o, a, now)
@@ -46,14 +48,14 @@ func TestStoreTimeoutCallsBoundStoresDirectly(t *testing.T) {
 		bound, observed bool
 	}{{true, false}, {false, false}, {true, true}, {false, true}} {
 		bound := c.bound
-		seen := &seenStore{Store: store.NewMemory(), bound: bound}
-		var s store.Store = seen
+		seen := &seenStore{Store: memstore.New(memstore.Config{}).Steps(), bound: bound}
+		var s storedriver.Store = seen
 		if c.observed { // Observe passes BoundByContext on
 			s = Observe(seen, nopObserver{})
 		}
 		st := WithTimeout(s, d)
 		start := time.Now()
-		if _, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_1"}, store.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Minute}, time.Now()); err != nil {
+		if _, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_1"}, storedriver.TakeRequest{Key: "k", Terms: []byte(`{}`), Lifetime: time.Minute}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if left := seen.deadline.Sub(start); left <= 0 || left > d+time.Since(start) {

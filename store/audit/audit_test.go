@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 var owner = store.Owner{Agent: "https://agent.example/client", User: "usr_1", Account: "acct_1"}
@@ -27,21 +29,21 @@ var owner = store.Owner{Agent: "https://agent.example/client", User: "usr_1", Ac
 // claimed, performed. It returns the operation's id.
 func perform(ctx context.Context, st store.Store, key string, now time.Time) (string, error) {
 	terms, _ := storekit.CanonicalTerms([]byte(`{"order_id":"` + key + `"}`))
-	a := store.TakeRequest{Key: key, Terms: terms, Summary: "Exchange " + key, Lifetime: 10 * time.Minute}
-	is, err := storetest.Issue(ctx, st, owner, a, now)
+	a := storedriver.TakeRequest{Key: key, Terms: terms, Summary: "Exchange " + key, Lifetime: 10 * time.Minute}
+	is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, now)
 	if err != nil {
 		return "", err
 	}
 	ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser, Reference: "apr_" + key}
-	if rep, err := st.Record(ctx, owner, is.Ref, ap, now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, ap, now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		return "", fmt.Errorf("record: %v %v", rep.Result, err)
 	}
 	a.ClaimToken = storekit.NewToken()
-	res, err := st.Take(ctx, owner, a, now)
+	res, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 	if err != nil || res.Claim == nil {
 		return "", fmt.Errorf("take: %+v %v", res, err)
 	}
-	return is.Operation.ID, st.Finish(ctx, *res.Claim, store.Done, now)
+	return is.Operation.ID, storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, now)
 }
 
 // sink is a hook that keeps what it was given, failing its first fails
@@ -101,7 +103,7 @@ func TestDeliver(t *testing.T) {
 	tick := func() time.Time { mu.Lock(); defer mu.Unlock(); now = now.Add(time.Second); return now }
 	// Deliver reads up to a second after the store's clock.
 	fast(t, func() time.Time { mu.Lock(); defer mu.Unlock(); return now.Add(time.Second) })
-	st := store.NewMemory()
+	st := memstore.New(memstore.Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	if _, err := perform(ctx, st, "before", tick()); err != nil {

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/redis/go-redis/v9"
 
@@ -44,7 +46,7 @@ func withAgentCount[T any](s *rstore, owner store.Owner, keys []string, args []a
 // key (and a slot) of its own and costs one more round trip, only when
 // Take or Issue made a new operation. Over the cap, the new operation is
 // forgotten again (if nothing was recorded for it meanwhile) and the
-// answer is store.ErrRateLimited.
+// answer is storedriver.ErrRateLimited.
 func (s *rstore) countNew(ctx context.Context, owner store.Owner, actKey string, op store.Operation, now time.Time) error {
 	if s.maxOpenAgent <= 0 {
 		return nil
@@ -63,7 +65,7 @@ func (s *rstore) countNew(ctx context.Context, owner store.Owner, actKey string,
 		s.failed(err)
 		return fmt.Errorf("agent's open operations: %w", err)
 	}
-	return store.ErrRateLimited
+	return storedriver.ErrRateLimited
 }
 
 // agentKey is the key of an agent's count of open operations: a slot of its

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -63,7 +64,7 @@ func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, 
 // entryHeadOf is the head of an entry (entryHead, JSON) and the terms'
 // digest ("" when terms are nil: the caller doesn't know them).
 func entryHeadOf(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) (head []byte, digest string) {
-	e := store.EntryOf(ctx)
+	e := storedriver.EntryOf(ctx)
 	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
 		note = e.By
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -23,25 +24,25 @@ func TestAuditBytesPerOperation(t *testing.T) {
 	var total int64
 	for i := range n {
 		o := store.Owner{Agent: "https://agent.example/clients/7", User: fmt.Sprintf("pw_%040d", i), Account: fmt.Sprint("acct-", i)}
-		ctx := store.WithEntry(t.Context(), store.Entry{Session: fmt.Sprintf("ses_%022d", i), Kind: "exchange", Instance: "web-1.shop.example"})
+		ctx := storedriver.WithEntry(t.Context(), store.Entry{Session: fmt.Sprintf("ses_%022d", i), Kind: "exchange", Instance: "web-1.shop.example"})
 		terms, _ := storekit.CanonicalTerms(fmt.Appendf(nil, `{"item_id":"itm_4Qa","order_id":"ord_%d","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, i))
-		a := store.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: terms, Lifetime: 10 * time.Minute,
+		a := storedriver.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: terms, Lifetime: 10 * time.Minute,
 			Summary: "Exchange the Stormline Jacket (M) for the Stormline Insulated Jacket (M), for $70.00 more, charged to the card used for the order."}
 		now := at(time.Duration(i) * time.Second)
-		is, err := st.Take(ctx, o, a, now)
+		is, err := storedriver.Steps(st).Take(ctx, o, a, now)
 		if err != nil || is.Ref == "" {
 			t.Fatalf("Take: %+v %v", is, err)
 		}
 		ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser, ApprovedAt: now.Truncate(time.Second), InputType: "button", Reference: "conv_8Hk2/msg_4Qa"}
-		if rep, err := st.Record(ctx, o, is.Ref, ap, now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := storedriver.Steps(st).Record(ctx, o, is.Ref, ap, now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			t.Fatalf("Record: %+v %v", rep, err)
 		}
 		a.ClaimToken = storekit.NewToken()
-		res, err := st.Take(ctx, o, a, now)
+		res, err := storedriver.Steps(st).Take(ctx, o, a, now)
 		if err != nil || res.Claim == nil {
 			t.Fatalf("Take: %+v %v", res, err)
 		}
-		if err := st.Finish(ctx, *res.Claim, store.Done, now); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, now); err != nil {
 			t.Fatal(err)
 		}
 		keys, err := c.Keys(t.Context(), "mem:{*}:log:"+is.Operation.ID).Result()
@@ -89,12 +90,12 @@ func TestUnstartedClaimUndoneIsReleased(t *testing.T) {
 				a := action("lost-"+by, `{"v":1}`, time.Hour)
 				is := takeIssued(t, other, a, at(0))
 				recordOK(t, other, is, at(0))
-				if _, err := st.Take(ctx, owner, a, at(time.Second)); err == nil {
+				if _, err := storedriver.Steps(st).Take(ctx, owner, a, at(time.Second)); err == nil {
 					t.Fatal("Take with its reply lost: no error")
 				}
 				want := []string{"approval recorded", "claimed", "released"}
 				if by == "the next request" {
-					if r, err := other.Take(ctx, owner, a, at(12*time.Second)); err != nil || r.Claim == nil {
+					if r, err := storedriver.Steps(other).Take(ctx, owner, a, at(12*time.Second)); err != nil || r.Claim == nil {
 						t.Fatalf("the next request: %+v, %v", r, err)
 					}
 					want = append(want, "claimed")

@@ -12,10 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // go test -run '^$' -bench . ./store/redisstore/
@@ -26,7 +27,7 @@ import (
 func BenchmarkMiniredis(b *testing.B) {
 	storetest.Bench(b, func(b testing.TB) storetest.Harness {
 		_, c := redistest.Mini(b)
-		return storetest.Harness{Store: redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})}
+		return storetest.Harness{Store: storedriver.Steps(redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}))}
 	})
 }
 
@@ -39,10 +40,10 @@ func BenchmarkRedis(b *testing.B) {
 			b.Fatal(err)
 		}
 		st := redisstore.New(c, redisstore.Options{})
-		if err := redisstore.Load(b.Context(), st); err != nil {
+		if err := st.Load(b.Context()); err != nil {
 			b.Fatal(err)
 		}
-		return storetest.Harness{Store: st}
+		return storetest.Harness{Store: storedriver.Steps(st)}
 	})
 }
 
@@ -81,11 +82,11 @@ func BenchmarkClaimDurability(b *testing.B) {
 			c := srv.Client(b)
 			st := redisstore.New(c, opts)
 			ctx := b.Context()
-			if err := redisstore.Load(ctx, st); err != nil {
+			if err := st.Load(ctx); err != nil {
 				b.Fatal(err)
 			}
 			const batch = 256
-			var actions []store.TakeRequest
+			var actions []storedriver.TakeRequest
 			b.ResetTimer()
 			for i := range b.N {
 				if i%batch == 0 {
@@ -93,22 +94,22 @@ func BenchmarkClaimDurability(b *testing.B) {
 					actions = actions[:0]
 					for j := range batch {
 						a := action(fmt.Sprint("k", i+j), `{}`, time.Hour)
-						is, err := storetest.Issue(ctx, st, owner, a, at(0))
+						is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0))
 						if err != nil {
 							b.Fatal(err)
 						}
-						if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
+						if _, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil {
 							b.Fatal(err)
 						}
 						actions = append(actions, a)
 					}
 					b.StartTimer()
 				}
-				res, err := st.Take(ctx, owner, actions[i%batch], at(time.Second))
+				res, err := storedriver.Steps(st).Take(ctx, owner, actions[i%batch], at(time.Second))
 				if err != nil || res.Claim == nil {
 					b.Fatalf("Take: %+v, %v", res, err)
 				}
-				if err := st.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+				if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, at(time.Second)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -131,10 +132,10 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 	}
 	st := redisstore.New(srv.Client(b), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, MaxOpenPerOwner: -1, MaxOpenPerAgent: -1})
 	ctx := b.Context()
-	if err := redisstore.Load(ctx, st); err != nil {
+	if err := st.Load(ctx); err != nil {
 		b.Fatal(err)
 	}
-	actions := make([]store.TakeRequest, b.N)
+	actions := make([]storedriver.TakeRequest, b.N)
 	for i := range actions {
 		actions[i], _ = approvedAction(b, st, fmt.Sprint("k", i))
 	}
@@ -144,12 +145,12 @@ func BenchmarkClaimsAtOnce(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			a := actions[next.Add(1)-1]
-			res, err := st.Take(ctx, owner, a, at(time.Second))
+			res, err := storedriver.Steps(st).Take(ctx, owner, a, at(time.Second))
 			if err != nil || res.Claim == nil {
 				b.Errorf("Take: %+v, %v", res, err)
 				return
 			}
-			if err := st.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+			if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, at(time.Second)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -180,24 +181,24 @@ func approveN(tb testing.TB, st store.Store, n int, inputType, reference func(in
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	for i := range n {
 		owner := store.Owner{Agent: "https://agent.example/client", User: fmt.Sprint("usr_", i%64), Account: "acct_demo"}
-		a := store.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: []byte(`{"order_id":"ord_7Hk2","size":"M"}`), Summary: "Exchange the jacket for size M.", Lifetime: 10 * time.Minute}
-		is, err := st.Take(ctx, owner, a, now)
+		a := storedriver.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: []byte(`{"order_id":"ord_7Hk2","size":"M"}`), Summary: "Exchange the jacket for size M.", Lifetime: 10 * time.Minute}
+		is, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 		if err != nil || is.Ref == "" {
 			tb.Fatalf("Take: %+v %v", is, err)
 		}
 		ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser, ApprovedAt: now,
 			InputType: inputType(i), Reference: reference(i)}
-		if rep, err := st.Record(ctx, owner, is.Ref, ap, now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, ap, now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			tb.Fatalf("Record: %v %v", rep.Result, err)
 		}
 		if !perform {
 			continue
 		}
-		res, err := st.Take(ctx, owner, a, now)
+		res, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 		if err != nil || res.Claim == nil {
 			tb.Fatalf("Take: %+v %v", res, err)
 		}
-		if err := st.Finish(ctx, *res.Claim, store.Done, now); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, now); err != nil {
 			tb.Fatal(err)
 		}
 	}

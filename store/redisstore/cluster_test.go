@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/internal/redistest"
@@ -31,7 +32,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Cleanup(func() { _ = cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{})
 	ctx := t.Context()
-	if err := redisstore.Check(ctx, st); err != nil {
+	if err := st.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
 	a, is := approvedAction(t, st, "failover")
@@ -70,7 +71,7 @@ func TestClusterFailover(t *testing.T) {
 	var served time.Time
 	for served.IsZero() {
 		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		_, found, err := st.Lookup(c, owner, is.Ref, at(time.Second))
+		_, found, err := storedriver.Steps(st).Lookup(c, owner, is.Ref, at(time.Second))
 		cancel()
 		if err == nil && found {
 			served = time.Now()
@@ -85,14 +86,14 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("served %v after the promotion, want within 2 s", d)
 	}
 	// The new master has no replica: DurableDisk (AOF always) still holds.
-	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	res, err := storedriver.Steps(st).Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil || res.Claim.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("Take after the failover: %+v, %v", res, err)
 	}
-	if err := st.Finish(ctx, *res.Claim, store.Done, at(2*time.Second)); err != nil {
+	if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, at(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
+	if res, err := storedriver.Steps(st).Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
 		t.Fatalf("second Take: %+v, %v; want no claim", res, err)
 	}
 }
@@ -102,12 +103,12 @@ func TestClusterFailover(t *testing.T) {
 func TestCheckClusterReload(t *testing.T) {
 	t.Parallel()
 	cluster := redistest.Cluster(t)
-	if err := redisstore.Check(t.Context(), redisstore.New(cluster, redisstore.Options{})); err != nil {
+	if err := redisstore.New(cluster, redisstore.Options{}).Check(t.Context()); err != nil {
 		t.Fatalf("redistest's client (1 s reloads): %v", err)
 	}
 	def := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Options().Addrs})
 	defer def.Close()
-	if err := redisstore.Check(t.Context(), redisstore.New(def, redisstore.Options{})); err == nil || !strings.Contains(err.Error(), "ClusterOptions") {
+	if err := redisstore.New(def, redisstore.Options{}).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "ClusterOptions") {
 		t.Errorf("default Cluster client: %v, want the risk named", err)
 	}
 }
@@ -115,22 +116,22 @@ func TestCheckClusterReload(t *testing.T) {
 // claimWithin repeats a Take of a (each 503 repeated, as a browser's
 // Continue would) until it claims, for at most limit, and returns when it
 // did (zero if never) and how many attempts failed closed.
-func claimWithin(t *testing.T, st store.Store, a store.TakeRequest, now time.Time, limit time.Duration) (time.Time, int) {
+func claimWithin(t *testing.T, st store.Store, a storedriver.TakeRequest, now time.Time, limit time.Duration) (time.Time, int) {
 	t.Helper()
 	served, refused := claimWithinErrs(t, st, a, now, limit)
 	return served, len(refused)
 }
 
 // claimWithinErrs is claimWithin, with the refusals' errors.
-func claimWithinErrs(t *testing.T, st store.Store, a store.TakeRequest, now time.Time, limit time.Duration) (time.Time, []error) {
+func claimWithinErrs(t *testing.T, st store.Store, a storedriver.TakeRequest, now time.Time, limit time.Duration) (time.Time, []error) {
 	t.Helper()
 	var refused []error
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		res, err := st.Take(ctx, owner, a, now)
+		res, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 		cancel()
 		if err == nil && res.Claim != nil {
-			if err := st.Finish(t.Context(), *res.Claim, store.Done, now); err != nil {
+			if err := storedriver.Steps(st).Finish(t.Context(), *res.Claim, store.OutcomePerformed, now); err != nil {
 				t.Fatal(err)
 			}
 			return time.Now(), refused
@@ -173,7 +174,7 @@ func TestClusterFailoverReplicas(t *testing.T) {
 	t.Cleanup(func() { _ = cc.Close() })
 	st := redisstore.New(cc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1})
 	ctx := t.Context()
-	if err := redisstore.Check(ctx, st); err != nil {
+	if err := st.Check(ctx); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
 	master, err := cc.MasterForKey(ctx, "opsgate:{"+storekit.Slot(owner.Agent, owner.User)+"}:op:x")
@@ -250,7 +251,7 @@ func TestClusterFailoverReplicas(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("served %v after the promotion, want within 3 s", took)
 	}
-	if res, err := st.Take(ctx, owner, b, at(3*time.Second)); err != nil || res.Claim != nil {
+	if res, err := storedriver.Steps(st).Take(ctx, owner, b, at(3*time.Second)); err != nil || res.Claim != nil {
 		t.Fatalf("second Take: %+v, %v; want no claim", res, err)
 	}
 
@@ -279,7 +280,7 @@ func TestClusterFailoverReplicas(t *testing.T) {
 	}
 }
 
-func mustApprove(t *testing.T, st store.Store, key string) store.TakeRequest {
+func mustApprove(t *testing.T, st store.Store, key string) storedriver.TakeRequest {
 	t.Helper()
 	a, _ := approvedAction(t, st, key)
 	return a

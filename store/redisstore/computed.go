@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/opsgate/opsgate/internal/computed"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // Computed waiting operations.
@@ -93,7 +95,7 @@ func isComputedRef(ref string) bool {
 
 // computable reports whether Take may compute the operation for action
 // (its digest) rather than store it, and returns what it would be.
-func (s *rstore) computable(owner store.Owner, digest string, action store.TakeRequest, now time.Time) (computed.Op, bool) {
+func (s *rstore) computable(owner store.Owner, digest string, action storedriver.TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, s.retention, digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
@@ -103,7 +105,7 @@ func (s *rstore) computable(owner store.Owner, digest string, action store.TakeR
 // computed: it returns the sealer and what to compute, its operation_id
 // set. k is nil when the step is to store it (under a random id, or under
 // the computed one when it crosses the epoch's turn).
-func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action store.TakeRequest, now time.Time, keys []string, f *issueFields) (c computed.Op, k *computed.Sealer, err error) {
+func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner, action storedriver.TakeRequest, now time.Time, keys []string, f *issueFields) (c computed.Op, k *computed.Sealer, err error) {
 	c, ok := s.computable(owner, strings.TrimPrefix(keys[0], base+"act:"), action, now)
 	if !ok {
 		// Stored (terms too long for a ref, a lifetime beyond Retention):
@@ -128,23 +130,23 @@ func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner,
 }
 
 // issuedComputed is what Take and Issue answer for a computed operation.
-func issuedComputed(k *computed.Sealer, base string, c computed.Op) store.TakeResult {
+func issuedComputed(k *computed.Sealer, base string, c computed.Op) storedriver.TakeResult {
 	rev, ref := k.Issue(base, c)
-	return store.TakeResult{Operation: operationOf(c, rev), Ref: ref}
+	return storedriver.TakeResult{Operation: operationOf(c, rev), Ref: ref}
 }
 
 // lookupComputed is Lookup for a computed ref: the stored operation when
 // its first approval stored it, else the operation the ref seals, while
 // it has not expired and its action has no other live operation.
-func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	k, err := s.sealer(ctx)
 	if err != nil {
-		return store.Record{}, false, err
+		return storedriver.Found{}, false, err
 	}
 	base := s.base(owner.Agent, owner.User)
 	c, rev, err := k.Open(base, ref)
 	if err != nil {
-		return store.Record{}, false, nil // W74
+		return storedriver.Found{}, false, nil // W74
 	}
 	op := operationOf(c, rev)
 	before, after := k.Neighbours(base, c)
@@ -158,14 +160,14 @@ func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref stri
 		neighbours[1] = p.HMGet(ctx, base+"op:"+after, "state", "k", "pa")
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
-		return store.Record{}, false, err
+		return storedriver.Found{}, false, err
 	}
 	if rec, ok := record(h.Val(), op.ID, now); ok {
 		rec.Owner.Agent, rec.Owner.User = owner.Agent, owner.User
 		return rec, true, nil
 	}
 	if now.After(op.ExpiresAt) {
-		return store.Record{}, false, nil
+		return storedriver.Found{}, false, nil
 	}
 	remembered := func(k string) bool {
 		until, ok := parseTime(k)
@@ -181,21 +183,21 @@ func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref stri
 		pa, _ := v[2].(string)
 		claimed, ok := parseTime(pa)
 		if remembered(k) && (state != "performed" || !ok || !claimed.Before(c.Minted)) {
-			return store.Record{}, false, nil
+			return storedriver.Found{}, false, nil
 		}
 	}
 	if other, _, _ := strings.Cut(act.Val(), " "); other != "" && other != op.ID {
 		k, err := s.client.HGet(ctx, base+"op:"+other, "k").Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return store.Record{}, false, err
+			return storedriver.Found{}, false, err
 		}
 		if remembered(k) {
 			// The action has another live operation: this one was
 			// never stored, and never will be (record.lua).
-			return store.Record{}, false, nil
+			return storedriver.Found{}, false, nil
 		}
 	}
-	return store.Record{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}, Current: op, Status: store.Waiting}, true, nil
+	return storedriver.Found{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}, Current: op, Status: storedriver.StatusWaiting}, true, nil
 }
 
 // recordComputed runs record.lua for a computed ref: keys and args as

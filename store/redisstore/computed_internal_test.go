@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -13,13 +14,13 @@ import (
 // the operation's id and revision, and its sealed ref.
 func BenchmarkComputeRef(b *testing.B) {
 	_, c := redistest.Mini(b)
-	s := New(c, Options{}).(*rstore)
+	s := New(c, Options{}).s
 	k, err := s.sealer(b.Context())
 	if err != nil {
 		b.Fatal(err)
 	}
 	owner := store.Owner{Agent: "https://agent.example/ceiling", User: "usr_1_2", Account: "acct"}
-	a := store.TakeRequest{Key: "exchange:1", Terms: []byte(`{"order_id":"ord_1","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
+	a := storedriver.TakeRequest{Key: "exchange:1", Terms: []byte(`{"order_id":"ord_1","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`),
 		Summary: "Exchange the jacket on order 1 for $70.00 more.", Lifetime: 10 * time.Minute}
 	base := s.base(owner.Agent, owner.User)
 	now := time.Now()

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -25,15 +26,15 @@ func computedStore(t *testing.T, opts redisstore.Options) (store.Store, *redis.C
 func TestComputed(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mustTake := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
+	mustTake := func(t *testing.T, st store.Store, o store.Owner, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 		t.Helper()
-		r, err := st.Take(ctx, o, a, now)
+		r, err := storedriver.Steps(st).Take(ctx, o, a, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	issued := func(t *testing.T, st store.Store, o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
+	issued := func(t *testing.T, st store.Store, o store.Owner, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 		t.Helper()
 		r := mustTake(t, st, o, a, now)
 		if r.Ref == "" {
@@ -41,9 +42,9 @@ func TestComputed(t *testing.T) {
 		}
 		return r
 	}
-	record := func(t *testing.T, st store.Store, o store.Owner, is store.TakeResult, now time.Time) store.RecordResult {
+	record := func(t *testing.T, st store.Store, o store.Owner, is storedriver.TakeResult, now time.Time) storedriver.RecordResult {
 		t.Helper()
-		rep, err := st.Record(ctx, o, is.Ref, approval(is), now, store.RecordOptions{})
+		rep, err := storedriver.Steps(st).Record(ctx, o, is.Ref, approval(is), now, storedriver.RecordOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,18 +96,18 @@ func TestComputed(t *testing.T) {
 			"no sealed part":             id + "." + rev,
 			"sealed part of another ref": id + "." + rev + "." + other.Ref[strings.LastIndexByte(other.Ref, '.')+1:],
 		} {
-			if _, found, err := st.Lookup(ctx, owner, ref, at(time.Second)); err != nil || found {
+			if _, found, err := storedriver.Steps(st).Lookup(ctx, owner, ref, at(time.Second)); err != nil || found {
 				t.Errorf("%s: Lookup found %v, %v", name, found, err)
 			}
-			if got := record(t, st, owner, store.TakeResult{Operation: is.Operation, Ref: ref}, at(time.Second)); got != store.NotFound {
+			if got := record(t, st, owner, storedriver.TakeResult{Operation: is.Operation, Ref: ref}, at(time.Second)); got != storedriver.NotFound {
 				t.Errorf("%s: Record %v, want not found", name, got)
 			}
 		}
 		for _, o := range []store.Owner{{Agent: "agent-b", User: owner.User, Account: owner.Account}, {Agent: owner.Agent, User: "user-2", Account: owner.Account}} {
-			if _, found, _ := st.Lookup(ctx, o, is.Ref, at(time.Second)); found {
+			if _, found, _ := storedriver.Steps(st).Lookup(ctx, o, is.Ref, at(time.Second)); found {
 				t.Errorf("W76 another owner %+v finds it", o)
 			}
-			if got := record(t, st, o, is, at(time.Second)); got != store.NotFound {
+			if got := record(t, st, o, is, at(time.Second)); got != storedriver.NotFound {
 				t.Errorf("W45 another owner %+v: Record %v, want not found", o, got)
 			}
 		}
@@ -119,22 +120,22 @@ func TestComputed(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{})
 		a := action("k", `{"v":1}`, 10*time.Minute)
 		is := issued(t, st, owner, a, at(0))
-		rec, found, err := st.Lookup(ctx, owner, is.Ref, at(time.Second))
-		if err != nil || !found || rec.Status != store.Waiting || rec.Current.Revision != is.Operation.Revision || string(rec.Current.Terms) != `{"v":1}` || rec.Owner.Account != owner.Account {
+		rec, found, err := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(time.Second))
+		if err != nil || !found || rec.Status != storedriver.StatusWaiting || rec.Current.Revision != is.Operation.Revision || string(rec.Current.Terms) != `{"v":1}` || rec.Owner.Account != owner.Account {
 			t.Fatalf("Lookup before the approval: %+v %v %v", rec, found, err)
 		}
 		// A signed-out Session meets the account's operation (W44).
 		signedOut := store.Owner{Agent: owner.Agent, User: owner.User}
-		if got := record(t, st, signedOut, is, at(time.Second)); got != store.SignInRequired {
+		if got := record(t, st, signedOut, is, at(time.Second)); got != storedriver.SignInRequired {
 			t.Errorf("W44: %v", got)
 		}
-		if got := record(t, st, owner, is, at(2*time.Second)); got != store.Recorded {
+		if got := record(t, st, owner, is, at(2*time.Second)); got != storedriver.Recorded {
 			t.Fatalf("Record: %v", got)
 		}
-		if got := record(t, st, owner, is, at(3*time.Second)); got != store.AlreadyRecorded {
+		if got := record(t, st, owner, is, at(3*time.Second)); got != storedriver.AlreadyRecorded {
 			t.Errorf("again: %v", got)
 		}
-		if rec, _, _ := st.Lookup(ctx, owner, is.Ref, at(3*time.Second)); rec.Status != store.Approved {
+		if rec, _, _ := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(3*time.Second)); rec.Status != storedriver.StatusApproved {
 			t.Errorf("W106: %v", rec.Status)
 		}
 		r := mustTake(t, st, owner, a, at(4*time.Second))
@@ -144,10 +145,10 @@ func TestComputed(t *testing.T) {
 		if r := mustTake(t, st, owner, a, at(5*time.Second)); !r.Busy {
 			t.Errorf("W145 while performing: %+v", r)
 		}
-		if err := st.Finish(ctx, *r.Claim, store.Done, at(6*time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, at(6*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if got := record(t, st, owner, is, at(7*time.Second)); got != store.IsPerformed {
+		if got := record(t, st, owner, is, at(7*time.Second)); got != storedriver.AlreadyPerformed {
 			t.Errorf("W113: %v", got)
 		}
 		// W141: the next request is a new operation, however often it is
@@ -170,14 +171,14 @@ func TestComputed(t *testing.T) {
 				t.Fatalf("round %d: operation_id %s again", i, is.Operation.ID)
 			}
 			seen[is.Operation.ID] = true
-			if got := record(t, st, owner, is, now); got != store.Recorded {
+			if got := record(t, st, owner, is, now); got != storedriver.Recorded {
 				t.Fatalf("round %d: Record %v", i, got)
 			}
 			r := mustTake(t, st, owner, a, now)
 			if r.Claim == nil {
 				t.Fatalf("round %d: Take %+v", i, r)
 			}
-			if err := st.Finish(ctx, *r.Claim, store.Done, now); err != nil {
+			if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, now); err != nil {
 				t.Fatal(err)
 			}
 			// Every other round, wait until it is forgotten.
@@ -192,21 +193,21 @@ func TestComputed(t *testing.T) {
 
 	t.Run("the caps count operations when an approval stores them", func(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: -1})
-		var all []store.TakeResult
+		var all []storedriver.TakeResult
 		for i := range 3 {
 			all = append(all, issued(t, st, owner, action(fmt.Sprint("k", i), `{}`, 10*time.Minute), at(0)))
 		}
 		for i, is := range all {
-			want := store.Recorded
+			want := storedriver.Recorded
 			if i == 2 {
-				want = store.RateLimited
+				want = storedriver.RateLimited
 			}
 			if got := record(t, st, owner, is, at(time.Second)); got != want {
 				t.Errorf("approval %d: %v, want %v", i, got, want)
 			}
 		}
 		// A stored one approved again is no new operation.
-		if got := record(t, st, owner, all[0], at(2*time.Second)); got != store.AlreadyRecorded {
+		if got := record(t, st, owner, all[0], at(2*time.Second)); got != storedriver.AlreadyRecorded {
 			t.Errorf("again: %v", got)
 		}
 	})
@@ -214,14 +215,14 @@ func TestComputed(t *testing.T) {
 	t.Run("W74 W101 an expired ref of an operation never stored is not found", func(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{})
 		is := issued(t, st, owner, action("k", `{}`, time.Minute), at(0))
-		if _, found, _ := st.Lookup(ctx, owner, is.Ref, is.Operation.ExpiresAt); !found {
+		if _, found, _ := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, is.Operation.ExpiresAt); !found {
 			t.Errorf("W18 at expires_at: not found")
 		}
 		late := is.Operation.ExpiresAt.Add(time.Second)
-		if _, found, _ := st.Lookup(ctx, owner, is.Ref, late); found {
+		if _, found, _ := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, late); found {
 			t.Errorf("after expires_at: found")
 		}
-		if got := record(t, st, owner, is, late); got != store.NotFound {
+		if got := record(t, st, owner, is, late); got != storedriver.NotFound {
 			t.Errorf("after expires_at: Record %v", got)
 		}
 	})
@@ -237,15 +238,15 @@ func TestComputed(t *testing.T) {
 		if second.Operation.ID == first.Operation.ID {
 			t.Fatalf("one operation_id in two epochs: %s", first.Operation.ID)
 		}
-		if got := record(t, st, owner, second, at(62*time.Minute)); got != store.Recorded {
+		if got := record(t, st, owner, second, at(62*time.Minute)); got != storedriver.Recorded {
 			t.Fatalf("Record: %v", got)
 		}
 		// The first ref, sent by a server whose clock is behind, while it
 		// is still within its lifetime there.
-		if got := record(t, st, owner, first, first.Operation.ExpiresAt); got != store.NotFound {
+		if got := record(t, st, owner, first, first.Operation.ExpiresAt); got != storedriver.NotFound {
 			t.Errorf("the other operation's ref: Record %v, want not found", got)
 		}
-		if _, found, _ := st.Lookup(ctx, owner, first.Ref, first.Operation.ExpiresAt); found {
+		if _, found, _ := storedriver.Steps(st).Lookup(ctx, owner, first.Ref, first.Operation.ExpiresAt); found {
 			t.Errorf("the other operation's ref: found")
 		}
 	})
@@ -271,14 +272,14 @@ func TestComputed(t *testing.T) {
 		if short.Ref == storekit.MakeRef(short.Operation.ID, short.Operation.Revision) {
 			t.Errorf("a ref expiring before the turn was stored")
 		}
-		if got := record(t, st, owner, first, at(time.Hour+3*time.Second)); got != store.Recorded {
+		if got := record(t, st, owner, first, at(time.Hour+3*time.Second)); got != storedriver.Recorded {
 			t.Fatalf("Record: %v", got)
 		}
 		r := mustTake(t, st, owner, a, at(time.Hour+4*time.Second))
 		if r.Claim == nil || r.Claim.Operation.ID != first.Operation.ID {
 			t.Fatalf("Take: %+v", r)
 		}
-		if err := st.Finish(ctx, *r.Claim, store.Done, at(time.Hour+5*time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, at(time.Hour+5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		// W141: the next request is the action's next operation, computed
@@ -287,7 +288,7 @@ func TestComputed(t *testing.T) {
 		if next.Operation.ID == first.Operation.ID || next.Ref == storekit.MakeRef(next.Operation.ID, next.Operation.Revision) {
 			t.Fatalf("W141 after the turn: %+v, want a new computed operation", next)
 		}
-		if got := record(t, st, owner, next, at(time.Hour+7*time.Second)); got != store.Recorded {
+		if got := record(t, st, owner, next, at(time.Hour+7*time.Second)); got != storedriver.Recorded {
 			t.Fatalf("the next operation: %v, want recorded", got)
 		}
 	})
@@ -301,17 +302,17 @@ func TestComputed(t *testing.T) {
 		if big.Operation.ID == small.Operation.ID || big.Ref != storekit.MakeRef(big.Operation.ID, big.Operation.Revision) {
 			t.Fatalf("big terms: %+v", big.Operation)
 		}
-		if got := record(t, st, owner, big, at(2*time.Second)); got != store.Recorded {
+		if got := record(t, st, owner, big, at(2*time.Second)); got != storedriver.Recorded {
 			t.Fatalf("big: %v", got)
 		}
 		r := mustTake(t, st, owner, bigAction, at(3*time.Second))
 		if r.Claim == nil {
 			t.Fatalf("Take: %+v", r)
 		}
-		if err := st.Finish(ctx, *r.Claim, store.Done, at(4*time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *r.Claim, store.OutcomePerformed, at(4*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if got := record(t, st, owner, small, at(5*time.Second)); got != store.NotFound {
+		if got := record(t, st, owner, small, at(5*time.Second)); got != storedriver.NotFound {
 			t.Errorf("the earlier computed ref: %v, want not found", got)
 		}
 	})
@@ -321,10 +322,10 @@ func TestComputed(t *testing.T) {
 		a := action("k", `{}`, 10*time.Minute)
 		is := issued(t, st, owner, a, at(0))
 		other := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
-		if rec, found, err := other.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
+		if rec, found, err := storedriver.Steps(other).Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil || !found || rec.Current.Revision != is.Operation.Revision {
 			t.Errorf("Lookup on the other server: %+v %v %v", rec, found, err)
 		}
-		if got := record(t, other, owner, is, at(time.Second)); got != store.Recorded {
+		if got := record(t, other, owner, is, at(time.Second)); got != storedriver.Recorded {
 			t.Errorf("Record on the other server: %v", got)
 		}
 		if r := mustTake(t, other, owner, a, at(2*time.Second)); r.Claim == nil || r.Claim.Operation.ID != is.Operation.ID {
@@ -339,8 +340,8 @@ func TestComputed(t *testing.T) {
 		if one.Ref == two.Ref || one.Operation.Revision != two.Operation.Revision {
 			t.Errorf("the same operation twice: refs %q and %q, revisions %s and %s; want two seals of one revision", one.Ref, two.Ref, one.Operation.Revision, two.Operation.Revision)
 		}
-		for _, is := range []store.TakeResult{one, two} {
-			if _, found, err := st.Lookup(ctx, owner, is.Ref, at(time.Second)); !found || err != nil {
+		for _, is := range []storedriver.TakeResult{one, two} {
+			if _, found, err := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(time.Second)); !found || err != nil {
 				t.Errorf("Lookup %q: %v %v", is.Ref, found, err)
 			}
 		}
@@ -350,10 +351,10 @@ func TestComputed(t *testing.T) {
 			t.Fatal(err)
 		}
 		other := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
-		if _, err := other.Take(ctx, owner, action("k2", `{}`, 10*time.Minute), at(0)); err == nil || !strings.Contains(err.Error(), "seal key") {
+		if _, err := storedriver.Steps(other).Take(ctx, owner, action("k2", `{}`, 10*time.Minute), at(0)); err == nil || !strings.Contains(err.Error(), "seal key") {
 			t.Errorf("Take with a damaged seal key: %v", err)
 		}
-		if _, err := other.Record(ctx, owner, one.Ref, approval(one), at(time.Second), store.RecordOptions{}); err == nil {
+		if _, err := storedriver.Steps(other).Record(ctx, owner, one.Ref, approval(one), at(time.Second), storedriver.RecordOptions{}); err == nil {
 			t.Errorf("Record with a damaged seal key: no error")
 		}
 	})
@@ -362,7 +363,7 @@ func TestComputed(t *testing.T) {
 		st, _, _ := computedStore(t, redisstore.Options{Retention: time.Hour})
 		long := issued(t, st, owner, action("k", `{}`, 2*time.Hour), at(0))
 		big := issued(t, st, owner, action("b", `{"x":"`+strings.Repeat("x", 2000)+`"}`, time.Minute), at(0))
-		for _, is := range []store.TakeResult{long, big} {
+		for _, is := range []storedriver.TakeResult{long, big} {
 			if is.Ref != storekit.MakeRef(is.Operation.ID, is.Operation.Revision) {
 				t.Errorf("ref %.80q…, want a stored operation's", is.Ref)
 			}
@@ -421,7 +422,7 @@ func TestComputedKeptFromTheApproval(t *testing.T) {
 	if next.Operation.Revision == r.Operation.Revision {
 		t.Fatalf("Take after expires_at: %+v, want an operation issued afresh", next)
 	}
-	if rep, err := st.Record(ctx, owner, r.Ref, approval(r), later, store.RecordOptions{}); err != nil || rep.Result != store.NotFound {
+	if rep, err := storedriver.Steps(st).Record(ctx, owner, r.Ref, approval(r), later, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.NotFound {
 		t.Errorf("Record of the expired ref: %+v %v, want not found", rep, err)
 	}
 	recordOK(t, st, next, later)
@@ -492,15 +493,15 @@ func TestComputedClaimKeepsTheActionKey(t *testing.T) {
 	recordOK(t, mst, second, at(6*time.Minute))
 	takeClaim(t, mst, a, at(6*time.Minute))
 	advance(50 * time.Minute)
-	if r, err := mst.Take(ctx, owner, a, at(56*time.Minute)); err != nil || !r.Busy {
+	if r, err := storedriver.Steps(mst).Take(ctx, owner, a, at(56*time.Minute)); err != nil || !r.Busy {
 		t.Fatalf("Take while performing, 50 minutes on: %+v %v, want busy (W145)", r, err)
 	}
 }
 
 // takeIssued is Take of owner's action a, which must issue an operation.
-func takeIssued(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.TakeResult {
+func takeIssued(t *testing.T, st store.Store, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 	t.Helper()
-	r, err := st.Take(t.Context(), owner, a, now)
+	r, err := storedriver.Steps(st).Take(t.Context(), owner, a, now)
 	if err != nil || r.Ref == "" {
 		t.Fatalf("Take: %+v %v, want an operation issued", r, err)
 	}
@@ -508,17 +509,17 @@ func takeIssued(t *testing.T, st store.Store, a store.TakeRequest, now time.Time
 }
 
 // recordOK records owner's approval of is, which must be recorded.
-func recordOK(t *testing.T, st store.Store, is store.TakeResult, now time.Time) {
+func recordOK(t *testing.T, st store.Store, is storedriver.TakeResult, now time.Time) {
 	t.Helper()
-	if rep, err := st.Record(t.Context(), owner, is.Ref, approval(is), now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(st).Record(t.Context(), owner, is.Ref, approval(is), now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record: %+v %v", rep, err)
 	}
 }
 
 // takeClaim is Take of owner's action a, which must claim an approval.
-func takeClaim(t *testing.T, st store.Store, a store.TakeRequest, now time.Time) store.Claim {
+func takeClaim(t *testing.T, st store.Store, a storedriver.TakeRequest, now time.Time) store.Claim {
 	t.Helper()
-	r, err := st.Take(t.Context(), owner, a, now)
+	r, err := storedriver.Steps(st).Take(t.Context(), owner, a, now)
 	if err != nil || r.Claim == nil {
 		t.Fatalf("Take: %+v %v, want a claim", r, err)
 	}

@@ -7,10 +7,10 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	st := redisstore.New(client, redisstore.Options{})
-//	if err := redisstore.Check(ctx, st); err != nil {
+//	if err := st.Check(ctx); err != nil {
 //		log.Fatal(err) // or log it loudly: it names what this Redis can't promise
 //	}
-//	_ = redisstore.Load(ctx, st) // optional: first calls are one round trip too
+//	_ = st.Load(ctx) // optional: first calls are one round trip too
 //
 // For a Redis Cluster, build the client from ClusterOptions, so that a
 // replica promoted after its master died serves that master's Users within
@@ -127,7 +127,7 @@
 //
 // # Claims are never stranded
 //
-// The caller picks a claim's token (store.TakeRequest.ClaimToken) before Take.
+// The caller picks a claim's token (storedriver.TakeRequest.ClaimToken) before Take.
 // When Take's reply is lost or late, the caller releases the claim
 // (Release): the approval applies again, and a Take with that token that
 // Redis runs later claims nothing. A Take repeated with its token returns
@@ -143,7 +143,7 @@
 // is 10 seconds old, the next request for its action undoes it (and claims
 // the approval itself), and so does Performing; the mark of the Take that
 // made it, should it come after all, then fails, and Take returns
-// store.ErrClaimLost. Whichever of the two steps runs first decides, so
+// storedriver.ErrClaimLost. Whichever of the two steps runs first decides, so
 // however long Redis was away and whether or not the web server that made
 // the claim is still running, no approval is left claimed with no handler,
 // and none runs twice. A claim marked started is ended only by its holder
@@ -166,8 +166,8 @@
 // Take reads at most one operation's 16 approvals; an operation keeps at
 // most 32 revisions; an agent and User has at most Options.MaxOpenPerOwner
 // stored open operations (100), and an agent Options.MaxOpenPerAgent
-// (10,000). Over a cap the answer is store.ErrRateLimited (429 at the Gate)
-// or store.RateLimited (429 at the endpoint). Every key has a TTL except
+// (10,000). Over a cap the answer is storedriver.ErrRateLimited (429 at the Gate)
+// or storedriver.RateLimited (429 at the endpoint). Every key has a TTL except
 // the seal's, and none outlives what it keeps by more than a minute.
 //
 // # Keys

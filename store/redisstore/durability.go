@@ -412,14 +412,8 @@ const releaseAtLeast = 20 * time.Millisecond
 // DurableServer it takes a server that refuses CONFIG (a managed one) at
 // the operator's word, and refuses one that shows it doesn't persist each
 // write before replying.
-//
-// st must be a store New returned.
-func Check(ctx context.Context, st store.Store) error {
-	s, ok := st.(*rstore)
-	if !ok {
-		return fmt.Errorf("%w: %T", errNotRedis, st)
-	}
-	return s.check(ctx)
+func (st *Store) Check(ctx context.Context) error {
+	return st.s.check(ctx)
 }
 
 // check is Check for this store.

@@ -4,38 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/store/storetest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storetest"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
 
 // approvedAction issues and approves an action and returns it, ready for a
 // claim.
-func approvedAction(t testing.TB, st store.Store, key string) (store.TakeRequest, store.TakeResult) {
+func approvedAction(t testing.TB, st store.Store, key string) (storedriver.TakeRequest, storedriver.TakeResult) {
 	t.Helper()
 	a := action(key, `{}`, time.Hour)
-	is, err := storetest.Issue(t.Context(), st, owner, a, at(0))
+	is, err := storetest.Issue(t.Context(), storedriver.Steps(st), owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := st.Record(t.Context(), owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(st).Record(t.Context(), owner, is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record: %v %v", rep.Result, err)
 	}
 	return a, is
 }
 
-func wantStatus(t *testing.T, st store.Store, ref string, want store.Status) {
+func wantStatus(t *testing.T, st store.Store, ref string, want storedriver.Status) {
 	t.Helper()
-	rec, found, err := st.Lookup(t.Context(), owner, ref, at(time.Second))
+	rec, found, err := storedriver.Steps(st).Lookup(t.Context(), owner, ref, at(time.Second))
 	if err != nil || !found || rec.Status != want {
 		t.Fatalf("Lookup: %v found=%v err=%v, want %s", rec.Status, found, err, want)
 	}
@@ -50,11 +52,11 @@ func TestDurableDisk(t *testing.T) {
 	srv := redistest.Start(t) // AOF, appendfsync always
 	c := srv.Client(t)
 	st := redisstore.New(c, redisstore.Options{})
-	if err := redisstore.Check(t.Context(), st); err != nil {
+	if err := st.Check(t.Context()); err != nil {
 		t.Fatalf("Check with AOF always: %v", err)
 	}
 	a, _ := approvedAction(t, st, "ok")
-	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take with AOF always: %+v, %v", res, err)
 	}
@@ -65,12 +67,12 @@ func TestDurableDisk(t *testing.T) {
 		}
 		fresh := redisstore.New(c, redisstore.Options{}) // checks the server anew
 		a, is := approvedAction(t, fresh, "k"+cfg[0])
-		res, err := fresh.Take(t.Context(), owner, a, at(time.Second))
+		res, err := storedriver.Steps(fresh).Take(t.Context(), owner, a, at(time.Second))
 		if !errors.Is(err, redisstore.ErrNotDurable) || res.Claim != nil {
 			t.Errorf("%s %s: Take %+v, %v; want ErrNotDurable", cfg[0], cfg[1], res, err)
 		}
-		wantStatus(t, fresh, is.Ref, store.Approved) // nothing was claimed
-		if err := redisstore.Check(t.Context(), fresh); err == nil || !strings.Contains(err.Error(), cfg[0]) {
+		wantStatus(t, fresh, is.Ref, storedriver.StatusApproved) // nothing was claimed
+		if err := fresh.Check(t.Context()); err == nil || !strings.Contains(err.Error(), cfg[0]) {
 			t.Errorf("%s %s: Check: %v, want the risk named", cfg[0], cfg[1], err)
 		}
 	}
@@ -88,16 +90,16 @@ func TestDurableReplicas(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Replica(t, master)
 	st := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: durabilityTimeout})
-	if err := redisstore.Check(t.Context(), st); err != nil {
+	if err := st.Check(t.Context()); err != nil {
 		t.Fatalf("Check with one replica: %v", err)
 	}
 	two := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 2})
-	if err := redisstore.Check(t.Context(), two); err == nil || !strings.Contains(err.Error(), "1 replicas connected") {
+	if err := two.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "1 replicas connected") {
 		t.Errorf("Check with 2 of 1 replicas: %v", err)
 	}
 
 	a, _ := approvedAction(t, st, "ok")
-	if res, err := st.Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
+	if res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
 		t.Fatalf("Take with the replica up: %+v, %v", res, err)
 	}
 
@@ -115,7 +117,7 @@ func TestDurableReplicas(t *testing.T) {
 		}
 	}
 	other := redisstore.New(fifo, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: durabilityTimeout})
-	if err := redisstore.Load(t.Context(), other); err != nil {
+	if err := other.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	a0, is0 := approvedAction(t, st, "another connection")
@@ -138,19 +140,19 @@ func TestDurableReplicas(t *testing.T) {
 		}
 	}
 	replica.PauseT(t)
-	res0, err := other.Take(t.Context(), owner, a0, at(time.Second))
+	res0, err := storedriver.Steps(other).Take(t.Context(), owner, a0, at(time.Second))
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	if !errors.Is(err, redisstore.ErrNotDurable) || res0.Claim != nil {
 		t.Fatalf("Take confirmed on another connection with the replica stalled: %+v, %v; want ErrNotDurable", res0, err)
 	}
-	wantStatus(t, other, is0.Ref, store.Approved) // released
+	wantStatus(t, other, is0.Ref, storedriver.StatusApproved) // released
 
 	a, is := approvedAction(t, st, "stalled")
 	replica.PauseT(t)
 	start := time.Now()
-	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second))
 	took := time.Since(start)
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestDurableReplicas(t *testing.T) {
 	if took > durabilityTimeout+500*time.Millisecond {
 		t.Errorf("Take took %v with a %v durability timeout", took, durabilityTimeout)
 	}
-	wantStatus(t, st, is.Ref, store.Approved) // released
+	wantStatus(t, st, is.Ref, storedriver.StatusApproved) // released
 
 	// A caller's deadline shorter than the durability timeout (the kit's
 	// StoreTimeout, BoundByContext): Take returns by it, not by the
@@ -170,7 +172,7 @@ func TestDurableReplicas(t *testing.T) {
 	a2, is2 := approvedAction(t, st, "short deadline")
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	start = time.Now()
-	res, err = st.Take(ctx, owner, a2, at(time.Second))
+	res, err = storedriver.Steps(st).Take(ctx, owner, a2, at(time.Second))
 	took = time.Since(start)
 	cancel()
 	if !errors.Is(err, redisstore.ErrNotDurable) || res.Claim != nil {
@@ -180,8 +182,8 @@ func TestDurableReplicas(t *testing.T) {
 		t.Errorf("Take took %v with a 50ms deadline: it waited for the %v durability timeout", took, durabilityTimeout)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		rec, found, err := st.Lookup(t.Context(), owner, is2.Ref, at(time.Second))
-		if err == nil && found && rec.Status == store.Approved {
+		rec, found, err := storedriver.Steps(st).Lookup(t.Context(), owner, is2.Ref, at(time.Second))
+		if err == nil && found && rec.Status == storedriver.StatusApproved {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -191,7 +193,7 @@ func TestDurableReplicas(t *testing.T) {
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	res, err = st.Take(t.Context(), owner, a, at(2*time.Second))
+	res, err = storedriver.Steps(st).Take(t.Context(), owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil || res.Claim.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("Take after the replica is back: %+v, %v", res, err)
 	}
@@ -209,12 +211,12 @@ func TestClaimsShareConfirmations(t *testing.T) {
 	replica := redistest.Replica(t, master)
 	mc := master.Client(t)
 	st := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 300 * time.Millisecond})
-	if err := redisstore.Load(t.Context(), st); err != nil {
+	if err := st.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	const n = 32
-	claimAll := func(name string) ([]store.TakeResult, []error) {
-		actions, issued := make([]store.TakeRequest, n), make([]store.TakeResult, n)
+	claimAll := func(name string) ([]storedriver.TakeResult, []error) {
+		actions, issued := make([]storedriver.TakeRequest, n), make([]storedriver.TakeResult, n)
 		for i := range n {
 			actions[i], issued[i] = approvedAction(t, st, fmt.Sprint(name, i))
 		}
@@ -224,7 +226,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				res, err := st.Take(t.Context(), owner, actions[i], at(time.Second))
+				res, err := storedriver.Steps(st).Take(t.Context(), owner, actions[i], at(time.Second))
 				if err == nil && res.Claim == nil {
 					err = fmt.Errorf("no claim: %+v", res)
 				}
@@ -246,7 +248,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
-		wantStatus(t, st, issued[i].Ref, store.Performing)
+		wantStatus(t, st, issued[i].Ref, storedriver.StatusPerforming)
 	}
 	sent := waits() - before
 	t.Logf("%d claims at once confirmed by %d WAITs", n, sent)
@@ -263,7 +265,7 @@ func TestClaimsShareConfirmations(t *testing.T) {
 		if !errors.Is(err, redisstore.ErrNotDurable) {
 			t.Errorf("claim %d with the replica stalled: %v, want ErrNotDurable", i, err)
 		}
-		wantStatus(t, st, issued[i].Ref, store.Approved) // released (W144)
+		wantStatus(t, st, issued[i].Ref, storedriver.StatusApproved) // released (W144)
 	}
 }
 
@@ -284,7 +286,7 @@ func TestBoundByContext(t *testing.T) {
 		{"ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
 	} {
 		t.Cleanup(func() { c.client.Close() })
-		if got := redisstore.New(c.client, redisstore.Options{}).(interface{ BoundByContext() bool }).BoundByContext(); got != c.want {
+		if got := redisstore.New(c.client, redisstore.Options{}).Driver().(interface{ BoundByContext() bool }).BoundByContext(); got != c.want {
 			t.Errorf("%s: BoundByContext %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -296,19 +298,19 @@ func TestCheck(t *testing.T) {
 	t.Parallel()
 	_, mc := redistest.Mini(t)
 	none := redisstore.Options{Durability: redisstore.DurableNone}
-	if err := redisstore.Check(t.Context(), redisstore.New(mc, none)); err == nil || !strings.Contains(err.Error(), "demo store") {
+	if err := redisstore.New(mc, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "demo store") {
 		t.Errorf("miniredis: %v, want a demo store", err)
 	}
-	if err := redisstore.Check(t.Context(), redisstore.New(mc, redisstore.Options{})); err == nil {
+	if err := redisstore.New(mc, redisstore.Options{}).Check(t.Context()); err == nil {
 		t.Errorf("miniredis with DurableDisk: no error")
 	}
 	c := redistest.Server(t)
-	if err := redisstore.Check(t.Context(), redisstore.New(c, none)); err == nil || !strings.Contains(err.Error(), "a second time") {
+	if err := redisstore.New(c, none).Check(t.Context()); err == nil || !strings.Contains(err.Error(), "a second time") {
 		t.Errorf("durability none: %v, want the risk named", err)
 	}
 	// DurableDisk on miniredis can't verify anything: it fails closed.
 	st := redisstore.New(mc, redisstore.Options{})
-	if _, err := st.Take(t.Context(), owner, action("k", `{}`, time.Hour), at(0)); !errors.Is(err, redisstore.ErrNotDurable) {
+	if _, err := storedriver.Steps(st).Take(t.Context(), owner, action("k", `{}`, time.Hour), at(0)); !errors.Is(err, redisstore.ErrNotDurable) {
 		t.Errorf("DurableDisk Take on miniredis: %v, want ErrNotDurable", err)
 	}
 }
@@ -324,14 +326,14 @@ func TestDurableDiskRecovers(t *testing.T) {
 	}
 	st := redisstore.New(c, redisstore.Options{})
 	a, _ := approvedAction(t, st, "k")
-	if _, err := st.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
+	if _, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
 		t.Fatalf("everysec: %v, want ErrNotDurable", err)
 	}
 	if err := c.ConfigSet(t.Context(), "appendfsync", "always").Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // the bad verdict is kept a second
-	if res, err := st.Take(t.Context(), owner, a, at(2*time.Second)); err != nil || res.Claim == nil {
+	if res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(2*time.Second)); err != nil || res.Claim == nil {
 		t.Fatalf("always again: %+v, %v", res, err)
 	}
 }
@@ -351,10 +353,10 @@ func TestDurableServer(t *testing.T) {
 	}
 	mc := managed.Client(t)
 	srv := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableServer})
-	if err := redisstore.Check(t.Context(), srv); err != nil {
+	if err := srv.Check(t.Context()); err != nil {
 		t.Errorf("Check, DurableServer on a server refusing CONFIG: %v", err)
 	}
-	if err := redisstore.Load(t.Context(), srv); err != nil {
+	if err := srv.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	waits := func() string {
@@ -362,21 +364,21 @@ func TestDurableServer(t *testing.T) {
 		return redisstore.InfoField(info, "cmdstat_wait") + redisstore.InfoField(info, "cmdstat_waitaof")
 	}
 	a, is := approvedAction(t, srv, "server")
-	if res, err := srv.Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
+	if res, err := storedriver.Steps(srv).Take(t.Context(), owner, a, at(time.Second)); err != nil || res.Claim == nil {
 		t.Fatalf("Take, DurableServer: %+v, %v", res, err)
 	}
-	wantStatus(t, srv, is.Ref, store.Performing)
+	wantStatus(t, srv, is.Ref, storedriver.StatusPerforming)
 	if w := waits(); w != "" {
 		t.Errorf("DurableServer waited for something: %s", w)
 	}
 
 	disk := redisstore.New(mc, redisstore.Options{})
 	a, is = approvedAction(t, disk, "disk")
-	if _, err := disk.Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
+	if _, err := storedriver.Steps(disk).Take(t.Context(), owner, a, at(time.Second)); !errors.Is(err, redisstore.ErrNotDurable) {
 		t.Errorf("DurableDisk where CONFIG is refused (Redis 7.0): %v, want ErrNotDurable", err)
 	}
-	wantStatus(t, disk, is.Ref, store.Approved)
-	if err := redisstore.Check(t.Context(), disk); err == nil {
+	wantStatus(t, disk, is.Ref, storedriver.StatusApproved)
+	if err := disk.Check(t.Context()); err == nil {
 		t.Error("Check, DurableDisk where CONFIG is refused: ok")
 	}
 
@@ -385,12 +387,12 @@ func TestDurableServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = redisstore.Check(t.Context(), redisstore.New(rdb.Client(t), redisstore.Options{Durability: redisstore.DurableServer}))
+	err = redisstore.New(rdb.Client(t), redisstore.Options{Durability: redisstore.DurableServer}).Check(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "doesn't persist") {
 		t.Errorf("Check, DurableServer on a server with AOF off: %v, want the risk named", err)
 	}
 	always := redistest.Server(t)
-	if err := redisstore.Check(t.Context(), redisstore.New(always, redisstore.Options{Durability: redisstore.DurableServer})); err != nil {
+	if err := redisstore.New(always, redisstore.Options{Durability: redisstore.DurableServer}).Check(t.Context()); err != nil {
 		t.Errorf("Check, DurableServer with appendfsync always: %v", err)
 	}
 }
@@ -401,14 +403,14 @@ func TestDurabilityUnknown(t *testing.T) {
 	t.Parallel()
 	c := redistest.Server(t)
 	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurabilityMode(42)})
-	if err := redisstore.Check(t.Context(), st); err == nil || !strings.Contains(err.Error(), "unknown durability mode") {
+	if err := st.Check(t.Context()); err == nil || !strings.Contains(err.Error(), "unknown durability mode") {
 		t.Errorf("Check: %v, want unknown durability mode", err)
 	}
 	a, is := approvedAction(t, st, "k")
-	if res, err := st.Take(t.Context(), owner, a, at(time.Second)); err == nil || res.Claim != nil {
+	if res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second)); err == nil || res.Claim != nil {
 		t.Errorf("Take: %+v, %v; want an error and no claim", res, err)
 	}
-	wantStatus(t, st, is.Ref, store.Approved)
+	wantStatus(t, st, is.Ref, storedriver.StatusApproved)
 }
 
 // W135 DurableReplicas: a Finish is confirmed on the replica as its claim
@@ -427,30 +429,30 @@ func TestDurableReplicasConfirmsFinish(t *testing.T) {
 	replica := redistest.Replica(t, master)
 	st := redisstore.New(master.Client(t), redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: 200 * time.Millisecond})
 	a, is := approvedAction(t, st, "finish confirmed")
-	res, err := st.Take(t.Context(), owner, a, at(time.Second))
+	res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
 	}
 	replica.PauseT(t)
-	err = st.Finish(t.Context(), *res.Claim, store.Done, at(2*time.Second))
+	err = storedriver.Steps(st).Finish(t.Context(), *res.Claim, store.OutcomePerformed, at(2*time.Second))
 	if rerr := replica.Resume(); rerr != nil {
 		t.Fatal(rerr)
 	}
-	if err == nil || errors.Is(err, store.ErrClaimLost) {
+	if err == nil || errors.Is(err, storedriver.ErrClaimLost) {
 		t.Fatalf("Finish with the replica stalled: %v; want an error saying it is not confirmed", err)
 	}
 	// The Gate's retry: the Finish landed on the master before, so this
 	// one finds the claim finished, and is confirmed now.
 	var again error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if again = st.Finish(t.Context(), *res.Claim, store.Done, at(3*time.Second)); errors.Is(again, store.ErrClaimLost) {
+		if again = storedriver.Steps(st).Finish(t.Context(), *res.Claim, store.OutcomePerformed, at(3*time.Second)); errors.Is(again, storedriver.ErrClaimLost) {
 			break
 		}
 	}
-	if !errors.Is(again, store.ErrClaimLost) {
+	if !errors.Is(again, storedriver.ErrClaimLost) {
 		t.Fatalf("Finish tried again with the replica back: %v; want ErrClaimLost (it landed before, confirmed now)", again)
 	}
-	wantStatus(t, st, is.Ref, store.Performed)
+	wantStatus(t, st, is.Ref, storedriver.StatusPerformed)
 }
 
 // Check refuses every maxmemory-policy but noeviction, naming the fix: an
@@ -459,14 +461,14 @@ func TestCheckRefusesEviction(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client(t)
 	st := redisstore.New(c, redisstore.Options{})
-	if err := redisstore.Check(t.Context(), st); err != nil {
+	if err := st.Check(t.Context()); err != nil {
 		t.Fatalf("Check with noeviction: %v", err)
 	}
 	for _, policy := range []string{"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
 		if err := c.ConfigSet(t.Context(), "maxmemory-policy", policy).Err(); err != nil {
 			t.Fatal(err)
 		}
-		err := redisstore.Check(t.Context(), st)
+		err := st.Check(t.Context())
 		if err == nil || !strings.Contains(err.Error(), "maxmemory-policy is "+policy) || !strings.Contains(err.Error(), "set maxmemory-policy noeviction") {
 			t.Errorf("%s: Check: %v, want it refused with the fix named", policy, err)
 		}
@@ -474,7 +476,7 @@ func TestCheckRefusesEviction(t *testing.T) {
 	if err := c.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := redisstore.Check(t.Context(), st); err != nil {
+	if err := st.Check(t.Context()); err != nil {
 		t.Errorf("Check with noeviction again: %v", err)
 	}
 }

@@ -3,19 +3,24 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
+	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
-// The Gate's flow on one store: a refused request issues an operation, the
-// endpoint records its approval, the repeated request takes it, and the
-// website reports the outcome (§6 "Websites", §7). A *redis.ClusterClient
-// works the same way.
+// Every instance of a website behind a load balancer shares one Redis
+// store: check at start-up what it can promise, load its steps, and set it
+// as the Kit's Store.
 func Example() {
 	mr, err := miniredis.Run() // or a real Redis: redis.NewClient(&redis.Options{Addr: …})
 	if err != nil {
@@ -26,44 +31,29 @@ func Example() {
 	defer client.Close()
 
 	ctx := context.Background()
-	// miniredis keeps nothing on disk: durability none, chosen explicitly.
-	// With a real Redis keep the default (DurableDisk) and call redisstore.Check.
+	// With a real Redis keep the default durability (DurableDisk), and
+	// refuse to start when Check says the server can't keep it. miniredis
+	// keeps nothing on disk: durability none, chosen knowingly, and Check
+	// still names that risk.
 	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableNone})
-	if err := redisstore.Load(ctx, st); err != nil {
+	fmt.Println("check names the risk:", st.Check(ctx) != nil)
+	if err := st.Load(ctx); err != nil {
 		panic(err)
 	}
-	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
-	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
-	action := store.TakeRequest{Key: "exchange:ord_7Hk2", Terms: []byte(`{"size":"L"}`), Lifetime: 10 * time.Minute}
-
-	res, _ := st.Take(ctx, owner, action, now) // no approval yet: 403 with the ref
-	is := res
-	rep, _ := st.Record(ctx, owner, is.Ref, store.Approval{
-		OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user",
-	}, now.Add(time.Minute), store.RecordOptions{})
-	fmt.Println("record:", rep.Result)
-
-	res, _ = st.Take(ctx, owner, action, now.Add(2*time.Minute)) // the browser repeats it
-	fmt.Println("claimed:", res.Claim != nil)
-	fmt.Println("finish:", st.Finish(ctx, *res.Claim, store.Done, now.Add(2*time.Minute)))
-
-	rec, _, _ := st.Lookup(ctx, owner, is.Ref, now.Add(3*time.Minute))
-	fmt.Println("status:", rec.Status)
-	res, _ = st.Take(ctx, owner, action, now.Add(4*time.Minute)) // once more: a new operation
-	fmt.Println("new operation:", res.Operation.ID != is.Operation.ID)
+	kit := webkit.New([]byte("32-byte-long-hash-key-for-cookie"), []byte("32-byte-long-encryption-key-1234"))
+	kit.Store = st
+	fmt.Println("kit:", kit.Check())
 	// Output:
-	// record: recorded
-	// claimed: true
-	// finish: <nil>
-	// status: performed
-	// new operation: true
+	// check names the risk: true
+	// kit: <nil>
 }
 
-// A reconciliation job (webkit/RULES.md "Claims are never stranded"): now and then,
-// list the operations performing for longer than any handler takes, find
-// out from the website's own records whether each action took effect, and
-// say so with Resolve. A performed one then answers "performed" for as
-// long as the spec requires; a not-performed one waits for a new approval.
+// A reconciliation job (webkit/RULES.md "Claims are never stranded"): now
+// and then, list the operations performing for longer than any handler
+// takes, find out from the website's own records whether each action took
+// effect, and say so with Resolve. A performed one then answers
+// "performed" for as long as the spec requires; a not-performed one waits
+// for a new approval.
 func Example_reconcile() {
 	mr, err := miniredis.Run()
 	if err != nil {
@@ -74,36 +64,49 @@ func Example_reconcile() {
 	defer client.Close()
 	st := redisstore.New(client, redisstore.Options{Durability: redisstore.DurableNone})
 
-	ctx := context.Background()
-	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
-	owner := store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
-	action := store.TakeRequest{Key: "refund:ord_7Hk2", Terms: []byte(`{"amount":"70.00"}`), Lifetime: 10 * time.Minute}
-	first, _ := st.Take(ctx, owner, action, now) // the browser's request: 403, waiting for approval
-	is := first
-	st.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, now, store.RecordOptions{})
-	res, _ := st.Take(ctx, owner, action, now)
-	st.Finish(ctx, *res.Claim, store.Unknown, now) // the payment provider timed out
+	// A shop whose refund handler times out at its payment provider: the
+	// outcome is unknown, and the operation stays performing (§7 W142).
+	site := webkittest.New("https://shop.example")
+	kit := webkit.New([]byte("32-byte-long-hash-key-for-cookie"), []byte("32-byte-long-encryption-key-1234"))
+	kit.Store, kit.Logger = st, slog.New(slog.DiscardHandler)
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{order}/refund", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+		return webkit.Action{Key: "refund:" + r.PathValue("order"), Terms: map[string]string{"amount": "70.00"}}, nil
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "payment provider timed out", http.StatusGatewayTimeout)
+	})))
+	m, err := endpoint.NewMount(endpoint.Config{Origin: site.Origin, Kit: kit, Resolver: site.Resolver()})
+	if err != nil {
+		panic(err)
+	}
+	site.Handler = m.Handler(mux)
+	s := site.NewAgent().Session("usr_1")
+	b, _ := s.Join()
+	res := b.PostForm("/orders/ord_7Hk2/refund", url.Values{})
+	s.Approve(res.Ref)
+	fmt.Println("repeat:", res.Continue().StatusCode) // 503: not known yet
 
 	// The website's own record of what happened (here: the refund went through).
 	refunded := func(store.Stuck) bool { return true }
 
 	// The job, an hour later: anything performing for over 10 minutes.
-	later := now.Add(time.Hour)
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour)
 	for stuck, err := range st.Performing(ctx, later.Add(-10*time.Minute), later) {
 		if err != nil {
 			fmt.Println("scan:", err)
 			break
 		}
-		outcome := store.NotDone
+		outcome := store.OutcomeNotPerformed
 		if refunded(stuck) {
-			outcome = store.Done
+			outcome = store.OutcomePerformed
 		}
-		err := st.Resolve(ctx, stuck.Owner, stuck.Operation.ID, outcome, later)
-		fmt.Println("resolved", stuck.Operation.ID == is.Operation.ID, "unknown:", stuck.Unknown, "as", outcome, err)
+		err := st.Resolve(ctx, stuck.Owner, stuck.Operation.ID, outcome, "job:refunds", time.Now())
+		fmt.Println("resolved, unknown:", stuck.Unknown, "as", outcome, err)
 	}
-	rec, _, _ := st.Lookup(ctx, owner, is.Ref, later)
-	fmt.Println("status:", rec.Status)
+	fmt.Println("status:", s.Lookup(res.Ref).OperationStatus)
 	// Output:
-	// resolved true unknown: true as performed <nil>
+	// repeat: 503
+	// resolved, unknown: true as performed <nil>
 	// status: performed
 }

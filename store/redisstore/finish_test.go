@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -65,7 +66,7 @@ func TestEntryOfWhatIsStored(t *testing.T) {
 	n := 0
 	for _, kind := range []string{"computed", "stored"} {
 		for name, claimOf := range claims {
-			for _, out := range []store.Outcome{store.Done, store.NotDone, store.Unknown} {
+			for _, out := range []store.Outcome{store.OutcomePerformed, store.OutcomeNotPerformed, store.OutcomeUnknown} {
 				t.Run(fmt.Sprint(kind, "/", name, "/", out), func(t *testing.T) {
 					n++
 					a := action(fmt.Sprint("entry", n), `{"n":1,"note":"a \"quoted\" <b>&</b>"}`, time.Hour)
@@ -77,10 +78,10 @@ func TestEntryOfWhatIsStored(t *testing.T) {
 					recordOK(t, st, is, at(time.Second))
 					claim := takeClaim(t, st, a, at(2*time.Second))
 					id, rev := claim.Operation.ID, claim.Operation.Revision
-					if err := st.Finish(ctx, claimOf(claim), out, at(3*time.Second)); err != nil {
+					if err := storedriver.Steps(st).Finish(ctx, claimOf(claim), out, at(3*time.Second)); err != nil {
 						t.Fatal(err)
 					}
-					what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[out]
+					what := map[store.Outcome]string{store.OutcomePerformed: storekit.EntryPerformed, store.OutcomeNotPerformed: storekit.EntryNotPerformed, store.OutcomeUnknown: storekit.EntryUnknown}[out]
 					es := entriesOf(t, st, id)
 					rec, claimed, fin := es[storekit.EntryRecorded], es[storekit.EntryClaimed], es[what]
 					if fin.ID == "" || claimed.ID == "" || rec.ID == "" {
@@ -148,7 +149,7 @@ func TestFinishAnEarlierClaim(t *testing.T) {
 			}
 		}
 		before := commandCalls(t, c)["zrem"]
-		if err := st.Finish(ctx, claim, store.Done, at(3*time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, claim, store.OutcomePerformed, at(3*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.ZScore(ctx, base+"open", id).Err(); err == nil {
@@ -161,7 +162,7 @@ func TestFinishAnEarlierClaim(t *testing.T) {
 		if got := commandCalls(t, c)["zrem"] - before; got != want {
 			t.Errorf("earlier %v: Finish made %d ZREMs, want %d", earlier, got, want)
 		}
-		if rec, found, err := st.Lookup(ctx, owner, is.Ref, at(4*time.Second)); err != nil || !found || rec.Status != store.Performed {
+		if rec, found, err := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(4*time.Second)); err != nil || !found || rec.Status != storedriver.StatusPerformed {
 			t.Errorf("earlier %v: Lookup %+v %v %v, want performed", earlier, rec, found, err)
 		}
 	}
@@ -181,7 +182,7 @@ func TestEntryKeptAsLongAsTheOperation(t *testing.T) {
 	recordOK(t, st, is, at(time.Second))
 	claim := takeClaim(t, st, a, at(2*time.Second))
 	id := claim.Operation.ID
-	if err := st.Finish(ctx, claim, store.Done, at(3*time.Second)); err != nil {
+	if err := storedriver.Steps(st).Finish(ctx, claim, store.OutcomePerformed, at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	k, err := c.HGet(ctx, base+"op:"+id, "k").Result()

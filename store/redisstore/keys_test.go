@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/store/storetest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storetest"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,20 +28,20 @@ var (
 
 func at(d time.Duration) time.Time { return base.Add(d) }
 
-func action(key, terms string, life time.Duration) store.TakeRequest {
-	return store.TakeRequest{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
+func action(key, terms string, life time.Duration) storedriver.TakeRequest {
+	return storedriver.TakeRequest{Key: key, Terms: []byte(terms), Summary: "Do " + key, Lifetime: life}
 }
 
 // storedAction is action with a summary too long for a 2048-character
 // ref: the store can't compute its operation into its ref, and stores it
 // when the ref is returned (the stored fallback, computed.go).
-func storedAction(key, terms string, life time.Duration) store.TakeRequest {
+func storedAction(key, terms string, life time.Duration) storedriver.TakeRequest {
 	a := action(key, terms, life)
 	a.Summary += strings.Repeat(" and then some more", 120)
 	return a
 }
 
-func approval(is store.TakeResult) store.Approval {
+func approval(is storedriver.TakeResult) store.Approval {
 	return store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}
 }
 
@@ -57,17 +59,17 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 			t.Fatal(err)
 		}
 	}
-	record := func(is store.TakeResult) {
+	record := func(is storedriver.TakeResult) {
 		t.Helper()
-		rep, err := st.Record(ctx, owner, is.Ref, approval(is), now, store.RecordOptions{})
+		rep, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), now, storedriver.RecordOptions{})
 		must(err)
-		if rep.Result != store.Recorded {
+		if rep.Result != storedriver.Recorded {
 			t.Fatalf("Record: %v", rep.Result)
 		}
 	}
-	take := func(a store.TakeRequest) *store.Claim {
+	take := func(a storedriver.TakeRequest) *store.Claim {
 		t.Helper()
-		res, err := st.Take(ctx, owner, a, now)
+		res, err := storedriver.Steps(st).Take(ctx, owner, a, now)
 		must(err)
 		if res.Claim == nil {
 			t.Fatalf("Take: %+v", res)
@@ -75,35 +77,35 @@ func scenario(t *testing.T, st store.Store, retention time.Duration) time.Durati
 		return res.Claim
 	}
 	longest := 2 * time.Hour
-	for i, out := range []store.Outcome{0, store.Done, store.NotDone, store.Unknown} {
+	for i, out := range []store.Outcome{0, store.OutcomePerformed, store.OutcomeNotPerformed, store.OutcomeUnknown} {
 		a := action(fmt.Sprint("k", i), `{"v":1}`, longest)
-		is, err := storetest.Issue(ctx, st, owner, a, now)
+		is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, now)
 		must(err)
 		record(is)
 		if out != 0 {
-			must(st.Finish(ctx, *take(a), out, now))
+			must(storedriver.Steps(st).Finish(ctx, *take(a), out, now))
 		}
 	}
 	// A busy action: two approvals, one taken.
 	a := action("busy", `{}`, time.Minute)
-	r1, err := storetest.Issue(ctx, st, owner, a, now)
+	r1, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, now)
 	must(err)
 	record(r1)
 	a.ExpiresAt = at(2 * time.Minute)
-	r2, err := storetest.Issue(ctx, st, owner, a, now)
+	r2, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, now)
 	must(err)
 	record(r2)
 	take(a)
 	// 40 revisions of one stored operation (capped at 32).
 	for i := range 40 {
-		_, err := storetest.Issue(ctx, st, owner, storedAction("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
+		_, err := storetest.Issue(ctx, storedriver.Steps(st), owner, storedAction("cap", fmt.Sprintf(`{"n":%d}`, i), time.Minute), now)
 		must(err)
 	}
 	// A signed-out owner and a waiting operation, stored (a waiting
 	// operation computed into its ref stores nothing).
-	_, err = storetest.Issue(ctx, st, store.Owner{Agent: "agent-a", User: "user-1"}, storedAction("out", `{}`, time.Minute), now)
+	_, err = storetest.Issue(ctx, storedriver.Steps(st), store.Owner{Agent: "agent-a", User: "user-1"}, storedAction("out", `{}`, time.Minute), now)
 	must(err)
-	_, err = st.UseOnce(ctx, "jti-1", at(5*time.Minute), now)
+	_, err = storedriver.Steps(st).UseOnce(ctx, "jti-1", at(5*time.Minute), now)
 	must(err)
 	return max(longest, retention)
 }
@@ -206,7 +208,7 @@ func TestOneRoundTrip(t *testing.T) {
 	// Without the overall caps: their counts are a round trip of their
 	// own, at most once a second and only near a cap (TestOverallCaps).
 	st := redisstore.New(c, redisstore.Options{MaxOpen: -1, MaxReplayMarkers: -1})
-	if err := redisstore.Load(t.Context(), st); err != nil {
+	if err := st.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
@@ -222,31 +224,31 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	count := func(name string, f func() error) { t.Helper(); countN(1, name, f) }
 	countN(3, "the first Issue (reads the seal key: SETNX, GET)", func() error {
-		_, err := storetest.Issue(ctx, st, owner, action("first", `{}`, time.Hour), at(0))
+		_, err := storetest.Issue(ctx, storedriver.Steps(st), owner, action("first", `{}`, time.Hour), at(0))
 		return err
 	})
-	for _, a := range []store.TakeRequest{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
-		var is store.TakeResult
+	for _, a := range []storedriver.TakeRequest{action("k", `{}`, time.Hour), storedAction("s", `{}`, time.Hour)} {
+		var is storedriver.TakeResult
 		var claim *store.Claim
-		count("Issue (a new operation)", func() (err error) { is, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
-		count("Issue (the same)", func() (err error) { _, err = storetest.Issue(ctx, st, owner, a, at(0)); return err })
+		count("Issue (a new operation)", func() (err error) { is, err = storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0)); return err })
+		count("Issue (the same)", func() (err error) { _, err = storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0)); return err })
 		count("Take (issues)", func() error {
-			res, err := st.Take(ctx, owner, a, at(0))
+			res, err := storedriver.Steps(st).Take(ctx, owner, a, at(0))
 			if err == nil && res.Ref == "" {
 				err = fmt.Errorf("want issued, got %+v", res)
 			}
 			return err
 		})
-		count("Lookup", func() error { _, _, err := st.Lookup(ctx, owner, is.Ref, at(0)); return err })
+		count("Lookup", func() error { _, _, err := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(0)); return err })
 		count("Record", func() error {
-			_, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
+			_, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(0), storedriver.RecordOptions{})
 			return err
 		})
 		// A claim is two: the claim, then its start mark (start.go), which
 		// the handler waits for; with WAIT or WAITAOF the mark is fused
 		// with the durability confirmation, so it is two there too.
 		countN(2, "Take (claims)", func() error {
-			res, err := st.Take(ctx, owner, a, at(0))
+			res, err := storedriver.Steps(st).Take(ctx, owner, a, at(0))
 			if err == nil && res.Claim == nil {
 				err = fmt.Errorf("want a claim, got %+v", res)
 			}
@@ -254,23 +256,23 @@ func TestOneRoundTrip(t *testing.T) {
 			return err
 		})
 		// Finish also takes the operation off its agent's count, pipelined.
-		count("Finish", func() error { return st.Finish(ctx, *claim, store.Done, at(0)) })
+		count("Finish", func() error { return storedriver.Steps(st).Finish(ctx, *claim, store.OutcomePerformed, at(0)) })
 	}
-	count("UseOnce", func() error { _, err := st.UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
+	count("UseOnce", func() error { _, err := storedriver.Steps(st).UseOnce(ctx, "jti", at(time.Minute), at(0)); return err })
 
 	apart := redisstore.New(c, redisstore.Options{})
 	redisstore.CountAgentApart(apart)
 	countN(2, "Issue (a new stored operation, the agent's count kept apart)", func() error {
-		_, err := storetest.Issue(ctx, apart, owner, storedAction("apart", `{}`, time.Hour), at(0))
+		_, err := storetest.Issue(ctx, storedriver.Steps(apart), owner, storedAction("apart", `{}`, time.Hour), at(0))
 		return err
 	})
-	var is store.TakeResult
+	var is storedriver.TakeResult
 	countN(3, "the first Issue of a computed one (reads the seal key)", func() (err error) {
-		is, err = storetest.Issue(ctx, apart, owner, action("apart2", `{}`, time.Hour), at(0))
+		is, err = storetest.Issue(ctx, storedriver.Steps(apart), owner, action("apart2", `{}`, time.Hour), at(0))
 		return err
 	})
 	countN(2, "Record storing a computed one, the agent's count kept apart", func() error {
-		_, err := apart.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{})
+		_, err := storedriver.Steps(apart).Record(ctx, owner, is.Ref, approval(is), at(0), storedriver.RecordOptions{})
 		return err
 	})
 }
@@ -284,7 +286,7 @@ func TestDeadline(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	st := redisstore.New(c, redisstore.Options{})
-	is, err := storetest.Issue(t.Context(), st, owner, action("k", `{}`, time.Hour), at(0))
+	is, err := storetest.Issue(t.Context(), storedriver.Steps(st), owner, action("k", `{}`, time.Hour), at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +294,7 @@ func TestDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, _, err = st.Lookup(ctx, owner, is.Ref, at(time.Second))
+	_, _, err = storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(time.Second))
 	if err == nil {
 		t.Fatal("Lookup while down: no error")
 	}
@@ -312,11 +314,11 @@ func TestOddData(t *testing.T) {
 	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
 	ctx := t.Context()
 	a := action("k", `{}`, time.Hour)
-	is, err := storetest.Issue(ctx, st, owner, a, at(0))
+	is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil {
+	if _, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var opKey, actKey string
@@ -347,16 +349,16 @@ func TestOddData(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			if _, _, err := st.Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil {
+			if _, _, err := storedriver.Steps(st).Lookup(ctx, owner, is.Ref, at(time.Second)); err != nil {
 				t.Errorf("Lookup: %v", err)
 			}
-			if _, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{}); err != nil {
+			if _, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(time.Second), storedriver.RecordOptions{}); err != nil {
 				t.Errorf("Record: %v", err)
 			}
-			if _, err := storetest.Issue(ctx, st, owner, a, at(time.Second)); err != nil {
+			if _, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(time.Second)); err != nil {
 				t.Errorf("Issue: %v", err)
 			}
-			if err := st.Finish(ctx, store.Claim{Owner: owner, Operation: is.Operation, Token: "t"}, store.Done, at(time.Second)); !errors.Is(err, store.ErrClaimLost) {
+			if err := storedriver.Steps(st).Finish(ctx, store.Claim{Owner: owner, Operation: is.Operation, Token: "t"}, store.OutcomePerformed, at(time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 				t.Errorf("Finish: %v, want ErrClaimLost", err)
 			}
 		})
@@ -377,18 +379,18 @@ func TestOddData(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			res, err := st.Take(ctx, owner, store.TakeRequest{Key: a.Key, Terms: []byte(`{"other":1}`), Lifetime: time.Hour}, at(time.Second))
+			res, err := storedriver.Steps(st).Take(ctx, owner, storedriver.TakeRequest{Key: a.Key, Terms: []byte(`{"other":1}`), Lifetime: time.Hour}, at(time.Second))
 			if err != nil || res.Claim != nil {
 				t.Errorf("Take with other terms: %+v, %v", res, err)
 			}
 		})
 	}
 	// With the data restored, the approval is still taken exactly once.
-	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	res, err := storedriver.Steps(st).Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
 	}
-	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
+	if res, err := storedriver.Steps(st).Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
 		t.Fatalf("second Take: %+v, %v; want no second claim", res, err)
 	}
 }
@@ -419,45 +421,45 @@ func testAgentCap(t *testing.T, apart bool) {
 	a := storedAction("k", `{}`, time.Hour)
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)} }
 	for i := range 3 {
-		if _, err := storetest.Issue(ctx, st, user(i), a, at(0)); err != nil {
+		if _, err := storetest.Issue(ctx, storedriver.Steps(st), user(i), a, at(0)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 2 {
-		if _, err := st.Take(ctx, user(9), a, at(0)); !errors.Is(err, store.ErrRateLimited) {
+		if _, err := storedriver.Steps(st).Take(ctx, user(9), a, at(0)); !errors.Is(err, storedriver.ErrRateLimited) {
 			t.Fatalf("fourth: %v, want ErrRateLimited", err)
 		}
 	}
 	if n, _ := c.Keys(ctx, "opsgate:{"+storekit.Slot("agent-a", "u9")+"}:op:*").Result(); len(n) != 0 {
 		t.Errorf("the refused operation is kept: %v", n)
 	}
-	if _, err := storetest.Issue(ctx, st, store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {
+	if _, err := storetest.Issue(ctx, storedriver.Steps(st), store.Owner{Agent: "agent-b", User: "u9"}, a, at(0)); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	// Counted until the first revision expires.
-	if _, err := storetest.Issue(ctx, st, user(9), a, at(time.Hour+time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, storedriver.Steps(st), user(9), a, at(time.Hour+time.Second)); err != nil {
 		t.Fatalf("after the first revisions expired: %v", err)
 	}
 	// Or until it is performed: agent-c's three Users each get an
 	// operation performed, and a fourth User is still served.
 	other := func(i int) store.Owner { return store.Owner{Agent: "agent-c", User: fmt.Sprint("u", i)} }
 	for i := range 3 {
-		is, err := storetest.Issue(ctx, st, other(i), a, at(0))
+		is, err := storetest.Issue(ctx, storedriver.Steps(st), other(i), a, at(0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep, err := st.Record(ctx, other(i), is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := storedriver.Steps(st).Record(ctx, other(i), is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			t.Fatalf("Record: %v, %v", rep.Result, err)
 		}
-		res, err := st.Take(ctx, other(i), a, at(0))
+		res, err := storedriver.Steps(st).Take(ctx, other(i), a, at(0))
 		if err != nil || res.Claim == nil {
 			t.Fatalf("Take: %+v, %v", res, err)
 		}
-		if err := st.Finish(ctx, *res.Claim, store.Done, at(0)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, at(0)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.Take(ctx, other(9), a, at(0)); err != nil {
+	if _, err := storedriver.Steps(st).Take(ctx, other(9), a, at(0)); err != nil {
 		t.Fatalf("after three were performed: %v, want served", err)
 	}
 }
@@ -515,7 +517,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	ctx := t.Context()
 	user := func(i int) store.Owner { return store.Owner{Agent: "agent-p", User: fmt.Sprint("u", i)} }
 	for i := range 2 {
-		res, err := st.Take(ctx, user(i), storedAction("k", `{}`, time.Hour), at(0))
+		res, err := storedriver.Steps(st).Take(ctx, user(i), storedAction("k", `{}`, time.Hour), at(0))
 		if err != nil || res.Ref == "" {
 			t.Fatalf("Take %d behind the proxy: %+v, %v", i, res, err)
 		}
@@ -523,7 +525,7 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	if n := proxy.refused.Load(); n != 1 {
 		t.Errorf("the proxy refused %d steps, want only the first", n)
 	}
-	if _, err := storetest.Issue(ctx, st, user(2), storedAction("k", `{}`, time.Hour), at(0)); !errors.Is(err, store.ErrRateLimited) {
+	if _, err := storetest.Issue(ctx, storedriver.Steps(st), user(2), storedAction("k", `{}`, time.Hour), at(0)); !errors.Is(err, storedriver.ErrRateLimited) {
 		t.Errorf("a third operation for an agent capped at 2: %v, want ErrRateLimited", err)
 	}
 
@@ -535,14 +537,14 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	a := storedAction("k", `{}`, time.Hour)
 	before := redisstore.New(direct, opts)
 	redisstore.CountAgentApart(before) // claimed with the count apart: still counted
-	is, err := storetest.Issue(ctx, before, user(0), a, at(0))
+	is, err := storetest.Issue(ctx, storedriver.Steps(before), user(0), a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := before.Record(ctx, user(0), is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(before).Record(ctx, user(0), is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record: %v, %v", rep.Result, err)
 	}
-	res, err := before.Take(ctx, user(0), a, at(0))
+	res, err := storedriver.Steps(before).Take(ctx, user(0), a, at(0))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
 	}
@@ -551,13 +553,13 @@ func TestAgentCountBehindAProxy(t *testing.T) {
 	t.Cleanup(func() { behind.Close() })
 	behind.AddHook(&proxy2)
 	after := redisstore.New(behind, opts)
-	if err := after.Finish(ctx, *res.Claim, store.Done, at(time.Second)); err != nil {
+	if err := storedriver.Steps(after).Finish(ctx, *res.Claim, store.OutcomePerformed, at(time.Second)); err != nil {
 		t.Fatalf("Finish behind the proxy: %v", err)
 	}
 	if proxy2.refused.Load() != 1 {
 		t.Errorf("the proxy refused %d steps, want the Finish once", proxy2.refused.Load())
 	}
-	if _, err := storetest.Issue(ctx, after, user(1), a, at(2*time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, storedriver.Steps(after), user(1), a, at(2*time.Second)); err != nil {
 		t.Errorf("a new operation once the only one was performed (agent cap 1): %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -26,7 +27,7 @@ import (
 // (overallNear of it, or overallNearBy short of it), every count is sent and read at once, so that the
 // cap holds across web servers to within the requests in flight; at the
 // cap, a request that would store is refused without storing
-// (store.ErrRateLimited, wrapping errOverall) and the count is read again
+// (storedriver.ErrRateLimited, wrapping errOverall) and the count is read again
 // at most every overallFullSyncEvery, to see room that a performed or
 // expired one left.
 //
@@ -213,7 +214,7 @@ func overallCap(key string, n, def int) *overallCount {
 }
 
 // errOverallCap is what a step an overall cap refused returns.
-var errOverallCap = fmt.Errorf("%w (%w)", store.ErrRateLimited, storekit.ErrOverall)
+var errOverallCap = fmt.Errorf("%w (%w)", storedriver.ErrRateLimited, storekit.ErrOverall)
 
 // countOverall counts an operation Take or Issue just stored (op, its
 // first revision) against the overall cap of open operations. Past it, the

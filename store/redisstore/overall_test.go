@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
-	"github.com/opsgate/opsgate/store"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // The overall caps (Options.MaxOpen, MaxReplayMarkers) hold across agents
@@ -25,16 +25,16 @@ func TestOverallCaps(t *testing.T) {
 		t.Parallel()
 		storetest.OverallCaps(t, func(t *testing.T) storetest.Harness {
 			mr, c := redistest.Mini(t)
-			return storetest.Harness{Store: redisstore.New(c, caps), Advance: mr.FastForward}
+			return storetest.Harness{Store: storedriver.Steps(redisstore.New(c, caps)), Advance: mr.FastForward}
 		})
 	})
 	t.Run("redis-server, four web servers", func(t *testing.T) {
 		t.Parallel()
 		storetest.OverallCaps(t, func(t *testing.T) storetest.Harness {
 			srv := redistest.Start(t)
-			h := storetest.Harness{Store: redisstore.New(srv.Client(t), caps)}
+			h := storetest.Harness{Store: storedriver.Steps(redisstore.New(srv.Client(t), caps))}
 			for range 3 {
-				h.Clients = append(h.Clients, redisstore.New(srv.Client(t), caps))
+				h.Clients = append(h.Clients, storedriver.Steps(redisstore.New(srv.Client(t), caps)))
 			}
 			return h
 		})
@@ -52,8 +52,8 @@ func TestOverallCaps(t *testing.T) {
 			opts.Prefix = fmt.Sprintf("caps%d:", n.Add(1))
 			forgetPrefix(t, cluster, opts.Prefix)
 			return storetest.Harness{
-				Store:   redisstore.New(cluster, opts),
-				Clients: []store.Store{redisstore.New(other, opts)},
+				Store:   storedriver.Steps(redisstore.New(cluster, opts)),
+				Clients: []storedriver.Store{storedriver.Steps(redisstore.New(other, opts))},
 			}
 		})
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -44,14 +45,14 @@ func performingOps(tb testing.TB, st store.Store, n int) {
 	for i := range n {
 		o := store.Owner{Agent: "agent-p", User: fmt.Sprint("user-", i)}
 		a := action("k", `{}`, time.Hour)
-		is, err := st.Take(ctx, o, a, at(0))
+		is, err := storedriver.Steps(st).Take(ctx, o, a, at(0))
 		if err != nil || is.Ref == "" {
 			tb.Fatalf("Take: %+v, %v", is, err)
 		}
-		if rep, err := st.Record(ctx, o, is.Ref, approval(is), at(0), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := storedriver.Steps(st).Record(ctx, o, is.Ref, approval(is), at(0), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			tb.Fatalf("Record: %+v, %v", rep, err)
 		}
-		if r, err := st.Take(ctx, o, a, at(time.Second)); err != nil || r.Claim == nil {
+		if r, err := storedriver.Steps(st).Take(ctx, o, a, at(time.Second)); err != nil || r.Claim == nil {
 			tb.Fatalf("Take: %+v, %v", r, err)
 		}
 	}
@@ -115,7 +116,7 @@ func BenchmarkPerforming(b *testing.B) {
 		b.Run(fmt.Sprint("unrelated=", others), func(b *testing.B) {
 			c := redistest.Start(b).Client(b)
 			st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
-			if err := redisstore.Load(b.Context(), st); err != nil {
+			if err := st.Load(b.Context()); err != nil {
 				b.Fatal(err)
 			}
 			performingOps(b, st, 10)
@@ -139,7 +140,7 @@ func BenchmarkPerforming(b *testing.B) {
 func BenchmarkPerformingCluster(b *testing.B) {
 	c := redistest.Cluster(b)
 	st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
-	if err := redisstore.Load(b.Context(), st); err != nil {
+	if err := st.Load(b.Context()); err != nil {
 		b.Fatal(err)
 	}
 	performingOps(b, st, 10)

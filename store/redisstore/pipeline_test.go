@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
@@ -483,7 +484,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 			shared := c.opts.Pipelines >= 0
 			h := &roundTrips{name: c.command}
 			client.AddHook(h)
-			st := New(client, c.opts).(*rstore)
+			st := New(client, c.opts).s
 			if err := st.load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -497,7 +498,7 @@ func TestStoreSharesRoundTrips(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					a := store.TakeRequest{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
+					a := storedriver.TakeRequest{Key: "exchange:" + strconv.Itoa(i), Terms: []byte(`{"n":` + strconv.Itoa(i) + `}`), Summary: "s", Lifetime: time.Minute}
 					r, err := st.Take(t.Context(), store.Owner{Agent: "https://agent.example", User: "usr_" + strconv.Itoa(i%8)}, a, time.Now())
 					if err != nil || r.Ref == "" {
 						t.Errorf("take %d: %+v, %v", i, r, err)

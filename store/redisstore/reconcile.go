@@ -252,9 +252,9 @@ func (s *rstore) masters(ctx context.Context) ([]redis.Cmdable, error) {
 func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, now time.Time) error {
 	var o string
 	switch outcome {
-	case store.Done:
+	case store.OutcomePerformed:
 		o = "done"
-	case store.NotDone:
+	case store.OutcomeNotPerformed:
 		o = "notdone"
 	default:
 		return fmt.Errorf("redisstore: resolve: outcome must be performed or not performed, not %v", outcome)
@@ -266,7 +266,7 @@ func (s *rstore) Resolve(ctx context.Context, owner store.Owner, operationID str
 		return store.ErrNotPerforming
 	}
 	what := storekit.EntryResolved
-	if outcome == store.NotDone {
+	if outcome == store.OutcomeNotPerformed {
 		what = storekit.EntryResolvedNotDo
 	}
 	keys, args := s.finishArgs(ctx, s.base(owner.Agent, owner.User), owner, operationID, "", o, what, "", nil, now)

@@ -7,13 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
+	"iter"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,7 +37,7 @@ type Options struct {
 	Retention time.Duration
 	// MaxOpenPerOwner caps the operations open (waiting: not being
 	// performed, not performed, not forgotten) for one agent and User: a
-	// request that would open one more gets store.ErrRateLimited. 0 is
+	// request that would open one more gets storedriver.ErrRateLimited. 0 is
 	// storekit.DefaultMaxOpenPerOwner; negative, no cap.
 	MaxOpenPerOwner int
 	// MaxOpenPerAgent caps the operations open (as MaxOpenPerOwner) for
@@ -58,7 +61,7 @@ type Options struct {
 	// kept about 330 s each) the store holds at once: client_ids cost
 	// nothing, so the caps per owner and per agent alone don't bound the
 	// store. Past either, a step that would store one more gets
-	// store.ErrRateLimited (429 with Retry-After) and stores nothing.
+	// storedriver.ErrRateLimited (429 with Retry-After) and stores nothing.
 	// Each count is one hash that every web server adds to and reads at
 	// most once a second (every call near the cap), in a round trip of its
 	// own: the caps hold across web servers to within the calls in
@@ -136,10 +139,37 @@ type rstore struct {
 	seal sealerState
 }
 
-var _ store.Store = (*rstore)(nil)
+var (
+	_ storedriver.Store = (*rstore)(nil)
+	_ store.Store       = (*Store)(nil)
+)
 
-// errNotRedis is returned by Load and Check for a store New didn't return.
-var errNotRedis = errors.New("redisstore: not a store returned by redisstore.New")
+// Store is the Redis store, which every instance of a website behind a
+// load balancer shares: set it as the Kit's Store. Check and Load at
+// start-up; Performing, Resolve and Entries are store.Store's, for the
+// website's admin.
+type Store struct{ s *rstore }
+
+// Driver is the store's steps, for the kit (store.Store).
+func (st *Store) Driver() any { return st.s }
+
+// Performing is store.Store's: the operations performing since before
+// claimedBefore.
+func (st *Store) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
+	return st.s.Performing(ctx, claimedBefore, now)
+}
+
+// Resolve is store.Store's: it settles a performing operation; by goes in
+// its audit entry.
+func (st *Store) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, by string, now time.Time) error {
+	return st.s.Resolve(storedriver.WithEntry(ctx, store.Entry{By: by}), owner, operationID, outcome, now)
+}
+
+// Entries is store.Store's: the audit entries of operationID, or of
+// every operation when it is "".
+func (st *Store) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[store.Entry, error] {
+	return st.s.Entries(ctx, operationID, from, to)
+}
 
 // Load loads every script into Redis (SCRIPT LOAD, on every Cluster master),
 // so that the first call of each method is one round trip too. It is
@@ -157,14 +187,8 @@ var errNotRedis = errors.New("redisstore: not a store returned by redisstore.New
 // With DurableDisk or DurableReplicas it also reads what each master
 // can confirm (its version; before Redis 7.2 its AOF settings), which
 // Take would otherwise do on its first claim there.
-//
-// st must be a store New returned.
-func Load(ctx context.Context, st store.Store) error {
-	s, ok := st.(*rstore)
-	if !ok {
-		return fmt.Errorf("%w: %T", errNotRedis, st)
-	}
-	return s.load(ctx)
+func (st *Store) Load(ctx context.Context) error {
+	return st.s.load(ctx)
 }
 
 // New returns a Store on client, which may be a *redis.Client (a single
@@ -181,7 +205,7 @@ func Load(ctx context.Context, st store.Store) error {
 // *redis.ClusterClient, and AOF with appendfsync always before Redis 7.2.
 // Call Check at start-up: it says what the Redis can promise, and names
 // the risk when that falls short of the chosen durability.
-func New(client redis.UniversalClient, opts Options) store.Store {
+func New(client redis.UniversalClient, opts Options) *Store {
 	s := &rstore{client: client, prefix: opts.Prefix, retention: opts.Retention, durability: durability{Mode: opts.Durability, Replicas: opts.Replicas, Timeout: opts.DurabilityTimeout}}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix
@@ -216,7 +240,7 @@ func New(client redis.UniversalClient, opts Options) store.Store {
 	s.maxOpenStr = strconv.Itoa(s.maxOpenOwner)
 	var t0 time.Time
 	s.retainedTTL, s.tokenTTL, s.auditTTL = ttlMs(t0.Add(s.retention), t0), ttlMs(t0.Add(storekit.ClaimTokenTTL), t0), ttlMs(t0.Add(s.auditRetention), t0)
-	return s
+	return &Store{s: s}
 }
 
 var _ storekit.ContextBound = (*rstore)(nil)
@@ -302,7 +326,7 @@ type issueFields struct {
 // issueArgs are the KEYS and the fields that issue.lua and take.lua
 // share (see issue.lua): the action key, then what the scripts can't
 // derive from it.
-func (s *rstore) issueArgs(base string, owner store.Owner, action store.TakeRequest, now time.Time) (keys []string, f issueFields) {
+func (s *rstore) issueArgs(base string, owner store.Owner, action storedriver.TakeRequest, now time.Time) (keys []string, f issueFields) {
 	digest := storekit.ActionDigest(owner.Account, action.Key)
 	expires := now.Add(action.Lifetime)
 	fixed := ""
@@ -371,15 +395,15 @@ func jsonStrings(fields ...string) string {
 func seed() string { return storekit.NewToken() + storekit.NewToken() }
 
 // Issue implements store.Store.
-func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *rstore) Issue(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if err := ctx.Err(); err != nil {
-		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, f := s.issueArgs(base, owner, action, now)
 	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, &f)
 	if err != nil {
-		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	args := s.issueLuaArgs(f)
 	v, counted, err := withAgentCount(s, owner, keys, args, func(keys []string, args []any) ([]string, error) {
@@ -387,51 +411,51 @@ func (s *rstore) Issue(ctx context.Context, owner store.Owner, action store.Take
 	}, s.maxOpenAgent)
 	if err != nil {
 		s.failed(err)
-		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 	}
 	if len(v) == 1 && v[0] == "limited" {
-		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", store.ErrRateLimited)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", storedriver.ErrRateLimited)
 	}
 	if len(v) == 1 && v[0] == "compute" && k != nil {
 		return issuedComputed(k, base, c), nil
 	}
 	op, ok := operation(v)
 	if !ok {
-		return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", errReply)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", errReply)
 	}
 	if len(v) > 5 && v[5] == "new" && !counted {
 		if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
-			return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+			return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
 	}
 	if len(v) > 5 && v[5] == "new" {
 		if err := s.countOverall(ctx, owner, keys[0], op, now); err != nil {
-			return store.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
+			return storedriver.TakeResult{}, fmt.Errorf("redisstore: issue: %w", err)
 		}
 	}
-	return store.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
+	return storedriver.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 }
 
 // Take implements store.Store.
-func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *rstore) Take(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if err := ctx.Err(); err != nil {
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	token := action.ClaimToken
 	if token == "" {
 		token = storekit.NewToken()
 	} else if len(token) > maxTokenLength {
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: claim token longer than %d bytes", maxTokenLength)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: claim token longer than %d bytes", maxTokenLength)
 	}
 	base := s.base(owner.Agent, owner.User)
 	keys, f := s.issueArgs(base, owner, action, now)
 	c, k, err := s.mayCompute(ctx, base, owner, action, now, keys, &f)
 	if err != nil {
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	marker, err := s.takeMarker(ctx, owner, keys[0], now)
 	if err != nil {
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	// KEYS[5]: the computed operation's key, which the step's first read
 	// looks for (take.lua); the action key again when none is computed.
@@ -460,26 +484,26 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 	}, s.maxOpenAgent)
 	if errors.Is(err, errNotStarted) {
 		// Undone before its start mark (start.go): nothing may run.
-		return store.TakeResult{}, store.ErrClaimLost
+		return storedriver.TakeResult{}, storedriver.ErrClaimLost
 	}
 	if err != nil {
 		s.failed(err)
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 	}
 	if len(v) == 0 {
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
 	}
 	switch v[0] {
 	case "marked":
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", storekit.ErrMarked)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", storekit.ErrMarked)
 	case "released":
-		return store.TakeResult{}, store.ErrClaimLost
+		return storedriver.TakeResult{}, storedriver.ErrClaimLost
 	case "lost":
-		return store.TakeResult{}, store.ErrClaimLost
+		return storedriver.TakeResult{}, storedriver.ErrClaimLost
 	case "limited":
-		return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", store.ErrRateLimited)
+		return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", storedriver.ErrRateLimited)
 	case "busy":
-		return store.TakeResult{Busy: true}, nil
+		return storedriver.TakeResult{Busy: true}, nil
 	case "compute":
 		if k == nil {
 			break
@@ -492,15 +516,15 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		}
 		if len(v) > 6 && v[6] == "new" && !counted {
 			if err := s.countNew(ctx, owner, keys[0], op, now); err != nil {
-				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+				return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
 		}
 		if len(v) > 6 && v[6] == "new" {
 			if err := s.countOverall(ctx, owner, keys[0], op, now); err != nil {
-				return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
+				return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", err)
 			}
 		}
-		return store.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
+		return storedriver.TakeResult{Operation: op, Ref: storekit.MakeRef(op.ID, op.Revision)}, nil
 	case "claim":
 		op, ok := takenOperation(v[1:], action)
 		if !ok || len(v) < 8 {
@@ -510,9 +534,9 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action store.TakeR
 		if a.UsedAt, ok = parseTime(v[7]); !ok {
 			a.UsedAt = now
 		}
-		return store.TakeResult{Claim: &store.Claim{Owner: owner, Operation: op, Approval: a, Token: token}}, nil
+		return storedriver.TakeResult{Claim: &store.Claim{Owner: owner, Operation: op, Approval: a, Token: token}}, nil
 	}
-	return store.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
+	return storedriver.TakeResult{}, fmt.Errorf("redisstore: take: %w", errReply)
 }
 
 // revisionSuffix is the random part of a revision that Record may need (see
@@ -541,7 +565,7 @@ func operation(v []string) (store.Operation, bool) {
 // takenOperation reads Take's {opID, revision, summary, terms, expires},
 // where terms "" are the request's own (take.lua doesn't send them back;
 // stored terms are never empty).
-func takenOperation(v []string, action store.TakeRequest) (store.Operation, bool) {
+func takenOperation(v []string, action storedriver.TakeRequest) (store.Operation, bool) {
 	op, ok := operation(v)
 	if ok && v[3] == "" {
 		op.Terms = action.Terms
@@ -584,9 +608,9 @@ func decodeApproval(data, opID, rev string) store.Approval {
 }
 
 // Record implements store.Store.
-func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts store.RecordOptions) (store.RecordReply, error) {
+func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	if err := ctx.Err(); err != nil {
-		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+		return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
 	base := s.base(owner.Agent, owner.User)
 	// What the approval adds is bounded in bytes: a long input_type or
@@ -600,7 +624,7 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		k, err = s.sealer(ctx)
 		if err != nil {
 			s.failed(err)
-			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+			return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 		}
 		opened, rev, err := k.Open(base, ref)
 		if err != nil {
@@ -624,7 +648,7 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		// The request's single-use key, used up first in the same script.
 		k := s.onceKey(opts.Once)
 		if !strings.HasPrefix(k, base) {
-			return store.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by storekit.OnceKey for this owner")
+			return storedriver.RecordReply{}, errors.New("redisstore: record: RecordOptions.Once was not made by storekit.OnceKey for this owner")
 		}
 		keys, once, onceTTL = append(keys, k), ns(opts.OnceUntil), ttlMs(opts.OnceUntil, now)
 	}
@@ -644,9 +668,9 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	if opts.Once != "" {
 		// The overall cap of single-use markers, before the step sets one.
 		if refused, err := s.markerRefused(ctx, now); err != nil {
-			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+			return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 		} else if refused {
-			return store.RecordReply{Result: store.RateLimited}, nil
+			return storedriver.RecordReply{Result: storedriver.RateLimited}, nil
 		}
 	}
 	var v []string
@@ -677,39 +701,39 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	}
 	if err != nil {
 		s.failed(err)
-		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+		return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 	}
 	if len(v) == 0 {
-		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
+		return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
 	}
 	if opts.Once != "" && v[0] != "replayed" {
 		s.markers.add(ctx, s.client, opts.OnceUntil, 1, now)
 	}
-	var r store.RecordReply
+	var r storedriver.RecordReply
 	switch v[0] {
 	case "replayed":
-		r.Result = store.Replayed
+		r.Result = storedriver.Replayed
 	case "notfound":
-		r.Result = store.NotFound
+		r.Result = storedriver.NotFound
 	case "signin":
-		r.Result = store.SignInRequired
+		r.Result = storedriver.SignInRequired
 	case "performing":
-		r.Result = store.IsPerforming
+		r.Result = storedriver.BeingPerformed
 	case "performed":
-		r.Result = store.IsPerformed
+		r.Result = storedriver.AlreadyPerformed
 	case "expired":
-		r.Result = store.OperationExpired
+		r.Result = storedriver.OperationExpired
 	case "limited":
-		r.Result = store.RateLimited
+		r.Result = storedriver.RateLimited
 	case "mismatch", "recorded", "already":
 		op, ok := operation(v[1:])
 		if !ok {
-			return store.RecordReply{Result: store.NotFound}, nil
+			return storedriver.RecordReply{Result: storedriver.NotFound}, nil
 		}
 		r.Operation = op
-		r.Result = map[string]store.RecordResult{"mismatch": store.RevisionMismatch, "recorded": store.Recorded, "already": store.AlreadyRecorded}[v[0]]
+		r.Result = map[string]storedriver.RecordResult{"mismatch": storedriver.RevisionMismatch, "recorded": storedriver.Recorded, "already": storedriver.AlreadyRecorded}[v[0]]
 	default:
-		return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
+		return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", errReply)
 	}
 	return r, nil
 }
@@ -718,11 +742,11 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
 	var o string
 	switch outcome {
-	case store.Done:
+	case store.OutcomePerformed:
 		o = "done"
-	case store.NotDone:
+	case store.OutcomeNotPerformed:
 		o = "notdone"
-	case store.Unknown:
+	case store.OutcomeUnknown:
 		o = "unknown"
 	default:
 		return fmt.Errorf("redisstore: finish: invalid outcome %d", int(outcome))
@@ -731,10 +755,10 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
 	if !storekit.ValidID(claim.Operation.ID) || claim.Token == "" {
-		return store.ErrClaimLost
+		return storedriver.ErrClaimLost
 	}
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
-	what := map[store.Outcome]string{store.Done: storekit.EntryPerformed, store.NotDone: storekit.EntryNotPerformed, store.Unknown: storekit.EntryUnknown}[outcome]
+	what := map[store.Outcome]string{store.OutcomePerformed: storekit.EntryPerformed, store.OutcomeNotPerformed: storekit.EntryNotPerformed, store.OutcomeUnknown: storekit.EntryUnknown}[outcome]
 	keys, args := s.finishArgs(ctx, base, claim.Owner, claim.Operation.ID, claim.Token, o, what, claim.Operation.Revision, claim.Operation.Terms, now)
 	// The entry as the claim knows it: the step writes it when what it
 	// says of the claimed revision is what is stored (a retried Finish's
@@ -765,7 +789,7 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 		return fmt.Errorf("redisstore: finish: %w", err)
 	}
 	if n != 1 {
-		return store.ErrClaimLost
+		return storedriver.ErrClaimLost
 	}
 	if o == "done" { // performed: it leaves the overall count of open operations
 		s.open.add(ctx, s.client, claim.Operation.ExpiresAt, -1, now)
@@ -824,87 +848,87 @@ func (s *rstore) Release(ctx context.Context, owner store.Owner, token string, n
 // before any step ran: not found, once the request's single-use key is
 // used up, as the step would have used it first (a replay is Replayed
 // whatever its ref, as in the memory store).
-func (s *rstore) recordNotFound(ctx context.Context, opts store.RecordOptions, now time.Time) (store.RecordReply, error) {
+func (s *rstore) recordNotFound(ctx context.Context, opts storedriver.RecordOptions, now time.Time) (storedriver.RecordReply, error) {
 	if opts.Once != "" {
 		used, err := s.UseOnce(ctx, opts.Once, opts.OnceUntil, now)
 		if errors.Is(err, storekit.ErrOverall) {
-			return store.RecordReply{Result: store.RateLimited}, nil
+			return storedriver.RecordReply{Result: storedriver.RateLimited}, nil
 		}
 		if err != nil {
-			return store.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
+			return storedriver.RecordReply{}, fmt.Errorf("redisstore: record: %w", err)
 		}
 		if !used {
-			return store.RecordReply{Result: store.Replayed}, nil
+			return storedriver.RecordReply{Result: storedriver.Replayed}, nil
 		}
 	}
-	return store.RecordReply{Result: store.NotFound}, nil
+	return storedriver.RecordReply{Result: storedriver.NotFound}, nil
 }
 
 // Lookup implements store.Store. It is one HGETALL: the operation hash holds
 // everything Lookup reports, and a single command is as atomic as a script.
-func (s *rstore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (store.Record, bool, error) {
+func (s *rstore) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+		return storedriver.Found{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 	}
 	if isComputedRef(ref) {
 		rec, found, err := s.lookupComputed(ctx, owner, ref, now)
 		if err != nil {
 			s.failed(err)
-			return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+			return storedriver.Found{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 		}
 		return rec, found, nil
 	}
 	opID, refRev, ok := storekit.SplitRef(ref)
 	if !ok {
-		return store.Record{}, false, nil // W74
+		return storedriver.Found{}, false, nil // W74
 	}
 	h, err := s.client.HGetAll(ctx, s.base(owner.Agent, owner.User)+"op:"+opID).Result()
 	if err != nil {
 		s.failed(err)
-		return store.Record{}, false, fmt.Errorf("redisstore: lookup: %w", err)
+		return storedriver.Found{}, false, fmt.Errorf("redisstore: lookup: %w", err)
 	}
 	if _, ok := h["t:"+refRev]; !ok {
 		// A revision this operation never returned (or no longer keeps):
 		// §4 "Any other reference" is not found (W74).
-		return store.Record{}, false, nil
+		return storedriver.Found{}, false, nil
 	}
 	rec, ok := record(h, opID, now)
 	if !ok {
-		return store.Record{}, false, nil
+		return storedriver.Found{}, false, nil
 	}
 	rec.Owner.Agent, rec.Owner.User = owner.Agent, owner.User
 	return rec, true, nil
 }
 
 // record reads an operation hash; ok is false for a missing or malformed one.
-func record(h map[string]string, opID string, now time.Time) (store.Record, bool) {
+func record(h map[string]string, opID string, now time.Time) (storedriver.Found, bool) {
 	state, cur := h["state"], h["cur"]
 	acct, okAcct := h["acct"]
 	// Past its keep-until (k) an operation is forgotten, whether or not its
 	// TTL has fired yet (W139).
 	k, okK := parseTime(h["k"])
 	if !okAcct || cur == "" || !okK || now.After(k) {
-		return store.Record{}, false
+		return storedriver.Found{}, false
 	}
 	if state == "performed" {
 		// A performed operation keeps only what its status and §7 need
 		// (finish.lua): its current revision's name, no terms.
-		return store.Record{Owner: store.Owner{Account: acct}, Current: store.Operation{ID: opID, Revision: cur}, Status: store.Performed}, true
+		return storedriver.Found{Owner: store.Owner{Account: acct}, Current: store.Operation{ID: opID, Revision: cur}, Status: storedriver.StatusPerformed}, true
 	}
 	curOp, ok := operation([]string{opID, cur, h["s:"+cur], h["t:"+cur], h["x:"+cur]})
 	if !ok || h["t:"+cur] == "" {
-		return store.Record{}, false
+		return storedriver.Found{}, false
 	}
-	rec := store.Record{Owner: store.Owner{Account: acct}, Current: curOp}
+	rec := storedriver.Found{Owner: store.Owner{Account: acct}, Current: curOp}
 	switch state {
 	case "performing":
-		rec.Status = store.Performing
+		rec.Status = storedriver.StatusPerforming
 	case "performed":
-		rec.Status = store.Performed
+		rec.Status = storedriver.StatusPerformed
 	case "open":
-		rec.Status = store.Waiting
+		rec.Status = storedriver.StatusWaiting
 	default:
-		return store.Record{}, false
+		return storedriver.Found{}, false
 	}
 	for _, rev := range strings.Fields(h["al"]) {
 		data, ok := h["a:"+rev]
@@ -919,12 +943,12 @@ func record(h map[string]string, opID string, now time.Time) (store.Record, bool
 		// §6 "Looking up": approved while an approval waits for the
 		// browser's request: neither used up nor expired (W106).
 		x, ok := parseTime(h["x:"+rev])
-		if rec.Status == store.Waiting && a.UsedAt.IsZero() && ok && !now.After(x) {
-			rec.Status = store.Approved
+		if rec.Status == storedriver.StatusWaiting && a.UsedAt.IsZero() && ok && !now.After(x) {
+			rec.Status = storedriver.StatusApproved
 		}
 	}
 	// W75: an expired operation's ref gets invalid_request.
-	rec.Expired = rec.Status == store.Waiting && now.After(curOp.ExpiresAt)
+	rec.Expired = rec.Status == storedriver.StatusWaiting && now.After(curOp.ExpiresAt)
 	return rec, true
 }
 

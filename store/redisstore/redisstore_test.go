@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,12 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 // The conformance suite on every backend the store promises to run on
@@ -31,7 +33,7 @@ func TestMiniredis(t *testing.T) {
 		return storetest.Harness{
 			// miniredis keeps nothing on disk: durability none, chosen
 			// explicitly (Check says it is a demo store).
-			Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}),
+			Store:   storedriver.Steps(redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})),
 			Advance: mr.FastForward,
 			Size:    func(ctx context.Context) (int, error) { n, err := c.DBSize(ctx).Result(); return int(n), err },
 			Down:    mr.Close,
@@ -48,12 +50,12 @@ func serverHarness(clients int) func(t *testing.T) storetest.Harness {
 		// as scripts: both run the same code on the same records, as web
 		// servers do while some have called Load and some not.
 		first := redisstore.New(srv.Client(t), redisstore.Options{})
-		if err := redisstore.Load(t.Context(), first); err != nil {
+		if err := first.Load(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		h := storetest.Harness{Store: first, Down: srv.Stop}
+		h := storetest.Harness{Store: storedriver.Steps(first), Down: srv.Stop}
 		for range clients - 1 {
-			h.Clients = append(h.Clients, redisstore.New(srv.Client(t), redisstore.Options{}))
+			h.Clients = append(h.Clients, storedriver.Steps(redisstore.New(srv.Client(t), redisstore.Options{})))
 		}
 		// No Advance or Size: a real server's TTLs run on real time
 		// (TestTTL checks them instead).
@@ -89,12 +91,12 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		first := redisstore.New(cluster, redisstore.Options{})
-		if err := redisstore.Load(t.Context(), first); err != nil { // functions on every master
+		if err := first.Load(t.Context()); err != nil { // functions on every master
 			t.Fatal(err)
 		}
 		return storetest.Harness{
-			Store:   first,
-			Clients: []store.Store{redisstore.New(other, redisstore.Options{})},
+			Store:   storedriver.Steps(first),
+			Clients: []storedriver.Store{storedriver.Steps(redisstore.New(other, redisstore.Options{}))},
 		}
 	})
 }
@@ -126,7 +128,7 @@ func loadedStore(t *testing.T, opts redisstore.Options) (store.Store, *redis.Cli
 	t.Helper()
 	c := redistest.Start(t).Client(t)
 	st := redisstore.New(c, opts)
-	if err := redisstore.Load(t.Context(), st); err != nil {
+	if err := st.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return st, c
@@ -161,7 +163,7 @@ func TestFunctions(t *testing.T) {
 	ctx := t.Context()
 	calls := func(cmd string) int { t.Helper(); return commandCalls(t, c)[cmd] }
 	a := action("k", `{"v":1}`, time.Hour)
-	is, err := storetest.Issue(ctx, st, owner, a, at(0))
+	is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,25 +174,25 @@ func TestFunctions(t *testing.T) {
 	if err := c.FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(time.Second), storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record without the library: %v, %v", rep.Result, err)
 	}
-	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	res, err := storedriver.Steps(st).Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take without the library: %+v, %v", res, err)
 	}
 	if n := calls("evalsha"); n < 2 {
 		t.Errorf("%d EVALSHAs, want the scripts to have run", n)
 	}
-	if res, err := st.Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
+	if res, err := storedriver.Steps(st).Take(ctx, owner, a, at(3*time.Second)); err != nil || res.Claim != nil {
 		t.Errorf("second Take: %+v, %v; want no second claim", res, err)
 	}
 	// Nor the scripts (SCRIPT FLUSH): EVALSHA runs nothing, EVAL does.
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storetest.Issue(ctx, st, owner, action("k2", `{"v":2}`, time.Hour), at(4*time.Second)); err != nil {
+	if _, err := storetest.Issue(ctx, storedriver.Steps(st), owner, action("k2", `{"v":2}`, time.Hour), at(4*time.Second)); err != nil {
 		t.Fatalf("Issue without the library or the scripts: %v", err)
 	}
 	if n := calls("eval"); n != 1 {
@@ -228,7 +230,7 @@ func TestCallsPerStep(t *testing.T) {
 	// Stored (a summary too long for a 2048-character ref): the 403 step
 	// stores the operation.
 	a := storedAction("k", `{"v":1}`, time.Hour)
-	var is store.TakeResult
+	var is storedriver.TakeResult
 	step("the 403 step (a new operation)", 7, func() { is = takeIssued(t, st, a, at(0)) })
 	step("a repeated 403 (the revision reused)", 2, func() {
 		if again := takeIssued(t, st, a, at(time.Second)); again.Ref != is.Ref {
@@ -256,7 +258,7 @@ func TestCallsPerStep(t *testing.T) {
 	// TTL is already as long to the millisecond (the claim set it to the
 	// same Retention a moment before).
 	before := inner()
-	if err := st.Finish(ctx, claim, store.Done, at(4*time.Second)); err != nil {
+	if err := storedriver.Steps(st).Finish(ctx, claim, store.OutcomePerformed, at(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if got := inner() - before; got != 9 && got != 10 {
@@ -267,7 +269,7 @@ func TestCallsPerStep(t *testing.T) {
 	// that stores a new operation also counts it: 3 more calls in the same step (its
 	// count, the member, the set's TTL), rather than a step of its own.
 	capped := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone, MaxOpen: -1, MaxReplayMarkers: -1})
-	if err := redisstore.Load(ctx, capped); err != nil {
+	if err := capped.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i, what := range []string{"the 403 step with the agent's count (a new count)", "the 403 step with the agent's count"} {
@@ -280,7 +282,7 @@ func TestCallsPerStep(t *testing.T) {
 	// stores the operation (with one EXISTS for all it would otherwise
 	// read); the claim reads that EXISTS first, and makes no PEXPIRE of
 	// the operation's key (kt), only of its action key's.
-	if _, err := st.Take(ctx, owner, action("seal", `{}`, time.Hour), at(5*time.Second)); err != nil {
+	if _, err := storedriver.Steps(st).Take(ctx, owner, action("seal", `{}`, time.Hour), at(5*time.Second)); err != nil {
 		t.Fatal(err) // reads (or makes) the seal key, outside the steps
 	}
 	a = action("c", `{"v":1}`, time.Hour)
@@ -289,7 +291,7 @@ func TestCallsPerStep(t *testing.T) {
 	step("the Take that claims a computed operation", 15, func() { claim = takeClaim(t, st, a, at(8*time.Second)) })
 	// Its action key goes with its old hash and token key, in the one DEL.
 	step("Finish of a computed operation", 8, func() {
-		if err := st.Finish(ctx, claim, store.Done, at(9*time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(ctx, claim, store.OutcomePerformed, at(9*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -305,14 +307,14 @@ func TestPerformedIsSmall(t *testing.T) {
 	ctx := t.Context()
 	a := action("exchange:ord_7Hk2", `{"order_id":"ord_7Hk2","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, time.Hour)
 	a.Summary = "Exchange the jacket on order ord_7Hk2 for $70.00 more."
-	is, err := storetest.Issue(ctx, st, owner, a, at(0))
+	is, err := storetest.Issue(ctx, storedriver.Steps(st), owner, a, at(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := st.Record(ctx, owner, is.Ref, approval(is), at(time.Second), store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+	if rep, err := storedriver.Steps(st).Record(ctx, owner, is.Ref, approval(is), at(time.Second), storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record: %v, %v", rep.Result, err)
 	}
-	res, err := st.Take(ctx, owner, a, at(2*time.Second))
+	res, err := storedriver.Steps(st).Take(ctx, owner, a, at(2*time.Second))
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
 	}
@@ -320,7 +322,7 @@ func TestPerformedIsSmall(t *testing.T) {
 	if err != nil || len(opKeys) != 1 {
 		t.Fatalf("operation key: %v, %v", opKeys, err)
 	}
-	if err := st.Finish(ctx, *res.Claim, store.Done, at(3*time.Second)); err != nil {
+	if err := storedriver.Steps(st).Finish(ctx, *res.Claim, store.OutcomePerformed, at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if enc := c.ObjectEncoding(ctx, opKeys[0]).Val(); enc != "listpack" {
@@ -399,13 +401,15 @@ func forgetPrefix(t testing.TB, c redis.UniversalClient, prefix string) {
 // on the steps' own judgement of expiry).
 func TestSameAsMemory(t *testing.T) {
 	t.Parallel()
-	memory := func(t testing.TB) storetest.Harness { return storetest.Harness{Store: store.NewMemory()} }
+	memory := func(t testing.TB) storetest.Harness {
+		return storetest.Harness{Store: memstore.New(memstore.Config{}).Steps()}
+	}
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
 		storetest.Differential(t, 1000, 60, memory, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
-				Store:   redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone}),
+				Store:   storedriver.Steps(redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})),
 				Advance: mr.FastForward,
 			}
 		})
@@ -416,12 +420,12 @@ func TestSameAsMemory(t *testing.T) {
 		// forgotten operations leave and rejoin.
 		t.Parallel()
 		storetest.Differential(t, 200, 60, func(t testing.TB) storetest.Harness {
-			m, _ := memstore.New(memstore.Config{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3})
-			return storetest.Harness{Store: m}
+			m := memstore.New(memstore.Config{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3})
+			return storetest.Harness{Store: m.Steps()}
 		}, func(t testing.TB) storetest.Harness {
 			mr, c := redistest.Mini(t)
 			return storetest.Harness{
-				Store:   redisstore.New(c, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3, Durability: redisstore.DurableNone}),
+				Store:   storedriver.Steps(redisstore.New(c, redisstore.Options{MaxOpenPerOwner: 2, MaxOpenPerAgent: 3, Durability: redisstore.DurableNone})),
 				Advance: mr.FastForward,
 			}
 		})
@@ -437,10 +441,10 @@ func TestSameAsMemory(t *testing.T) {
 			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
 			forgetPrefix(t, cluster, opts.Prefix)
 			st := redisstore.New(cluster, opts)
-			if err := redisstore.Load(t.Context(), st); err != nil {
+			if err := st.Load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(other, opts)}}
+			return storetest.Harness{Store: storedriver.Steps(st), Clients: []storedriver.Store{storedriver.Steps(redisstore.New(other, opts))}}
 		})
 	})
 	t.Run("redis-server", func(t *testing.T) {
@@ -454,10 +458,10 @@ func TestSameAsMemory(t *testing.T) {
 			opts := redisstore.Options{Prefix: fmt.Sprintf("diff%d:", n.Add(1))}
 			forgetPrefix(t, c, opts.Prefix)
 			st := redisstore.New(c, opts)
-			if err := redisstore.Load(t.Context(), st); err != nil {
+			if err := st.Load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			return storetest.Harness{Store: st, Clients: []store.Store{redisstore.New(c, opts)}}
+			return storetest.Harness{Store: storedriver.Steps(st), Clients: []storedriver.Store{storedriver.Steps(redisstore.New(c, opts))}}
 		})
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -49,9 +50,9 @@ func (r restartRun) run(t *testing.T, n int) restartResult {
 	mc := master.Client(t)
 	st := redisstore.New(mc, redisstore.Options{Durability: redisstore.DurableReplicas, Replicas: 1, DurabilityTimeout: time.Second})
 	var res restartResult
-	res.checkErr = redisstore.Check(t.Context(), st)
+	res.checkErr = st.Check(t.Context())
 
-	actions := make([]store.TakeRequest, n)
+	actions := make([]storedriver.TakeRequest, n)
 	for i := range n {
 		actions[i], _ = approvedAction(t, st, fmt.Sprint(r.name, i))
 	}
@@ -72,11 +73,11 @@ func (r restartRun) run(t *testing.T, n int) restartResult {
 	copyDir(t, master.Dir(), backup)
 
 	for i, a := range actions {
-		res, err := st.Take(t.Context(), owner, a, at(time.Second))
+		res, err := storedriver.Steps(st).Take(t.Context(), owner, a, at(time.Second))
 		if err != nil || res.Claim == nil {
 			t.Fatalf("%s: first Take %d: %+v, %v", r.name, i, res, err)
 		}
-		if err := st.Finish(t.Context(), *res.Claim, store.Done, at(time.Second)); err != nil {
+		if err := storedriver.Steps(st).Finish(t.Context(), *res.Claim, store.OutcomePerformed, at(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,11 +101,11 @@ func (r restartRun) run(t *testing.T, n int) restartResult {
 	for _, a := range actions {
 		for {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-			got, err := st.Take(ctx, owner, a, at(2*time.Second))
+			got, err := storedriver.Steps(st).Take(ctx, owner, a, at(2*time.Second))
 			cancel()
 			if err == nil && got.Claim != nil {
 				res.doubles++
-				_ = st.Finish(t.Context(), *got.Claim, store.Done, at(2*time.Second))
+				_ = storedriver.Steps(st).Finish(t.Context(), *got.Claim, store.OutcomePerformed, at(2*time.Second))
 				break
 			}
 			if err == nil || time.Now().After(deadline) {

@@ -28,7 +28,7 @@ import (
 // unstartedFor ago, the next request for the action undoes it and claims
 // for itself (take.lua), and Performing undoes it (tidy.lua); the first
 // caller's mark, should it come after all, then finds the claim gone and
-// Take fails (store.ErrClaimLost): its handler never runs. Whichever of the
+// Take fails (storedriver.ErrClaimLost): its handler never runs. Whichever of the
 // two steps runs first decides, so correctness never rests on the clock:
 // unstartedFor only keeps a claim from being undone while its own Take is
 // still on its way.

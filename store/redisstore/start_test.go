@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -123,15 +124,15 @@ func TestUnstartedClaimIsNotStranded(t *testing.T) {
 				a := action("lost", `{"v":1}`, time.Hour)
 				is := takeIssued(t, other, a, at(0))
 				recordOK(t, other, is, at(0))
-				if _, err := st.Take(ctx, owner, a, at(time.Second)); err == nil {
+				if _, err := storedriver.Steps(st).Take(ctx, owner, a, at(time.Second)); err == nil {
 					t.Fatal("Take with its reply lost: no error")
 				}
 				// Redis ran it: the operation performs, with no handler.
-				wantStatus(t, other, is.Ref, store.Performing)
-				if r, err := other.Take(ctx, owner, a, at(2*time.Second)); err != nil || !r.Busy {
+				wantStatus(t, other, is.Ref, storedriver.StatusPerforming)
+				if r, err := storedriver.Steps(other).Take(ctx, owner, a, at(2*time.Second)); err != nil || !r.Busy {
 					t.Fatalf("the next request at once: %+v, %v; want busy (its Take may still be on its way)", r, err)
 				}
-				r, err := other.Take(ctx, owner, a, at(12*time.Second))
+				r, err := storedriver.Steps(other).Take(ctx, owner, a, at(12*time.Second))
 				if err != nil || r.Claim == nil {
 					t.Fatalf("the next request 11 s on: %+v, %v; want it to claim the approval no handler used", r, err)
 				}
@@ -145,17 +146,17 @@ func TestUnstartedClaimIsNotStranded(t *testing.T) {
 				a := action("lost2", `{"v":1}`, time.Hour)
 				is := takeIssued(t, other, a, at(0))
 				recordOK(t, other, is, at(0))
-				if _, err := st.Take(ctx, owner, a, at(time.Second)); err == nil {
+				if _, err := storedriver.Steps(st).Take(ctx, owner, a, at(time.Second)); err == nil {
 					t.Fatal("Take with its reply lost: no error")
 				}
 				if got := performing(t, other, at(3*time.Second), at(3*time.Second)); len(got) != 0 {
 					t.Errorf("Performing listed a claim never started: %v", got)
 				}
-				wantStatus(t, other, is.Ref, store.Performing) // 2 s old: left alone
+				wantStatus(t, other, is.Ref, storedriver.StatusPerforming) // 2 s old: left alone
 				if got := performing(t, other, at(time.Hour), at(time.Hour)); len(got) != 0 {
 					t.Errorf("Performing listed a claim never started: %v", got)
 				}
-				wantStatus(t, other, is.Ref, store.Approved)
+				wantStatus(t, other, is.Ref, storedriver.StatusApproved)
 			})
 		})
 	}
@@ -178,7 +179,7 @@ func TestStartMarkDecides(t *testing.T) {
 				a := action("race", `{"v":1}`, time.Hour)
 				is := takeIssued(t, other, a, at(0))
 				recordOK(t, other, is, at(0))
-				var stolen store.TakeResult
+				var stolen storedriver.TakeResult
 				var stealErr error
 				var once sync.Once
 				h.before = func(step string) {
@@ -187,22 +188,22 @@ func TestStartMarkDecides(t *testing.T) {
 							// The first web server has its claim's reply and is
 							// about to mark it; the next request comes late
 							// enough to undo a claim never started.
-							stolen, stealErr = other.Take(ctx, owner, a, at(time.Minute))
+							stolen, stealErr = storedriver.Steps(other).Take(ctx, owner, a, at(time.Minute))
 						})
 					}
 				}
-				res, err := st.Take(ctx, owner, a, at(time.Second))
+				res, err := storedriver.Steps(st).Take(ctx, owner, a, at(time.Second))
 				if stealErr != nil || stolen.Claim == nil {
 					t.Fatalf("the other request: %+v, %v; want a claim", stolen, stealErr)
 				}
-				if res.Claim != nil || !errors.Is(err, store.ErrClaimLost) {
+				if res.Claim != nil || !errors.Is(err, storedriver.ErrClaimLost) {
 					t.Fatalf("the first Take after its claim was undone: %+v, %v; want no claim, ErrClaimLost", res, err)
 				}
 				// One claim stands: the other's.
-				if err := other.Finish(ctx, *stolen.Claim, store.Done, at(time.Minute)); err != nil {
+				if err := storedriver.Steps(other).Finish(ctx, *stolen.Claim, store.OutcomePerformed, at(time.Minute)); err != nil {
 					t.Fatalf("Finish of the other's claim: %v", err)
 				}
-				wantStatus(t, other, is.Ref, store.Performed)
+				wantStatus(t, other, is.Ref, storedriver.StatusPerformed)
 			})
 			t.Run("marked: the other side refuses", func(t *testing.T) {
 				h := &stepHook{}
@@ -211,13 +212,13 @@ func TestStartMarkDecides(t *testing.T) {
 				is := takeIssued(t, other, a, at(0))
 				recordOK(t, other, is, at(0))
 				claim := takeClaim(t, st, a, at(time.Second))
-				if r, err := other.Take(ctx, owner, a, at(time.Hour)); err != nil || !r.Busy {
+				if r, err := storedriver.Steps(other).Take(ctx, owner, a, at(time.Hour)); err != nil || !r.Busy {
 					t.Fatalf("another request an hour after a started claim: %+v, %v; want busy", r, err)
 				}
 				if got := performing(t, other, at(time.Hour), at(time.Hour)); len(got) != 1 || got[0] != is.Operation.ID {
 					t.Errorf("Performing an hour on: %v, want the started claim %s (a person decides)", got, is.Operation.ID)
 				}
-				if err := st.Finish(ctx, claim, store.Done, at(time.Hour)); err != nil {
+				if err := storedriver.Steps(st).Finish(ctx, claim, store.OutcomePerformed, at(time.Hour)); err != nil {
 					t.Fatalf("Finish of the started claim: %v", err)
 				}
 			})

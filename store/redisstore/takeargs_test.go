@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -23,7 +24,7 @@ func TestTakeIssueFieldsAnyBytes(t *testing.T) {
 		c := redistest.Server(t)
 		st := redisstore.New(c, redisstore.Options{Durability: redisstore.DurableNone})
 		if functions {
-			if err := redisstore.Load(ctx, st); err != nil {
+			if err := st.Load(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -31,7 +32,7 @@ func TestTakeIssueFieldsAnyBytes(t *testing.T) {
 		// Terms too long for a computed ref: Take stores the operation, with
 		// what the JSON array carried.
 		terms := []byte(`{"note":"` + strings.Repeat("x", 3000) + `"}`)
-		r, err := st.Take(ctx, owner, store.TakeRequest{Key: "k", Terms: terms, Summary: summary, Lifetime: time.Minute}, now)
+		r, err := storedriver.Steps(st).Take(ctx, owner, storedriver.TakeRequest{Key: "k", Terms: terms, Summary: summary, Lifetime: time.Minute}, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +42,7 @@ func TestTakeIssueFieldsAnyBytes(t *testing.T) {
 		if r.Operation.Summary != summary {
 			t.Errorf("functions %v: Take's summary = %q, want %q", functions, r.Operation.Summary, summary)
 		}
-		rec, found, err := st.Lookup(ctx, owner, r.Ref, now)
+		rec, found, err := storedriver.Steps(st).Lookup(ctx, owner, r.Ref, now)
 		if err != nil || !found {
 			t.Fatalf("functions %v: Lookup = %v, %v", functions, found, err)
 		}
@@ -50,7 +51,7 @@ func TestTakeIssueFieldsAnyBytes(t *testing.T) {
 				rec.Current.Summary, len(rec.Current.Terms), rec.Owner.Account, summary, len(terms), owner.Account)
 		}
 		// The same request again reuses the stored revision (W24).
-		again, err := st.Take(ctx, owner, store.TakeRequest{Key: "k", Terms: terms, Summary: summary, Lifetime: time.Minute}, now.Add(time.Second))
+		again, err := storedriver.Steps(st).Take(ctx, owner, storedriver.TakeRequest{Key: "k", Terms: terms, Summary: summary, Lifetime: time.Minute}, now.Add(time.Second))
 		if err != nil || again.Ref != r.Ref {
 			t.Errorf("functions %v: the repeat's ref = %q, %v; want %q", functions, again.Ref, err, r.Ref)
 		}

@@ -25,7 +25,6 @@ var exchanges atomic.Int32
 func newShop(decline func(context.Context, endpoint.DeclineRequest) *webkit.Decline) *webkittest.Site {
 	site := webkittest.New("https://shop.example")
 	kit := webkit.New([]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210"))
-	kit.Store = store.NewMemory()
 	kit.Logger = slog.New(slog.DiscardHandler)
 	mux := http.NewServeMux()
 

@@ -26,8 +26,10 @@ import (
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
@@ -118,10 +120,10 @@ func newToy(t *testing.T, fault string) *toy {
 			pages.Waiting(w, r, v, templates.Chrome{})
 		})
 	}
-	st := store.NewMemory()
+	st := memstore.New(memstore.Config{})
 	kit.Store = st
 	if fault == faultPerformsTwice {
-		kit.Store = &racyStore{Store: st, t: s}
+		kit.Store = storedriver.AsStore(&racyStore{Store: st.Steps(), t: s})
 	}
 	if cs, ok := kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = true
@@ -139,7 +141,7 @@ func newToy(t *testing.T, fault string) *toy {
 	// The toy's own endpoint, built as the Mount builds its own, with the
 	// toy's faults in its Authenticator.
 	verifier := &siteverify.Verifier{Origin: s.url, Resolver: &identity.Resolver{AllowLocal: true, Clock: kit.Clock},
-		Replay: storewrap.WithTimeout(kit.Store, kit.StoreTimeout), Clock: kit.Clock}
+		Replay: storewrap.WithTimeout(storedriver.Steps(kit.Store), kit.StoreTimeout), Clock: kit.Clock}
 	s.ep = opsendpoint.New(kit, &toyAuth{next: opsendpoint.IdentityAuthenticator{Verifier: verifier, AccessTokens: tokens}, t: s})
 	s.ep.Decline = func(ctx context.Context, d opsendpoint.DeclineRequest) *webkit.Decline {
 		return s.decline(ctx, endpoint.DeclineRequest(d))
@@ -500,11 +502,11 @@ func (a *toyAuth) Authenticate(ctx context.Context, r *http.Request) (webkit.Ses
 // racyStore hands the same claim to repeats that arrive close together,
 // like a store whose take is not atomic.
 type racyStore struct {
-	store.Store
+	storedriver.Store
 	t *toy
 }
 
-func (s *racyStore) Take(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func (s *racyStore) Take(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	res, err := s.Store.Take(ctx, owner, action, now)
 	key := owner.Agent + "|" + owner.User + "|" + action.Key
 	s.t.mu.Lock()
@@ -513,7 +515,7 @@ func (s *racyStore) Take(ctx context.Context, owner store.Owner, action store.Ta
 		s.t.claims[key] = recentClaim{claim: *res.Claim, at: time.Now()}
 	} else if c, ok := s.t.claims[key]; ok && time.Since(c.at) < 2*time.Second {
 		cl := c.claim
-		return store.TakeResult{Claim: &cl}, nil
+		return storedriver.TakeResult{Claim: &cl}, nil
 	}
 	return res, err
 }

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every store.Store passes: the
+// Package storetest is the conformance suite every storedriver.Store passes: the
 // memory store, and the Redis store against miniredis, a redis-server and a
 // Redis Cluster. Each subtest names the requirement IDs it shows
 // (webkit/RULES.md), so `grep -rnw W135 .` finds it.
@@ -12,22 +12,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
-	"github.com/opsgate/opsgate/internal/storewrap"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storewrap"
 
 	"github.com/opsgate/opsgate/store"
 )
 
 // Harness is one backend under test, with fresh, empty data.
 type Harness struct {
-	Store store.Store
+	Store storedriver.Store
 	// Clients are extra Stores over the same data, as separate web servers
 	// would have (e.g. 4 Redis clients). nil/empty → only Store.
-	Clients []store.Store
+	Clients []storedriver.Store
 	// Advance moves the backend's own clock (miniredis FastForward) so that
 	// backend TTLs fire; nil when the backend has no simulated clock.
 	Advance func(d time.Duration)
@@ -60,13 +62,13 @@ const lifetime = 10 * time.Minute
 
 // action returns the action key with terms given as JSON, canonicalised as
 // the Gate does (W118).
-func action(t testing.TB, key, terms string) store.TakeRequest {
+func action(t testing.TB, key, terms string) storedriver.TakeRequest {
 	t.Helper()
 	c, err := storekit.CanonicalTerms([]byte(terms))
 	if err != nil {
 		t.Fatalf("terms %s: %v", terms, err)
 	}
-	return store.TakeRequest{Key: key, Terms: c, Summary: "Do " + key + " with " + string(c), Lifetime: lifetime}
+	return storedriver.TakeRequest{Key: key, Terms: c, Summary: "Do " + key + " with " + string(c), Lifetime: lifetime}
 }
 
 // approvalOf is the agent's user approval of a revision (§6).
@@ -91,18 +93,18 @@ type env struct {
 func (e *env) ctx() context.Context { return e.t.Context() }
 
 // clients returns every Store over the data: Store first.
-func (e *env) clients() []store.Store {
-	return append([]store.Store{e.h.Store}, e.h.Clients...)
+func (e *env) clients() []storedriver.Store {
+	return append([]storedriver.Store{e.h.Store}, e.h.Clients...)
 }
 
 // client returns the i-th client, cycling, so that steps of one scenario run
 // on different web servers when the harness has several.
-func (e *env) client(i int) store.Store {
+func (e *env) client(i int) storedriver.Store {
 	c := e.clients()
 	return c[i%len(c)]
 }
 
-func (e *env) issue(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
+func (e *env) issue(o store.Owner, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 	e.t.Helper()
 	is, err := Issue(e.ctx(), e.h.Store, o, a, now)
 	if err != nil {
@@ -114,7 +116,7 @@ func (e *env) issue(o store.Owner, a store.TakeRequest, now time.Time) store.Tak
 	return is
 }
 
-func (e *env) take(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
+func (e *env) take(o store.Owner, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 	e.t.Helper()
 	res, err := e.client(1).Take(e.ctx(), o, a, now)
 	if err != nil {
@@ -125,7 +127,7 @@ func (e *env) take(o store.Owner, a store.TakeRequest, now time.Time) store.Take
 }
 
 // checkTakeResult checks that exactly one of Claim, Issued and Busy is set.
-func checkTakeResult(t testing.TB, res store.TakeResult) {
+func checkTakeResult(t testing.TB, res storedriver.TakeResult) {
 	t.Helper()
 	n := 0
 	if res.Claim != nil {
@@ -146,7 +148,7 @@ func checkTakeResult(t testing.TB, res store.TakeResult) {
 }
 
 // claim takes and requires a claim.
-func (e *env) claim(o store.Owner, a store.TakeRequest, now time.Time) *store.Claim {
+func (e *env) claim(o store.Owner, a storedriver.TakeRequest, now time.Time) *store.Claim {
 	e.t.Helper()
 	res := e.take(o, a, now)
 	if res.Claim == nil {
@@ -156,7 +158,7 @@ func (e *env) claim(o store.Owner, a store.TakeRequest, now time.Time) *store.Cl
 }
 
 // noClaim takes and requires an issued operation.
-func (e *env) noClaim(o store.Owner, a store.TakeRequest, now time.Time) store.TakeResult {
+func (e *env) noClaim(o store.Owner, a storedriver.TakeRequest, now time.Time) storedriver.TakeResult {
 	e.t.Helper()
 	res := e.take(o, a, now)
 	if res.Ref == "" {
@@ -165,9 +167,9 @@ func (e *env) noClaim(o store.Owner, a store.TakeRequest, now time.Time) store.T
 	return res
 }
 
-func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time) store.RecordReply {
+func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time) storedriver.RecordReply {
 	e.t.Helper()
-	rep, err := e.client(2).Record(e.ctx(), o, ref, ap, now, store.RecordOptions{})
+	rep, err := e.client(2).Record(e.ctx(), o, ref, ap, now, storedriver.RecordOptions{})
 	if err != nil {
 		e.t.Fatalf("Record: %v", err)
 	}
@@ -175,14 +177,14 @@ func (e *env) record(o store.Owner, ref string, ap store.Approval, now time.Time
 }
 
 // approve records the approval of is and requires Recorded.
-func (e *env) approve(o store.Owner, is store.TakeResult, now time.Time) {
+func (e *env) approve(o store.Owner, is storedriver.TakeResult, now time.Time) {
 	e.t.Helper()
-	if rep := e.record(o, is.Ref, approvalOf(is.Operation), now); rep.Result != store.Recorded {
+	if rep := e.record(o, is.Ref, approvalOf(is.Operation), now); rep.Result != storedriver.Recorded {
 		e.t.Fatalf("Record: want recorded, got %v", rep.Result)
 	}
 }
 
-func (e *env) wantRecord(o store.Owner, ref string, ap store.Approval, now time.Time, want store.RecordResult) store.RecordReply {
+func (e *env) wantRecord(o store.Owner, ref string, ap store.Approval, now time.Time, want storedriver.RecordResult) storedriver.RecordReply {
 	e.t.Helper()
 	rep := e.record(o, ref, ap, now)
 	if rep.Result != want {
@@ -191,7 +193,7 @@ func (e *env) wantRecord(o store.Owner, ref string, ap store.Approval, now time.
 	return rep
 }
 
-func (e *env) lookup(o store.Owner, ref string, now time.Time) (store.Record, bool) {
+func (e *env) lookup(o store.Owner, ref string, now time.Time) (storedriver.Found, bool) {
 	e.t.Helper()
 	rec, found, err := e.client(3).Lookup(e.ctx(), o, ref, now)
 	if err != nil {
@@ -201,7 +203,7 @@ func (e *env) lookup(o store.Owner, ref string, now time.Time) (store.Record, bo
 }
 
 // status looks ref up and requires it found with the given status.
-func (e *env) status(o store.Owner, ref string, now time.Time, want store.Status) store.Record {
+func (e *env) status(o store.Owner, ref string, now time.Time, want storedriver.Status) storedriver.Found {
 	e.t.Helper()
 	rec, found := e.lookup(o, ref, now)
 	if !found {
@@ -253,7 +255,7 @@ var cases []testCase
 // compute this one, and stores it when its ref is returned (the stored
 // fallback, internal/computed), so the case judges stored revisions. Its
 // cases call wantStored on the first ref.
-func storedAction(t testing.TB, key, terms string) store.TakeRequest {
+func storedAction(t testing.TB, key, terms string) storedriver.TakeRequest {
 	t.Helper()
 	a := action(t, key, terms)
 	a.Summary += strings.Repeat(" and then some more", 120)
@@ -262,7 +264,7 @@ func storedAction(t testing.TB, key, terms string) store.TakeRequest {
 
 // wantStored fails the case unless is's ref is of the stored form,
 // "<operation_id>.<revision>" and nothing after.
-func wantStored(t testing.TB, is store.TakeResult) {
+func wantStored(t testing.TB, is storedriver.TakeResult) {
 	t.Helper()
 	if strings.Count(is.Ref, ".") != 1 {
 		t.Fatalf("ref %.60s… is sealed: the case needs a stored operation", is.Ref)
@@ -379,18 +381,18 @@ var _ = add("W26 a revision keeps its terms and expires_at", func(t *testing.T, 
 	a1 := storedAction(t, "k", `{"v":1}`)
 	r1 := e.issue(signedIn, a1, at(0))
 	wantStored(t, r1)
-	rec1 := e.status(signedIn, r1.Ref, at(time.Second), store.Waiting)
+	rec1 := e.status(signedIn, r1.Ref, at(time.Second), storedriver.StatusWaiting)
 	if !sameOperation(rec1.Current, r1.Operation) {
 		t.Fatalf("Lookup current %+v, want %+v", rec1.Current, r1.Operation)
 	}
 	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(2*time.Second))
 	// The first revision is unchanged: its approval is recorded for it,
 	// and a request with its terms takes exactly it.
-	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(3*time.Second), store.Recorded)
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(3*time.Second), storedriver.Recorded)
 	if !sameOperation(rep.Operation, r1.Operation) {
 		t.Errorf("Recorded operation %+v, want %+v", rep.Operation, r1.Operation)
 	}
-	rec := e.status(signedIn, r1.Ref, at(4*time.Second), store.Approved)
+	rec := e.status(signedIn, r1.Ref, at(4*time.Second), storedriver.StatusApproved)
 	if !sameOperation(rec.Current, r2.Operation) {
 		t.Errorf("Lookup current %+v, want the latest %+v", rec.Current, r2.Operation)
 	}
@@ -412,8 +414,8 @@ var _ = add("W141 W145 while performed, Issue keeps the operation (its approval 
 	if during.Operation.ID != is.Operation.ID || during.Operation.Revision == is.Operation.Revision {
 		t.Errorf("while performing: Issue gave %s, want a new revision of %s", during.Ref, is.Operation.ID)
 	}
-	e.wantRecord(signedIn, during.Ref, approvalOf(during.Operation), at(3*time.Second), store.IsPerforming)
-	e.finish(c, store.Done, at(4*time.Second))
+	e.wantRecord(signedIn, during.Ref, approvalOf(during.Operation), at(3*time.Second), storedriver.BeingPerformed)
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
 	after := e.issue(signedIn, a, at(5*time.Second))
 	if after.Operation.ID == is.Operation.ID {
 		t.Errorf("after performing: Issue kept operation_id %s", is.Operation.ID)
@@ -424,7 +426,7 @@ var _ = add("W141 W145 while performed, Issue keeps the operation (its approval 
 })
 
 var _ = add("revisions of one operation are capped at 32, dropping the oldest never approved", func(t *testing.T, e *env) {
-	var revs []store.TakeResult
+	var revs []storedriver.TakeResult
 	revs = append(revs, e.issue(signedIn, action(t, "k", `{"n":0}`), at(0)))
 	e.approve(signedIn, revs[0], at(0))
 	for i := 1; i <= 40; i++ {
@@ -432,22 +434,22 @@ var _ = add("revisions of one operation are capped at 32, dropping the oldest ne
 	}
 	now := at(2 * time.Second)
 	// Kept: the approved revision 0 and the latest 31 (10…40).
-	e.wantRecord(signedIn, revs[0].Ref, approvalOf(revs[0].Operation), now, store.AlreadyRecorded)
+	e.wantRecord(signedIn, revs[0].Ref, approvalOf(revs[0].Operation), now, storedriver.AlreadyRecorded)
 	for _, i := range []int{1, 9} {
 		// A dropped revision fails check 3 (W114), and its own ref is one
 		// the operation no longer knows: not found, as any ref the
 		// Company never returned (W74).
-		rep := e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[i].Operation), now, store.RevisionMismatch)
+		rep := e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[i].Operation), now, storedriver.RevisionMismatch)
 		if rep.Operation.Revision != revs[40].Operation.Revision {
 			t.Errorf("revision %d: mismatch answers %s, want the current %s", i, rep.Operation.Revision, revs[40].Operation.Revision)
 		}
-		e.wantRecord(signedIn, revs[i].Ref, approvalOf(revs[i].Operation), now, store.NotFound)
+		e.wantRecord(signedIn, revs[i].Ref, approvalOf(revs[i].Operation), now, storedriver.NotFound)
 		if _, found := e.lookup(signedIn, revs[i].Ref, now); found {
 			t.Errorf("revision %d: its ref is still found", i)
 		}
 	}
-	e.wantRecord(signedIn, revs[10].Ref, approvalOf(revs[10].Operation), now, store.Recorded)
-	e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[40].Operation), now, store.Recorded)
+	e.wantRecord(signedIn, revs[10].Ref, approvalOf(revs[10].Operation), now, storedriver.Recorded)
+	e.wantRecord(signedIn, revs[40].Ref, approvalOf(revs[40].Operation), now, storedriver.Recorded)
 })
 
 // ---- Record (§6 "What the Company checks") ----
@@ -467,7 +469,7 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 		strings.Repeat("a", 300) + "." + is.Operation.Revision,
 	} {
 		rep := e.record(signedIn, ref, approvalOf(is.Operation), at(time.Second))
-		if rep.Result != store.NotFound {
+		if rep.Result != storedriver.NotFound {
 			t.Errorf("Record ref %q: %v, want not found", ref, rep.Result)
 		}
 		if _, found := e.lookup(signedIn, ref, at(time.Second)); found {
@@ -475,7 +477,7 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 		}
 	}
 	// Nothing was recorded through them.
-	if rec := e.status(signedIn, is.Ref, at(time.Second), store.Waiting); len(rec.Approvals) != 0 {
+	if rec := e.status(signedIn, is.Ref, at(time.Second), storedriver.StatusWaiting); len(rec.Approvals) != 0 {
 		t.Errorf("approvals recorded through bad refs: %+v", rec.Approvals)
 	}
 	e.noClaim(signedIn, action(t, "k", `{}`), at(2*time.Second))
@@ -483,7 +485,7 @@ var _ = add("W74 W77 an unknown or malformed ref is not found", func(t *testing.
 
 // nearRefs are refs that differ from a real one by a character or a part:
 // §4's "any other reference", which must not be taken for it (W74).
-func nearRefs(is store.TakeResult) []string {
+func nearRefs(is storedriver.TakeResult) []string {
 	id, rev := is.Operation.ID, is.Operation.Revision
 	return []string{
 		is.Ref + ".", is.Ref + "..", "." + is.Ref, is.Ref + ". ",
@@ -506,14 +508,14 @@ var _ = add("W74 a real ref with a character or a part added or changed is not t
 			if rec, found := e.lookup(signedIn, ref, now); found {
 				t.Errorf("%s: Lookup %q found %s", what, ref, rec.Status)
 			}
-			if rep := e.record(signedIn, ref, approvalOf(is.Operation), now); rep.Result != store.NotFound {
+			if rep := e.record(signedIn, ref, approvalOf(is.Operation), now); rep.Result != storedriver.NotFound {
 				t.Errorf("%s: Record %q: %v, want not found", what, ref, rep.Result)
 			}
 		}
 	}
 	noFind("waiting", at(time.Second))
 	// Nothing was recorded through them.
-	if rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting); len(rec.Approvals) != 0 {
+	if rec := e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting); len(rec.Approvals) != 0 {
 		t.Errorf("approvals recorded through near refs: %+v", rec.Approvals)
 	}
 	e.noClaim(signedIn, a, at(2*time.Second))
@@ -521,9 +523,9 @@ var _ = add("W74 a real ref with a character or a part added or changed is not t
 	noFind("approved", at(4*time.Second))
 	c := e.claim(signedIn, a, at(5*time.Second))
 	noFind("performing", at(6*time.Second))
-	e.finish(c, store.Done, at(7*time.Second))
+	e.finish(c, store.OutcomePerformed, at(7*time.Second))
 	noFind("performed", at(8*time.Second))
-	e.status(signedIn, is.Ref, at(9*time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(9*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W74 W136 once performed, every revision it returned is still found, and no other", func(t *testing.T, e *env) {
@@ -531,16 +533,16 @@ var _ = add("W74 W136 once performed, every revision it returned is still found,
 	r1 := e.issue(signedIn, a1, at(0))
 	r2 := e.issue(signedIn, action(t, "k", `{"v":2}`), at(time.Second))
 	e.approve(signedIn, r1, at(2*time.Second))
-	e.finish(e.claim(signedIn, a1, at(3*time.Second)), store.Done, at(4*time.Second))
-	// A store may keep a performed operation small (store.Record): its refs
+	e.finish(e.claim(signedIn, a1, at(3*time.Second)), store.OutcomePerformed, at(4*time.Second))
+	// A store may keep a performed operation small (storedriver.Found): its refs
 	// still answer performed, and a made-up one still isn't found.
-	for _, is := range []store.TakeResult{r1, r2} {
-		e.status(signedIn, is.Ref, at(5*time.Second), store.Performed)
-		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), store.IsPerformed)
+	for _, is := range []storedriver.TakeResult{r1, r2} {
+		e.status(signedIn, is.Ref, at(5*time.Second), storedriver.StatusPerformed)
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), storedriver.AlreadyPerformed)
 	}
 	id := r1.Operation.ID
 	for _, ref := range []string{id + ".madeUp", id + ".1791487200-AAAAAAAAAAAAAAAA"} {
-		if rep := e.record(signedIn, ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != store.NotFound {
+		if rep := e.record(signedIn, ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != storedriver.NotFound {
 			t.Errorf("Record ref %q of a performed operation: %v, want not found", ref, rep.Result)
 		}
 		if _, found := e.lookup(signedIn, ref, at(5*time.Second)); found {
@@ -548,7 +550,7 @@ var _ = add("W74 W136 once performed, every revision it returned is still found,
 		}
 	}
 	// Check 1 still holds: another account's Session doesn't see it.
-	if rep := e.record(otherAccount, r1.Ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != store.NotFound {
+	if rep := e.record(otherAccount, r1.Ref, approvalOf(r1.Operation), at(5*time.Second)); rep.Result != storedriver.NotFound {
 		t.Errorf("another account: %v, want not found", rep.Result)
 	}
 })
@@ -557,34 +559,34 @@ var _ = add("W74 W34 every revision returned for an operation makes a ref that i
 	r1 := e.issue(signedIn, storedAction(t, "k", `{"v":1}`), at(0))
 	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(time.Second))
 	wantStored(t, r2)
-	for _, is := range []store.TakeResult{r1, r2} {
-		rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+	for _, is := range []storedriver.TakeResult{r1, r2} {
+		rec := e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting)
 		if !sameOperation(rec.Current, r2.Operation) {
 			t.Errorf("Lookup %s: current %+v, want the latest %+v", is.Ref, rec.Current, r2.Operation)
 		}
 	}
 	// The ref of one revision carries the approval of another revision of
 	// the same operation (check 3 compares the approval with the operation).
-	e.wantRecord(signedIn, r2.Ref, approvalOf(r1.Operation), at(3*time.Second), store.Recorded)
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r1.Operation), at(3*time.Second), storedriver.Recorded)
 })
 
 var _ = add("W45 W76 W104 another agent or User finds nothing", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	for _, o := range []store.Owner{otherAgent, otherUser, {Agent: otherAgent.Agent, User: otherAgent.User}} {
-		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(time.Second), store.NotFound)
+		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(time.Second), storedriver.NotFound)
 		if _, found := e.lookup(o, is.Ref, at(time.Second)); found {
 			t.Errorf("Lookup as %+v: found", o)
 		}
 	}
-	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+	e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting)
 })
 
 var _ = add("W42 W43 W77 a signed-in Session meets a signed-out or another account's operation: not found", func(t *testing.T, e *env) {
 	out := e.issue(signedOut, action(t, "k", `{}`), at(0))
-	e.wantRecord(signedIn, out.Ref, approvalOf(out.Operation), at(time.Second), store.NotFound)
+	e.wantRecord(signedIn, out.Ref, approvalOf(out.Operation), at(time.Second), storedriver.NotFound)
 	in := e.issue(signedIn, action(t, "k", `{}`), at(0))
-	e.wantRecord(otherAccount, in.Ref, approvalOf(in.Operation), at(time.Second), store.NotFound)
+	e.wantRecord(otherAccount, in.Ref, approvalOf(in.Operation), at(time.Second), storedriver.NotFound)
 	// Lookup finds them for the agent and User; the owner's account tells
 	// the caller they are not this Session's (§3).
 	if rec, found := e.lookup(signedIn, out.Ref, at(2*time.Second)); !found || rec.Owner != signedOut {
@@ -593,13 +595,13 @@ var _ = add("W42 W43 W77 a signed-in Session meets a signed-out or another accou
 	if rec, found := e.lookup(otherAccount, in.Ref, at(2*time.Second)); !found || rec.Owner != signedIn {
 		t.Errorf("Lookup account op: found=%v owner=%+v", found, rec.Owner)
 	}
-	e.status(signedOut, out.Ref, at(3*time.Second), store.Waiting)
-	e.status(signedIn, in.Ref, at(3*time.Second), store.Waiting)
+	e.status(signedOut, out.Ref, at(3*time.Second), storedriver.StatusWaiting)
+	e.status(signedIn, in.Ref, at(3*time.Second), storedriver.StatusWaiting)
 })
 
 var _ = add("W44 W73 a signed-out Session meets an account's operation: sign-in required", func(t *testing.T, e *env) {
 	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
-	rep := e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), at(time.Second), store.SignInRequired)
+	rep := e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), at(time.Second), storedriver.SignInRequired)
 	if rep.Operation.ID != "" {
 		t.Errorf("sign-in required reveals the operation: %+v", rep.Operation)
 	}
@@ -607,7 +609,7 @@ var _ = add("W44 W73 a signed-out Session meets an account's operation: sign-in 
 	if !found || rec.Owner.Account != signedIn.Account {
 		t.Errorf("Lookup: found=%v owner=%+v, want the account's operation", found, rec.Owner)
 	}
-	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting) // nothing recorded
+	e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting) // nothing recorded
 })
 
 var _ = add("W100 W114 W122 a revision never returned: mismatch with the current revision", func(t *testing.T, e *env) {
@@ -615,7 +617,7 @@ var _ = add("W100 W114 W122 a revision never returned: mismatch with the current
 	for _, rev := range []string{"1791487200-made-up", "", is.Operation.Revision + "x"} {
 		ap := approvalOf(is.Operation)
 		ap.Revision = rev
-		rep := e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.RevisionMismatch)
+		rep := e.wantRecord(signedIn, is.Ref, ap, at(time.Second), storedriver.RevisionMismatch)
 		if !sameOperation(rep.Operation, is.Operation) {
 			t.Errorf("revision %q: answered %+v, want the current %+v", rev, rep.Operation, is.Operation)
 		}
@@ -623,14 +625,14 @@ var _ = add("W100 W114 W122 a revision never returned: mismatch with the current
 			t.Errorf("W122: answered with the named revision %q", rev)
 		}
 	}
-	e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting)
+	e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting)
 })
 
 var _ = add("W115 an expired revision while a newer one is current: mismatch", func(t *testing.T, e *env) {
 	r1 := e.issue(signedIn, storedAction(t, "k", `{"v":1}`), at(0))
 	r2 := e.issue(signedIn, storedAction(t, "k", `{"v":2}`), at(6*time.Minute))
 	wantStored(t, r2)
-	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), r1.Operation.ExpiresAt.Add(time.Second), store.RevisionMismatch)
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), r1.Operation.ExpiresAt.Add(time.Second), storedriver.RevisionMismatch)
 	if !sameOperation(rep.Operation, r2.Operation) {
 		t.Errorf("answered %+v, want the current %+v", rep.Operation, r2.Operation)
 	}
@@ -648,11 +650,11 @@ var _ = add("W120 a replaced revision still passes check 3 (the MAY is not taken
 	if r2.Operation.ID != r1.Operation.ID || r2.Operation.Revision == r1.Operation.Revision {
 		t.Fatalf("r2 %+v does not replace r1 %+v", r2.Operation, r1.Operation)
 	}
-	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(2*time.Second), store.Recorded)
+	rep := e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), at(2*time.Second), storedriver.Recorded)
 	if !sameOperation(rep.Operation, r1.Operation) {
 		t.Errorf("recorded %+v, want the replaced revision %+v", rep.Operation, r1.Operation)
 	}
-	rec := e.status(signedIn, r2.Ref, at(3*time.Second), store.Approved)
+	rec := e.status(signedIn, r2.Ref, at(3*time.Second), storedriver.StatusApproved)
 	if !sameOperation(rec.Current, r2.Operation) {
 		t.Errorf("current %+v, want r2 %+v", rec.Current, r2.Operation)
 	}
@@ -664,8 +666,8 @@ var _ = add("W120 a replaced revision still passes check 3 (the MAY is not taken
 	if c.Operation.Revision != r1.Operation.Revision {
 		t.Errorf("took %s, want r1 %s", c.Operation.Revision, r1.Operation.Revision)
 	}
-	e.finish(c, store.Done, at(6*time.Second))
-	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), at(7*time.Second), store.IsPerformed)
+	e.finish(c, store.OutcomePerformed, at(6*time.Second))
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), at(7*time.Second), storedriver.AlreadyPerformed)
 })
 
 var _ = add("W90 W91 W122 an approval used up without performing fails check 3, with a revision that can still be approved", func(t *testing.T, e *env) {
@@ -673,11 +675,11 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(c, store.NotDone, at(3*time.Second))
+	e.finish(c, store.OutcomeNotPerformed, at(3*time.Second))
 
 	// Lookup offers a revision other than the used-up one, with the same
 	// terms and expires_at.
-	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Waiting)
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), storedriver.StatusWaiting)
 	cur := rec.Current
 	if cur.ID != is.Operation.ID || cur.Revision == is.Operation.Revision ||
 		string(cur.Terms) != string(is.Operation.Terms) || !cur.ExpiresAt.Equal(is.Operation.ExpiresAt) {
@@ -690,11 +692,11 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 	// answer names the revision Lookup offers, never the named one.
 	for _, ref := range []string{is.Ref, storekit.MakeRef(cur.ID, cur.Revision)} {
 		for _, check := range []bool{false, true} {
-			rep, err := e.client(2).Record(e.ctx(), signedIn, ref, approvalOf(is.Operation), at(5*time.Second), store.RecordOptions{CheckOnly: check})
+			rep, err := e.client(2).Record(e.ctx(), signedIn, ref, approvalOf(is.Operation), at(5*time.Second), storedriver.RecordOptions{CheckOnly: check})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Result != store.RevisionMismatch || rep.Operation.Revision == is.Operation.Revision {
+			if rep.Result != storedriver.RevisionMismatch || rep.Operation.Revision == is.Operation.Revision {
 				t.Fatalf("used-up revision via %s (check only %v): %v %+v, want a mismatch with another revision", ref, check, rep.Result, rep.Operation)
 			}
 			if !sameOperation(rep.Operation, cur) {
@@ -704,23 +706,23 @@ var _ = add("W90 W91 W122 an approval used up without performing fails check 3, 
 	}
 	// Nothing was recorded, and the browser's next request with the same
 	// terms is answered with that same revision (no loop).
-	if rec := e.status(signedIn, is.Ref, at(6*time.Second), store.Waiting); len(rec.Approvals) != 1 {
+	if rec := e.status(signedIn, is.Ref, at(6*time.Second), storedriver.StatusWaiting); len(rec.Approvals) != 1 {
 		t.Errorf("approvals = %+v, want only the used-up one", rec.Approvals)
 	}
 	if got := e.noClaim(signedIn, a, at(7*time.Second)); !sameOperation(got.Operation, cur) {
 		t.Errorf("next request: issued %+v, want Lookup's %+v", got.Operation, cur)
 	}
 	// It can be approved and then performs.
-	fresh := store.TakeResult{Operation: cur, Ref: storekit.MakeRef(cur.ID, cur.Revision)}
+	fresh := storedriver.TakeResult{Operation: cur, Ref: storekit.MakeRef(cur.ID, cur.Revision)}
 	e.approve(signedIn, fresh, at(8*time.Second))
-	e.wantRecord(signedIn, fresh.Ref, approvalOf(cur), at(9*time.Second), store.AlreadyRecorded)
-	e.status(signedIn, is.Ref, at(9*time.Second), store.Approved)
+	e.wantRecord(signedIn, fresh.Ref, approvalOf(cur), at(9*time.Second), storedriver.AlreadyRecorded)
+	e.status(signedIn, is.Ref, at(9*time.Second), storedriver.StatusApproved)
 	c = e.claim(signedIn, a, at(10*time.Second))
 	if c.Operation.Revision != cur.Revision {
 		t.Errorf("took %s, want %s", c.Operation.Revision, cur.Revision)
 	}
-	e.finish(c, store.Done, at(11*time.Second))
-	e.status(signedIn, is.Ref, at(12*time.Second), store.Performed)
+	e.finish(c, store.OutcomePerformed, at(11*time.Second))
+	e.status(signedIn, is.Ref, at(12*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W98 W90 not done after the revision expired: nothing left to approve, the operation has expired", func(t *testing.T, e *env) {
@@ -729,11 +731,11 @@ var _ = add("W98 W90 not done after the revision expired: nothing left to approv
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
 	late := is.Operation.ExpiresAt.Add(time.Second)
-	e.finish(c, store.NotDone, late)
-	if rec, found := e.lookup(signedIn, is.Ref, late); found && (!rec.Expired || rec.Status != store.Waiting) {
+	e.finish(c, store.OutcomeNotPerformed, late)
+	if rec, found := e.lookup(signedIn, is.Ref, late); found && (!rec.Expired || rec.Status != storedriver.StatusWaiting) {
 		t.Errorf("after not done past expires_at: %+v, want expired and waiting (or not found)", rec)
 	}
-	if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), late); rep.Result != store.OperationExpired && rep.Result != store.NotFound {
+	if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), late); rep.Result != storedriver.OperationExpired && rep.Result != storedriver.NotFound {
 		t.Errorf("approval past expires_at: %v, want operation expired (or not found)", rep.Result)
 	}
 	if got := e.noClaim(signedIn, a, late); got.Operation.Revision == is.Operation.Revision || !got.Operation.ExpiresAt.After(late) {
@@ -744,11 +746,11 @@ var _ = add("W98 W90 not done after the revision expired: nothing left to approv
 var _ = add("W18 W101 W115 the current revision expired: operation expired; expires_at itself is accepted", func(t *testing.T, e *env) {
 	late := e.issue(signedIn, action(t, "late", `{}`), at(0))
 	ontime := e.issue(signedIn, action(t, "ontime", `{}`), at(0))
-	e.wantRecord(signedIn, ontime.Ref, approvalOf(ontime.Operation), ontime.Operation.ExpiresAt, store.Recorded)
-	e.status(signedIn, ontime.Ref, ontime.Operation.ExpiresAt, store.Approved)
+	e.wantRecord(signedIn, ontime.Ref, approvalOf(ontime.Operation), ontime.Operation.ExpiresAt, storedriver.Recorded)
+	e.status(signedIn, ontime.Ref, ontime.Operation.ExpiresAt, storedriver.StatusApproved)
 	// Both answers are invalid_request (W75, W101): a store may forget an
 	// unperformed operation once every revision has expired (W38).
-	if rep := e.record(signedIn, late.Ref, approvalOf(late.Operation), late.Operation.ExpiresAt.Add(time.Second)); rep.Result != store.OperationExpired && rep.Result != store.NotFound {
+	if rep := e.record(signedIn, late.Ref, approvalOf(late.Operation), late.Operation.ExpiresAt.Add(time.Second)); rep.Result != storedriver.OperationExpired && rep.Result != storedriver.NotFound {
 		t.Errorf("one second after expires_at: %v, want operation expired (or not found)", rep.Result)
 	}
 
@@ -760,17 +762,17 @@ var _ = add("W18 W101 W115 the current revision expired: operation expired; expi
 	e.approve(signedIn, r1, at(lifetime+2*time.Second))
 	r2 := e.issue(signedIn, action(t, "long", `{"v":2}`), at(lifetime+3*time.Second))
 	after := r2.Operation.ExpiresAt.Add(time.Second)
-	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), after, store.OperationExpired)
+	e.wantRecord(signedIn, r2.Ref, approvalOf(r2.Operation), after, storedriver.OperationExpired)
 	bad := approvalOf(r2.Operation)
 	bad.Revision = "0-bogus"
-	e.wantRecord(signedIn, r2.Ref, bad, after, store.OperationExpired)
-	e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), after, store.AlreadyRecorded)
+	e.wantRecord(signedIn, r2.Ref, bad, after, storedriver.OperationExpired)
+	e.wantRecord(signedIn, r1.Ref, approvalOf(r1.Operation), after, storedriver.AlreadyRecorded)
 })
 
 var _ = add("W116 W122 an approval of another operation: mismatch, never with the named revision", func(t *testing.T, e *env) {
 	x := e.issue(signedIn, action(t, "x", `{}`), at(0))
 	y := e.issue(signedIn, action(t, "y", `{}`), at(0))
-	rep := e.wantRecord(signedIn, y.Ref, approvalOf(x.Operation), at(time.Second), store.RevisionMismatch)
+	rep := e.wantRecord(signedIn, y.Ref, approvalOf(x.Operation), at(time.Second), storedriver.RevisionMismatch)
 	if !sameOperation(rep.Operation, y.Operation) {
 		t.Errorf("answered %+v, want y's current %+v", rep.Operation, y.Operation)
 	}
@@ -778,12 +780,12 @@ var _ = add("W116 W122 an approval of another operation: mismatch, never with th
 	// (the ref is y's), and the answer must not name that revision.
 	ap := approvalOf(y.Operation)
 	ap.OperationID = x.Operation.ID
-	rep = e.wantRecord(signedIn, y.Ref, ap, at(2*time.Second), store.RevisionMismatch)
+	rep = e.wantRecord(signedIn, y.Ref, ap, at(2*time.Second), storedriver.RevisionMismatch)
 	if rep.Operation.Revision == ap.Revision || rep.Operation.ID != y.Operation.ID {
 		t.Errorf("W122: answered %+v for named revision %s", rep.Operation, ap.Revision)
 	}
-	e.status(signedIn, x.Ref, at(3*time.Second), store.Waiting)
-	e.status(signedIn, y.Ref, at(3*time.Second), store.Waiting)
+	e.status(signedIn, x.Ref, at(3*time.Second), storedriver.StatusWaiting)
+	e.status(signedIn, y.Ref, at(3*time.Second), storedriver.StatusWaiting)
 })
 
 var _ = add("W97 W113 W136 performing and performed operations fail check 2", func(t *testing.T, e *env) {
@@ -791,10 +793,10 @@ var _ = add("W97 W113 W136 performing and performed operations fail check 2", fu
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(3*time.Second), store.IsPerforming)
-	e.finish(c, store.Done, at(4*time.Second))
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), store.IsPerformed)
-	e.status(signedIn, is.Ref, at(6*time.Second), store.Performed)
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(3*time.Second), storedriver.BeingPerformed)
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(5*time.Second), storedriver.AlreadyPerformed)
+	e.status(signedIn, is.Ref, at(6*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W111 the first failing check decides", func(t *testing.T, e *env) {
@@ -804,37 +806,37 @@ var _ = add("W111 the first failing check decides", func(t *testing.T, e *env) {
 	bad.Revision = "0-bogus"
 	now := at(time.Second)
 	// Checks 1 and 3 fail: check 1's answer.
-	e.wantRecord(otherAgent, is.Ref, bad, now, store.NotFound)
-	e.wantRecord(otherAccount, is.Ref, bad, now, store.NotFound)
-	e.wantRecord(signedOut, is.Ref, bad, now, store.SignInRequired)
-	e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), now, store.SignInRequired)
+	e.wantRecord(otherAgent, is.Ref, bad, now, storedriver.NotFound)
+	e.wantRecord(otherAccount, is.Ref, bad, now, storedriver.NotFound)
+	e.wantRecord(signedOut, is.Ref, bad, now, storedriver.SignInRequired)
+	e.wantRecord(signedOut, is.Ref, approvalOf(is.Operation), now, storedriver.SignInRequired)
 	// Checks 2 and 3 fail: check 2's answer.
 	e.approve(signedIn, is, at(2*time.Second))
 	c := e.claim(signedIn, a, at(3*time.Second))
-	e.wantRecord(signedIn, is.Ref, bad, at(4*time.Second), store.IsPerforming)
+	e.wantRecord(signedIn, is.Ref, bad, at(4*time.Second), storedriver.BeingPerformed)
 	// Checks 1 and 2 fail: check 1's answer.
-	e.wantRecord(otherAccount, is.Ref, approvalOf(is.Operation), at(4*time.Second), store.NotFound)
-	e.finish(c, store.Done, at(5*time.Second))
-	e.wantRecord(signedIn, is.Ref, bad, at(6*time.Second), store.IsPerformed)
-	e.wantRecord(signedOut, is.Ref, bad, at(6*time.Second), store.SignInRequired)
+	e.wantRecord(otherAccount, is.Ref, approvalOf(is.Operation), at(4*time.Second), storedriver.NotFound)
+	e.finish(c, store.OutcomePerformed, at(5*time.Second))
+	e.wantRecord(signedIn, is.Ref, bad, at(6*time.Second), storedriver.AlreadyPerformed)
+	e.wantRecord(signedOut, is.Ref, bad, at(6*time.Second), storedriver.SignInRequired)
 })
 
 var _ = add("W135 W136 recording the same revision again records nothing new", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
-	rep := e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.AlreadyRecorded)
+	rep := e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), storedriver.AlreadyRecorded)
 	if !sameOperation(rep.Operation, is.Operation) {
 		t.Errorf("already recorded: operation %+v, want %+v", rep.Operation, is.Operation)
 	}
-	if rec := e.status(signedIn, is.Ref, at(3*time.Second), store.Approved); len(rec.Approvals) != 1 {
+	if rec := e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusApproved); len(rec.Approvals) != 1 {
 		t.Fatalf("approvals = %d, want 1", len(rec.Approvals))
 	}
 	c := e.claim(signedIn, a, at(4*time.Second))
-	e.finish(c, store.NotDone, at(5*time.Second))
+	e.finish(c, store.OutcomeNotPerformed, at(5*time.Second))
 	// The one approval is used up; sending it again revives nothing (W98)
 	// and fails check 3 (W90, W122).
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(6*time.Second), store.RevisionMismatch)
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(6*time.Second), storedriver.RevisionMismatch)
 	if got := e.noClaim(signedIn, a, at(7*time.Second)); got.Operation.Revision == is.Operation.Revision {
 		t.Errorf("after the approval was used: issued the used revision %s again", got.Operation.Revision)
 	}
@@ -844,17 +846,17 @@ var _ = add("W110 W134 CheckOnly records nothing", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	for range 2 {
-		rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), store.RecordOptions{CheckOnly: true})
-		if err != nil || rep.Result != store.Recorded || !sameOperation(rep.Operation, is.Operation) {
+		rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), storedriver.RecordOptions{CheckOnly: true})
+		if err != nil || rep.Result != storedriver.Recorded || !sameOperation(rep.Operation, is.Operation) {
 			t.Fatalf("CheckOnly: %+v, %v; want recorded with %+v", rep, err, is.Operation)
 		}
 	}
 	bad := approvalOf(is.Operation)
 	bad.Revision = "0-bogus"
-	if rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, bad, at(time.Second), store.RecordOptions{CheckOnly: true}); err != nil || rep.Result != store.RevisionMismatch {
+	if rep, err := e.h.Store.Record(e.ctx(), signedIn, is.Ref, bad, at(time.Second), storedriver.RecordOptions{CheckOnly: true}); err != nil || rep.Result != storedriver.RevisionMismatch {
 		t.Fatalf("CheckOnly with a bad revision: %+v, %v", rep, err)
 	}
-	if rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Waiting); len(rec.Approvals) != 0 {
+	if rec := e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusWaiting); len(rec.Approvals) != 0 {
 		t.Fatalf("CheckOnly recorded %d approvals", len(rec.Approvals))
 	}
 	e.noClaim(signedIn, a, at(3*time.Second))
@@ -867,16 +869,16 @@ var _ = add("W110 W134 CheckOnly records nothing", func(t *testing.T, e *env) {
 var _ = add("W105 W106 W107 W108 status follows the operation", func(t *testing.T, e *env) {
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
-	rec := e.status(signedIn, is.Ref, at(time.Second), store.Waiting)
+	rec := e.status(signedIn, is.Ref, at(time.Second), storedriver.StatusWaiting)
 	if rec.Expired || rec.Owner != signedIn || !sameOperation(rec.Current, is.Operation) {
 		t.Errorf("waiting: %+v", rec)
 	}
 	e.approve(signedIn, is, at(2*time.Second))
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusApproved)
 	c := e.claim(signedIn, a, at(4*time.Second))
-	e.status(signedIn, is.Ref, at(5*time.Second), store.Performing)
-	e.finish(c, store.Done, at(6*time.Second))
-	rec = e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(5*time.Second), storedriver.StatusPerforming)
+	e.finish(c, store.OutcomePerformed, at(6*time.Second))
+	rec = e.status(signedIn, is.Ref, at(7*time.Second), storedriver.StatusPerformed)
 	if rec.Expired {
 		t.Errorf("performed reported expired")
 	}
@@ -884,11 +886,11 @@ var _ = add("W105 W106 W107 W108 status follows the operation", func(t *testing.
 
 var _ = add("W75 expired is set when the current revision expired and nothing is recorded", func(t *testing.T, e *env) {
 	is := e.issue(signedIn, action(t, "k", `{}`), at(0))
-	if rec := e.status(signedIn, is.Ref, is.Operation.ExpiresAt, store.Waiting); rec.Expired {
+	if rec := e.status(signedIn, is.Ref, is.Operation.ExpiresAt, storedriver.StatusWaiting); rec.Expired {
 		t.Errorf("expired at exactly expires_at (W18)")
 	}
 	// A store may forget it once expired; if it remembers it, it says so.
-	if rec, found := e.lookup(signedIn, is.Ref, is.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != store.Waiting) {
+	if rec, found := e.lookup(signedIn, is.Ref, is.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != storedriver.StatusWaiting) {
 		t.Errorf("past expires_at: %+v, want expired and waiting", rec)
 	}
 
@@ -901,11 +903,11 @@ var _ = add("W75 W102 an approved operation is not expired, though its current r
 	e.approve(signedIn, r1, at(time.Second))
 	r2 := e.issue(signedIn, action(t, "j", `{"v":2}`), at(2*time.Second))
 	after := r2.Operation.ExpiresAt.Add(time.Second)
-	if rec := e.status(signedIn, r1.Ref, after, store.Approved); rec.Expired || !sameOperation(rec.Current, r2.Operation) {
+	if rec := e.status(signedIn, r1.Ref, after, storedriver.StatusApproved); rec.Expired || !sameOperation(rec.Current, r2.Operation) {
 		t.Errorf("approved with an expired current revision: %+v", rec)
 	}
 	// Once the approval has expired too, nothing keeps it.
-	if rec, found := e.lookup(signedIn, r1.Ref, r1.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != store.Waiting) {
+	if rec, found := e.lookup(signedIn, r1.Ref, r1.Operation.ExpiresAt.Add(time.Second)); found && (!rec.Expired || rec.Status != storedriver.StatusWaiting) {
 		t.Errorf("past every expires_at: %+v", rec)
 	}
 })
@@ -915,11 +917,11 @@ var _ = add("W81 approvals keep their statements, and when they were used", func
 	is := e.issue(signedIn, a, at(0))
 	ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user",
 		ApprovedAt: at(-time.Hour), InputType: "blink", Reference: "apr_7Qz"}
-	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.Recorded)
+	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), storedriver.Recorded)
 	agent := e.issue(signedIn, action(t, "k2", `{}`), at(0))
-	e.wantRecord(signedIn, agent.Ref, store.Approval{OperationID: agent.Operation.ID, Revision: agent.Operation.Revision, Approver: "agent"}, at(time.Second), store.Recorded)
+	e.wantRecord(signedIn, agent.Ref, store.Approval{OperationID: agent.Operation.ID, Revision: agent.Operation.Revision, Approver: "agent"}, at(time.Second), storedriver.Recorded)
 
-	rec := e.status(signedIn, is.Ref, at(2*time.Second), store.Approved)
+	rec := e.status(signedIn, is.Ref, at(2*time.Second), storedriver.StatusApproved)
 	want := ap
 	want.RecordedAt = at(time.Second)
 	if len(rec.Approvals) != 1 || !sameApproval(rec.Approvals[0], want) {
@@ -933,14 +935,14 @@ var _ = add("W81 approvals keep their statements, and when they were used", func
 	if c.Owner != signedIn || !sameOperation(c.Operation, is.Operation) {
 		t.Errorf("claim = %+v", c)
 	}
-	e.finish(c, store.Done, at(4*time.Second))
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
 	// Once performed, a store may keep only what the status answer and §7
-	// need (store.Record): the approval went to the handler in the Claim.
-	rec = e.status(signedIn, is.Ref, at(5*time.Second), store.Performed)
+	// need (storedriver.Found): the approval went to the handler in the Claim.
+	rec = e.status(signedIn, is.Ref, at(5*time.Second), storedriver.StatusPerformed)
 	if rec.Current.ID != is.Operation.ID || len(rec.Approvals) > 1 || (len(rec.Approvals) == 1 && !sameApproval(rec.Approvals[0], want)) {
 		t.Errorf("after performing: %+v, want operation %s and at most the approval %+v", rec, is.Operation.ID, want)
 	}
-	rec = e.status(signedIn, agent.Ref, at(5*time.Second), store.Approved)
+	rec = e.status(signedIn, agent.Ref, at(5*time.Second), storedriver.StatusApproved)
 	if len(rec.Approvals) != 1 || rec.Approvals[0].Approver != "agent" || !rec.Approvals[0].ApprovedAt.IsZero() || rec.Approvals[0].Reference != "" {
 		t.Errorf("agent approval = %+v", rec.Approvals)
 	}
@@ -979,8 +981,8 @@ var _ = add("W95 W96 the first recorded approval is taken, one per request", fun
 	if c.Operation.Revision != r2.Operation.Revision {
 		t.Fatalf("W95: took %s, want the first recorded %s", c.Operation.Revision, r2.Operation.Revision)
 	}
-	e.finish(c, store.NotDone, at(8*time.Minute))
-	rec := e.status(signedIn, r1.Ref, at(8*time.Minute), store.Approved) // W96: r1's is still there
+	e.finish(c, store.OutcomeNotPerformed, at(8*time.Minute))
+	rec := e.status(signedIn, r1.Ref, at(8*time.Minute), storedriver.StatusApproved) // W96: r1's is still there
 	if len(rec.Approvals) != 2 || rec.Approvals[0].UsedAt.IsZero() || !rec.Approvals[1].UsedAt.IsZero() {
 		t.Errorf("approvals = %+v, want the first used and the second waiting", rec.Approvals)
 	}
@@ -988,7 +990,7 @@ var _ = add("W95 W96 the first recorded approval is taken, one per request", fun
 	if c.Operation.Revision != r1.Operation.Revision {
 		t.Errorf("took %s, want the remaining %s", c.Operation.Revision, r1.Operation.Revision)
 	}
-	e.finish(c, store.Done, at(9*time.Minute))
+	e.finish(c, store.OutcomePerformed, at(9*time.Minute))
 	e.noClaim(signedIn, a, at(9*time.Minute))
 })
 
@@ -996,18 +998,18 @@ var _ = add("W135 64 concurrent requests with one approval claim once", func(t *
 	a := action(t, "k", `{}`)
 	is := e.issue(signedIn, a, at(0))
 	// The same approval sent concurrently is recorded once.
-	results := make([]store.RecordResult, 64)
-	run(t, e, 64, func(i int, s store.Store) error {
-		rep, err := s.Record(t.Context(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), store.RecordOptions{})
+	results := make([]storedriver.RecordResult, 64)
+	run(t, e, 64, func(i int, s storedriver.Store) error {
+		rep, err := s.Record(t.Context(), signedIn, is.Ref, approvalOf(is.Operation), at(time.Second), storedriver.RecordOptions{})
 		results[i] = rep.Result
 		return err
 	})
 	recorded := 0
 	for _, r := range results {
 		switch r {
-		case store.Recorded:
+		case storedriver.Recorded:
 			recorded++
-		case store.AlreadyRecorded:
+		case storedriver.AlreadyRecorded:
 		default:
 			t.Errorf("concurrent Record: %v", r)
 		}
@@ -1015,8 +1017,8 @@ var _ = add("W135 64 concurrent requests with one approval claim once", func(t *
 	if recorded != 1 {
 		t.Fatalf("concurrent Record: recorded %d times, want 1", recorded)
 	}
-	takes := make([]store.TakeResult, 64)
-	run(t, e, 64, func(i int, s store.Store) error {
+	takes := make([]storedriver.TakeResult, 64)
+	run(t, e, 64, func(i int, s storedriver.Store) error {
 		var err error
 		takes[i], err = s.Take(t.Context(), signedIn, a, at(2*time.Second))
 		return err
@@ -1034,11 +1036,11 @@ var _ = add("W135 64 concurrent requests with one approval claim once", func(t *
 	if claims != 1 {
 		t.Fatalf("W135: %d claims, want exactly 1", claims)
 	}
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusPerforming)
 })
 
 // run calls f n times concurrently, spread over the harness's clients.
-func run(t *testing.T, e *env, n int, f func(i int, s store.Store) error) {
+func run(t *testing.T, e *env, n int, f func(i int, s storedriver.Store) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -1065,7 +1067,7 @@ var _ = add("W46 W104 only a Session that can approve the operation takes its ap
 			t.Errorf("%+v: issued the other owner's operation %s", o, got.Operation.ID)
 		}
 	}
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusApproved)
 	// Any client (web server) of the same store takes it.
 	res, err := e.client(len(e.clients())-1).Take(t.Context(), signedIn, a, at(4*time.Second))
 	if err != nil || res.Claim == nil {
@@ -1082,7 +1084,7 @@ var _ = add("W32 W99 W117 W118 only equal terms match", func(t *testing.T, e *en
 	if got.Operation.ID != is.Operation.ID || got.Operation.Revision == is.Operation.Revision {
 		t.Errorf("W99: other terms got %+v, want a new revision of %s", got.Operation, is.Operation.ID)
 	}
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Approved)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusApproved)
 	// The same meaning in another member order is the same request (W118).
 	reordered := action(t, "exchange:ord_1", `{"price":{"currency":"USD","amount":"70.00"},"size":"M","item":"itm_4Qa"}`)
 	if c := e.claim(signedIn, reordered, at(4*time.Second)); !sameOperation(c.Operation, is.Operation) {
@@ -1147,13 +1149,13 @@ func addLaterRevision(what, laterTerms string, approveFirst, stored bool) struct
 		}
 		// At its expires_at the approval still applies (W102, W18): looked
 		// up, not taken, so that it is there for the step after.
-		e.status(signedIn, r1.Ref, r1.Operation.ExpiresAt, store.Approved)
+		e.status(signedIn, r1.Ref, r1.Operation.ExpiresAt, storedriver.StatusApproved)
 		// One second later, the later revision still live: it no longer
 		// applies. (Computed, the later revision was never stored, so the
 		// store may have forgotten the operation, W38.)
 		late := r1.Operation.ExpiresAt.Add(time.Second)
 		if rec, found := e.lookup(signedIn, r1.Ref, late); found {
-			if rec.Status != store.Waiting || len(rec.Approvals) > 1 || len(rec.Approvals) == 1 && !rec.Approvals[0].UsedAt.IsZero() {
+			if rec.Status != storedriver.StatusWaiting || len(rec.Approvals) > 1 || len(rec.Approvals) == 1 && !rec.Approvals[0].UsedAt.IsZero() {
 				t.Errorf("Lookup: %s with approvals %+v, want waiting, the expired one unused (or forgotten)", rec.Status, rec.Approvals)
 			}
 		} else if stored {
@@ -1175,11 +1177,11 @@ func addLaterRevision(what, laterTerms string, approveFirst, stored bool) struct
 		// revision was never stored: the store may have forgotten the
 		// operation, or find it expired (W101).
 		switch rep := e.record(signedIn, r1.Ref, approvalOf(r1.Operation), late); {
-		case rep.Result == store.RevisionMismatch:
+		case rep.Result == storedriver.RevisionMismatch:
 			if rep.Operation.Revision == r1.Operation.Revision || !rep.Operation.ExpiresAt.After(late) {
 				t.Errorf("re-approval answered %+v, want a live revision other than %s", rep.Operation, r1.Operation.Revision)
 			}
-		case !stored && (rep.Result == store.NotFound || rep.Result == store.OperationExpired):
+		case !stored && (rep.Result == storedriver.NotFound || rep.Result == storedriver.OperationExpired):
 		default:
 			t.Errorf("re-approval of the expired revision: %v, want revision mismatch", rep.Result)
 		}
@@ -1201,7 +1203,7 @@ var _ = add("W37 two approved revisions of one operation: the request's terms ch
 	if c.Operation.Revision != r2.Operation.Revision {
 		t.Fatalf("took %s, want the second's %s", c.Operation.Revision, r2.Operation.Revision)
 	}
-	rec := e.status(signedIn, r1.Ref, at(5*time.Second), store.Performing)
+	rec := e.status(signedIn, r1.Ref, at(5*time.Second), storedriver.StatusPerforming)
 	if len(rec.Approvals) != 2 || rec.Approvals[0].Revision != r1.Operation.Revision || !rec.Approvals[0].UsedAt.IsZero() {
 		t.Errorf("approvals = %+v, want the first still recorded", rec.Approvals)
 	}
@@ -1209,12 +1211,12 @@ var _ = add("W37 two approved revisions of one operation: the request's terms ch
 	if res := e.take(signedIn, a1, at(6*time.Second)); !res.Busy {
 		t.Errorf("while performing: %+v, want busy", res)
 	}
-	e.finish(c, store.Done, at(7*time.Second))
+	e.finish(c, store.OutcomePerformed, at(7*time.Second))
 	got := e.noClaim(signedIn, a1, at(8*time.Second))
 	if got.Operation.ID == r1.Operation.ID {
 		t.Errorf("W141: after performing, issued the performed operation")
 	}
-	e.status(signedIn, r1.Ref, at(9*time.Second), store.Performed)
+	e.status(signedIn, r1.Ref, at(9*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W145 a matching approval of a performing operation: busy", func(t *testing.T, e *env) {
@@ -1228,8 +1230,8 @@ var _ = add("W145 a matching approval of a performing operation: busy", func(t *
 	if !res.Busy {
 		t.Fatalf("want busy, got %+v", res)
 	}
-	e.status(signedIn, r1.Ref, at(7*time.Minute), store.Performing)
-	e.finish(c, store.Done, at(8*time.Minute))
+	e.status(signedIn, r1.Ref, at(7*time.Minute), storedriver.StatusPerforming)
+	e.finish(c, store.OutcomePerformed, at(8*time.Minute))
 	// W37: performed, so the other approval is never taken.
 	if got := e.noClaim(signedIn, a, at(9*time.Minute)); got.Operation.ID == r1.Operation.ID {
 		t.Errorf("W141: issued the performed operation")
@@ -1249,7 +1251,7 @@ var _ = add("W145 while an action's operation is performed, a request for it is 
 			t.Errorf("%s while performing: %+v, want busy", terms, res)
 		}
 	}
-	e.finish(c, store.Done, at(4*time.Second))
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
 	if got := e.noClaim(signedIn, a, at(5*time.Second)); got.Operation.ID == is.Operation.ID {
 		t.Errorf("W141: after performing, issued the performed operation")
 	}
@@ -1268,7 +1270,7 @@ var _ = add("W145 an Issue while the action's operation is performed offers noth
 	if other.Operation.ID != is.Operation.ID {
 		t.Fatalf("Issue while performing: a second operation %s beside %s", other.Operation.ID, is.Operation.ID)
 	}
-	e.wantRecord(signedIn, other.Ref, approvalOf(other.Operation), at(3*time.Second), store.IsPerforming)
+	e.wantRecord(signedIn, other.Ref, approvalOf(other.Operation), at(3*time.Second), storedriver.BeingPerformed)
 	for _, terms := range []string{`{"size":"M"}`, `{"size":"L"}`, `{"size":"S"}`} {
 		if res := e.take(signedIn, action(t, "k", terms), at(4*time.Second)); !res.Busy {
 			t.Errorf("%s after an Issue while performing: %+v, want busy", terms, res)
@@ -1276,7 +1278,7 @@ var _ = add("W145 an Issue while the action's operation is performed offers noth
 	}
 	// Not performed after all (W98): the operation waits again, and the
 	// revision Issue added can now be approved and performed.
-	e.finish(c, store.NotDone, at(5*time.Second))
+	e.finish(c, store.OutcomeNotPerformed, at(5*time.Second))
 	e.approve(signedIn, other, at(6*time.Second))
 	got := e.claim(signedIn, action(t, "k", `{"size":"L"}`), at(7*time.Second))
 	if got.Operation.ID != is.Operation.ID || got.Operation.Revision != other.Operation.Revision {
@@ -1289,7 +1291,7 @@ var _ = add("W145 W142 an Issue while the outcome is not known keeps the action 
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(c, store.Unknown, at(3*time.Second))
+	e.finish(c, store.OutcomeUnknown, at(3*time.Second))
 	// A revision for other terms (Issue), which expires long before the
 	// operation, still performing, is forgotten (W138).
 	e.issue(signedIn, action(t, "k", `{"size":"L"}`), at(4*time.Second))
@@ -1302,7 +1304,7 @@ var _ = add("W145 W142 an Issue while the outcome is not known keeps the action 
 			t.Errorf("%s after the new revision expired, the outcome unknown: %+v, want busy", terms, res)
 		}
 	}
-	e.status(signedIn, is.Ref, later, store.Performing)
+	e.status(signedIn, is.Ref, later, storedriver.StatusPerforming)
 })
 
 var _ = add("W145 W142 an outcome not known keeps its action busy past the action's lifetime", func(t *testing.T, e *env) {
@@ -1310,7 +1312,7 @@ var _ = add("W145 W142 an outcome not known keeps its action busy past the actio
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(c, store.Unknown, at(3*time.Second))
+	e.finish(c, store.OutcomeUnknown, at(3*time.Second))
 	// Long after the action's own lifetime (and its revision's expiry), the
 	// operation is still performing (W138): a request for the action must
 	// still not get a new operation to approve.
@@ -1321,7 +1323,7 @@ var _ = add("W145 W142 an outcome not known keeps its action busy past the actio
 	if res := e.take(signedIn, a, later); !res.Busy {
 		t.Errorf("after the lifetime, outcome unknown: %+v, want busy", res)
 	}
-	e.status(signedIn, is.Ref, later, store.Performing)
+	e.status(signedIn, is.Ref, later, storedriver.StatusPerforming)
 })
 
 // ---- Finish (§7) ----
@@ -1336,14 +1338,14 @@ func addRemembered(life time.Duration, what string) struct{} {
 		is := e.issue(signedIn, a, at(0))
 		e.approve(signedIn, is, at(time.Second))
 		c := e.claim(signedIn, a, at(2*time.Second))
-		e.finish(c, store.Done, at(3*time.Second))
+		e.finish(c, store.OutcomePerformed, at(3*time.Second))
 		until := at(3 * time.Second).Add(storekit.DefaultRetention)
 		if is.Operation.ExpiresAt.After(until) {
 			until = is.Operation.ExpiresAt
 		}
-		e.status(signedIn, is.Ref, is.Operation.ExpiresAt, store.Performed)
-		e.status(signedIn, is.Ref, until, store.Performed)
-		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), until, store.IsPerformed)
+		e.status(signedIn, is.Ref, is.Operation.ExpiresAt, storedriver.StatusPerformed)
+		e.status(signedIn, is.Ref, until, storedriver.StatusPerformed)
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), until, storedriver.AlreadyPerformed)
 		if got := e.noClaim(signedIn, a, until); got.Operation.ID == is.Operation.ID {
 			t.Errorf("W141: issued the performed operation")
 		}
@@ -1355,8 +1357,8 @@ var _ = add("W98 not done: the operation waits again, its approval used up", fun
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(c, store.NotDone, at(3*time.Second))
-	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Waiting)
+	e.finish(c, store.OutcomeNotPerformed, at(3*time.Second))
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), storedriver.StatusWaiting)
 	if len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.Equal(at(2*time.Second)) {
 		t.Errorf("approvals = %+v, want one used at the claim", rec.Approvals)
 	}
@@ -1369,10 +1371,10 @@ var _ = add("W98 not done: the operation waits again, its approval used up", fun
 	if c.Operation.Revision != again.Operation.Revision {
 		t.Errorf("took %s, want %s", c.Operation.Revision, again.Operation.Revision)
 	}
-	if err := e.h.Store.Finish(t.Context(), *c, store.Done, at(8*time.Second)); err != nil {
+	if err := e.h.Store.Finish(t.Context(), *c, store.OutcomePerformed, at(8*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	e.status(signedIn, is.Ref, at(9*time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(9*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W138 W142 unknown: the operation stays performing, even past expires_at", func(t *testing.T, e *env) {
@@ -1380,16 +1382,16 @@ var _ = add("W138 W142 unknown: the operation stays performing, even past expire
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	c := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(c, store.Unknown, at(3*time.Second))
+	e.finish(c, store.OutcomeUnknown, at(3*time.Second))
 	late := is.Operation.ExpiresAt.Add(time.Hour)
-	e.status(signedIn, is.Ref, late, store.Performing)
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), late, store.IsPerforming)
-	e.finish(c, store.Unknown, late) // renews how long it is kept
+	e.status(signedIn, is.Ref, late, storedriver.StatusPerforming)
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), late, storedriver.BeingPerformed)
+	e.finish(c, store.OutcomeUnknown, late) // renews how long it is kept
 	later := late.Add(storekit.DefaultRetention - time.Second)
-	e.status(signedIn, is.Ref, later, store.Performing)
+	e.status(signedIn, is.Ref, later, storedriver.StatusPerforming)
 	// The claim is still held, so the outcome can be reported once known.
-	e.finish(c, store.Done, later)
-	e.status(signedIn, is.Ref, later, store.Performed)
+	e.finish(c, store.OutcomePerformed, later)
+	e.status(signedIn, is.Ref, later, storedriver.StatusPerformed)
 })
 
 var _ = add("finishing a claim that is not held: ErrClaimLost", func(t *testing.T, e *env) {
@@ -1399,35 +1401,35 @@ var _ = add("finishing a claim that is not held: ErrClaimLost", func(t *testing.
 	c := e.claim(signedIn, a, at(2*time.Second))
 	lost := func(what string, claim store.Claim, out store.Outcome) {
 		t.Helper()
-		if err := e.h.Store.Finish(t.Context(), claim, out, at(3*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+		if err := e.h.Store.Finish(t.Context(), claim, out, at(3*time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 			t.Errorf("%s: %v, want ErrClaimLost", what, err)
 		}
 	}
 	wrong := *c
 	wrong.Token = c.Token + "x"
-	lost("wrong token", wrong, store.Done)
+	lost("wrong token", wrong, store.OutcomePerformed)
 	empty := *c
 	empty.Token = ""
-	lost("no token", empty, store.Done)
+	lost("no token", empty, store.OutcomePerformed)
 	unknownOp := *c
 	unknownOp.Operation.ID = "op_00000000000000000000"
-	lost("unknown operation", unknownOp, store.Done)
+	lost("unknown operation", unknownOp, store.OutcomePerformed)
 	otherOwner := *c
 	otherOwner.Owner = otherAgent
-	lost("another owner", otherOwner, store.Done)
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
-	e.finish(c, store.NotDone, at(3*time.Second))
-	lost("finished already", *c, store.Done)
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Waiting)
+	lost("another owner", otherOwner, store.OutcomePerformed)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusPerforming)
+	e.finish(c, store.OutcomeNotPerformed, at(3*time.Second))
+	lost("finished already", *c, store.OutcomePerformed)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusWaiting)
 
 	again := e.noClaim(signedIn, a, at(4*time.Second))
 	e.approve(signedIn, again, at(4*time.Second))
 	c2 := e.claim(signedIn, a, at(5*time.Second))
-	lost("an earlier claim of the same operation", *c, store.Done)
-	e.finish(c2, store.Done, at(5*time.Second))
-	lost("performed", *c2, store.Done)
-	lost("performed, not done", *c2, store.NotDone)
-	e.status(signedIn, is.Ref, at(6*time.Second), store.Performed)
+	lost("an earlier claim of the same operation", *c, store.OutcomePerformed)
+	e.finish(c2, store.OutcomePerformed, at(5*time.Second))
+	lost("performed", *c2, store.OutcomePerformed)
+	lost("performed, not done", *c2, store.OutcomeNotPerformed)
+	e.status(signedIn, is.Ref, at(6*time.Second), storedriver.StatusPerformed)
 })
 
 // ---- UseOnce ----
@@ -1460,9 +1462,9 @@ var _ = add("Marked: a UseOnce marker read without setting it, as UseOnce judges
 	if _, ok := e.h.Store.(storekit.OnceMarked); !ok {
 		t.Logf("%T has no read of its own: storewrap.Marked uses UseOnce", e.h.Store)
 	}
-	readers := map[string]func(s store.Store) marker{
-		"own or fallback": func(s store.Store) marker { return markedBy{s, storewrap.Marked} },
-		"fallback":        func(s store.Store) marker { return markedBy{useOnceOnly{s}, storewrap.Marked} },
+	readers := map[string]func(s storedriver.Store) marker{
+		"own or fallback": func(s storedriver.Store) marker { return markedBy{s, storewrap.Marked} },
+		"fallback":        func(s storedriver.Store) marker { return markedBy{useOnceOnly{s}, storewrap.Marked} },
 	}
 	for name, reader := range readers {
 		key := "opsgate-unbound:" + name
@@ -1515,7 +1517,7 @@ var _ = add("MarkedInTake: a Take checks the marker its context names first, and
 			t.Fatalf("client %d: Take with the marker set: %+v, %v; want ErrMarked and no claim", i, res, err)
 		}
 	}
-	if rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Approved); len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.IsZero() {
+	if rec := e.status(signedIn, is.Ref, at(4*time.Second), storedriver.StatusApproved); len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.IsZero() {
 		t.Fatalf("after the marked Takes: %+v, want the approval unused", rec.Approvals)
 	}
 	// Another owner's Take, and one without the marker, are not refused.
@@ -1538,41 +1540,41 @@ var _ = add("MarkedInTake: a Take checks the marker its context names first, and
 	if err != nil || c.Claim == nil {
 		t.Fatalf("Take past the marker's until: %+v, %v; want the approval claimed", c, err)
 	}
-	e.finish(c.Claim, store.Done, at(time.Minute+2*time.Second))
+	e.finish(c.Claim, store.OutcomePerformed, at(time.Minute+2*time.Second))
 })
 
 // markedBy reads with f; useOnceOnly hides a store's own read, so that
 // storewrap.Marked falls back to UseOnce.
 type markedBy struct {
-	s store.Store
-	f func(context.Context, store.Store, string, time.Time) (bool, error)
+	s storedriver.Store
+	f func(context.Context, storedriver.Store, string, time.Time) (bool, error)
 }
 
 func (m markedBy) Marked(ctx context.Context, key string, now time.Time) (bool, error) {
 	return m.f(ctx, m.s, key, now)
 }
 
-type useOnceOnly struct{ store.Store }
+type useOnceOnly struct{ storedriver.Store }
 
 var _ = add("RecordOptions.Once: the request's single-use key is used up in the same step, and a replay records nothing", func(t *testing.T, e *env) {
 	a := action(t, "k", `{"size":"M"}`)
 	is := e.issue(signedIn, a, at(0))
-	rec := func(client int, key string, now time.Time) store.RecordResult {
+	rec := func(client int, key string, now time.Time) storedriver.RecordResult {
 		t.Helper()
 		rep, err := e.client(client).Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), now,
-			store.RecordOptions{Once: key, OnceUntil: at(time.Minute)})
+			storedriver.RecordOptions{Once: key, OnceUntil: at(time.Minute)})
 		if err != nil {
 			t.Fatalf("Record: %v", err)
 		}
 		return rep.Result
 	}
 	k1 := storekit.OnceKey(signedIn.Agent, signedIn.User, "jti:agent-a:1")
-	if got := rec(0, k1, at(time.Second)); got != store.Recorded {
+	if got := rec(0, k1, at(time.Second)); got != storedriver.Recorded {
 		t.Fatalf("first Record with its key: %v", got)
 	}
 	// The same key again, at another web server: a replay, refused before
 	// the checks (it would otherwise be "already recorded").
-	if got := rec(1, k1, at(2*time.Second)); got != store.Replayed {
+	if got := rec(1, k1, at(2*time.Second)); got != storedriver.Replayed {
 		t.Fatalf("replayed Record: %v, want replayed", got)
 	}
 	// A key used by UseOnce (a lookup) is used up for Record, and back.
@@ -1580,7 +1582,7 @@ var _ = add("RecordOptions.Once: the request's single-use key is used up in the 
 	if first, err := e.client(2).UseOnce(e.ctx(), k2, at(time.Minute), at(3*time.Second)); err != nil || !first {
 		t.Fatalf("UseOnce: %v %v", first, err)
 	}
-	if got := rec(3, k2, at(4*time.Second)); got != store.Replayed {
+	if got := rec(3, k2, at(4*time.Second)); got != storedriver.Replayed {
 		t.Fatalf("Record after UseOnce of its key: %v, want replayed", got)
 	}
 	k3 := storekit.OnceKey(signedIn.Agent, signedIn.User, "jti:agent-a:3")
@@ -1589,7 +1591,7 @@ var _ = add("RecordOptions.Once: the request's single-use key is used up in the 
 		t.Fatalf("UseOnce after Record used its key: %v %v, want false", first, err)
 	}
 	// Past its until the key may be used again (the token can't verify then).
-	if got := rec(2, k1, at(time.Minute+time.Second)); got == store.Replayed {
+	if got := rec(2, k1, at(time.Minute+time.Second)); got == storedriver.Replayed {
 		t.Fatalf("after until: %v", got)
 	}
 	// A replay never records: only the first approval is there.
@@ -1609,7 +1611,7 @@ var _ = add("W76 W148 an owner's operations are invisible to another owner", fun
 		if _, found := e.lookup(o, is.Ref, at(2*time.Second)); found {
 			t.Errorf("%+v found another owner's operation", o)
 		}
-		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.NotFound)
+		e.wantRecord(o, is.Ref, approvalOf(is.Operation), at(2*time.Second), storedriver.NotFound)
 	}
 	// A signed-in Session of the same agent and User finds it (the caller
 	// compares accounts) but cannot approve or take it.
@@ -1617,7 +1619,7 @@ var _ = add("W76 W148 an owner's operations are invisible to another owner", fun
 	if !found || rec.Owner != signedOut {
 		t.Errorf("signed-in lookup: found=%v owner=%+v", found, rec.Owner)
 	}
-	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.NotFound)
+	e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), storedriver.NotFound)
 	e.noClaim(signedIn, a, at(2*time.Second))
 	e.claim(signedOut, a, at(3*time.Second))
 })
@@ -1648,9 +1650,9 @@ var _ = add("W139 everything expires: nothing grows without bound", func(t *test
 		c := e.claim(o, a, now)
 		switch i % 4 {
 		case 2:
-			e.finish(c, store.Done, now)
+			e.finish(c, store.OutcomePerformed, now)
 		case 3:
-			e.finish(c, store.Unknown, now)
+			e.finish(c, store.OutcomeUnknown, now)
 		}
 		if _, err := e.h.Store.UseOnce(t.Context(), fmt.Sprint("jti-", i), now.Add(time.Minute), now); err != nil {
 			t.Fatal(err)
@@ -1679,7 +1681,7 @@ var _ = add("W139 everything expires: nothing grows without bound", func(t *test
 	}
 	// Calls that change nothing, with the late clock, so that a store that
 	// sweeps as it goes gets to.
-	if _, err := e.h.Store.Record(t.Context(), signedIn, refs[0], store.Approval{}, far, store.RecordOptions{}); err != nil {
+	if _, err := e.h.Store.Record(t.Context(), signedIn, refs[0], store.Approval{}, far, storedriver.RecordOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if e.h.Size != nil {
@@ -1703,30 +1705,30 @@ var _ = add("W144 a store that is down fails every call quickly, without a hang 
 	is := e.issue(signedIn, a, at(0))
 	e.approve(signedIn, is, at(time.Second))
 	e.h.Down()
-	calls := map[string]func(ctx context.Context, s store.Store) error{
-		"Issue": func(ctx context.Context, s store.Store) error {
+	calls := map[string]func(ctx context.Context, s storedriver.Store) error{
+		"Issue": func(ctx context.Context, s storedriver.Store) error {
 			_, err := Issue(ctx, s, signedIn, a, at(2*time.Second))
 			return err
 		},
-		"Take": func(ctx context.Context, s store.Store) error {
+		"Take": func(ctx context.Context, s storedriver.Store) error {
 			res, err := s.Take(ctx, signedIn, a, at(2*time.Second))
 			if res.Claim != nil {
 				t.Errorf("Take while down claimed: %+v", res)
 			}
 			return err
 		},
-		"Finish": func(ctx context.Context, s store.Store) error {
-			return s.Finish(ctx, store.Claim{Owner: signedIn, Operation: is.Operation, Token: "t"}, store.Done, at(2*time.Second))
+		"Finish": func(ctx context.Context, s storedriver.Store) error {
+			return s.Finish(ctx, store.Claim{Owner: signedIn, Operation: is.Operation, Token: "t"}, store.OutcomePerformed, at(2*time.Second))
 		},
-		"Lookup": func(ctx context.Context, s store.Store) error {
+		"Lookup": func(ctx context.Context, s storedriver.Store) error {
 			_, _, err := s.Lookup(ctx, signedIn, is.Ref, at(2*time.Second))
 			return err
 		},
-		"Record": func(ctx context.Context, s store.Store) error {
-			_, err := s.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), store.RecordOptions{})
+		"Record": func(ctx context.Context, s storedriver.Store) error {
+			_, err := s.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), at(2*time.Second), storedriver.RecordOptions{})
 			return err
 		},
-		"UseOnce": func(ctx context.Context, s store.Store) error {
+		"UseOnce": func(ctx context.Context, s storedriver.Store) error {
 			_, err := s.UseOnce(ctx, "jti", at(time.Minute), at(2*time.Second))
 			return err
 		},
@@ -1740,7 +1742,7 @@ var _ = add("W144 a store that is down fails every call quickly, without a hang 
 			case err := <-done:
 				if err == nil {
 					t.Errorf("%s on client %d: no error while down", name, i)
-				} else if errors.Is(err, store.ErrClaimLost) {
+				} else if errors.Is(err, storedriver.ErrClaimLost) {
 					t.Errorf("%s on client %d: %v, want a store error, not a lost claim", name, i, err)
 				}
 			case <-time.After(10 * time.Second):
@@ -1772,7 +1774,7 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 	a := action(t, "exchange:ord_forgotten", `{"size":"M"}`)
 	is := e.issue(signedOut, a, at(0))
 	e.approve(signedOut, is, at(time.Minute))
-	e.finish(e.claim(signedOut, a, at(2*time.Minute)), store.Done, at(2*time.Minute))
+	e.finish(e.claim(signedOut, a, at(2*time.Minute)), store.OutcomePerformed, at(2*time.Minute))
 	// Far past expires_at and the retention: the store may have forgotten it.
 	later := at(2*time.Minute + storekit.DefaultRetention + lifetime + time.Hour)
 	if e.h.Advance != nil {
@@ -1780,7 +1782,7 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 	}
 	// The same approval again: never recorded for the old operation.
 	reply := e.record(signedOut, is.Ref, approvalOf(is.Operation), later)
-	if reply.Result == store.Recorded || reply.Result == store.AlreadyRecorded {
+	if reply.Result == storedriver.Recorded || reply.Result == storedriver.AlreadyRecorded {
 		t.Fatalf("the approval of a forgotten operation was recorded: %v", reply.Result)
 	}
 	// The browser's retry is a new request: a new operation, nothing claimed.
@@ -1793,7 +1795,7 @@ var _ = add("W140 a retry after the operation is forgotten is not performed agai
 // ---- Claims are never stranded (W144) ----
 
 // tokenAction is a with the caller's claim token.
-func tokenAction(a store.TakeRequest, token string) store.TakeRequest {
+func tokenAction(a storedriver.TakeRequest, token string) storedriver.TakeRequest {
 	a.ClaimToken = token
 	return a
 }
@@ -1819,14 +1821,14 @@ var _ = add("W144 a released claim's approval performs on the next request", fun
 		t.Fatalf("claim token %q, want the caller's %q", c.Token, token)
 	}
 	e.release(otherAgent, token, at(3*time.Second), false) // another owner's release is nothing
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Performing)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusPerforming)
 	e.release(signedIn, token, at(3*time.Second), true)
-	rec := e.status(signedIn, is.Ref, at(4*time.Second), store.Approved)
+	rec := e.status(signedIn, is.Ref, at(4*time.Second), storedriver.StatusApproved)
 	if len(rec.Approvals) != 1 || !rec.Approvals[0].UsedAt.IsZero() {
 		t.Errorf("approvals after release = %+v, want one, not used up", rec.Approvals)
 	}
 	e.release(signedIn, token, at(4*time.Second), false) // idempotent
-	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("Take with the released token: %v, want ErrClaimLost", err)
 	}
 	// The approval was never used up: the next request performs it.
@@ -1834,11 +1836,11 @@ var _ = add("W144 a released claim's approval performs on the next request", fun
 	if c2.Operation.Revision != is.Operation.Revision {
 		t.Fatalf("took %s, want %s", c2.Operation.Revision, is.Operation.Revision)
 	}
-	if err := e.client(4).Finish(e.ctx(), *c, store.Done, at(7*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+	if err := e.client(4).Finish(e.ctx(), *c, store.OutcomePerformed, at(7*time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("Finish of the released claim: %v, want ErrClaimLost", err)
 	}
-	e.finish(c2, store.Done, at(7*time.Second))
-	e.status(signedIn, is.Ref, at(8*time.Second), store.Performed)
+	e.finish(c2, store.OutcomePerformed, at(7*time.Second))
+	e.status(signedIn, is.Ref, at(8*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W144 a Take that runs after its Release claims nothing", func(t *testing.T, e *env) {
@@ -1849,12 +1851,12 @@ var _ = add("W144 a Take that runs after its Release claims nothing", func(t *te
 	// The caller gave up before the store ran its Take (a stalled store):
 	// the release arrives first.
 	e.release(signedIn, token, at(2*time.Second), false)
-	if res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(3*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+	if res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(3*time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Fatalf("late Take: %+v, %v; want ErrClaimLost", res, err)
 	}
-	e.status(signedIn, is.Ref, at(4*time.Second), store.Approved)
+	e.status(signedIn, is.Ref, at(4*time.Second), storedriver.StatusApproved)
 	c := e.claim(signedIn, a, at(5*time.Second))
-	e.finish(c, store.Done, at(6*time.Second))
+	e.finish(c, store.OutcomePerformed, at(6*time.Second))
 })
 
 var _ = add("W135 W144 a Take repeated with its token gets the same claim", func(t *testing.T, e *env) {
@@ -1867,20 +1869,20 @@ var _ = add("W135 W144 a Take repeated with its token gets the same claim", func
 	if again.Token != c.Token || !sameOperation(again.Operation, c.Operation) || !sameApproval(again.Approval, c.Approval) {
 		t.Fatalf("repeated Take: %+v, want %+v", again, c)
 	}
-	e.finish(c, store.Done, at(4*time.Second))
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
 	// A finished claim's token claims nothing again: the store may answer
 	// ErrClaimLost, or (having forgotten the token with the claim) treat
 	// the Take as a new request, which the performed operation never
 	// matches (W141).
 	res, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(5*time.Second))
-	if err != nil && !errors.Is(err, store.ErrClaimLost) {
+	if err != nil && !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("Take with a finished claim's token: %v, want ErrClaimLost or no claim", err)
 	}
 	if res.Claim != nil || (res.Ref != "" && res.Operation.ID == is.Operation.ID) {
 		t.Errorf("Take with a finished claim's token: %+v, want no claim and not the performed operation", res)
 	}
 	e.release(signedIn, token, at(6*time.Second), false)
-	e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(7*time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W142 W144 a claim whose outcome was reported is never released", func(t *testing.T, e *env) {
@@ -1889,20 +1891,20 @@ var _ = add("W142 W144 a claim whose outcome was reported is never released", fu
 	e.approve(signedIn, is, at(time.Second))
 	token := storekit.NewToken()
 	c := e.claim(signedIn, tokenAction(a, token), at(2*time.Second))
-	e.finish(c, store.Unknown, at(3*time.Second))
+	e.finish(c, store.OutcomeUnknown, at(3*time.Second))
 	e.release(signedIn, token, at(4*time.Second), false)
-	e.status(signedIn, is.Ref, at(5*time.Second), store.Performing)
-	e.finish(c, store.Done, at(6*time.Second))
-	e.status(signedIn, is.Ref, at(7*time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(5*time.Second), storedriver.StatusPerforming)
+	e.finish(c, store.OutcomePerformed, at(6*time.Second))
+	e.status(signedIn, is.Ref, at(7*time.Second), storedriver.StatusPerformed)
 
 	b := action(t, "b", `{}`)
 	isB := e.issue(signedIn, b, at(8*time.Second))
 	e.approve(signedIn, isB, at(8*time.Second))
 	tokenB := storekit.NewToken()
 	cB := e.claim(signedIn, tokenAction(b, tokenB), at(9*time.Second))
-	e.finish(cB, store.NotDone, at(10*time.Second))
+	e.finish(cB, store.OutcomeNotPerformed, at(10*time.Second))
 	e.release(signedIn, tokenB, at(11*time.Second), false)
-	rec := e.status(signedIn, isB.Ref, at(12*time.Second), store.Waiting)
+	rec := e.status(signedIn, isB.Ref, at(12*time.Second), storedriver.StatusWaiting)
 	if len(rec.Approvals) != 1 || rec.Approvals[0].UsedAt.IsZero() {
 		t.Errorf("approvals = %+v, want the one used up", rec.Approvals)
 	}
@@ -1950,9 +1952,9 @@ var _ = add("W144 W145 a claim Take returned is never taken away, however late",
 			t.Fatalf("Performing %v on: %v, want the claim, listed for a person to decide", later, got)
 		}
 	}
-	e.status(signedIn, is.Ref, at(time.Hour), store.Performing)
-	e.finish(c, store.Done, at(time.Hour))
-	e.status(signedIn, is.Ref, at(time.Hour+time.Second), store.Performed)
+	e.status(signedIn, is.Ref, at(time.Hour), storedriver.StatusPerforming)
+	e.finish(c, store.OutcomePerformed, at(time.Hour))
+	e.status(signedIn, is.Ref, at(time.Hour+time.Second), storedriver.StatusPerformed)
 })
 
 var _ = add("W144 a claim's holder releases it after Take returned it, and a late Take of its token claims nothing", func(t *testing.T, e *env) {
@@ -1965,20 +1967,20 @@ var _ = add("W144 a claim's holder releases it after Take returned it, and a lat
 	// was not confirmed): it releases, minutes later, while its store was
 	// away.
 	e.release(signedIn, token, at(5*time.Minute), true)
-	e.status(signedIn, is.Ref, at(5*time.Minute), store.Approved)
+	e.status(signedIn, is.Ref, at(5*time.Minute), storedriver.StatusApproved)
 	if got := e.performing(at(time.Hour), at(5*time.Minute+time.Second)); len(got) != 0 {
 		t.Errorf("Performing after the release: %v, want none", got)
 	}
-	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(6*time.Minute)); !errors.Is(err, store.ErrClaimLost) {
+	if _, err := e.client(1).Take(e.ctx(), signedIn, tokenAction(a, token), at(6*time.Minute)); !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("a Take of the released token, run late: %v, want ErrClaimLost", err)
 	}
 	c := e.claim(signedIn, a, at(7*time.Minute))
-	e.finish(c, store.Done, at(7*time.Minute))
+	e.finish(c, store.OutcomePerformed, at(7*time.Minute))
 })
 
 // ---- Performing and Resolve: outcomes nobody reported ----
 
-func (e *env) reconciler() store.Store { return e.h.Store }
+func (e *env) reconciler() storedriver.Store { return e.h.Store }
 
 func (e *env) performing(before, now time.Time) map[string]store.Stuck {
 	e.t.Helper()
@@ -1999,7 +2001,7 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 	e.approve(signedIn, isA, at(time.Second))
 	e.approve(signedOut, isB, at(time.Second))
 	cA := e.claim(signedIn, a, at(2*time.Second))
-	e.finish(cA, store.Unknown, at(3*time.Second))
+	e.finish(cA, store.OutcomeUnknown, at(3*time.Second))
 	cB := e.claim(signedOut, b, at(10*time.Second))
 
 	got := e.performing(at(5*time.Second), at(20*time.Second))
@@ -2017,27 +2019,27 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 	}
 
 	r := e.reconciler()
-	if err := r.Resolve(e.ctx(), otherAccount, isA.Operation.ID, store.Done, at(21*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
+	if err := r.Resolve(e.ctx(), otherAccount, isA.Operation.ID, store.OutcomePerformed, at(21*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
 		t.Errorf("Resolve as another account: %v, want ErrNotPerforming", err)
 	}
-	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Unknown, at(21*time.Second)); err == nil {
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.OutcomeUnknown, at(21*time.Second)); err == nil {
 		t.Errorf("Resolve as unknown: no error")
 	}
-	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Done, at(21*time.Second)); err != nil {
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.OutcomePerformed, at(21*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.Done, at(22*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
+	if err := r.Resolve(e.ctx(), signedIn, isA.Operation.ID, store.OutcomePerformed, at(22*time.Second)); !errors.Is(err, store.ErrNotPerforming) {
 		t.Errorf("Resolve twice: %v, want ErrNotPerforming", err)
 	}
-	e.wantRecord(signedIn, isA.Ref, approvalOf(isA.Operation), at(23*time.Second), store.IsPerformed)
+	e.wantRecord(signedIn, isA.Ref, approvalOf(isA.Operation), at(23*time.Second), storedriver.AlreadyPerformed)
 
-	if err := r.Resolve(e.ctx(), signedOut, isB.Operation.ID, store.NotDone, at(24*time.Second)); err != nil {
+	if err := r.Resolve(e.ctx(), signedOut, isB.Operation.ID, store.OutcomeNotPerformed, at(24*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.client(4).Finish(e.ctx(), *cB, store.Done, at(25*time.Second)); !errors.Is(err, store.ErrClaimLost) {
+	if err := e.client(4).Finish(e.ctx(), *cB, store.OutcomePerformed, at(25*time.Second)); !errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("Finish after Resolve: %v, want ErrClaimLost", err)
 	}
-	rec := e.status(signedOut, isB.Ref, at(26*time.Second), store.Waiting)
+	rec := e.status(signedOut, isB.Ref, at(26*time.Second), storedriver.StatusWaiting)
 	if rec.Current.Revision == isB.Operation.Revision {
 		t.Errorf("not performed: Lookup offers the used-up revision (W90)")
 	}
@@ -2045,25 +2047,25 @@ var _ = add("W142 W137 Performing lists long-performing operations and Resolve s
 		t.Errorf("after resolving: still performing %v", got)
 	}
 	// W137: performed is remembered for the retention at least.
-	e.status(signedIn, isA.Ref, at(21*time.Second).Add(storekit.DefaultRetention-time.Second), store.Performed)
+	e.status(signedIn, isA.Ref, at(21*time.Second).Add(storekit.DefaultRetention-time.Second), storedriver.StatusPerformed)
 })
 
 // ---- Bounded work: caps (webkit/RULES.md "Bounded work") ----
 
 var _ = add("an operation records at most MaxApprovalsPerOperation approvals, and keeps them among its revisions", func(t *testing.T, e *env) {
-	var approved []store.TakeResult
+	var approved []storedriver.TakeResult
 	for i := range storekit.MaxApprovalsPerOperation {
 		is := e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"n":%d}`, i)), at(0))
 		e.approve(signedIn, is, at(0))
 		approved = append(approved, is)
 	}
 	over := e.issue(signedIn, action(t, "k", `{"n":"over"}`), at(time.Second))
-	e.wantRecord(signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), store.RateLimited)
-	rep, err := e.h.Store.Record(e.ctx(), signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), store.RecordOptions{CheckOnly: true})
-	if err != nil || rep.Result != store.RateLimited {
+	e.wantRecord(signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), storedriver.RateLimited)
+	rep, err := e.h.Store.Record(e.ctx(), signedIn, over.Ref, approvalOf(over.Operation), at(time.Second), storedriver.RecordOptions{CheckOnly: true})
+	if err != nil || rep.Result != storedriver.RateLimited {
 		t.Errorf("CheckOnly over the cap: %v, %v", rep.Result, err)
 	}
-	if rec := e.status(signedIn, over.Ref, at(2*time.Second), store.Approved); len(rec.Approvals) != storekit.MaxApprovalsPerOperation {
+	if rec := e.status(signedIn, over.Ref, at(2*time.Second), storedriver.StatusApproved); len(rec.Approvals) != storekit.MaxApprovalsPerOperation {
 		t.Errorf("approvals = %d, want %d", len(rec.Approvals), storekit.MaxApprovalsPerOperation)
 	}
 	// Ever new terms drop never-approved revisions, never an approved one.
@@ -2071,7 +2073,7 @@ var _ = add("an operation records at most MaxApprovalsPerOperation approvals, an
 		e.issue(signedIn, action(t, "k", fmt.Sprintf(`{"m":%d}`, i)), at(3*time.Second))
 	}
 	for _, is := range approved {
-		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(4*time.Second), store.AlreadyRecorded)
+		e.wantRecord(signedIn, is.Ref, approvalOf(is.Operation), at(4*time.Second), storedriver.AlreadyRecorded)
 	}
 	c := e.claim(signedIn, action(t, "k", `{"n":3}`), at(5*time.Second))
 	if c.Operation.Revision != approved[3].Operation.Revision {
@@ -2085,11 +2087,11 @@ var _ = add("an operation records at most MaxApprovalsPerOperation approvals, an
 var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored ones count when their ref is returned", func(t *testing.T, e *env) {
 	limited := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, store.ErrRateLimited) {
+		if !errors.Is(err, storedriver.ErrRateLimited) {
 			t.Errorf("%s over the cap: %v, want ErrRateLimited", what, err)
 		}
 	}
-	var first store.TakeResult
+	var first storedriver.TakeResult
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		is := e.issue(signedIn, storedAction(t, fmt.Sprint("k", i), `{}`), at(0))
 		if i == 0 {
@@ -2112,7 +2114,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored
 	// A performed operation is no longer open.
 	e.approve(signedIn, first, at(2*time.Second))
 	c := e.claim(signedIn, storedAction(t, "k0", `{}`), at(3*time.Second))
-	e.finish(c, store.Done, at(4*time.Second))
+	e.finish(c, store.OutcomePerformed, at(4*time.Second))
 	e.issue(signedIn, storedAction(t, "more", `{}`), at(5*time.Second))
 	_, err = Issue(e.ctx(), e.h.Store, signedIn, storedAction(t, "more2", `{}`), at(5*time.Second))
 	limited("Issue after one was performed and another opened", err)
@@ -2125,7 +2127,7 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: stored
 // the endpoint) and records nothing. (A store that stores every waiting
 // operation counts it when its ref is returned, as above.)
 var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: a computed one counts when its first approval stores it", func(t *testing.T, e *env) {
-	var first store.TakeResult
+	var first storedriver.TakeResult
 	for i := range storekit.DefaultMaxOpenPerOwner {
 		is := e.issue(signedIn, action(t, fmt.Sprint("k", i), `{}`), at(0))
 		e.approve(signedIn, is, at(time.Second))
@@ -2136,25 +2138,25 @@ var _ = add("an owner has at most DefaultMaxOpenPerOwner open operations: a comp
 	overCap := func(key string, now time.Time) {
 		t.Helper()
 		is, err := Issue(e.ctx(), e.h.Store, signedIn, action(t, key, `{}`), now)
-		if errors.Is(err, store.ErrRateLimited) {
+		if errors.Is(err, storedriver.ErrRateLimited) {
 			return // counted when its ref would have been returned
 		}
 		if err != nil {
 			t.Fatalf("Issue %s over the cap: %v", key, err)
 		}
-		if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), now); rep.Result != store.RateLimited {
+		if rep := e.record(signedIn, is.Ref, approvalOf(is.Operation), now); rep.Result != storedriver.RateLimited {
 			t.Errorf("the approval of %s over the cap: %v, want RateLimited", key, rep.Result)
 		}
-		if rec, found := e.lookup(signedIn, is.Ref, now); found && rec.Status != store.Waiting {
+		if rec, found := e.lookup(signedIn, is.Ref, now); found && rec.Status != storedriver.StatusWaiting {
 			t.Errorf("%s after its refused approval: %s, want waiting (nothing recorded)", key, rec.Status)
 		}
 	}
 	overCap("more", at(2*time.Second))
 	// Approving a stored one again opens nothing.
-	e.wantRecord(signedIn, first.Ref, approvalOf(first.Operation), at(2*time.Second), store.AlreadyRecorded)
+	e.wantRecord(signedIn, first.Ref, approvalOf(first.Operation), at(2*time.Second), storedriver.AlreadyRecorded)
 	// A performed operation is no longer open: one more may be stored,
 	// and no second.
-	e.finish(e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second)), store.Done, at(4*time.Second))
+	e.finish(e.claim(signedIn, action(t, "k0", `{}`), at(3*time.Second)), store.OutcomePerformed, at(4*time.Second))
 	e.approve(signedIn, e.issue(signedIn, action(t, "more", `{}`), at(5*time.Second)), at(5*time.Second))
 	overCap("more2", at(6*time.Second))
 	// Another User is not counted.

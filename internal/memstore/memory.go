@@ -1,4 +1,7 @@
-package store
+// Package memstore is the in-memory store: a Kit's default (webkit.New),
+// right for a website that runs as one process, and the reference the
+// Redis store is compared with (internal/storetest's differential).
+package memstore
 
 import (
 	"bytes"
@@ -6,7 +9,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"iter"
 	"math/rand/v2"
 	"slices"
@@ -16,11 +18,14 @@ import (
 	"time"
 	"unique"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
+
 	"github.com/opsgate/opsgate/internal/computed"
 )
 
-// NewMemory returns the Store for a website that runs as one process. It
-// implements Store too. Every method is one critical section under one
+// New returns a store for a website that runs as one process. Every method is one critical section under one
 // mutex, which is what makes Take claim at most once (§7 W135).
 //
 // It follows the caller's clock: whether a record is forgotten is judged
@@ -48,19 +53,74 @@ import (
 // open operations (waiting: not being performed, not performed, not
 // forgotten), and an agent 10,000: a request that would open one more gets
 // ErrRateLimited.
-func NewMemory() Store { return &memory{} }
-
-func init() {
-	storekit.NewMemory = func(cfg storekit.MemoryConfig) (any, func() int) {
-		m := &memory{cfg: cfg}
-		return m, m.size
-	}
+func New(cfg Config) *Store {
+	return &Store{m: &memory{cfg: cfg}}
 }
 
-// memory is NewMemory's store; its zero value is ready to use.
+// Config is what a test may set: zero fields are the defaults, a negative
+// cap is none.
+type Config = storekit.MemoryConfig
+
+// Store is the memory store: a store.Store for a website (Kit's default),
+// whose Driver is the kit's steps.
+type Store struct{ m *memory }
+
+// Driver is the store's steps (storedriver.Store).
+func (s *Store) Driver() any { return s.m }
+
+// Steps is Driver, typed, for the kit's tests.
+func (s *Store) Steps() storedriver.Store { return s.m }
+
+// Size reports how many records the store holds (operations, actions,
+// single-use marks and claim tokens).
+func (s *Store) Size() int { return s.m.size() }
+
+// The steps, for the kit's tests that call the store directly (the kit
+// itself calls Driver's).
+
+func (s *Store) Take(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
+	return s.m.Take(ctx, owner, action, now)
+}
+
+func (s *Store) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
+	return s.m.Finish(ctx, claim, outcome, now)
+}
+
+func (s *Store) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
+	return s.m.Lookup(ctx, owner, ref, now)
+}
+
+func (s *Store) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
+	return s.m.Record(ctx, owner, ref, approval, now, opts)
+}
+
+func (s *Store) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
+	return s.m.Release(ctx, owner, token, now)
+}
+
+func (s *Store) UseOnce(ctx context.Context, key string, until, now time.Time) (bool, error) {
+	return s.m.UseOnce(ctx, key, until, now)
+}
+
+// Performing is store.Store's.
+func (s *Store) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
+	return s.m.Performing(ctx, claimedBefore, now)
+}
+
+// Resolve is store.Store's: by goes in the step's audit entry.
+func (s *Store) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, by string, now time.Time) error {
+	return s.m.Resolve(storedriver.WithEntry(ctx, store.Entry{By: by}), owner, operationID, outcome, now)
+}
+
+// Entries is store.Store's.
+func (s *Store) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[store.Entry, error] {
+	return s.m.Entries(ctx, operationID, from, to)
+}
+
+// memory is New's store; its zero value is ready to use.
 type memory struct {
-	// cfg is what a test may set (storekit.NewMemory): zero fields are the
-	// defaults. Set before the first call.
+	// cfg is what a test may set (New): zero fields are the defaults. Set
+	// before the first call.
 	cfg storekit.MemoryConfig
 
 	mu         sync.Mutex
@@ -69,7 +129,7 @@ type memory struct {
 	actions    shrinkMap[memKey, *memAction]    // (slot, storekit.ActionDigest(account, key))
 	once       shrinkMap[string, *memTimer]     // UseOnce key → until
 	claims     shrinkMap[string, *memClaim]     // claim token → its claim
-	performing map[memKey]struct{}              // operations performing, for Performing
+	performing map[memKey]struct{}              // operations performing, for storedriver.StatusPerforming
 	openOwner  shrinkMap[string, int]           // open operations by storekit.Slot(agent, user)
 	openAgent  shrinkMap[string, int]           // open operations by agent
 	logs       shrinkMap[memKey, *memLog]       // (slot, operation_id) → its audit entries
@@ -86,7 +146,8 @@ var _ storekit.InProcess = (*memory)(nil)
 func (m *memory) InProcess() bool { return true }
 
 var (
-	_ Store = (*memory)(nil)
+	_ storedriver.Store = (*memory)(nil)
+	_ store.Store       = (*Store)(nil)
 )
 
 // memMaxRevisions caps the revisions one operation keeps, so that a client
@@ -116,15 +177,15 @@ const (
 // which Finish(Done) drops, so that a retained operation costs a few
 // hundred bytes (BenchmarkMemoryRetained).
 type memOperation struct {
-	owner  Owner    // once performed, its Account only (Lookup names the caller's agent and User)
-	action memKey   // its action's key, to find the live approvals
-	order  []string // the revisions kept, oldest issued first: the last is the current one
-	timer  memTimer // forgotten after timer.until
+	owner  store.Owner // once performed, its Account only (Lookup names the caller's agent and User)
+	action memKey      // its action's key, to find the live approvals
+	order  []string    // the revisions kept, oldest issued first: the last is the current one
+	timer  memTimer    // forgotten after timer.until
 	// claimedAt is when it was last claimed: while performing, and once
 	// performed (mayStore).
 	claimedAt time.Time
 	state     memState
-	// unknown: an Unknown outcome was reported while performing.
+	// unknown: an store.OutcomeUnknown outcome was reported while performing.
 	unknown bool
 	// computed (its id was computed, and an approval stored it) or ka
 	// (stored by Take, its operation not computable: its action keeps
@@ -137,7 +198,7 @@ type memOperation struct {
 // memPending is what an operation keeps until it is performed.
 type memPending struct {
 	revisions map[string]*memRevision // every revision kept, by name
-	approvals []Approval              // recorded approvals, first recorded first (W81)
+	approvals []store.Approval        // recorded approvals, first recorded first (W81)
 
 	// While performing: the claim's token, the revision it performs, and
 	// the claimed approval's place among the action's live approvals (to
@@ -165,7 +226,7 @@ func (op *memOperation) keeps(rev string) bool {
 }
 
 type memRevision struct {
-	op       Operation
+	op       store.Operation
 	approved bool // an approval of it was recorded (used up or not)
 	used     bool // its approval was used up by a browser request
 }
@@ -351,7 +412,7 @@ func (m *memory) opened(slot, agent string, d int) {
 // errOverallCap is what a call an overall cap refused returns
 // (storekit.MemoryConfig.MaxOpen, MaxReplayMarkers; redisstore's
 // Options).
-var errOverallCap = fmt.Errorf("%w (%w)", ErrRateLimited, storekit.ErrOverall)
+var errOverallCap = fmt.Errorf("%w (%w)", storedriver.ErrRateLimited, storekit.ErrOverall)
 
 // overAll says whether every agent together already has as many open
 // operations as the overall cap allows, once those forgotten by now are
@@ -378,7 +439,7 @@ func (m *memory) markersFull(now time.Time) bool {
 
 // overCaps says whether owner (in slot) already has as many open
 // operations as its cap allows, or its agent as many as the agent's.
-func (m *memory) overCaps(owner Owner, slot string) bool {
+func (m *memory) overCaps(owner store.Owner, slot string) bool {
 	byOwner, _ := m.openOwner.get(slot)
 	byAgent, _ := m.openAgent.get(owner.Agent)
 	return over(byOwner, m.cfg.MaxOpenPerOwner, storekit.DefaultMaxOpenPerOwner) ||
@@ -425,9 +486,9 @@ func (m *memory) keep(op *memOperation, until time.Time) { m.expiry.extend(&op.t
 //
 // It is Take without the approvals: the conformance suite sets up
 // operations with it (storetest.Issue).
-func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
+func (m *memory) Issue(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
-		return TakeResult{}, err
+		return storedriver.TakeResult{}, err
 	}
 	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
@@ -439,7 +500,7 @@ func (m *memory) Issue(ctx context.Context, owner Owner, action TakeRequest, now
 // A new operation beyond the owner's or the agent's cap of open ones is
 // ErrRateLimited. ak is the action's key (the owner's slot, the action's
 // digest), which the caller has computed.
-func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time) (TakeResult, error) {
+func (m *memory) issue(owner store.Owner, ak memKey, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	slot := ak.slot
 	a, _ := m.actions.get(ak)
 	op := (*memOperation)(nil)
@@ -474,10 +535,10 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 			}
 		}
 		if m.overAll(now) {
-			return TakeResult{}, errOverallCap
+			return storedriver.TakeResult{}, errOverallCap
 		}
 		if m.overCaps(owner, slot) {
-			return TakeResult{}, ErrRateLimited
+			return storedriver.TakeResult{}, storedriver.ErrRateLimited
 		}
 		if storeAs != "" {
 			if old, ok := m.ops.get(memKey{slot, storeAs}); ok { // forgotten by now, not swept yet
@@ -505,7 +566,7 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 		m.expiry.add(&op.timer)
 	}
 	if cur := op.revisions[op.current()]; cur != nil && reusable(cur, action, now) {
-		return TakeResult{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
+		return storedriver.TakeResult{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
 	if expiresAt.IsZero() {
@@ -514,7 +575,7 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 	// expires_at goes out in whole seconds (RFC 3339), so it is kept that
 	// way: what an approval is judged by is exactly what the agent saw.
 	expiresAt = time.Unix(expiresAt.Unix(), 0).UTC()
-	r := &memRevision{op: Operation{
+	r := &memRevision{op: store.Operation{
 		ID:        a.current,
 		Revision:  storekit.NewRevision(expiresAt),
 		Summary:   action.Summary,
@@ -523,7 +584,7 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 	}}
 	op.add(r)
 	m.keep(op, expiresAt)
-	return TakeResult{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
+	return storedriver.TakeResult{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
 }
 
 // over says whether n open operations reach a configured cap: its default
@@ -542,7 +603,7 @@ func over(n, limit, def int) bool {
 // terms (W24), same fixed expires_at (W25) or at least half its lifetime left
 // (W39), not expired, and never approved, so that an operation whose approval
 // was used up without performing can be approved again (W98).
-func reusable(r *memRevision, action TakeRequest, now time.Time) bool {
+func reusable(r *memRevision, action storedriver.TakeRequest, now time.Time) bool {
 	if r.approved || now.After(r.op.ExpiresAt) || !bytes.Equal(r.op.Terms, action.Terms) {
 		return false
 	}
@@ -585,16 +646,16 @@ func (op *memOperation) capRevisions() {
 	}
 }
 
-func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now time.Time) (TakeResult, error) {
+func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	if err := m.lock(ctx, now); err != nil {
-		return TakeResult{}, err
+		return storedriver.TakeResult{}, err
 	}
 	defer m.unlock()
 	// The marker the Gate names (Unbind's, for the browser's join
 	// cookie), checked in the same step (storekit.MarkedInTake).
 	if key := storekit.MarkerOf(ctx); key != "" {
 		if prev, ok := m.once.get(key); ok && !now.After(prev.until) {
-			return TakeResult{}, fmt.Errorf("store: take: %w", storekit.ErrMarked)
+			return storedriver.TakeResult{}, fmt.Errorf("store: take: %w", storekit.ErrMarked)
 		}
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
@@ -604,13 +665,13 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 		// again, and one after Release claims nothing (W144).
 		if c, ok := m.claims.get(token); ok && !now.After(c.timer.until) {
 			if c.released {
-				return TakeResult{}, ErrClaimLost
+				return storedriver.TakeResult{}, storedriver.ErrClaimLost
 			}
 			op := m.op(c.op.slot, c.op.id, now)
 			if c.op.slot != slot || op == nil || op.state != memPerforming || op.token != token {
-				return TakeResult{}, ErrClaimLost
+				return storedriver.TakeResult{}, storedriver.ErrClaimLost
 			}
-			return TakeResult{Claim: m.claimOf(op)}, nil
+			return storedriver.TakeResult{Claim: m.claimOf(op)}, nil
 		}
 	}
 	// The action's approvals are filed under the owner's account as well, so
@@ -641,7 +702,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 				continue
 			}
 			if m.logFull(slot, l.op, now) { // webkit/RULES.md "Bounded work"
-				return TakeResult{}, fmt.Errorf("%w: the operation's audit log is full", ErrRateLimited)
+				return storedriver.TakeResult{}, fmt.Errorf("%w: the operation's audit log is full", storedriver.ErrRateLimited)
 			}
 			// W95: the first recorded match; W96: only it is used up.
 			if token == "" {
@@ -668,17 +729,17 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 			m.setClaim(token, &memClaim{op: k}, now)
 			c := m.claimOf(op)
 			m.log(slot, newEntry(ctx, storekit.EntryClaimed, c.Owner, c.Operation, c.Approval, now), op.timer.until)
-			return TakeResult{Claim: c}, nil
+			return storedriver.TakeResult{Claim: c}, nil
 		}
 	}
 	if busy {
 		// Answer 503 and issue nothing: a new operation now would invite a
 		// second approval of an action that may be taking effect (§7).
-		return TakeResult{Busy: true}, nil
+		return storedriver.TakeResult{Busy: true}, nil
 	}
 	is, err := m.issue(owner, ak, action, now) // W99
 	if err != nil {
-		return TakeResult{}, err
+		return storedriver.TakeResult{}, err
 	}
 	return is, nil
 }
@@ -694,18 +755,18 @@ func (m *memory) setClaim(token string, c *memClaim, now time.Time) {
 }
 
 // claimOf is the claim op's current claim makes.
-func (m *memory) claimOf(op *memOperation) *Claim {
-	var used Approval
+func (m *memory) claimOf(op *memOperation) *store.Claim {
+	var used store.Approval
 	for _, ap := range op.approvals {
 		if ap.Revision == op.claimed && !ap.UsedAt.IsZero() {
 			used = ap
 		}
 	}
-	return &Claim{Owner: op.owner, Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
+	return &store.Claim{Owner: op.owner, Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
 }
 
-func (m *memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now time.Time) error {
-	if outcome != Done && outcome != NotDone && outcome != Unknown {
+func (m *memory) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
+	if outcome != store.OutcomePerformed && outcome != store.OutcomeNotPerformed && outcome != store.OutcomeUnknown {
 		return fmt.Errorf("store: memory: finish: invalid outcome %d", outcome)
 	}
 	if err := m.lock(ctx, now); err != nil {
@@ -715,24 +776,24 @@ func (m *memory) Finish(ctx context.Context, claim Claim, outcome Outcome, now t
 	slot := storekit.Slot(claim.Owner.Agent, claim.Owner.User)
 	op := m.op(slot, claim.Operation.ID, now)
 	if op == nil || op.state != memPerforming || claim.Token == "" || op.token != claim.Token {
-		return ErrClaimLost
+		return storedriver.ErrClaimLost
 	}
 	m.end(ctx, memKey{slot, claim.Operation.ID}, op, outcome, false, now)
 	return nil
 }
 
 // end ends op's claim with outcome (Finish, Resolve when resolved), and
-// writes its audit entry: none for an Unknown outcome reported again,
+// writes its audit entry: none for an store.OutcomeUnknown outcome reported again,
 // which changes nothing.
-func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Outcome, resolved bool, now time.Time) {
-	c, again := m.claimOf(op), outcome == Unknown && op.unknown
+func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome store.Outcome, resolved bool, now time.Time) {
+	c, again := m.claimOf(op), outcome == store.OutcomeUnknown && op.unknown
 	defer func() {
 		if !again {
 			m.log(k.slot, newEntry(ctx, endEntry(outcome, resolved), c.Owner, c.Operation, c.Approval, now), op.timer.until)
 		}
 	}()
 	switch outcome {
-	case Done:
+	case store.OutcomePerformed:
 		// The claim's token is never asked about again (as redisstore
 		// deletes its key): a Take that names it is a new request.
 		if c, ok := m.claims.get(op.token); ok {
@@ -756,7 +817,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 		if cap(op.order) > len(op.order) {
 			op.order = slices.Clone(op.order)
 		}
-		op.owner = Owner{Account: op.owner.Account}
+		op.owner = store.Owner{Account: op.owner.Account}
 		delete(m.performing, k)
 		// A computed operation's action no longer names it once it is
 		// performed (as redisstore drops its action key): whether the
@@ -768,7 +829,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 				m.actions.del(op.action)
 			}
 		}
-	case NotDone:
+	case store.OutcomeNotPerformed:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
 		m.opened(k.slot, op.owner.Agent, +1)
@@ -782,7 +843,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 			fresh.Revision = storekit.NewRevision(fresh.ExpiresAt)
 			op.add(&memRevision{op: fresh})
 		}
-	case Unknown:
+	case store.OutcomeUnknown:
 		// W142, W138: still performing, and kept while it is; the claim
 		// stays held so that the outcome can be reported once known, but it
 		// can no longer be released: the action may have taken effect.
@@ -791,7 +852,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 	}
 }
 
-func (m *memory) Release(ctx context.Context, owner Owner, token string, now time.Time) (bool, error) {
+func (m *memory) Release(ctx context.Context, owner store.Owner, token string, now time.Time) (bool, error) {
 	if err := m.lock(ctx, now); err != nil {
 		return false, err
 	}
@@ -849,9 +910,9 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 	return true, nil
 }
 
-func (m *memory) Lookup(ctx context.Context, owner Owner, ref string, now time.Time) (Record, bool, error) {
+func (m *memory) Lookup(ctx context.Context, owner store.Owner, ref string, now time.Time) (storedriver.Found, bool, error) {
 	if err := m.lock(ctx, now); err != nil {
-		return Record{}, false, err
+		return storedriver.Found{}, false, err
 	}
 	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
@@ -859,31 +920,31 @@ func (m *memory) Lookup(ctx context.Context, owner Owner, ref string, now time.T
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
 		c, rev, err := m.sealerLocked().Open(slot, ref)
 		if err != nil {
-			return Record{}, false, nil // W74
+			return storedriver.Found{}, false, nil // W74
 		}
 		if op = m.op(slot, c.ID, now); op == nil {
 			if now.After(c.Expires) || !m.mayStore(slot, c, now) {
-				return Record{}, false, nil
+				return storedriver.Found{}, false, nil
 			}
-			return Record{Owner: Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}, Current: computedOperation(c, rev), Status: Waiting}, true, nil
+			return storedriver.Found{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account}, Current: computedOperation(c, rev), Status: storedriver.StatusWaiting}, true, nil
 		}
 	} else if _, op = m.refOp(slot, ref, now); op == nil {
-		return Record{}, false, nil // W74
+		return storedriver.Found{}, false, nil // W74
 	}
 	// The agent and User are the caller's: the slot they make named it.
-	rec := Record{Owner: Owner{Agent: owner.Agent, User: owner.User, Account: op.owner.Account}, Status: Performed}
+	rec := storedriver.Found{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: op.owner.Account}, Status: storedriver.StatusPerformed}
 	if op.state == memPerformed {
 		// W108, W109: what a performed operation keeps (store.Record).
-		rec.Current = Operation{ID: op.timer.key.id, Revision: op.current()}
+		rec.Current = store.Operation{ID: op.timer.key.id, Revision: op.current()}
 		return rec, true, nil
 	}
 	cur := op.revisions[op.current()].op
-	rec.Current, rec.Status, rec.Approvals = cur, Waiting, slices.Clone(op.approvals)
+	rec.Current, rec.Status, rec.Approvals = cur, storedriver.StatusWaiting, slices.Clone(op.approvals)
 	switch {
 	case op.state == memPerforming:
-		rec.Status = Performing // W107
+		rec.Status = storedriver.StatusPerforming // W107
 	case approved(op, now):
-		rec.Status = Approved // W106
+		rec.Status = storedriver.StatusApproved // W106
 	default:
 		rec.Expired = now.After(cur.ExpiresAt) // W75
 	}
@@ -901,18 +962,18 @@ func approved(op *memOperation, now time.Time) bool {
 	return false
 }
 
-func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval Approval, now time.Time, opts RecordOptions) (RecordReply, error) {
+func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, approval store.Approval, now time.Time, opts storedriver.RecordOptions) (storedriver.RecordReply, error) {
 	if err := m.lock(ctx, now); err != nil {
-		return RecordReply{}, err
+		return storedriver.RecordReply{}, err
 	}
 	defer m.unlock()
 	// The request's single-use key first: a replay records nothing, and
 	// none is set past the overall cap of markers.
 	if opts.Once != "" && m.markersFull(now) {
-		return RecordReply{Result: RateLimited}, nil
+		return storedriver.RecordReply{Result: storedriver.RateLimited}, nil
 	}
 	if opts.Once != "" && !m.useOnce(opts.Once, opts.OnceUntil, now) {
-		return RecordReply{Result: Replayed}, nil
+		return storedriver.RecordReply{Result: storedriver.Replayed}, nil
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
 	// What the approval adds is bounded in bytes: a long input_type or
@@ -921,29 +982,29 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	var id string
 	var op *memOperation
 	if computed.IsSealed(ref) && storekit.ValidRef(ref) {
-		var res RecordResult
+		var res storedriver.RecordResult
 		if id, op, res = m.storeComputed(owner, slot, ref, now); res != "" {
-			return RecordReply{Result: res}, nil
+			return storedriver.RecordReply{Result: res}, nil
 		}
 	} else {
 		id, op = m.refOp(slot, ref, now)
 	}
 	if op == nil {
-		return RecordReply{Result: NotFound}, nil // W74, W45
+		return storedriver.RecordReply{Result: storedriver.NotFound}, nil // W74, W45
 	}
 	// Check 1 (§3 "Who can approve it").
 	if op.owner.Account != owner.Account {
 		if owner.Account == "" {
-			return RecordReply{Result: SignInRequired}, nil // W44
+			return storedriver.RecordReply{Result: storedriver.SignInRequired}, nil // W44
 		}
-		return RecordReply{Result: NotFound}, nil // W42, W43
+		return storedriver.RecordReply{Result: storedriver.NotFound}, nil // W42, W43
 	}
 	// Check 2.
 	switch op.state {
 	case memPerforming:
-		return RecordReply{Result: IsPerforming}, nil
+		return storedriver.RecordReply{Result: storedriver.BeingPerformed}, nil
 	case memPerformed:
-		return RecordReply{Result: IsPerformed}, nil
+		return storedriver.RecordReply{Result: storedriver.AlreadyPerformed}, nil
 	}
 	// Check 3: a revision returned for this operation (W114, W116), not
 	// expired (W115, W18: expires_at itself is still accepted), and not used
@@ -954,7 +1015,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	if approval.OperationID != id || r == nil || now.After(r.op.ExpiresAt) || r.used {
 		cur := op.revisions[op.current()]
 		if now.After(cur.op.ExpiresAt) {
-			return RecordReply{Result: OperationExpired}, nil // W101
+			return storedriver.RecordReply{Result: storedriver.OperationExpired}, nil // W101
 		}
 		if cur.op.Revision == approval.Revision {
 			// Only reachable with another operation's id (W116): the answer
@@ -964,27 +1025,27 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 			cur.op.Revision = storekit.NewRevision(cur.op.ExpiresAt)
 			op.add(cur)
 		}
-		return RecordReply{Result: RevisionMismatch, Operation: cur.op}, nil // W100, W122
+		return storedriver.RecordReply{Result: storedriver.RevisionMismatch, Operation: cur.op}, nil // W100, W122
 	}
 	if r.approved {
-		return RecordReply{Result: AlreadyRecorded, Operation: r.op}, nil // §7
+		return storedriver.RecordReply{Result: storedriver.AlreadyRecorded, Operation: r.op}, nil // §7
 	}
 	if len(op.approvals) >= storekit.MaxApprovalsPerOperation {
-		return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
+		return storedriver.RecordReply{Result: storedriver.RateLimited}, nil // webkit/RULES.md "Bounded work"
 	}
 	if opts.Decline != "" {
 		// §6 "Declining": nothing recorded but the decline's entry.
 		if m.logFull(slot, id, now) {
-			return RecordReply{Result: RateLimited}, nil // webkit/RULES.md "Bounded work"
+			return storedriver.RecordReply{Result: storedriver.RateLimited}, nil // webkit/RULES.md "Bounded work"
 		}
 		approval.OperationID, approval.RecordedAt, approval.UsedAt = id, time.Time{}, time.Time{}
 		e := newEntry(ctx, storekit.EntryDeclined, owner, r.op, approval, now)
 		e.Reason = opts.Decline
 		m.log(slot, e, op.timer.until)
-		return RecordReply{Result: Recorded, Operation: r.op}, nil
+		return storedriver.RecordReply{Result: storedriver.Recorded, Operation: r.op}, nil
 	}
 	if opts.CheckOnly {
-		return RecordReply{Result: Recorded, Operation: r.op}, nil
+		return storedriver.RecordReply{Result: storedriver.Recorded, Operation: r.op}, nil
 	}
 	r.approved = true
 	approval.OperationID, approval.RecordedAt, approval.UsedAt = id, now, time.Time{}
@@ -998,7 +1059,7 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	}
 	m.seq++
 	a.addLive(keyOf(r.op.Terms), memLive{op: id, revision: r.op.Revision, seq: m.seq})
-	return RecordReply{Result: Recorded, Operation: r.op}, nil
+	return storedriver.RecordReply{Result: storedriver.Recorded, Operation: r.op}, nil
 }
 
 // sealerLocked returns the store's sealer, made on first use
@@ -1013,25 +1074,25 @@ func (m *memory) sealerLocked() *computed.Sealer {
 // computable reports whether the operation for action (its digest) can be
 // computed rather than stored, and returns what it would be, as
 // redisstore computes it (computed.New).
-func (m *memory) computable(owner Owner, digest string, action TakeRequest, now time.Time) (computed.Op, bool) {
+func (m *memory) computable(owner store.Owner, digest string, action storedriver.TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
 }
 
 // cloneOwner copies o's strings, so that a stored operation doesn't keep
 // the caller's (a part of a request it parsed) alive.
-func cloneOwner(o Owner) Owner {
-	return Owner{Agent: strings.Clone(o.Agent), User: strings.Clone(o.User), Account: strings.Clone(o.Account)}
+func cloneOwner(o store.Owner) store.Owner {
+	return store.Owner{Agent: strings.Clone(o.Agent), User: strings.Clone(o.User), Account: strings.Clone(o.Account)}
 }
 
 // computedOperation is the operation c describes, its revision rev.
-func computedOperation(c computed.Op, rev string) Operation {
-	return Operation{ID: c.ID, Revision: rev, Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
+func computedOperation(c computed.Op, rev string) store.Operation {
+	return store.Operation{ID: c.ID, Revision: rev, Summary: c.Summary, Terms: c.Terms, ExpiresAt: c.Expires}
 }
 
 // computedIssued is what Take and Issue answer for a computed operation.
-func computedIssued(k *computed.Sealer, slot string, c computed.Op) TakeResult {
+func computedIssued(k *computed.Sealer, slot string, c computed.Op) storedriver.TakeResult {
 	rev, ref := k.Issue(slot, c)
-	return TakeResult{Operation: computedOperation(c, rev), Ref: ref}
+	return storedriver.TakeResult{Operation: computedOperation(c, rev), Ref: ref}
 }
 
 // mayStore reports whether an approval may store the computed operation c,
@@ -1058,10 +1119,10 @@ func (m *memory) mayStore(slot string, c computed.Op, now time.Time) bool {
 // it names, stored now if it wasn't, with the ref's revision (as
 // redisstore's record.lua). res is the answer when there is nothing to
 // check (not found, or over a cap).
-func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (string, *memOperation, RecordResult) {
+func (m *memory) storeComputed(owner store.Owner, slot, ref string, now time.Time) (string, *memOperation, storedriver.RecordResult) {
 	c, rev, err := m.sealerLocked().Open(slot, ref)
 	if err != nil {
-		return "", nil, NotFound // W74
+		return "", nil, storedriver.NotFound // W74
 	}
 	// The ref's revision is a part of the ref: cloned, so that the
 	// operation doesn't keep the whole ref.
@@ -1086,10 +1147,10 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 		return c.ID, op, ""
 	}
 	if now.After(c.Expires) || !m.mayStore(slot, c, now) {
-		return "", nil, NotFound
+		return "", nil, storedriver.NotFound
 	}
 	if m.overCaps(owner, slot) || m.overAll(now) {
-		return "", nil, RateLimited
+		return "", nil, storedriver.RateLimited
 	}
 	k := memKey{slot, c.ID}
 	if old, ok := m.ops.get(k); ok {
@@ -1104,7 +1165,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 		m.actions.put(ak, a)
 	}
 	a.current = c.ID
-	stored := cloneOwner(Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
+	stored := cloneOwner(store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
 	m.opened(slot, stored.Agent, +1)
 	op := &memOperation{owner: stored, action: ak, computed: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
 	op.timer = memTimer{kind: memKindOp, key: k}
@@ -1171,22 +1232,22 @@ func (m *memory) useOnce(key string, until, now time.Time) bool {
 	return true
 }
 
-// Performing implements Store. The store holds an index of performing
+// storedriver.StatusPerforming implements Store. The store holds an index of performing
 // operations, so it reads only them, and yields outside its lock.
-func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[Stuck, error] {
-	return func(yield func(Stuck, error) bool) {
+func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) iter.Seq2[store.Stuck, error] {
+	return func(yield func(store.Stuck, error) bool) {
 		if err := m.lock(ctx, now); err != nil {
-			yield(Stuck{}, err)
+			yield(store.Stuck{}, err)
 			return
 		}
-		var out []Stuck
+		var out []store.Stuck
 		for k := range m.performing {
 			op := m.op(k.slot, k.id, now)
 			if op == nil || op.state != memPerforming || !op.claimedAt.Before(claimedBefore) {
 				continue
 			}
 			c := m.claimOf(op)
-			out = append(out, Stuck{Claim: Claim{Owner: op.owner, Operation: c.Operation, Approval: c.Approval}, ClaimedAt: op.claimedAt, Unknown: op.unknown})
+			out = append(out, store.Stuck{Claim: store.Claim{Owner: op.owner, Operation: c.Operation, Approval: c.Approval}, ClaimedAt: op.claimedAt, Unknown: op.unknown})
 		}
 		m.unlock()
 		for _, s := range out {
@@ -1198,8 +1259,8 @@ func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 }
 
 // Resolve implements Store.
-func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, outcome Outcome, now time.Time) error {
-	if outcome != Done && outcome != NotDone {
+func (m *memory) Resolve(ctx context.Context, owner store.Owner, operationID string, outcome store.Outcome, now time.Time) error {
+	if outcome != store.OutcomePerformed && outcome != store.OutcomeNotPerformed {
 		return fmt.Errorf("store: memory: resolve: outcome must be performed or not performed, not %v", outcome)
 	}
 	if err := m.lock(ctx, now); err != nil {
@@ -1209,7 +1270,7 @@ func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, o
 	slot := storekit.Slot(owner.Agent, owner.User)
 	op := m.op(slot, operationID, now)
 	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
-		return ErrNotPerforming
+		return store.ErrNotPerforming
 	}
 	m.end(ctx, memKey{slot, operationID}, op, outcome, true, now)
 	return nil
@@ -1221,7 +1282,7 @@ func (m *memory) Resolve(ctx context.Context, owner Owner, operationID string, o
 // (the web server, the Session, the kind) interned.
 type memLog struct {
 	timer   memTimer
-	owner   Owner
+	owner   store.Owner
 	ops     []memEntryOp // the revisions the entries are about
 	entries []memEntry
 }
@@ -1262,7 +1323,7 @@ func fromNanos(n int64) time.Time {
 }
 
 // add appends e, which is about the log's operation.
-func (l *memLog) add(e Entry) {
+func (l *memLog) add(e store.Entry) {
 	op := -1
 	for i, o := range l.ops {
 		if o.revision == e.Operation.Revision {
@@ -1299,13 +1360,13 @@ func (l *memLog) add(e Entry) {
 }
 
 // entry is the i-th entry of the log of operation id.
-func (l *memLog) entry(id string, i int) Entry {
+func (l *memLog) entry(id string, i int) store.Entry {
 	me, op := l.entries[i], l.ops[l.entries[i].op]
-	e := Entry{
+	e := store.Entry{
 		ID: id + "." + strconv.FormatUint(me.id, 36), What: entryWhats[me.what], At: fromNanos(me.at), Instance: me.instance.Value(), Owner: l.owner,
 		Session: me.session.Value(), Kind: me.kind.Value(), TermsDigest: op.digest,
-		Operation: Operation{ID: id, Revision: op.revision, Summary: op.summary.Value(), ExpiresAt: fromNanos(op.expiresAt)},
-		Approval: Approval{OperationID: id, Revision: op.revision, Approver: Approver(me.approver.Value()),
+		Operation: store.Operation{ID: id, Revision: op.revision, Summary: op.summary.Value(), ExpiresAt: fromNanos(op.expiresAt)},
+		Approval: store.Approval{OperationID: id, Revision: op.revision, Approver: store.Approver(me.approver.Value()),
 			ApprovedAt: fromNanos(me.approvedAt), InputType: me.inputType.Value(), Reference: me.reference,
 			RecordedAt: fromNanos(me.recordedAt), UsedAt: fromNanos(me.usedAt)},
 	}
@@ -1318,15 +1379,15 @@ func (l *memLog) entry(id string, i int) Entry {
 }
 
 // endEntry is what the entry of a claim's end says.
-func endEntry(outcome Outcome, resolved bool) string {
+func endEntry(outcome store.Outcome, resolved bool) string {
 	switch {
-	case resolved && outcome == Done:
+	case resolved && outcome == store.OutcomePerformed:
 		return storekit.EntryResolved
 	case resolved:
 		return storekit.EntryResolvedNotDo
-	case outcome == Done:
+	case outcome == store.OutcomePerformed:
 		return storekit.EntryPerformed
-	case outcome == NotDone:
+	case outcome == store.OutcomeNotPerformed:
 		return storekit.EntryNotPerformed
 	}
 	return storekit.EntryUnknown
@@ -1359,7 +1420,7 @@ func (m *memory) logFull(slot, id string, now time.Time) bool {
 // log appends e to its operation's audit log, in the step that commits
 // it, and keeps the log for the audit retention after e, and at least
 // until opUntil (while the operation is remembered).
-func (m *memory) log(slot string, e Entry, opUntil time.Time) {
+func (m *memory) log(slot string, e store.Entry, opUntil time.Time) {
 	k := memKey{slot, e.Operation.ID}
 	l := m.liveLog(k, e.At)
 	if l == nil {
@@ -1377,17 +1438,17 @@ func (m *memory) log(slot string, e Entry, opUntil time.Time) {
 
 // Entries implements Store. It reads one shard of the logs at a time
 // under the lock, and yields outside it.
-func (m *memory) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[Entry, error] {
-	return func(yield func(Entry, error) bool) {
+func (m *memory) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[store.Entry, error] {
+	return func(yield func(store.Entry, error) bool) {
 		for i := range memShards {
 			// Not m.lock: to is the caller's now for these entries only, and
 			// must not sweep what a later call still finds.
 			if err := ctx.Err(); err != nil {
-				yield(Entry{}, fmt.Errorf("store: memory: %w", err))
+				yield(store.Entry{}, fmt.Errorf("store: memory: %w", err))
 				return
 			}
 			m.mu.Lock()
-			var out []Entry
+			var out []store.Entry
 			for k, l := range m.logs.shards[i].m {
 				if (operationID != "" && k.id != operationID) || to.After(l.timer.until) {
 					continue
@@ -1406,4 +1467,15 @@ func (m *memory) Entries(ctx context.Context, operationID string, from, to time.
 			}
 		}
 	}
+}
+
+// newEntry is the entry of a step of the memory store (which gives it
+// its ID).
+func newEntry(ctx context.Context, what string, owner store.Owner, op store.Operation, ap store.Approval, now time.Time) store.Entry {
+	e := storedriver.EntryOf(ctx)
+	e.What, e.At, e.Owner = what, now, owner
+	e.TermsDigest = storedriver.TermsDigest(op.Terms)
+	op.Terms = nil
+	e.Operation, e.Approval = op, ap
+	return e
 }

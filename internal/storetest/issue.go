@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 )
 
 // issuer is a store that issues the operation for an action without
 // taking an approval: Take's 403 half. Both stores of this module are; it
-// is not part of store.Store, since the Gate only ever calls Take.
+// is not part of storedriver.Store, since the Gate only ever calls Take.
 type issuer interface {
-	Issue(ctx context.Context, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error)
+	Issue(ctx context.Context, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error)
 }
 
 // Issue returns the operation st issues for owner's action without taking
@@ -20,10 +21,10 @@ type issuer interface {
 // action's operation is being performed), so that a test can set up
 // operations to approve. st must have an Issue method, as the stores of
 // this module have.
-func Issue(ctx context.Context, st store.Store, owner store.Owner, action store.TakeRequest, now time.Time) (store.TakeResult, error) {
+func Issue(ctx context.Context, st storedriver.Store, owner store.Owner, action storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
 	is, ok := st.(issuer)
 	if !ok {
-		return store.TakeResult{}, fmt.Errorf("storetest: %T has no Issue method", st)
+		return storedriver.TakeResult{}, fmt.Errorf("storetest: %T has no Issue method", st)
 	}
 	return is.Issue(ctx, owner, action, now)
 }

@@ -1,4 +1,4 @@
-package store_test
+package memstore_test
 
 import (
 	"context"
@@ -10,17 +10,19 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
-	"github.com/opsgate/opsgate/store/storetest"
 )
 
 func memoryHarness(t testing.TB) storetest.Harness {
-	m, size := memstore.New(memstore.Config{})
+	m := memstore.New(memstore.Config{})
+	size := m.Size
 	return storetest.Harness{
-		Store: m,
+		Store: m.Steps(),
 		// Two more "web servers" over the same Memory: one process, one
 		// store, reached from several goroutines.
-		Clients: []store.Store{m, m},
+		Clients: []storedriver.Store{m.Steps(), m.Steps()},
 		Size:    func(context.Context) (int, error) { return size(), nil },
 	}
 }
@@ -34,8 +36,8 @@ func TestMemory(t *testing.T) {
 func TestMemoryOverallCaps(t *testing.T) {
 	t.Parallel()
 	storetest.OverallCaps(t, func(t *testing.T) storetest.Harness {
-		m, _ := memstore.New(memstore.Config{MaxOpen: 3, MaxReplayMarkers: 3})
-		return storetest.Harness{Store: m}
+		m := memstore.New(memstore.Config{MaxOpen: 3, MaxReplayMarkers: 3})
+		return storetest.Harness{Store: m.Steps()}
 	})
 }
 
@@ -43,7 +45,7 @@ func TestMemoryOverallCaps(t *testing.T) {
 func TestNewMemory(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Harness {
-		return storetest.Harness{Store: store.NewMemory()}
+		return storetest.Harness{Store: memstore.New(memstore.Config{}).Steps()}
 	})
 }
 
@@ -52,14 +54,14 @@ var (
 	owner = store.Owner{Agent: "agent-a", User: "user-1", Account: "acct-1"}
 )
 
-func memAction(key, terms string, life time.Duration) store.TakeRequest {
-	return store.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: life}
+func memAction(key, terms string, life time.Duration) storedriver.TakeRequest {
+	return storedriver.TakeRequest{Key: key, Terms: []byte(terms), Lifetime: life}
 }
 
 // memStoredAction is memAction with a summary too long for a
 // 2048-character ref: its operation is stored when its ref is returned
 // (the stored fallback, internal/computed), not computed into the ref.
-func memStoredAction(key, terms string, life time.Duration) store.TakeRequest {
+func memStoredAction(key, terms string, life time.Duration) storedriver.TakeRequest {
 	a := memAction(key, terms, life)
 	a.Summary = strings.Repeat("and then some more ", 120)
 	return a
@@ -70,15 +72,15 @@ func memStoredAction(key, terms string, life time.Duration) store.TakeRequest {
 func TestMemoryRetention(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m, _ := memstore.New(memstore.Config{Retention: time.Hour})
+	m := memstore.New(memstore.Config{Retention: time.Hour})
 	a := memAction("k", `{}`, time.Minute)
-	is, _ := storetest.Issue(ctx, m, owner, a, t0)
-	m.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, t0, store.RecordOptions{})
+	is, _ := storetest.Issue(ctx, m.Steps(), owner, a, t0)
+	m.Record(ctx, owner, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: "user"}, t0, storedriver.RecordOptions{})
 	res, _ := m.Take(ctx, owner, a, t0)
 	if res.Claim == nil {
 		t.Fatalf("Take: %+v", res)
 	}
-	if err := m.Finish(ctx, *res.Claim, store.Done, t0); err != nil {
+	if err := m.Finish(ctx, *res.Claim, store.OutcomePerformed, t0); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -86,7 +88,7 @@ func TestMemoryRetention(t *testing.T) {
 		found bool
 	}{{time.Hour, true}, {time.Hour + time.Second, false}} {
 		rec, found, err := m.Lookup(ctx, owner, is.Ref, t0.Add(tc.at))
-		if err != nil || found != tc.found || found && rec.Status != store.Performed {
+		if err != nil || found != tc.found || found && rec.Status != storedriver.StatusPerformed {
 			t.Errorf("Lookup at +%v: %+v, %v, %v; want found=%v", tc.at, rec.Status, found, err, tc.found)
 		}
 	}
@@ -97,12 +99,13 @@ func TestMemoryRetention(t *testing.T) {
 func TestMemoryBounded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m, size := memstore.New(memstore.Config{})
+	m := memstore.New(memstore.Config{})
+	size := m.Size
 	maxLen := 0
 	for i := range 20000 {
 		now := t0.Add(time.Duration(i) * time.Second)
 		a := memAction(fmt.Sprint("k", i), fmt.Sprintf(`{"i":%d}`, i), time.Minute)
-		if _, err := storetest.Issue(ctx, m, owner, a, now); err != nil {
+		if _, err := storetest.Issue(ctx, m.Steps(), owner, a, now); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := m.UseOnce(ctx, fmt.Sprint("jti", i), now.Add(time.Minute), now); err != nil {
@@ -144,21 +147,21 @@ func TestMemoryContextDone(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	m := store.NewMemory()
+	m := memstore.New(memstore.Config{})
 	a := memAction("k", `{}`, time.Minute)
 	errs := map[string]error{}
-	_, errs["Issue"] = storetest.Issue(ctx, m, owner, a, t0)
+	_, errs["Issue"] = storetest.Issue(ctx, m.Steps(), owner, a, t0)
 	_, errs["Take"] = m.Take(ctx, owner, a, t0)
-	errs["Finish"] = m.Finish(ctx, store.Claim{Owner: owner, Token: "x"}, store.Done, t0)
+	errs["Finish"] = m.Finish(ctx, store.Claim{Owner: owner, Token: "x"}, store.OutcomePerformed, t0)
 	_, _, errs["Lookup"] = m.Lookup(ctx, owner, "op_x.1-x", t0)
-	_, errs["Record"] = m.Record(ctx, owner, "op_x.1-x", store.Approval{}, t0, store.RecordOptions{})
+	_, errs["storedriver.Found"] = m.Record(ctx, owner, "op_x.1-x", store.Approval{}, t0, storedriver.RecordOptions{})
 	_, errs["UseOnce"] = m.UseOnce(ctx, "jti", t0, t0)
 	for name, err := range errs {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: %v, want context.Canceled", name, err)
 		}
 	}
-	if err := m.Finish(t.Context(), store.Claim{Owner: owner, Token: "x"}, store.Outcome(0), t0); err == nil || errors.Is(err, store.ErrClaimLost) {
+	if err := m.Finish(t.Context(), store.Claim{Owner: owner, Token: "x"}, store.Outcome(0), t0); err == nil || errors.Is(err, storedriver.ErrClaimLost) {
 		t.Errorf("Finish with an invalid outcome: %v", err)
 	}
 }
@@ -168,7 +171,7 @@ func TestMemoryContextDone(t *testing.T) {
 func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m := store.NewMemory()
+	m := memstore.New(memstore.Config{})
 	var mu sync.Mutex
 	performed := map[string]int{}
 	var wg sync.WaitGroup
@@ -184,11 +187,11 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 				}
 				switch {
 				case res.Claim != nil:
-					out := store.Done
+					out := store.OutcomePerformed
 					if i%4 == 0 {
-						out = store.NotDone
+						out = store.OutcomeNotPerformed
 					}
-					if out == store.Done {
+					if out == store.OutcomePerformed {
 						mu.Lock()
 						performed[res.Claim.Operation.ID]++
 						mu.Unlock()
@@ -198,7 +201,7 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 					}
 				case res.Ref != "":
 					op := res.Operation
-					m.Record(ctx, owner, res.Ref, store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: "agent"}, now, store.RecordOptions{})
+					m.Record(ctx, owner, res.Ref, store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: "agent"}, now, storedriver.RecordOptions{})
 				}
 				m.Lookup(ctx, owner, fmt.Sprint("op_x.", i), now)
 			}
@@ -222,11 +225,11 @@ func TestMemoryConcurrentAtMostOnce(t *testing.T) {
 func TestMemoryAgentCap(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	m, _ := memstore.New(memstore.Config{MaxOpenPerAgent: 3})
+	m := memstore.New(memstore.Config{MaxOpenPerAgent: 3})
 	a := memStoredAction("k", `{}`, time.Minute)
-	var first store.TakeResult
+	var first storedriver.TakeResult
 	for i := range 3 {
-		is, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
+		is, err := storetest.Issue(ctx, m.Steps(), store.Owner{Agent: "agent-a", User: fmt.Sprint("u", i)}, a, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,22 +237,22 @@ func TestMemoryAgentCap(t *testing.T) {
 			first = is
 		}
 	}
-	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); !errors.Is(err, store.ErrRateLimited) {
-		t.Fatalf("fourth: %v, want ErrRateLimited", err)
+	if _, err := storetest.Issue(ctx, m.Steps(), store.Owner{Agent: "agent-a", User: "u9"}, a, t0); !errors.Is(err, storedriver.ErrRateLimited) {
+		t.Fatalf("fourth: %v, want storedriver.ErrRateLimited", err)
 	}
-	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-b", User: "u9"}, a, t0); err != nil {
+	if _, err := storetest.Issue(ctx, m.Steps(), store.Owner{Agent: "agent-b", User: "u9"}, a, t0); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	u0 := store.Owner{Agent: "agent-a", User: "u0"}
-	m.Record(ctx, u0, first.Ref, store.Approval{OperationID: first.Operation.ID, Revision: first.Operation.Revision, Approver: "user"}, t0, store.RecordOptions{})
+	m.Record(ctx, u0, first.Ref, store.Approval{OperationID: first.Operation.ID, Revision: first.Operation.Revision, Approver: "user"}, t0, storedriver.RecordOptions{})
 	res, err := m.Take(ctx, u0, a, t0)
 	if err != nil || res.Claim == nil {
 		t.Fatalf("Take: %+v, %v", res, err)
 	}
-	if err := m.Finish(ctx, *res.Claim, store.Done, t0); err != nil {
+	if err := m.Finish(ctx, *res.Claim, store.OutcomePerformed, t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storetest.Issue(ctx, m, store.Owner{Agent: "agent-a", User: "u9"}, a, t0); err != nil {
+	if _, err := storetest.Issue(ctx, m.Steps(), store.Owner{Agent: "agent-a", User: "u9"}, a, t0); err != nil {
 		t.Fatalf("after one was performed: %v", err)
 	}
 }

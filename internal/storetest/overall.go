@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -16,7 +17,7 @@ import (
 // agents is 3 and whose cap of single-use markers is 3. client_ids cost
 // nothing, so made-up agents, each under its own caps, must still meet
 // these: past one, a call that would store one more gets
-// store.ErrRateLimited (or RateLimited) and stores nothing; a performed
+// storedriver.ErrRateLimited (or RateLimited) and stores nothing; a performed
 // operation, or one or a marker past its expiry, makes room again.
 func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 	madeUp := func(i int) store.Owner {
@@ -26,8 +27,8 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 		e := &env{t: t, h: newHarness(t)}
 		// A computed operation is stored by its first approval: three
 		// agents' are.
-		var first store.TakeResult
-		var firstAction store.TakeRequest
+		var first storedriver.TakeResult
+		var firstAction storedriver.TakeRequest
 		for i := range 3 {
 			a := action(t, "k", `{"n":1}`)
 			is := e.issue(madeUp(i), a, at(0))
@@ -40,11 +41,11 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 		// ref stays unknown... and a stored one (terms too long for a ref)
 		// is refused when it would open.
 		is := e.issue(madeUp(3), action(t, "k", `{"n":1}`), at(2*time.Second))
-		e.wantRecord(madeUp(3), is.Ref, approvalOf(is.Operation), at(2*time.Second), store.RateLimited)
-		if _, err := e.client(1).Take(e.ctx(), madeUp(4), storedAction(t, "k", `{}`), at(2*time.Second)); !errors.Is(err, store.ErrRateLimited) {
+		e.wantRecord(madeUp(3), is.Ref, approvalOf(is.Operation), at(2*time.Second), storedriver.RateLimited)
+		if _, err := e.client(1).Take(e.ctx(), madeUp(4), storedAction(t, "k", `{}`), at(2*time.Second)); !errors.Is(err, storedriver.ErrRateLimited) {
 			t.Fatalf("a stored operation past the overall cap: %v, want ErrRateLimited", err)
 		}
-		if _, err := Issue(e.ctx(), e.h.Store, madeUp(4), storedAction(t, "k", `{}`), at(2*time.Second)); !errors.Is(err, store.ErrRateLimited) {
+		if _, err := Issue(e.ctx(), e.h.Store, madeUp(4), storedAction(t, "k", `{}`), at(2*time.Second)); !errors.Is(err, storedriver.ErrRateLimited) {
 			t.Fatalf("Issue past the overall cap: %v, want ErrRateLimited", err)
 		}
 		// One performed makes room.
@@ -52,13 +53,13 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 		if c.Operation.ID != first.Operation.ID {
 			t.Fatalf("claimed %s, want %s", c.Operation.ID, first.Operation.ID)
 		}
-		e.finish(c, store.Done, at(3*time.Second))
+		e.finish(c, store.OutcomePerformed, at(3*time.Second))
 		is = e.issue(madeUp(3), action(t, "k", `{"n":1}`), at(4*time.Second))
 		e.approve(madeUp(3), is, at(4*time.Second))
 		// Full again; once every first revision has expired (the
 		// lifetime, and the count's minute), there is room for more.
 		is = e.issue(madeUp(5), action(t, "k", `{"n":1}`), at(5*time.Second))
-		e.wantRecord(madeUp(5), is.Ref, approvalOf(is.Operation), at(5*time.Second), store.RateLimited)
+		e.wantRecord(madeUp(5), is.Ref, approvalOf(is.Operation), at(5*time.Second), storedriver.RateLimited)
 		later := at(lifetime + 2*time.Minute)
 		if e.h.Advance != nil {
 			e.h.Advance(lifetime + 2*time.Minute)
@@ -75,7 +76,7 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 			}
 		}
 		first, err := e.client(3).UseOnce(e.ctx(), "jti-3", until, at(time.Second))
-		if !errors.Is(err, store.ErrRateLimited) || !errors.Is(err, storekit.ErrOverall) || first {
+		if !errors.Is(err, storedriver.ErrRateLimited) || !errors.Is(err, storekit.ErrOverall) || first {
 			t.Fatalf("a fourth marker: %v %v, want ErrRateLimited", first, err)
 		}
 		// An approval with its request's single-use key: refused too,
@@ -83,8 +84,8 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 		o := madeUp(0)
 		is := e.issue(o, action(t, "k", `{}`), at(time.Second))
 		rep, err := e.client(1).Record(e.ctx(), o, is.Ref, approvalOf(is.Operation), at(time.Second),
-			store.RecordOptions{Once: storekit.OnceKey(o.Agent, o.User, "jti-4"), OnceUntil: until})
-		if err != nil || rep.Result != store.RateLimited {
+			storedriver.RecordOptions{Once: storekit.OnceKey(o.Agent, o.User, "jti-4"), OnceUntil: until})
+		if err != nil || rep.Result != storedriver.RateLimited {
 			t.Fatalf("Record with a fourth marker: %v %v, want rate limited", rep.Result, err)
 		}
 		// Past their until (and the count's minute), room again.
@@ -96,8 +97,8 @@ func OverallCaps(t *testing.T, newHarness func(t *testing.T) Harness) {
 			t.Fatalf("UseOnce once the others expired: %v %v", first, err)
 		}
 		rep, err = e.client(1).Record(e.ctx(), o, is.Ref, approvalOf(is.Operation), later,
-			store.RecordOptions{Once: storekit.OnceKey(o.Agent, o.User, "jti-6"), OnceUntil: later.Add(time.Minute)})
-		if err != nil || rep.Result == store.RateLimited || rep.Result == store.Replayed {
+			storedriver.RecordOptions{Once: storekit.OnceKey(o.Agent, o.User, "jti-6"), OnceUntil: later.Add(time.Minute)})
+		if err != nil || rep.Result == storedriver.RateLimited || rep.Result == storedriver.Replayed {
 			t.Fatalf("Record once the others expired: %v %v", rep.Result, err)
 		}
 	})

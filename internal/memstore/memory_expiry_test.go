@@ -1,12 +1,14 @@
-package store_test
+package memstore_test
 
 import (
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
-	"github.com/opsgate/opsgate/store/storetest"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/memstore"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 
 	"github.com/opsgate/opsgate/store"
 )
@@ -36,12 +38,13 @@ func massExpiry(tb testing.TB, n int) (empty, after float64, fillMax, drainMax t
 	// One agent, n Users; a retention shorter than the operations'
 	// lifetime, so that each is stored at its 403 rather than computed
 	// into its ref (the stored fallback).
-	m, size := memstore.New(memstore.Config{MaxOpenPerAgent: n, Retention: 30 * time.Second})
-	a := store.TakeRequest{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
+	m := memstore.New(memstore.Config{MaxOpenPerAgent: n, Retention: 30 * time.Second})
+	size := m.Size
+	a := storedriver.TakeRequest{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
 		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}
 		start := clock()
-		if _, err := storetest.Issue(ctx, m, o, a, t0); err != nil {
+		if _, err := storetest.Issue(ctx, m.Steps(), o, a, t0); err != nil {
 			tb.Fatal(err)
 		}
 		fillMax = max(fillMax, clock()-start)

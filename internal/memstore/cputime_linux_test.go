@@ -1,4 +1,4 @@
-package store_test
+package memstore_test
 
 import (
 	"runtime"

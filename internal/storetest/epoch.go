@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -37,9 +38,9 @@ var _ = add("W19 W20 one operation_id per waiting action across the epoch's turn
 	if c.Operation.ID != first.Operation.ID {
 		t.Fatalf("claimed %s, want %s", c.Operation.ID, first.Operation.ID)
 	}
-	e.finish(c, store.Done, turn.Add(6*time.Second))
-	e.wantRecord(signedIn, second.Ref, approvalOf(second.Operation), turn.Add(7*time.Second), store.IsPerformed)
-	e.status(signedIn, second.Ref, turn.Add(7*time.Second), store.Performed)
+	e.finish(c, store.OutcomePerformed, turn.Add(6*time.Second))
+	e.wantRecord(signedIn, second.Ref, approvalOf(second.Operation), turn.Add(7*time.Second), storedriver.AlreadyPerformed)
+	e.status(signedIn, second.Ref, turn.Add(7*time.Second), storedriver.StatusPerformed)
 	// W141: the next request is a new operation, and its approval
 	// performs it once more.
 	next := e.noClaim(signedIn, a, turn.Add(8*time.Second))
@@ -67,12 +68,12 @@ var _ = add("W19 W135 refs computed on both sides of the turn store one operatio
 	if ahead.Operation.ID == behind.Operation.ID {
 		t.Skip("this store computes no operation_id per epoch")
 	}
-	e.wantRecord(signedIn, ahead.Ref, approvalOf(ahead.Operation), turn.Add(3*time.Second), store.NotFound)
+	e.wantRecord(signedIn, ahead.Ref, approvalOf(ahead.Operation), turn.Add(3*time.Second), storedriver.NotFound)
 	e.approve(signedIn, behind, turn.Add(3*time.Second))
-	e.finish(e.claim(signedIn, a, turn.Add(4*time.Second)), store.Done, turn.Add(4*time.Second))
+	e.finish(e.claim(signedIn, a, turn.Add(4*time.Second)), store.OutcomePerformed, turn.Add(4*time.Second))
 	// Performed after the ref ahead was handed out: that ref can never
 	// store a second operation of the action.
-	e.wantRecord(signedIn, ahead.Ref, approvalOf(ahead.Operation), turn.Add(5*time.Second), store.NotFound)
+	e.wantRecord(signedIn, ahead.Ref, approvalOf(ahead.Operation), turn.Add(5*time.Second), storedriver.NotFound)
 	if _, found := e.lookup(signedIn, ahead.Ref, turn.Add(5*time.Second)); found {
 		t.Errorf("the ref from the other side of the turn is found after the action was performed")
 	}
@@ -94,14 +95,14 @@ var _ = add("W19 W135 refs computed on both sides of the turn store one operatio
 		t.Skip("this store computes no operation_id per epoch")
 	}
 	e.approve(signedIn, ahead, turn.Add(3*time.Second))
-	e.finish(e.claim(signedIn, a, turn.Add(4*time.Second)), store.Done, turn.Add(4*time.Second))
+	e.finish(e.claim(signedIn, a, turn.Add(4*time.Second)), store.OutcomePerformed, turn.Add(4*time.Second))
 	// The ref behind, still within its lifetime on its server's clock:
 	// handed out before the action was performed, it stores nothing.
 	at := turn.Add(-2 * time.Second)
 	if _, found := e.lookup(signedIn, behind.Ref, at); found {
 		t.Errorf("the ref from before the turn is found after the action was performed")
 	}
-	e.wantRecord(signedIn, behind.Ref, approvalOf(behind.Operation), at, store.NotFound)
+	e.wantRecord(signedIn, behind.Ref, approvalOf(behind.Operation), at, storedriver.NotFound)
 	if r := e.take(signedIn, short, at); r.Claim != nil {
 		t.Fatalf("performed twice: %+v", r.Claim.Operation)
 	}
@@ -116,14 +117,14 @@ var _ = add("W141 after a stored operation is performed, the next operation can 
 	first := e.noClaim(signedIn, big, at(0))
 	wantStored(t, first)
 	e.approve(signedIn, first, at(time.Second))
-	e.finish(e.claim(signedIn, big, at(2*time.Second)), store.Done, at(2*time.Second))
+	e.finish(e.claim(signedIn, big, at(2*time.Second)), store.OutcomePerformed, at(2*time.Second))
 	// The same action with terms and a summary that fit a ref.
 	small := action(t, "exchange:ord_next", `{"size":"L"}`)
 	next := e.noClaim(signedIn, small, at(3*time.Second))
 	if next.Operation.ID == first.Operation.ID {
 		t.Fatalf("W141: issued the performed operation %s again", first.Operation.ID)
 	}
-	e.status(signedIn, next.Ref, at(4*time.Second), store.Waiting)
+	e.status(signedIn, next.Ref, at(4*time.Second), storedriver.StatusWaiting)
 	e.approve(signedIn, next, at(4*time.Second))
 	if c := e.claim(signedIn, small, at(5*time.Second)); c.Operation.ID != next.Operation.ID {
 		t.Fatalf("claimed %s, want %s", c.Operation.ID, next.Operation.ID)
@@ -145,24 +146,24 @@ var _ = add("W72 W100 W101 an expired revision sent late never makes a live oper
 		t.Fatalf("W20: %s then %s", m.Operation.ID, l.Operation.ID)
 	}
 	e.approve(signedIn, l, at(5*time.Minute))
-	e.finish(e.claim(signedIn, la, at(6*time.Minute)), store.NotDone, at(6*time.Minute)) // W98: the handler's 4xx
-	fresh := e.status(signedIn, l.Ref, at(7*time.Minute), store.Waiting).Current
+	e.finish(e.claim(signedIn, la, at(6*time.Minute)), store.OutcomeNotPerformed, at(6*time.Minute)) // W98: the handler's 4xx
+	fresh := e.status(signedIn, l.Ref, at(7*time.Minute), storedriver.StatusWaiting).Current
 	if fresh.Revision == l.Operation.Revision || !fresh.ExpiresAt.Equal(l.Operation.ExpiresAt) {
 		t.Fatalf("W122: after the 4xx the operation offers %+v", fresh)
 	}
 	late := at(11 * time.Minute)
-	rep := e.wantRecord(signedIn, m.Ref, approvalOf(m.Operation), late, store.RevisionMismatch)
+	rep := e.wantRecord(signedIn, m.Ref, approvalOf(m.Operation), late, storedriver.RevisionMismatch)
 	if rep.Operation.Revision != fresh.Revision {
 		t.Errorf("W100 W122: check 3 answered revision %s, want the live %s", rep.Operation.Revision, fresh.Revision)
 	}
 	for name, ref := range map[string]string{"L's ref": l.Ref, "M's ref": m.Ref} {
-		rec := e.status(signedIn, ref, late, store.Waiting)
+		rec := e.status(signedIn, ref, late, storedriver.StatusWaiting)
 		if rec.Expired || rec.Current.Revision != fresh.Revision {
 			t.Errorf("%s after the expired M ref was sent: expired %v, current %s; want the live %s", name, rec.Expired, rec.Current.Revision, fresh.Revision)
 		}
 	}
 	// The live revision is still approved and performed.
-	e.approve(signedIn, store.TakeResult{Operation: fresh, Ref: storekit.MakeRef(fresh.ID, fresh.Revision)}, late)
+	e.approve(signedIn, storedriver.TakeResult{Operation: fresh, Ref: storekit.MakeRef(fresh.ID, fresh.Revision)}, late)
 	if c := e.claim(signedIn, la, late.Add(time.Second)); c.Operation.Revision != fresh.Revision {
 		t.Fatalf("claimed %s, want %s", c.Operation.Revision, fresh.Revision)
 	}
@@ -171,7 +172,7 @@ var _ = add("W72 W100 W101 an expired revision sent late never makes a live oper
 	// it or not.
 	m2 := e.noClaim(signedIn, action(t, "exchange:ord_late2", `{"size":"M"}`), at(0))
 	e.approve(signedIn, m2, at(time.Minute))
-	if rep := e.record(signedIn, m2.Ref, approvalOf(m2.Operation), at(lifetime+time.Minute)); rep.Result != store.OperationExpired && rep.Result != store.NotFound {
+	if rep := e.record(signedIn, m2.Ref, approvalOf(m2.Operation), at(lifetime+time.Minute)); rep.Result != storedriver.OperationExpired && rep.Result != storedriver.NotFound {
 		t.Errorf("W101: the expired operation's ref: %v, want 400 (expired or not found)", rep.Result)
 	}
 })
@@ -184,7 +185,7 @@ var _ = add("W72 a revision sent after a later one was stored doesn't become the
 	l := e.noClaim(signedIn, la, at(5*time.Minute))
 	e.approve(signedIn, l, at(5*time.Minute))
 	e.approve(signedIn, m, at(6*time.Minute))
-	rec := e.status(signedIn, l.Ref, at(7*time.Minute), store.Approved)
+	rec := e.status(signedIn, l.Ref, at(7*time.Minute), storedriver.StatusApproved)
 	if rec.Current.Revision != l.Operation.Revision {
 		t.Errorf("current revision %s after the older M was approved, want L's %s", rec.Current.Revision, l.Operation.Revision)
 	}
@@ -198,12 +199,12 @@ var _ = add("W82 W83 an input_type or reference beyond its bound is kept as abse
 	ap := approvalOf(is.Operation)
 	ap.InputType = strings.Repeat("x", 7000)
 	ap.Reference = strings.Repeat("r", storekit.MaxKeptReference+1)
-	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), store.Recorded)
-	rec := e.status(signedIn, is.Ref, at(time.Second), store.Approved)
+	e.wantRecord(signedIn, is.Ref, ap, at(time.Second), storedriver.Recorded)
+	rec := e.status(signedIn, is.Ref, at(time.Second), storedriver.StatusApproved)
 	if len(rec.Approvals) != 1 || rec.Approvals[0].InputType != "" || rec.Approvals[0].Reference != "" {
 		t.Errorf("the approval keeps %+v, want no input_type or reference", rec.Approvals)
 	}
-	e.finish(e.claim(signedIn, a, at(2*time.Second)), store.Done, at(2*time.Second))
+	e.finish(e.claim(signedIn, a, at(2*time.Second)), store.OutcomePerformed, at(2*time.Second))
 	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
 	wantEntries(t, got, storekit.EntryRecorded, storekit.EntryClaimed, storekit.EntryPerformed)
 	for _, en := range got {
@@ -216,8 +217,8 @@ var _ = add("W82 W83 an input_type or reference beyond its bound is kept as abse
 	bi := e.noClaim(signedIn, b, at(0))
 	ap = approvalOf(bi.Operation)
 	ap.InputType, ap.Reference = strings.Repeat("t", storekit.MaxInputType), strings.Repeat("r", storekit.MaxKeptReference)
-	e.wantRecord(signedIn, bi.Ref, ap, at(time.Second), store.Recorded)
-	if rec := e.status(signedIn, bi.Ref, at(time.Second), store.Approved); rec.Approvals[0].InputType != ap.InputType || rec.Approvals[0].Reference != ap.Reference {
+	e.wantRecord(signedIn, bi.Ref, ap, at(time.Second), storedriver.Recorded)
+	if rec := e.status(signedIn, bi.Ref, at(time.Second), storedriver.StatusApproved); rec.Approvals[0].InputType != ap.InputType || rec.Approvals[0].Reference != ap.Reference {
 		t.Errorf("at the bounds the approval keeps %+v", rec.Approvals[0])
 	}
 })

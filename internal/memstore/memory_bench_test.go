@@ -1,9 +1,9 @@
-package store_test
+package memstore_test
 
 import (
 	"testing"
 
-	"github.com/opsgate/opsgate/store/storetest"
+	"github.com/opsgate/opsgate/internal/storetest"
 )
 
 func BenchmarkMemory(b *testing.B) {

@@ -1,4 +1,4 @@
-package store
+package memstore
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/store"
 )
 
 // approvalShapes are the approvals whose cost in stored bytes is compared:
@@ -29,20 +31,20 @@ var approvalShapes = []struct {
 
 // approveN records n approvals, each of its own operation, and performs
 // them when perform is set.
-func approveN(tb testing.TB, st Store, n int, inputType, reference func(int) string, perform bool) {
+func approveN(tb testing.TB, st *Store, n int, inputType, reference func(int) string, perform bool) {
 	ctx := context.Background()
 	now := time.Date(2026, 10, 8, 19, 0, 0, 0, time.UTC)
 	for i := range n {
-		owner := Owner{Agent: "https://agent.example/client", User: fmt.Sprint("usr_", i%64), Account: "acct_demo"}
-		a := TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: []byte(`{"order_id":"ord_7Hk2","size":"M"}`), Summary: "Exchange the jacket for size M.", Lifetime: 10 * time.Minute}
+		owner := store.Owner{Agent: "https://agent.example/client", User: fmt.Sprint("usr_", i%64), Account: "acct_demo"}
+		a := storedriver.TakeRequest{Key: fmt.Sprint("exchange:ord_", i), Terms: []byte(`{"order_id":"ord_7Hk2","size":"M"}`), Summary: "Exchange the jacket for size M.", Lifetime: 10 * time.Minute}
 		is, err := st.Take(ctx, owner, a, now)
 		if err != nil || is.Ref == "" {
 			tb.Fatalf("Take: %+v %v", is, err)
 		}
 		// Each approval's strings are its own, as a parsed header's are.
-		ap := Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: ApproverUser, ApprovedAt: now,
+		ap := store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser, ApprovedAt: now,
 			InputType: strings.Clone(inputType(i)), Reference: strings.Clone(reference(i))}
-		if rep, err := st.Record(ctx, owner, is.Ref, ap, now, RecordOptions{}); err != nil || rep.Result != Recorded {
+		if rep, err := st.Record(ctx, owner, is.Ref, ap, now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			tb.Fatalf("Record: %v %v", rep.Result, err)
 		}
 		if !perform {
@@ -52,7 +54,7 @@ func approveN(tb testing.TB, st Store, n int, inputType, reference func(int) str
 		if err != nil || res.Claim == nil {
 			tb.Fatalf("Take: %+v %v", res, err)
 		}
-		if err := st.Finish(ctx, *res.Claim, Done, now); err != nil {
+		if err := st.Finish(ctx, *res.Claim, store.OutcomePerformed, now); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -74,7 +76,7 @@ func BenchmarkApprovalBytes(b *testing.B) {
 				var per float64
 				for range b.N {
 					before := liveHeap()
-					m := NewMemory()
+					m := New(Config{})
 					approveN(b, m, n, shape.inputType, shape.reference, stage == "performed")
 					per = (float64(liveHeap()) - float64(before)) / n
 					runtime.KeepAlive(m)

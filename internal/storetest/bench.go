@@ -3,9 +3,11 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/store"
 )
@@ -38,7 +40,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("TakeOpens", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var actions []store.TakeRequest
+		var actions []storedriver.TakeRequest
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -58,7 +60,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("Record", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var issued []store.TakeResult
+		var issued []storedriver.TakeResult
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -68,8 +70,8 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 				b.StartTimer()
 			}
 			is := issued[i%benchBatch]
-			rep, err := h.Store.Record(ctx, benchOwner(i), is.Ref, approvalOf(is.Operation), now, store.RecordOptions{})
-			if err != nil || rep.Result != store.Recorded {
+			rep, err := h.Store.Record(ctx, benchOwner(i), is.Ref, approvalOf(is.Operation), now, storedriver.RecordOptions{})
+			if err != nil || rep.Result != storedriver.Recorded {
 				b.Fatalf("Record: %v, %v", rep.Result, err)
 			}
 		}
@@ -79,7 +81,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 	b.Run("TakeFinish", func(b *testing.B) {
 		h := newHarness(b)
 		ctx := b.Context()
-		var actions []store.TakeRequest
+		var actions []storedriver.TakeRequest
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -92,7 +94,7 @@ func Bench(b *testing.B, newHarness func(b testing.TB) Harness) {
 			if err != nil || res.Claim == nil {
 				b.Fatalf("Take: %+v, %v", res, err)
 			}
-			if err := h.Store.Finish(ctx, *res.Claim, store.Done, now); err != nil {
+			if err := h.Store.Finish(ctx, *res.Claim, store.OutcomePerformed, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -154,7 +156,7 @@ func benchOthers(b *testing.B, ctx context.Context, h Harness, n int, now time.T
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rep, err := h.Store.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{}); err != nil || rep.Result != store.Recorded {
+		if rep, err := h.Store.Record(ctx, signedIn, is.Ref, approvalOf(is.Operation), now, storedriver.RecordOptions{}); err != nil || rep.Result != storedriver.Recorded {
 			b.Fatalf("Record %d: %v, %v", i, rep.Result, err)
 		}
 	}
@@ -171,9 +173,9 @@ func benchOwner(i int) store.Owner {
 const benchBatch = 1024
 
 // benchActions returns n actions with distinct keys, numbered from.
-func benchActions(b *testing.B, from, n int) []store.TakeRequest {
+func benchActions(b *testing.B, from, n int) []storedriver.TakeRequest {
 	b.Helper()
-	out := make([]store.TakeRequest, n)
+	out := make([]storedriver.TakeRequest, n)
 	for i := range out {
 		out[i] = action(b, fmt.Sprint("order:", from+i), fmt.Sprintf(`{"order":%d,"size":"M"}`, from+i))
 		out[i].Lifetime = time.Hour
@@ -184,10 +186,10 @@ func benchActions(b *testing.B, from, n int) []store.TakeRequest {
 // benchIssue issues benchBatch operations, one per action numbered from
 // (the i-th for benchOwner(i)), and records their approvals when approve is
 // set.
-func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]store.TakeResult, []store.TakeRequest) {
+func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time.Time, approve bool) ([]storedriver.TakeResult, []storedriver.TakeRequest) {
 	b.Helper()
 	actions := benchActions(b, from, benchBatch)
-	out := make([]store.TakeResult, len(actions))
+	out := make([]storedriver.TakeResult, len(actions))
 	for i, a := range actions {
 		o := benchOwner(from + i)
 		is, err := Issue(ctx, h.Store, o, a, now)
@@ -196,7 +198,7 @@ func benchIssue(b *testing.B, ctx context.Context, h Harness, from int, now time
 		}
 		out[i] = is
 		if approve {
-			if _, err := h.Store.Record(ctx, o, is.Ref, approvalOf(is.Operation), now, store.RecordOptions{}); err != nil {
+			if _, err := h.Store.Record(ctx, o, is.Ref, approvalOf(is.Operation), now, storedriver.RecordOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}

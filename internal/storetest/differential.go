@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -13,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/store"
 )
@@ -137,12 +139,12 @@ func randomCall(r *rand.Rand, refs, claims int) call {
 		c.once, c.check = pick(r, "jti1", "jti2", "jti3", "jti4", "jti5", "jti6"), r.IntN(5) == 0
 	case n < 78 && claims > 0:
 		c.kind, c.claim = "finish", r.IntN(claims)
-		c.outcome = []store.Outcome{store.Done, store.Done, store.NotDone, store.Unknown}[r.IntN(4)]
+		c.outcome = []store.Outcome{store.OutcomePerformed, store.OutcomePerformed, store.OutcomeNotPerformed, store.OutcomeUnknown}[r.IntN(4)]
 	case n < 81:
 		c.kind, c.token = "release", []string{"tok1", "tok2", "tok3"}[r.IntN(3)]
 	case n < 83 && refs > 0:
 		c.kind, c.ref, c.owner = "resolve", r.IntN(refs), refsOwner
-		c.outcome = []store.Outcome{store.Done, store.NotDone}[r.IntN(2)]
+		c.outcome = []store.Outcome{store.OutcomePerformed, store.OutcomeNotPerformed}[r.IntN(2)]
 	case n < 84:
 		c.kind = "performing"
 	case n < 95 && refs > 0:
@@ -259,7 +261,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 	t.Helper()
 	// Calls take turns among the web servers the harness has (Store and
 	// Clients, over the same data).
-	clients := append([]store.Store{w.h.Store}, w.h.Clients...)
+	clients := append([]storedriver.Store{w.h.Store}, w.h.Clients...)
 	ctx, st := t.Context(), clients[w.calls%len(clients)]
 	w.calls++
 	who := c.owner
@@ -306,7 +308,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			_, rev, _ = strings.Cut(w.refs[c.other], ".")
 		}
 		ap := approvalOf(store.Operation{ID: id, Revision: rev})
-		opts := store.RecordOptions{CheckOnly: c.check}
+		opts := storedriver.RecordOptions{CheckOnly: c.check}
 		if c.once != "" {
 			opts.Once, opts.OnceUntil = storekit.OnceKey(o.Agent, o.User, c.once), now.Add(5*time.Minute)
 		}
@@ -358,8 +360,8 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			}
 		}
 		terms := string(rec.Current.Terms)
-		if rec.Status == store.Performed {
-			terms = "" // a store may drop a performed operation's terms (store.Record)
+		if rec.Status == storedriver.StatusPerformed {
+			terms = "" // a store may drop a performed operation's terms (storedriver.Found)
 		}
 		return fmt.Sprintf("found %v expired %v current %s %s approvals %d used %d", rec.Status, rec.Expired, w.n(rec.Current.Revision), terms, len(rec.Approvals), used)
 	}
@@ -379,7 +381,7 @@ func claimToken(token string, owner int) string {
 // failing (not an answer) ends the test.
 func errClass(t *testing.T, err error) string {
 	t.Helper()
-	for _, e := range []error{store.ErrRateLimited, store.ErrClaimLost} {
+	for _, e := range []error{storedriver.ErrRateLimited, storedriver.ErrClaimLost} {
 		if errors.Is(err, e) {
 			return e.Error()
 		}

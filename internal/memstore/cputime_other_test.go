@@ -1,6 +1,6 @@
 //go:build !linux
 
-package store_test
+package memstore_test
 
 import "time"
 

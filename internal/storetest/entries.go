@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
@@ -26,7 +27,7 @@ const (
 // withEntry is the context the Gate and the endpoint pass: the Session's
 // sid, the action's kind and the web server.
 func (e *env) withEntry(kind string) context.Context {
-	return store.WithEntry(e.ctx(), store.Entry{Session: sid, Kind: kind, Instance: instance})
+	return storedriver.WithEntry(e.ctx(), store.Entry{Session: sid, Kind: kind, Instance: instance})
 }
 
 // entries reads operationID's entries (every operation's when "") with At
@@ -80,7 +81,7 @@ func checkEntry(t testing.TB, en store.Entry, o store.Owner, op store.Operation,
 
 // flow issues a's operation at 0, approves it at 1s with sid, and claims
 // it at 2s: the approval recorded and claimed.
-func (e *env) flow(a store.TakeRequest) (store.TakeResult, store.Approval, *store.Claim) {
+func (e *env) flow(a storedriver.TakeRequest) (storedriver.TakeResult, store.Approval, *store.Claim) {
 	e.t.Helper()
 	is := e.issue(signedIn, a, at(0))
 	if _, _, err := e.h.Store.Lookup(e.withEntry(""), signedIn, is.Ref, at(500*time.Millisecond)); err != nil {
@@ -88,8 +89,8 @@ func (e *env) flow(a store.TakeRequest) (store.TakeResult, store.Approval, *stor
 	}
 	ap := approvalOf(is.Operation)
 	ap.Reference = "apr 12:04 — \"exactly as sent\""
-	rep, err := e.client(2).Record(e.withEntry(""), signedIn, is.Ref, ap, at(time.Second), store.RecordOptions{})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err := e.client(2).Record(e.withEntry(""), signedIn, is.Ref, ap, at(time.Second), storedriver.RecordOptions{})
+	if err != nil || rep.Result != storedriver.Recorded {
 		e.t.Fatalf("Record: %v %v", rep.Result, err)
 	}
 	res, err := e.client(1).Take(e.withEntry("exchange"), signedIn, tokenAction(a, storekit.NewToken()), at(2*time.Second))
@@ -102,7 +103,7 @@ func (e *env) flow(a store.TakeRequest) (store.TakeResult, store.Approval, *stor
 var _ = add("§6 §8.1 a performed flow writes approval recorded, claimed, performed", func(t *testing.T, e *env) {
 	a := action(t, "exchange:ord_1", `{"size":"M"}`)
 	is, ap, c := e.flow(a)
-	if err := e.client(4).Finish(e.withEntry("exchange"), *c, store.Done, at(3*time.Second)); err != nil {
+	if err := e.client(4).Finish(e.withEntry("exchange"), *c, store.OutcomePerformed, at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
@@ -139,13 +140,13 @@ var _ = add("§6 W134 a decline writes only its entry, with its reason", func(t 
 	is := e.issue(signedIn, a, at(0))
 	ap := approvalOf(is.Operation)
 	st := e.client(2)
-	rep, err := st.Record(e.withEntry(""), signedIn, is.Ref, ap, at(time.Second), store.RecordOptions{CheckOnly: true})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err := st.Record(e.withEntry(""), signedIn, is.Ref, ap, at(time.Second), storedriver.RecordOptions{CheckOnly: true})
+	if err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record(CheckOnly): %v %v", rep.Result, err)
 	}
 	wantEntries(t, e.entries(is.Operation.ID, at(0), at(time.Hour))) // CheckOnly commits nothing
-	rep, err = st.Record(e.withEntry(""), signedIn, is.Ref, ap, at(2*time.Second), store.RecordOptions{Decline: "Only the account holder can cancel."})
-	if err != nil || rep.Result != store.Recorded {
+	rep, err = st.Record(e.withEntry(""), signedIn, is.Ref, ap, at(2*time.Second), storedriver.RecordOptions{Decline: "Only the account holder can cancel."})
+	if err != nil || rep.Result != storedriver.Recorded {
 		t.Fatalf("Record(Decline): %v %v", rep.Result, err)
 	}
 	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
@@ -156,15 +157,15 @@ var _ = add("§6 W134 a decline writes only its entry, with its reason", func(t 
 	}
 	// W134: nothing recorded: no approval to take, and the same approval
 	// records later.
-	e.status(signedIn, is.Ref, at(3*time.Second), store.Waiting)
+	e.status(signedIn, is.Ref, at(3*time.Second), storedriver.StatusWaiting)
 	e.noClaim(signedIn, a, at(3*time.Second))
-	e.wantRecord(signedIn, is.Ref, ap, at(4*time.Second), store.Recorded)
+	e.wantRecord(signedIn, is.Ref, ap, at(4*time.Second), storedriver.Recorded)
 	wantEntries(t, e.entries(is.Operation.ID, at(0), at(time.Hour)), storekit.EntryDeclined, storekit.EntryRecorded)
 })
 
 var _ = add("§7 W98 a 4xx writes not performed", func(t *testing.T, e *env) {
 	is, ap, c := e.flow(action(t, "k", `{"n":1}`))
-	if err := e.client(4).Finish(e.withEntry("exchange"), *c, store.NotDone, at(3*time.Second)); err != nil {
+	if err := e.client(4).Finish(e.withEntry("exchange"), *c, store.OutcomeNotPerformed, at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
@@ -175,15 +176,15 @@ var _ = add("§7 W98 a 4xx writes not performed", func(t *testing.T, e *env) {
 var _ = add("§7 W142 a 5xx writes outcome unknown, and Resolve who resolved it", func(t *testing.T, e *env) {
 	is, ap, c := e.flow(action(t, "k", `{"n":2}`))
 	st := e.client(4)
-	if err := st.Finish(e.withEntry("exchange"), *c, store.Unknown, at(3*time.Second)); err != nil {
+	if err := st.Finish(e.withEntry("exchange"), *c, store.OutcomeUnknown, at(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// Reported again, it changes nothing and writes nothing.
-	if err := st.Finish(e.withEntry("exchange"), *c, store.Unknown, at(4*time.Second)); err != nil {
+	if err := st.Finish(e.withEntry("exchange"), *c, store.OutcomeUnknown, at(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	ctx := store.WithEntry(e.ctx(), store.Entry{By: "staff:alice", Instance: instance})
-	if err := e.reconciler().Resolve(ctx, signedIn, is.Operation.ID, store.Done, at(5*time.Second)); err != nil {
+	ctx := storedriver.WithEntry(e.ctx(), store.Entry{By: "staff:alice", Instance: instance})
+	if err := e.reconciler().Resolve(ctx, signedIn, is.Operation.ID, store.OutcomePerformed, at(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	got := e.entries(is.Operation.ID, at(0), at(time.Hour))
@@ -196,7 +197,7 @@ var _ = add("§7 W142 a 5xx writes outcome unknown, and Resolve who resolved it"
 	// Resolved as not performed, a second flow.
 	is2, _, c2 := e.flow(action(t, "k2", `{"n":3}`))
 	_ = c2
-	if err := e.reconciler().Resolve(ctx, signedIn, is2.Operation.ID, store.NotDone, at(6*time.Second)); err != nil {
+	if err := e.reconciler().Resolve(ctx, signedIn, is2.Operation.ID, store.OutcomeNotPerformed, at(6*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	wantEntries(t, e.entries(is2.Operation.ID, at(0), at(time.Hour)), storekit.EntryRecorded, storekit.EntryClaimed, storekit.EntryResolvedNotDo)
@@ -217,7 +218,7 @@ var _ = add("§6 steps that commit nothing write no entry", func(t *testing.T, e
 	st := e.client(2)
 	try := func(what string, err error) {
 		t.Helper()
-		if err != nil && !errors.Is(err, store.ErrClaimLost) && !errors.Is(err, store.ErrNotPerforming) {
+		if err != nil && !errors.Is(err, storedriver.ErrClaimLost) && !errors.Is(err, store.ErrNotPerforming) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
@@ -234,9 +235,9 @@ var _ = add("§6 steps that commit nothing write no entry", func(t *testing.T, e
 		{otherAccount, is.Ref, ap}, // check 1
 		{signedIn, is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: "r-none", Approver: "user"}}, // check 3
 	} {
-		rep, err := st.Record(ctx, bad.o, bad.ref, bad.ap, at(time.Second), store.RecordOptions{Decline: "no"})
+		rep, err := st.Record(ctx, bad.o, bad.ref, bad.ap, at(time.Second), storedriver.RecordOptions{Decline: "no"})
 		try("Record", err)
-		if rep.Result == store.Recorded {
+		if rep.Result == storedriver.Recorded {
 			t.Fatalf("Record of a failing approval: %v", rep.Result)
 		}
 	}
@@ -244,12 +245,12 @@ var _ = add("§6 steps that commit nothing write no entry", func(t *testing.T, e
 	if _, err := st.UseOnce(ctx, once, at(time.Hour), at(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := st.Record(ctx, signedIn, is.Ref, ap, at(time.Second), store.RecordOptions{Once: once, OnceUntil: at(time.Hour)})
+	rep, err := st.Record(ctx, signedIn, is.Ref, ap, at(time.Second), storedriver.RecordOptions{Once: once, OnceUntil: at(time.Hour)})
 	try("Record", err)
-	if rep.Result != store.Replayed {
+	if rep.Result != storedriver.Replayed {
 		t.Fatalf("replayed Record: %v", rep.Result)
 	}
-	try("Resolve", st.Resolve(ctx, signedIn, is.Operation.ID, store.Done, at(time.Second)))
+	try("Resolve", st.Resolve(ctx, signedIn, is.Operation.ID, store.OutcomePerformed, at(time.Second)))
 	_, err = st.Release(ctx, signedIn, storekit.NewToken(), at(time.Second))
 	try("Release", err)
 	wantEntries(t, e.entries("", at(0), at(time.Hour)))
@@ -257,11 +258,11 @@ var _ = add("§6 steps that commit nothing write no entry", func(t *testing.T, e
 	// Recorded once; the same approval again (already recorded) writes
 	// nothing more; a finish of a lost claim nothing.
 	e.approve(signedIn, is, at(2*time.Second))
-	e.wantRecord(signedIn, is.Ref, ap, at(3*time.Second), store.AlreadyRecorded)
+	e.wantRecord(signedIn, is.Ref, ap, at(3*time.Second), storedriver.AlreadyRecorded)
 	c := e.claim(signedIn, a, at(4*time.Second))
-	e.finish(c, store.Done, at(5*time.Second))
-	try("Finish", st.Finish(ctx, *c, store.Done, at(6*time.Second)))
-	try("Finish", st.Finish(ctx, *c, store.Unknown, at(6*time.Second)))
+	e.finish(c, store.OutcomePerformed, at(5*time.Second))
+	try("Finish", st.Finish(ctx, *c, store.OutcomePerformed, at(6*time.Second)))
+	try("Finish", st.Finish(ctx, *c, store.OutcomeUnknown, at(6*time.Second)))
 	wantEntries(t, e.entries("", at(0), at(time.Hour)), storekit.EntryRecorded, storekit.EntryClaimed, storekit.EntryPerformed)
 })
 
@@ -274,7 +275,7 @@ var _ = add("webkit/RULES.md Bounded work: an operation keeps at most 64 entries
 	for ; claims < 100; claims++ {
 		token := storekit.NewToken()
 		res, err := e.client(claims).Take(e.ctx(), signedIn, tokenAction(a, token), at(now))
-		if errors.Is(err, store.ErrRateLimited) {
+		if errors.Is(err, storedriver.ErrRateLimited) {
 			break
 		}
 		if err != nil || res.Claim == nil {
@@ -286,7 +287,7 @@ var _ = add("webkit/RULES.md Bounded work: an operation keeps at most 64 entries
 	if claims != (storekit.EntriesBeforeRefusal+1)/2 {
 		t.Errorf("%d claims before the refusal, want %d", claims, (storekit.EntriesBeforeRefusal+1)/2)
 	}
-	rep, err := e.client(2).Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), at(now), store.RecordOptions{Decline: "no"})
+	rep, err := e.client(2).Record(e.ctx(), signedIn, is.Ref, approvalOf(is.Operation), at(now), storedriver.RecordOptions{Decline: "no"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +298,8 @@ var _ = add("webkit/RULES.md Bounded work: an operation keeps at most 64 entries
 	if is2.Operation.ID != is.Operation.ID {
 		t.Fatalf("new terms got operation %s, want %s (W20)", is2.Operation.ID, is.Operation.ID)
 	}
-	rep, err = e.client(2).Record(e.ctx(), signedIn, is2.Ref, approvalOf(is2.Operation), at(now), store.RecordOptions{Decline: "no"})
-	if err != nil || rep.Result != store.RateLimited {
+	rep, err = e.client(2).Record(e.ctx(), signedIn, is2.Ref, approvalOf(is2.Operation), at(now), storedriver.RecordOptions{Decline: "no"})
+	if err != nil || rep.Result != storedriver.RateLimited {
 		t.Errorf("a decline past the bound: %v %v, want rate limited", rep.Result, err)
 	}
 	// An approval still records, and its claim's outcome is kept.
@@ -311,7 +312,7 @@ var _ = add("webkit/RULES.md Bounded work: an operation keeps at most 64 entries
 
 var _ = add("§8.1 entries are kept 24 hours after the latest, and while the operation is remembered", func(t *testing.T, e *env) {
 	is, _, c := e.flow(action(t, "k", `{"n":8}`))
-	e.finish(c, store.Done, at(3*time.Second))
+	e.finish(c, store.OutcomePerformed, at(3*time.Second))
 	day := 24 * time.Hour
 	if e.h.Advance != nil {
 		e.h.Advance(day - time.Minute)

@@ -1,4 +1,4 @@
-package store
+package memstore
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/testclock"
+	"github.com/opsgate/opsgate/store"
 )
 
 // The memory store's background sweep and the size of what it retains
@@ -103,9 +105,9 @@ func stopped(r memSweepReport) bool { return r.stopped }
 // TestMemoryMassExpiry does.
 func fillWaiting(tb testing.TB, m *memory, n int) {
 	ctx := context.Background()
-	a := TakeRequest{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
+	a := storedriver.TakeRequest{Key: "k", Terms: []byte(`{"v":1}`), Summary: "Do k.", Lifetime: time.Minute}
 	for i := range n {
-		o := Owner{Agent: "agent", User: fmt.Sprint("u", i)}
+		o := store.Owner{Agent: "agent", User: fmt.Sprint("u", i)}
 		if res, err := m.Take(ctx, o, a, sweepT0); err != nil || res.Ref == "" {
 			tb.Fatalf("Take: %+v, %v", res, err)
 		}
@@ -253,8 +255,8 @@ func TestMemorySweepEndsWithItsStore(t *testing.T) {
 // retainedOwner is an owner as the Gate makes one: a client_id URL, a
 // pairwise User ID and an account, each its own allocation as a parsed
 // request's would be.
-func retainedOwner(i int) Owner {
-	return Owner{
+func retainedOwner(i int) store.Owner {
+	return store.Owner{
 		Agent:   strings.Clone(fmt.Sprint("https://agent.example/clients/", i%16)),
 		User:    fmt.Sprintf("pw_%040d", i),
 		Account: fmt.Sprint("acct-", i),
@@ -267,11 +269,11 @@ func retainedOwner(i int) Owner {
 // makes each operation stored at its 403 (a lifetime beyond the
 // retention) rather than computed into its ref. It returns what the 403s
 // of the first and the last answered.
-func performN(tb testing.TB, m *memory, n int, stored bool) (first, last TakeResult) {
+func performN(tb testing.TB, m *memory, n int, stored bool) (first, last storedriver.TakeResult) {
 	ctx := context.Background()
 	for i := range n {
 		o := retainedOwner(i)
-		a := TakeRequest{
+		a := storedriver.TakeRequest{
 			Key:      fmt.Sprint("exchange:ord_", i),
 			Terms:    fmt.Appendf(nil, `{"item_id":"itm_4Qa","order_id":"ord_%d","price_difference":{"amount":"70.00","currency":"USD"},"replacement_sku":"stormline-insulated-m"}`, i),
 			Summary:  "Exchange the Stormline Jacket (M) for the Stormline Insulated Jacket (M), for $70.00 more, charged to the card used for the order.",
@@ -291,9 +293,9 @@ func performN(tb testing.TB, m *memory, n int, stored bool) (first, last TakeRes
 			last = res
 		}
 		op := res.Operation
-		ap := Approval{OperationID: op.ID, Revision: op.Revision, Approver: ApproverUser, ApprovedAt: sweepT0, InputType: "button", Reference: "conv_8Hk2/msg_4Qa"}
-		rep, err := m.Record(ctx, o, res.Ref, ap, sweepT0, RecordOptions{Once: storekit.NewToken(), OnceUntil: sweepT0.Add(5 * time.Minute)})
-		if err != nil || rep.Result != Recorded {
+		ap := store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: store.ApproverUser, ApprovedAt: sweepT0, InputType: "button", Reference: "conv_8Hk2/msg_4Qa"}
+		rep, err := m.Record(ctx, o, res.Ref, ap, sweepT0, storedriver.RecordOptions{Once: storekit.NewToken(), OnceUntil: sweepT0.Add(5 * time.Minute)})
+		if err != nil || rep.Result != storedriver.Recorded {
 			tb.Fatalf("Record: %+v, %v", rep, err)
 		}
 		a.ClaimToken = storekit.NewToken()
@@ -301,7 +303,7 @@ func performN(tb testing.TB, m *memory, n int, stored bool) (first, last TakeRes
 		if err != nil || res.Claim == nil {
 			tb.Fatalf("Take: %+v, %v", res, err)
 		}
-		if err := m.Finish(ctx, *res.Claim, Done, sweepT0); err != nil {
+		if err := m.Finish(ctx, *res.Claim, store.OutcomePerformed, sweepT0); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -311,14 +313,14 @@ func performN(tb testing.TB, m *memory, n int, stored bool) (first, last TakeRes
 // retainedCost performs n operations, lets an hour go by (their approvals,
 // marks and claim tokens are forgotten; the operations are kept for the
 // retention, §7 W137) and returns the heap each one costs.
-func retainedCost(tb testing.TB, n int, stored bool) (perOp float64, m *memory, first, last TakeResult) {
+func retainedCost(tb testing.TB, n int, stored bool) (perOp float64, m *memory, first, last storedriver.TakeResult) {
 	clock := testclock.At(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	empty := liveHeap()
 	m, reports := sweptMemory(storekit.MemoryConfig{MaxOpenPerAgent: -1}, clock)
 	first, last = performN(tb, m, n, stored)
 	later := sweepT0.Add(time.Hour)
 	// One call that adds nothing tells the store the time.
-	if _, _, err := m.Lookup(context.Background(), Owner{Agent: "a", User: "u"}, "op_x.1-x", later); err != nil {
+	if _, _, err := m.Lookup(context.Background(), store.Owner{Agent: "a", User: "u"}, "op_x.1-x", later); err != nil {
 		tb.Fatal(err)
 	}
 	// Left: each operation, and its audit log (approval recorded,
@@ -330,7 +332,7 @@ func retainedCost(tb testing.TB, n int, stored bool) (perOp float64, m *memory, 
 
 // A retained performed operation costs at most 1,800 bytes: once performed
 // the store keeps its account, its id and the names of its revisions
-// (store.Record), not its terms, summary, approvals or claim (about 430
+// (storedriver.Found), not its terms, summary, approvals or claim (about 430
 // bytes, at most 600), and its audit log of three entries, approval
 // recorded, claimed and performed (store.Entry; about 1,050 bytes).
 func TestMemoryRetainedOperation(t *testing.T) {
@@ -347,14 +349,14 @@ func TestMemoryRetainedOperation(t *testing.T) {
 				t.Errorf("a retained performed operation costs %.0f bytes, want ≤ 1,800", perOp)
 			}
 			// What it keeps still answers (W108, W109, §7 W137).
-			for i, is := range map[int]TakeResult{0: first, n - 1: last} {
+			for i, is := range map[int]storedriver.TakeResult{0: first, n - 1: last} {
 				rec, found, err := m.Lookup(t.Context(), retainedOwner(i), is.Ref, sweepT0.Add(time.Hour))
-				if err != nil || !found || rec.Status != Performed || rec.Current.ID != is.Operation.ID || rec.Current.Revision != is.Operation.Revision || rec.Owner != retainedOwner(i) {
+				if err != nil || !found || rec.Status != storedriver.StatusPerformed || rec.Current.ID != is.Operation.ID || rec.Current.Revision != is.Operation.Revision || rec.Owner != retainedOwner(i) {
 					t.Errorf("Lookup %d: %+v, %v, %v", i, rec, found, err)
 				}
-				rep, err := m.Record(t.Context(), retainedOwner(i), is.Ref, Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: ApproverUser}, sweepT0.Add(time.Hour), RecordOptions{})
-				if err != nil || rep.Result != IsPerformed {
-					t.Errorf("Record %d: %v, %v", i, rep.Result, err)
+				rep, err := m.Record(t.Context(), retainedOwner(i), is.Ref, store.Approval{OperationID: is.Operation.ID, Revision: is.Operation.Revision, Approver: store.ApproverUser}, sweepT0.Add(time.Hour), storedriver.RecordOptions{})
+				if err != nil || rep.Result != storedriver.AlreadyPerformed {
+					t.Errorf("storedriver.Found %d: %v, %v", i, rep.Result, err)
 				}
 			}
 		})
