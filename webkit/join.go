@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/spans"
@@ -98,7 +99,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reason = "assertion"
 	a, err := j.Verifier.CheckBrowserAssertion(r.Context(), assertion, j.URL, token)
 	if err == nil && len(a.ClientID) > maxJoinClientID {
-		err = fmt.Errorf("client_id is longer than %d bytes", maxJoinClientID)
+		err = fmt.Errorf("client_id (iss) is longer than %d bytes", maxJoinClientID)
 	}
 	if err != nil {
 		if errors.Is(err, identity.ErrUnavailable) {
@@ -111,7 +112,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if token != "" {
 		reason = "access_token"
 		if j.AccessTokens == nil {
-			j.refuse(w, log, errors.New("this website takes no signed-in joins"))
+			j.refuse(w, log, errors.New("this website takes no signed-in joins: join without access_token"))
 			return
 		}
 		at, err := j.AccessTokens.VerifyAccessToken(r.Context(), token)
@@ -214,7 +215,13 @@ func (j *joinEndpoint) refuse(w http.ResponseWriter, log *slog.Logger, err error
 	log.Info("opsgate join: refused", "err", err)
 	// Every 401 carries a challenge (RFC 9110 §15.5.2; RULES.md choice 5).
 	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
-	joinError(w, http.StatusUnauthorized, "the join could not be verified")
+	msg := "the join could not be verified"
+	if j.Kit.ExplainRefusals {
+		// The check that failed, for the agent's developer: the same
+		// words the operations endpoint sends in error_description.
+		msg += " (invalid_session): " + explain.Reason(err)
+	}
+	joinError(w, http.StatusUnauthorized, msg)
 }
 
 // joinConflict is the short page of a join into a browser bound to another

@@ -79,12 +79,15 @@ func (k *Kit) Refuse(w http.ResponseWriter, r *http.Request) {
 
 func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v pages.Waiting) {
 	page := pages.Unavailable{StyleURL: k.basePath() + "opsgate.css", Chrome: k.Chrome}
+	if k.ExplainRefusals {
+		page.Why = refusalWhy(reason)
+	}
 	switch {
 	case errors.Is(reason, ErrApprovalRequired):
 		// A script gets {"error":"approval_required"} (W66).
 		pages.WriteWaiting(w, r, v)
 	case errors.Is(reason, ErrExtensionRequired):
-		pages.WriteExtensionRequired(w)
+		pages.WriteExtensionRequired(w, r, page)
 	case errors.Is(reason, ErrOutcomeUnknown):
 		pages.WriteOutcomeUnknown(w, r, k.retryAfter(), page)
 	case errors.Is(reason, ErrRateLimited):
@@ -96,4 +99,26 @@ func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v 
 	default: // ErrStoreUnavailable, ErrBusy
 		pages.WriteUnavailable(w, r, k.retryAfter(), page)
 	}
+}
+
+// refusalWhy is the Gate's refusal reason in words, for a website that
+// explains its refusals (Kit.ExplainRefusals).
+func refusalWhy(reason error) string {
+	switch {
+	case errors.Is(reason, ErrExtensionRequired):
+		return `this browser's join declared no "operations";v="3" (the extensions claim of its join assertion, §2 "step 2"), so the website returns it no operations and did nothing: join the browser again declaring it`
+	case errors.Is(reason, ErrJoinInvalid):
+		return "the browser's join cookie has expired, or was made with keys this server doesn't have: nothing was done; join the browser again"
+	case errors.Is(reason, ErrOwnLogin):
+		return "this browser also has the website's own login, which its join did not give it: the website's own approval flow applies, not an operation (§4 \"Websites\"); nothing was done"
+	case errors.Is(reason, ErrBusy):
+		return "the operation is being performed (a request took its approval): nothing more was done; look its ref up at the operations endpoint until it says performed, and approve nothing new meanwhile (§7)"
+	case errors.Is(reason, ErrOutcomeUnknown):
+		return "the website's handler failed while performing the action: it may or may not have taken effect, and the operation stays performing until the website knows (§7); nothing will be done twice"
+	case errors.Is(reason, ErrRateLimited):
+		return "too many operations of this agent and User (or of the website) wait for approval: nothing was done; approve some, or let them expire, then try again"
+	case errors.Is(reason, ErrStoreUnavailable):
+		return "the website's store did not answer: nothing was performed; try again after Retry-After"
+	}
+	return ""
 }

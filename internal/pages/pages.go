@@ -140,17 +140,27 @@ func WriteWaiting(w http.ResponseWriter, r *http.Request, v Waiting) {
 // WriteExtensionRequired refuses a gated request whose Session did not
 // declare operations v3 (§2 W11, W12; webkit/RULES.md choice 5). The status is
 // 403: the request is understood and refused for what it lacks, as spec 3.3
-// refuses a missing extension; no operation is returned.
-func WriteExtensionRequired(w http.ResponseWriter) {
+// refuses a missing extension; no operation is returned. A script gets
+// {"error":"extension_required","extension":"operations"}, a page load a
+// page that says so (never JSON shown as a page).
+func WriteExtensionRequired(w http.ResponseWriter, r *http.Request, v Unavailable) {
 	NoStore(w.Header())
-	writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
+	if WantsJSON(r) {
+		body := map[string]string{"error": "extension_required", "extension": "operations"}
+		if v.Why != "" {
+			body["error_description"] = v.Why
+		}
+		writeJSON(w, http.StatusForbidden, body)
+		return
+	}
+	writeHTML(w, r.Context(), http.StatusForbidden, ExtensionRequiredPage(v))
 }
 
 // WriteUnavailable answers 503 with Retry-After (§7 W143): the store is
 // down or the operation is being performed. Nothing was performed, and the
 // answer never says the action failed (W142).
 func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
-	write503(w, r, retryAfter, "temporarily_unavailable", UnavailablePage(v))
+	write503(w, r, retryAfter, "temporarily_unavailable", v.Why, UnavailablePage(v))
 }
 
 // WriteOutcomeUnknown answers 503 with Retry-After for an action whose
@@ -159,53 +169,63 @@ func WriteUnavailable(w http.ResponseWriter, r *http.Request, retryAfter time.Du
 // never says it failed; the operation stays performing until the website
 // knows, and a retry never performs it twice.
 func WriteOutcomeUnknown(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
-	write503(w, r, retryAfter, "outcome_unknown", OutcomeUnknownPage(v))
+	write503(w, r, retryAfter, "outcome_unknown", v.Why, OutcomeUnknownPage(v))
 }
 
 // WriteRateLimited answers 429 with Retry-After for a gated request that
 // would open one operation more than the owner's or the agent's cap
 // (webkit/RULES.md "Bounded work"): nothing was performed or issued.
 func WriteRateLimited(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, v Unavailable) {
-	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", RateLimitedPage(v))
+	writeRetry(w, r, http.StatusTooManyRequests, retryAfter, "rate_limited", v.Why, RateLimitedPage(v))
 }
 
 // WriteJoinInvalid answers 403 join_invalid: the browser's join cookie
 // can't be accepted, so nothing was done and the agent joins it again
 // (webkit.ErrJoinInvalid). A script gets the code, a browser the page.
 func WriteJoinInvalid(w http.ResponseWriter, r *http.Request, v Unavailable) {
-	writeRefused(w, r, "join_invalid", "This browser's join to your personal agent can't be accepted any more: join it again. Nothing was done.", JoinInvalidPage(v))
+	writeRefused(w, r, "join_invalid", "This browser's join to your personal agent can't be accepted any more: join it again. Nothing was done.", v.Why, JoinInvalidPage(v))
 }
 
 // WriteOwnLogin answers 403 confirmation_required: the browser has the
 // website's own login, so the action is confirmed on the website, not by
 // the agent (§4 W56, webkit.ErrOwnLogin). Nothing was done.
 func WriteOwnLogin(w http.ResponseWriter, r *http.Request, v Unavailable) {
-	writeRefused(w, r, "confirmation_required", "This browser is signed in to your own account on this site: confirm the action on the site itself. Nothing was done.", OwnLoginPage(v))
+	writeRefused(w, r, "confirmation_required", "This browser is signed in to your own account on this site: confirm the action on the site itself. Nothing was done.", v.Why, OwnLoginPage(v))
 }
 
 // writeRefused answers 403: {"error": code, "message": message} for a
-// script, the page for a browser.
-func writeRefused(w http.ResponseWriter, r *http.Request, code, message string, page templ.Component) {
+// script (and error_description: why, when not ""), the page for a
+// browser.
+func writeRefused(w http.ResponseWriter, r *http.Request, code, message, why string, page templ.Component) {
 	NoStore(w.Header())
 	if WantsJSON(r) {
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": code, "message": message})
+		body := map[string]string{"error": code, "message": message}
+		if why != "" {
+			body["error_description"] = why
+		}
+		writeJSON(w, http.StatusForbidden, body)
 		return
 	}
 	writeHTML(w, r.Context(), http.StatusForbidden, page)
 }
 
 // write503 answers 503 with Retry-After: see writeRetry.
-func write503(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, code string, page templ.Component) {
-	writeRetry(w, r, http.StatusServiceUnavailable, retryAfter, code, page)
+func write503(w http.ResponseWriter, r *http.Request, retryAfter time.Duration, code, why string, page templ.Component) {
+	writeRetry(w, r, http.StatusServiceUnavailable, retryAfter, code, why, page)
 }
 
 // writeRetry answers status with Retry-After (whole seconds, at least 1):
-// the error code for a script, the page for a browser.
-func writeRetry(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, code string, page templ.Component) {
+// the error code (and error_description: why, when not "") for a script,
+// the page for a browser.
+func writeRetry(w http.ResponseWriter, r *http.Request, status int, retryAfter time.Duration, code, why string, page templ.Component) {
 	NoStore(w.Header())
 	w.Header().Set("Retry-After", RetryAfter(retryAfter))
 	if WantsJSON(r) {
-		writeJSON(w, status, map[string]string{"error": code})
+		body := map[string]string{"error": code}
+		if why != "" {
+			body["error_description"] = why
+		}
+		writeJSON(w, status, body)
 		return
 	}
 	writeHTML(w, r.Context(), status, page)

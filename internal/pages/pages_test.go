@@ -86,10 +86,32 @@ func TestWriteUnavailableAndExtensionRequired(t *testing.T) {
 	if rec.Code != 503 || rec.Header().Get("Retry-After") != "1" || !strings.Contains(rec.Body.String(), "Try again") {
 		t.Errorf("%d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
+	// A script gets the code as JSON (W12); a page load a page, never
+	// JSON shown as a page.
 	rec = httptest.NewRecorder()
-	WriteExtensionRequired(rec)
+	rj := httptest.NewRequest("POST", "/x", nil)
+	rj.Header.Set("Accept", "application/json")
+	WriteExtensionRequired(rec, rj, Unavailable{})
 	if rec.Code != 403 || rec.Body.String() != `{"error":"extension_required","extension":"operations"}` {
 		t.Errorf("%d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	rh := httptest.NewRequest("POST", "/x", nil)
+	rh.Header.Set("Accept", "text/html,application/xhtml+xml")
+	WriteExtensionRequired(rec, rh, Unavailable{StyleURL: "/s.css"})
+	if rec.Code != 403 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") || !strings.Contains(rec.Body.String(), "join this browser to the site again") {
+		t.Errorf("a page load: %d %q %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+	// With a reason (Kit.ExplainRefusals): in the JSON and on the page.
+	rec = httptest.NewRecorder()
+	WriteExtensionRequired(rec, rj, Unavailable{Why: "no operations declared"})
+	if !strings.Contains(rec.Body.String(), `"error_description":"no operations declared"`) {
+		t.Errorf("the reason is not in the JSON: %s", rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	WriteExtensionRequired(rec, rh, Unavailable{Why: "no operations declared"})
+	if !strings.Contains(rec.Body.String(), "Why: no operations declared") {
+		t.Errorf("the reason is not on the page: %s", rec.Body)
 	}
 }
 

@@ -57,6 +57,10 @@ type Unavailable struct {
 	StyleURL string
 	// Chrome is the website's frame around the page.
 	Chrome templates.Chrome
+	// Why is the refusal's reason in words, on a website that explains
+	// its refusals (webkit.Kit.ExplainRefusals): shown on the page, and
+	// a script's JSON carries it as error_description. "" for none.
+	Why string
 }
 
 func framed(c templates.Chrome) bool {
