@@ -194,10 +194,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	st := redisstore.New(client, storeOpts)
 	if err := redisstore.Check(ctx, st); err != nil {
 		// Not fatal for a demo, but loud: it names what this store risks.
-		// The embedded miniredis is chosen knowing that (a warning); a
-		// Redis given by REDIS_URL that can't promise it is an error.
+		// A Redis given by REDIS_URL that can't promise it is an error.
+		// The embedded miniredis is chosen knowing that: the banner says
+		// so, and nothing is logged before it (issue 37).
 		if embedded {
-			logger.Warn("opsgate: the embedded store can't promise at most once across restarts; it is a demo store", "error", err)
+			storeDesc += "\n       a demo store: it keeps nothing across restarts, so at most once holds only while it runs"
 		} else {
 			logger.Error("opsgate: the store can't promise at most once across restarts", "error", err)
 		}

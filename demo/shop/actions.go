@@ -131,6 +131,12 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 		s.askConfirm(w, r, url.Values{"action": {"exchange"}, "order": {plan.OrderID}, "item": {plan.ItemID}, "replacement_sku": {plan.To.ID}}, false)
 		return
 	}
+	if err == nil && s.anonymous(r) {
+		s.message(w, r, http.StatusForbidden, "Sign in to exchange",
+			"Only the account holder can exchange an item. Sign in first (the password is printed where the demo was started), or let your personal agent do it in its own copy of the demo data. Nothing was changed.",
+			views.SignInButton("/orders/"+plan.OrderID))
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, exchangeTerms(plan))
 	}
@@ -367,6 +373,10 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 		s.askConfirm(w, r, url.Values{"action": {"reschedule"}, "delivery": {plan.DeliveryID}, "date": {plan.To.Format(dateLayout)}}, true)
 		return
 	}
+	if err == nil && s.anonymous(r) {
+		writeJSON(w, http.StatusForbidden, apiError{Error: "sign_in_required", Message: "Sign in to change the delivery date, or let your personal agent do it in its own copy of the demo data. Nothing was changed."})
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, rescheduleTerms(plan))
 	}
@@ -381,6 +391,19 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rescheduleResult{DeliveryID: d.ID, Date: d.Date.Format(dateLayout), DateText: d.Date.Format("Monday, 2 January 2006")})
+}
+
+// anonymous reports whether r comes from a browser joined to no agent's
+// Session and without the shop's own login: a visitor of the shared copy
+// of the demo data, who may look but not change it, so that nothing
+// (such as `agent check`, whose unjoined browser repeats a gated action,
+// W07) changes the data other visitors see (issue 37). A person signs in
+// and confirms each action (ownflow.go); an agent acts in its own copy.
+func (s *Server) anonymous(r *http.Request) bool {
+	if _, joined := s.kit.Sessions.SessionOf(r); joined {
+		return false
+	}
+	return s.ownLogin(r) == ""
 }
 
 // statusOf maps a refusal to its HTTP status: 4xx, so the Gate records the

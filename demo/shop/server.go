@@ -198,6 +198,10 @@ func NewServer(cfg Config) (*Server, error) {
 	// login: each sends the browser to the confirmation page (ownflow.go),
 	// which performs only with the password again and a single-use token.
 	s.kit.OwnFlowInHandler = true
+	// The demo is agent developers' test bench: every refusal to an agent
+	// or its browser says why (issue 37). A production website leaves it
+	// off.
+	s.kit.ExplainRefusals = true
 	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
 	}
