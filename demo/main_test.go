@@ -396,4 +396,3 @@ func TestEmbeddedStoreSaysItInTheBanner(t *testing.T) {
 		t.Errorf("the banner does not say what the embedded store is:\n%s", banner)
 	}
 }
-
