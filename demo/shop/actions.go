@@ -78,10 +78,17 @@ type ExchangeTerms struct {
 	CurrentSKU      string `json:"current_sku"`
 	ReplacementSKU  string `json:"replacement_sku"`
 	PriceDifference Amount `json:"price_difference"`
+	// HandlingFee is a fee on top (the bench's new terms, bench.go).
+	HandlingFee *Amount `json:"handling_fee,omitempty"`
 }
 
 func exchangeTerms(p shopdb.ExchangePlan) ExchangeTerms {
-	return ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, CurrentSKU: p.From.ID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+	t := ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, CurrentSKU: p.From.ID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+	if p.Fee != 0 {
+		fee := amountOf(p.Fee)
+		t.HandlingFee = &fee
+	}
+	return t
 }
 
 // exchangeSummary says the terms in plain language, with the amount (W28,
@@ -98,6 +105,9 @@ func exchangeSummary(p shopdb.ExchangePlan) string {
 		// the summary says everything the terms do (W31).
 		s += fmt.Sprintf(", at no extra cost (%s).", d)
 	}
+	if p.Fee != 0 {
+		s += fmt.Sprintf(" A handling fee of %s is charged to the same card.", p.Fee)
+	}
 	return s
 }
 
@@ -109,7 +119,12 @@ func (s *Server) planExchange(r *http.Request) (shopdb.ExchangePlan, error) {
 	if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
 		return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
 	}
-	return s.dbOf(r).PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+	db := s.dbOf(r)
+	plan, err := db.PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+	if err != nil {
+		return plan, err
+	}
+	return s.bench.plan(r, db, s.viewerOf(r).Account, plan), nil // the bench's terms, in its scenarios
 }
 
 func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
@@ -118,10 +133,11 @@ func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
 		return webkit.Action{}, webkit.ErrNotGated // the handler refuses it; nothing to approve
 	}
 	return webkit.Action{
-		Key:     "exchange:" + plan.OrderID + ":" + plan.ItemID,
-		Terms:   exchangeTerms(plan),
-		Summary: exchangeSummary(plan),
-		Kind:    "exchange", // the metrics' label: never an ID
+		Key:      s.bench.key(r, "exchange:"+plan.OrderID+":"+plan.ItemID),
+		Terms:    exchangeTerms(plan),
+		Summary:  s.bench.summary(r, plan, exchangeSummary(plan)),
+		Kind:     "exchange", // the metrics' label: never an ID
+		Lifetime: s.bench.lifetime(r),
 	}, nil
 }
 
@@ -141,6 +157,7 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 		err = s.mayPerform(r, exchangeTerms(plan))
 	}
 	if err == nil {
+		s.bench.performing(r) // the bench's slow performance, in its scenario
 		_, err = s.dbOf(r).Exchange(s.viewerOf(r).Account, plan, s.now())
 	}
 	if err != nil {
