@@ -108,29 +108,28 @@ const maxBenchRuns = 1024
 
 // benchRun is one Session's scenario and what the bench saw of it.
 type benchRun struct {
-	sc                   *views.BenchScenario
-	sid, agent, user     string
-	account              string
-	started              time.Time
-	timeline             []string
-	issued               []string        // refs the Gate issued to the browser, in order
-	hidden               map[string]bool // refs not given in a Poppy-Operation of the browser's Session
-	looked               map[string]int  // lookups by ref
-	approvals            []benchApproval
-	order, item, sku     string // the exchange the browser asked for
-	lifetimeUsed         bool
-	expired              string    // the ref given a short life
-	expiredAt            time.Time // its expires_at
-	held                 bool      // its first lookup was held until it expired
-	bumped               bool
-	newRevision, newRef  string
-	oldRef               string
-	recorded, busySent   bool
-	performed            int
-	declined             []benchApproval
-	alternative          string // the alternative's nonce
-	openedAlternative    bool
-	declinedAfterApprove bool
+	sc                  *views.BenchScenario
+	sid, agent, user    string
+	account             string
+	started             time.Time
+	timeline            []string
+	issued              []string        // refs the Gate issued to the browser, in order
+	hidden              map[string]bool // refs not given in a Poppy-Operation of the browser's Session
+	looked              map[string]int  // lookups by ref
+	approvals           []benchApproval
+	order, item, sku    string // the exchange the browser asked for
+	lifetimeUsed        bool
+	expired             string    // the ref given a short life
+	expiredAt           time.Time // its expires_at
+	held                bool      // its first lookup was held until it expired
+	bumped              bool
+	newRevision, newRef string
+	oldRef              string
+	recorded, busySent  bool
+	performed           int
+	declined            []benchApproval
+	alternative         string // the alternative's nonce
+	openedAlternative   bool
 }
 
 type benchApproval struct {

@@ -79,7 +79,7 @@ func (a *careless) run(name string) {
 		}
 		return
 	case ans.Operation != nil:
-		ans = a.send(ref, *ans.Operation) // the new revision, on the same instruction (A26)
+		a.send(ref, *ans.Operation) // the new revision, on the same instruction (A26)
 	}
 	again := a.b.Again()
 	for deadline := time.Now().Add(6 * time.Second); again.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline); {

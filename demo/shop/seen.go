@@ -132,8 +132,8 @@ type sender struct {
 	agent, user, sid string
 	from             string // "browser", "agent" or "join"
 	verified         bool
-	ref              string           // the endpoint's body ref
-	approval         *approvalHeader  // the endpoint's Poppy-Approval, when it parses
+	ref              string          // the endpoint's body ref
+	approval         *approvalHeader // the endpoint's Poppy-Approval, when it parses
 	session          *webkit.Session // a joined browser's
 }
 
