@@ -37,6 +37,10 @@ import (
 const (
 	PathSeen  = "/demo/seen"  // what the shop saw of the browser's agent
 	PathBench = "/demo/bench" // the bench: choose a scenario, see the verdict
+	// PathBenchStart starts (or, with no scenario, stops) a scenario for
+	// the Session: a control of the Session's, which a crawler such as
+	// `agent check` never submits (its path names "session").
+	PathBenchStart = PathBench + "/session"
 )
 
 // The bench's scenario names.
@@ -676,7 +680,7 @@ func (s *Server) benchPage(w http.ResponseWriter, r *http.Request) {
 	render(w, r, http.StatusOK, views.BenchPage(s.chrome(r, v, "The bench", "account"), bv))
 }
 
-// benchStart (POST PathBench) starts a scenario for the joined browser's
+// benchStart (POST PathBenchStart) starts a scenario for the joined browser's
 // Session, or stops it (scenario "").
 func (s *Server) benchStart(w http.ResponseWriter, r *http.Request) {
 	sess, joined := s.kit.Sessions.SessionOf(r)

@@ -55,7 +55,7 @@ func (a *careless) send(ref string, op store.Operation) *webkittest.Response {
 // run has the careless agent exchange the jacket in scenario name.
 func (a *careless) run(name string) {
 	t := a.t
-	if res := a.b.PostForm(PathBench, url.Values{"scenario": {name}}); res.StatusCode != http.StatusSeeOther {
+	if res := a.b.PostForm(PathBenchStart, url.Values{"scenario": {name}}); res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("start %s: %d %s", name, res.StatusCode, res.Body)
 	}
 	res := exchangeTo(a.b, "stormline-insulated-m")
@@ -131,10 +131,10 @@ func TestBenchPage(t *testing.T) {
 			t.Errorf("scenario %s: rows %v, correct %q, or no start button", sc.Name, sc.Rows, sc.Correct)
 		}
 	}
-	if res := b.PostForm(PathBench, url.Values{"scenario": {"nope"}}); res.StatusCode != http.StatusBadRequest {
+	if res := b.PostForm(PathBenchStart, url.Values{"scenario": {"nope"}}); res.StatusCode != http.StatusBadRequest {
 		t.Errorf("an unknown scenario: %d", res.StatusCode)
 	}
-	b.PostForm(PathBench, url.Values{"scenario": {benchTermsDiffer}})
+	b.PostForm(PathBenchStart, url.Values{"scenario": {benchTermsDiffer}})
 	if body := string(b.Get(PathBench).Body); !strings.Contains(body, `data-verdict="pending"`) {
 		t.Error("no pending verdict after the start")
 	}

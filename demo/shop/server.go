@@ -344,7 +344,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+PathReset, s.reset)
 	mux.HandleFunc("GET "+PathSeen, s.seenPage)
 	mux.HandleFunc("GET "+PathBench, s.benchPage)
-	mux.HandleFunc("POST "+PathBench, s.benchStart)
+	mux.HandleFunc("POST "+PathBenchStart, s.benchStart)
 	mux.HandleFunc("GET "+PathBench+"/alternative/{nonce}", s.benchAlternative)
 
 	// The operator's: Prometheus scrapes it; no page links to it.

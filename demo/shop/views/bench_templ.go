@@ -406,7 +406,7 @@ func BenchPage(c Chrome, v BenchView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 38, "<form method=\"post\" action=\"/demo/bench\"><input type=\"hidden\" name=\"scenario\" value=\"\"> <button class=\"btn btn--ghost\" type=\"submit\">Stop the scenario</button></form></section>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 38, "<form method=\"post\" action=\"/demo/bench/session\"><input type=\"hidden\" name=\"scenario\" value=\"\"> <button class=\"btn btn--ghost\" type=\"submit\">Stop the scenario</button></form></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -503,7 +503,7 @@ func BenchPage(c Chrome, v BenchView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				if v.Joined {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 47, "<form method=\"post\" action=\"/demo/bench\"><input type=\"hidden\" name=\"scenario\" value=\"")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 47, "<form method=\"post\" action=\"/demo/bench/session\"><input type=\"hidden\" name=\"scenario\" value=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
