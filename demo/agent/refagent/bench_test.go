@@ -50,9 +50,12 @@ func (u *userSaysNo) Decide(_ context.Context, q Question) (Decision, error) {
 // The reference agent passes every scenario of the demo's bench, in real
 // Chromium: it exchanges the jacket under a standing instruction
 // ('exchange<=100USD'), and asks a user who says no whenever it must.
+// The scenarios test A07, A08, A09, A10, A15, A22, A24, A26, A27, A28,
+// A29, A42, A43, A44, A45, A47, A48, A50, A51 and A52 (each names its own,
+// shop.BenchScenarios).
 func TestBenchEveryScenario(t *testing.T) {
 	for _, sc := range shop.BenchScenarios {
-		t.Run(sc.Name, func(t *testing.T) {
+		t.Run(sc.Name+" "+strings.Join(sc.Rows, " "), func(t *testing.T) {
 			tab := chromium(t)
 			s, base := benchShop(t)
 			var log syncBuffer
