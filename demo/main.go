@@ -25,6 +25,11 @@
 // Every agent's User gets its own copy of the demo data (a sandbox, reset
 // from the account page), so many agents can share one running demo.
 //
+// For agent developers, the demo is a test bench: every refusal says why
+// (webkit.Kit.ExplainRefusals), /demo/seen shows a joined browser what
+// the shop saw of its agent, and /demo/bench makes the shop misbehave on
+// purpose for one Session (demo/agent/PROTOCOL.md).
+//
 // In demo mode (-allow-local) agents whose client_id is on localhost or
 // 127.0.0.1 over plain http are accepted and the kit's dial-time address
 // check is off; cookies are not Secure on http. Always, POST /demo/token
@@ -194,10 +199,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logg
 	st := redisstore.New(client, storeOpts)
 	if err := st.Check(ctx); err != nil {
 		// Not fatal for a demo, but loud: it names what this store risks.
-		// The embedded miniredis is chosen knowing that (a warning); a
-		// Redis given by REDIS_URL that can't promise it is an error.
+		// A Redis given by REDIS_URL that can't promise it is an error.
+		// The embedded miniredis is chosen knowing that: the banner says
+		// so, and nothing is logged before it (issue 37).
 		if embedded {
-			logger.Warn("opsgate: the embedded store can't promise at most once across restarts; it is a demo store", "error", err)
+			storeDesc += "\n       a demo store: it keeps nothing across restarts, so at most once holds only while it runs"
 		} else {
 			logger.Error("opsgate: the store can't promise at most once across restarts", "error", err)
 		}
@@ -283,6 +289,11 @@ Point an agent at it:
                   for an access token for the demo account, to make a signed-in join.
   %[11]s
 
+For agent developers (in the agent's joined browser; demo/agent/PROTOCOL.md):
+  what the shop saw  %[1]s%[12]s   your agent's requests, the shop's decisions and why
+  the bench          %[1]s%[13]s   scenarios where the shop misbehaves on purpose
+  Every refusal says why (error_description): Kit.ExplainRefusals is on.
+
 The shop's own login (people, not agents): %[1]s/signin
   customer password  %[8]s
   Each action on that login is confirmed on the shop's page with the password.
@@ -293,7 +304,7 @@ Store: %[6]s
 %[7]sStop with Ctrl-C.
 
 `, srv.URL(""), shop.PathPoppyJSON, shop.PathJoin, shop.PathOperations, shop.PathToken, storeDesc, metricsLine(o.metrics, metricsURL),
-		o.customerShown, shop.PathAdmin, o.staffShown, localLine)
+		o.customerShown, shop.PathAdmin, o.staffShown, localLine, shop.PathSeen, shop.PathBench)
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),

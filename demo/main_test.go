@@ -381,3 +381,18 @@ func TestTrustedProxyFlag(t *testing.T) {
 		t.Error("a host name was taken as a proxy's address")
 	}
 }
+
+// `go run ./demo` on its embedded store: the banner comes first, nothing
+// is logged before it (it once opened with a miniredis WARN), and it says
+// what the embedded store can't promise (issue 37).
+func TestEmbeddedStoreSaysItInTheBanner(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	var logs syncBuffer
+	banner := startDemoLogging(t, slog.New(slog.NewTextHandler(&logs, nil)), "-addr", "127.0.0.1:0")
+	if logs.String() != "" {
+		t.Errorf("logged before the banner: %q", logs.String())
+	}
+	if !strings.Contains(banner, "embedded miniredis at") || !strings.Contains(banner, "a demo store: it keeps nothing across restarts") {
+		t.Errorf("the banner does not say what the embedded store is:\n%s", banner)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/demo/agent/conformance"
 	"github.com/opsgate/opsgate/demo/shop"
+	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store/redisstore"
 )
@@ -59,6 +60,14 @@ func TestConformanceOfTheDemo(t *testing.T) {
 				}
 				if r, _ := rep.Result("no 5xx"); len(r.Reasons) > 1 {
 					t.Logf("run %d: %v", run, r.Reasons)
+				}
+				// The checker's unjoined browser (W07) changed nothing in
+				// the copy of the data that visitors without an agent see
+				// (issue 37).
+				o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2")
+				d, _ := s.DB().Delivery(shopdb.DemoAccount, "del_2Wn8")
+				if it := o.Items[0]; it.SKU != "stormline-m" || len(it.Exchanges) != 0 || len(d.Changes) != 0 {
+					t.Errorf("run %d changed the shared copy: item %s after %d exchanges, %d delivery changes", run, it.SKU, len(it.Exchanges), len(d.Changes))
 				}
 			}
 		})

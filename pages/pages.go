@@ -41,13 +41,17 @@ func Waiting(w http.ResponseWriter, r *http.Request, v view.Waiting, c templates
 }
 
 // Refuse answers any other refusal with status: a script gets
-// {"error": code, "message": …} (the notice's text), a browser the
-// notice's page. A caller answering 503 or 429 sets Retry-After first
+// {"error": code, "message": …} (the notice's text, and its Why as
+// error_description), a browser the notice's page. A caller answering 503 or 429 sets Retry-After first
 // (§7 W143).
 func Refuse(w http.ResponseWriter, r *http.Request, status int, code string, n view.Notice, c templates.Chrome) {
 	respond.NoStore(w.Header())
 	if respond.WantsJSON(r) {
-		respond.WriteJSON(w, status, map[string]string{"error": code, "message": strings.Join(n.Text, " ")})
+		body := map[string]string{"error": code, "message": strings.Join(n.Text, " ")}
+		if n.Why != "" {
+			body["error_description"] = n.Why
+		}
+		respond.WriteJSON(w, status, body)
 		return
 	}
 	writeHTML(w, r.Context(), status, templates.NoticePage(n, c))

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
@@ -436,6 +437,11 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 	}
 	k.observe(r.Context(), Event{Route: routeGate, Outcome: "waiting", Kind: kind})
 	w.Header().Set(headers.Operation, hdr)
+	if k.ExplainRefusals {
+		// Whose ref it is, so that the endpoint can say why another
+		// Session can't use it (internal/explain).
+		explain.Issued(iss.Ref, s.Agent, s.User, s.Account, iss.Operation.ExpiresAt)
+	}
 	base := k.basePath()
 	page := waitHandle{Ref: iss.Ref, Terms: termsDigest(iss.Operation.Terms)}
 	prefix := defaultBasePath + "status?w=" // a constant: no allocation

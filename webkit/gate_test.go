@@ -334,7 +334,8 @@ func testGateScenarios(t *testing.T, be backend) {
 		{"W56 own login, a script → confirmation_required", ownLogin, noApproval, "application/json", false, want{403, false, "json", 0}},
 		{"W56 own login with an approval → never performed", ownLogin, matching, "", false, want{403, false, "html", 0}},
 		{"W56 own login → the site's own flow (Refused)", ownLogin, matching, "text/html", true, want{200, false, "other:text/plain", 1}},
-		{"W11 W12 no extension → extension_required", joinedNoExt, noApproval, "text/html", false, want{403, false, "json", 0}},
+		{"W11 W12 no extension → extension_required, a page for a page load", joinedNoExt, noApproval, "text/html", false, want{403, false, "html", 0}},
+		{"W11 W12 no extension, a script → extension_required", joinedNoExt, noApproval, "application/json", false, want{403, false, "json", 0}},
 		{"W13 v2 → extension_required", joinedV2, noApproval, "application/json", false, want{403, false, "json", 0}},
 		{"W12 no extension, own flow → the site's flow from Refused", joinedNoExt, noApproval, "", true, want{200, false, "other:text/plain", 1}},
 		{"W55 W65 signed out, no approval → 403 waiting page", joinedOut, noApproval, "text/html", false, want{403, true, "html", 0}},
@@ -347,7 +348,7 @@ func testGateScenarios(t *testing.T, be backend) {
 		{"W104 approval of another owner → 403", joinedIn, otherOwner, "application/json", false, want{403, true, "json", 0}},
 		{"W103 expired approval → 403", joinedOut, expired, "text/html", false, want{403, true, "html", 0}},
 		{"W141 already performed → 403 new operation", joinedIn, performed, "text/html", false, want{403, true, "html", 0}},
-		{"W11 no extension with an approval → never performed", joinedNoExt, matching, "", false, want{403, false, "json", 0}},
+		{"W11 no extension with an approval → never performed", joinedNoExt, matching, "", false, want{403, false, "html", 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -444,7 +445,11 @@ func testGateScenarios(t *testing.T, be backend) {
 			if tt.want.kind == "html" && tt.browser == ownLogin && !strings.Contains(rec.Body.String(), "Confirm the action on the site yourself") { // W56
 				t.Errorf("own-flow page text missing")
 			}
-			if tt.want.kind == "html" && tt.browser != ownLogin && !strings.Contains(rec.Body.String(), "waiting for your approval in your personal agent") { // W65
+			noExtension := tt.browser == joinedNoExt || tt.browser == joinedV2
+			if tt.want.kind == "html" && noExtension && !strings.Contains(rec.Body.String(), "join this browser to the site again") { // W11, W12: a page, never JSON as a page
+				t.Errorf("extension-required page text missing")
+			}
+			if tt.want.kind == "html" && tt.browser != ownLogin && !noExtension && !strings.Contains(rec.Body.String(), "waiting for your approval in your personal agent") { // W65
 				t.Errorf("waiting page text missing")
 			}
 			if tt.want.runs == 1 && tt.setup == matching && tt.browser != notJoined && tt.browser != ownLogin {

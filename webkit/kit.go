@@ -102,6 +102,20 @@ type Kit struct {
 	// 503 with Retry-After within about StoreTimeout, and requests the
 	// Gate doesn't gate never wait on the store. New sets 1 second.
 	StoreTimeout time.Duration
+	// ExplainRefusals, for a test or staging website, has every refusal
+	// the kit makes to an agent or its browser say why in words beside
+	// the spec's error: an "error_description" member in JSON (§4 allows
+	// other members), the reason on the join's refusal and on the kit's
+	// pages. It names which claim of which token failed (Session JWT,
+	// join assertion, delegation, access token) and why, which check of
+	// the join failed, and why a ref can't be used (altered, another
+	// agent's or User's, expired, stale), so that an agent's developer
+	// learns what went wrong without reading the website's log. It never
+	// shows a token, a key, or another agent's, User's or account's data,
+	// but it tells anyone what the website checks and expects: leave it
+	// off in production (the default), where a refusal says only its
+	// error code.
+	ExplainRefusals bool
 
 	// Refused answers every gated request the Gate does not hand to the
 	// handler: nil is the kit's own answers ([Kit.Refuse]). It reads why

@@ -85,19 +85,30 @@ func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v 
 		pages.Waiting(w, r, v, k.Chrome)
 		return
 	}
-	if errors.Is(reason, ErrExtensionRequired) {
-		respond.ExtensionRequired(w)
+	code, n := noticeOf(reason)
+	if k.ExplainRefusals {
+		n.Why = refusalWhy(reason)
+	}
+	if errors.Is(reason, ErrExtensionRequired) && respond.WantsJSON(r) {
+		// A script gets the code and the extension (§2 W12; RULES.md
+		// choice 5); a page load the page, never JSON shown as a page.
+		respond.ExtensionRequired(w, n.Why)
 		return
 	}
-	code, n := noticeOf(reason)
 	pages.Refuse(w, r, refusedStatus(reason), code, n, k.Chrome)
 }
 
 // noticeOf is the error code and the page of each reason but
-// ErrApprovalRequired and ErrExtensionRequired. None says an action
+// ErrApprovalRequired. None says an action
 // failed (§7 W142).
 func noticeOf(reason error) (code string, n view.Notice) {
 	switch {
+	case errors.Is(reason, ErrExtensionRequired):
+		// §2 W11, W12: its agent joins it again declaring
+		// "operations";v="3".
+		return "extension_required", view.Notice{Title: "Not done", Heading: "Your agent's browser can't do this here", Text: []string{
+			"This browser was joined to your personal agent without the approvals that this action needs, so the site did not do it. Nothing was done.",
+			"Ask your personal agent to join this browser to the site again, then try again."}}
 	case errors.Is(reason, ErrOutcomeUnknown):
 		// The website could not tell whether the action took effect; a
 		// retry never does it twice.
@@ -125,4 +136,26 @@ func noticeOf(reason error) (code string, n view.Notice) {
 	// ErrStoreUnavailable, ErrBusy: nothing was done (§7).
 	return "temporarily_unavailable", view.Notice{Title: "Try again shortly", Heading: "Try again shortly", Text: []string{
 		"This action can't be handled right now. Please try again in a moment."}}
+}
+
+// refusalWhy is the Gate's refusal reason in words, for a website that
+// explains its refusals (Kit.ExplainRefusals).
+func refusalWhy(reason error) string {
+	switch {
+	case errors.Is(reason, ErrExtensionRequired):
+		return `this browser's join declared no "operations";v="3" (the extensions claim of its join assertion, §2 "step 2"), so the website returns it no operations and did nothing: join the browser again declaring it`
+	case errors.Is(reason, ErrJoinInvalid):
+		return "the browser's join cookie has expired, or was made with keys this server doesn't have: nothing was done; join the browser again"
+	case errors.Is(reason, ErrOwnLogin):
+		return "this browser also has the website's own login, which its join did not give it: the website's own approval flow applies, not an operation (§4 \"Websites\"); nothing was done"
+	case errors.Is(reason, ErrBusy):
+		return "the operation is being performed (a request took its approval): nothing more was done; look its ref up at the operations endpoint until it says performed, and approve nothing new meanwhile (§7)"
+	case errors.Is(reason, ErrOutcomeUnknown):
+		return "the website's handler failed while performing the action: it may or may not have taken effect, and the operation stays performing until the website knows (§7); nothing will be done twice"
+	case errors.Is(reason, ErrRateLimited):
+		return "too many operations of this agent and User (or of the website) wait for approval: nothing was done; approve some, or let them expire, then try again"
+	case errors.Is(reason, ErrStoreUnavailable):
+		return "the website's store did not answer: nothing was performed; try again after Retry-After"
+	}
+	return ""
 }

@@ -14,10 +14,17 @@
 //	go run ./demo/agent -show                         # watch the browser
 //
 // One User across runs: the demo keeps one copy of its data per agent and
-// User, so give the User and keep the agent's address (-user does both):
+// User, so give the User and keep the agent's address and keys (-user does
+// all three; its key is kept in a file, so a rerun joins at once):
 //
-//	go run ./demo/agent -user alice -approve 'exchange<=100USD'                     # to the Insulated M
-//	go run ./demo/agent -user alice -approve 'exchange<=100USD' -sku stormline-m    # and back
+//	go run ./demo/agent -user alice -approve 'exchange<=100USD'   # to the Insulated M
+//	go run ./demo/agent -user alice -approve 'exchange<=100USD'   # and back: the default SKU is the other one
+//
+// Any shop, off loopback: its client_id must be a public HTTPS URL. Point
+// a tunnel or reverse proxy at -listen, or host the two documents the
+// agent writes beside its key (-user):
+//
+//	go run ./demo/agent -shop https://shop.example -agent-url https://agent.example/poppy -user alice
 //
 // A standing instruction -approve 'kind<=amountCURRENCY' approves, as the
 // agent, an action of that kind whose amounts of money (a price
@@ -46,8 +53,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -134,6 +143,7 @@ type options struct {
 	shop, listen, user, chromium   string
 	do, order, item, sku, delivery string
 	date, approver                 string
+	agentURL, keys                 string
 	standing                       rules
 	signedIn, waitPage, show       bool
 	timeout                        time.Duration
@@ -155,14 +165,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.StringVar(&o.shop, "shop", "http://localhost:8080", "the demo shop's origin")
 	fs.StringVar(&o.listen, "listen", "", "where the agent serves its metadata document and JWKS (loopback); the address is in its client_id. Default 127.0.0.1:0 (any free port), or "+userListen+" with -user")
-	fs.StringVar(&o.user, "user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes")
+	fs.StringVar(&o.user, "user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes; the agent's key is kept in -keys, so a rerun joins at once")
+	fs.StringVar(&o.agentURL, "agent-url", "", "the public URL of the agent's documents, such as https://agent.example/poppy: client_id is <url>/agent.json, jwks_uri <url>/jwks.json. "+
+		"A shop off loopback accepts only a public HTTPS client_id: point a tunnel or reverse proxy at -listen, or host the two files the agent writes to -keys with -user. Default http://<listen>, for a shop on loopback")
+	fs.StringVar(&o.keys, "keys", defaultKeysDir(), "with -user: the directory that keeps the agent's key (<user>.pem), and with -agent-url its documents to host (<user>.agent.json, <user>.jwks.json)")
 	fs.BoolVar(&o.signedIn, "signed-in", false, "sign in for the demo account (DEMO ONLY: a token from the shop's /demo/token) and join signed in")
 	fs.StringVar(&o.do, "do", "exchange", "the action: exchange, delivery or cancel (cancel needs -signed-in)")
 	fs.StringVar(&o.order, "order", "ord_7Hk2", "exchange: the order")
 	fs.StringVar(&o.item, "item", "itm_4Qa", "exchange: the item")
-	fs.StringVar(&o.sku, "sku", "stormline-insulated-m", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU: the seeded item is stormline-m); when it isn't offered the agent lists what is")
+	fs.StringVar(&o.sku, "sku", "", "exchange: the replacement SKU, one the order page offers for the item (never its current SKU); when it isn't offered the agent lists what is. Default: stormline-insulated-m, or stormline-m when the item is that already, so the same command works again")
 	fs.StringVar(&o.delivery, "delivery", "del_2Wn8", "delivery: the delivery")
-	fs.StringVar(&o.date, "date", time.Now().AddDate(0, 0, 10).Format("2006-01-02"), "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date; default: 10 days from today")
+	fs.StringVar(&o.date, "date", "", "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date; default: 10 days from today, or 11 when the delivery is on that day already")
 	fs.Var(&o.standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
 		"The kind is a word of the path of the browser's request, singular or plural: exchange, delivery (POST /api/deliveries/…), cancel")
 	fs.StringVar(&o.approver, "approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
@@ -191,7 +204,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	default:
 		return nil, fmt.Errorf("-do %q: choose exchange, delivery or cancel", o.do)
 	}
-	if _, err := time.Parse("2006-01-02", o.date); err != nil {
+	if _, err := time.Parse("2006-01-02", o.date); o.date != "" && err != nil {
 		return nil, fmt.Errorf("-date %q: write a day YYYY-MM-DD, such as %s", o.date, time.Now().AddDate(0, 0, 10).Format("2006-01-02"))
 	}
 	if o.user != "" {
@@ -242,7 +255,11 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 		return "", fmt.Errorf("starting Chromium: %w", err)
 	}
 
-	a, err := refagent.New(ctx, refagent.Config{Shop: strings.TrimRight(o.shop, "/"), Browser: tab, Listen: o.listen, User: o.user, Log: stdout, StepTimeout: o.timeout})
+	cfg := refagent.Config{Shop: strings.TrimRight(o.shop, "/"), Browser: tab, Listen: o.listen, User: o.user, AgentURL: o.agentURL, Log: stdout, StepTimeout: o.timeout}
+	if o.user != "" && o.keys != "" {
+		cfg.KeyFile = filepath.Join(o.keys, url.PathEscape(o.user)+".pem")
+	}
+	a, err := refagent.New(ctx, cfg)
 	if err != nil {
 		if o.user != "" && !o.listenGiven && strings.Contains(err.Error(), "listen") {
 			return "", fmt.Errorf("%w (with -user the agent listens on %s, so that its client_id stays the same across runs; is another agent with -user running? give it another -listen)", err, userListen)
@@ -256,23 +273,30 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	if o.user != "" {
 		fmt.Fprintf(stdout, "agent: User %q at %s: the demo shows this agent and User its own copy of the data, the same on every run with -user %s\n", a.User(), a.ClientID(), o.user)
 	}
+	if o.agentURL != "" && cfg.KeyFile != "" {
+		if err := writeDocuments(a, o.keys, o.user, stdout); err != nil {
+			return "", err
+		}
+	}
 
 	_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
-	// A rerun under the same client_id has new keys, which a site loads
-	// at most every 30 s after the last load (webkit/identity): the join
-	// is refused (401) until then. Wait it out.
-	const retry = 5 * time.Second
-	for waited := time.Duration(0); err != nil && o.sameClientID && errors.Is(err, refagent.ErrSessionRefused) && waited < 40*time.Second; waited += retry {
-		if waited == 0 {
-			fmt.Fprintf(stdout, "agent: the join was refused (401): the shop may still have this agent's keys from an earlier run at %s "+
-				"(this run made new ones, and a site reloads an agent's keys at most every 30 s); joining again every %s for up to 40 s\n", a.ClientID(), retry)
+	// A shop that has this client_id's keys of an earlier run without a
+	// key file (new keys each run) loads them again at most every 30 s:
+	// when it says when (the demo explains its refusals), wait that long
+	// once. Any other refusal is said at once, with what to do.
+	var refused *refagent.JoinRefusedError
+	if errors.As(err, &refused) {
+		if at, ok := refused.KeysReloadAt(); ok && time.Until(at) < 45*time.Second {
+			wait := time.Until(at) + time.Second
+			fmt.Fprintf(stdout, "agent: the join was refused: the shop still has this agent's keys of an earlier run at %s, and loads them again at %s; joining again in %s "+
+				"(-user keeps the agent's key across runs)\n", a.ClientID(), at.Format(time.RFC3339), wait.Round(time.Second))
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(wait):
+			}
+			_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
 		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(retry):
-		}
-		_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
 	}
 	if err != nil {
 		return "", joinFailed(err)
@@ -317,7 +341,7 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(stdout, "\nagent: result: %s (operation %s, revision %s, approver %q, references %v; exit status %d)\n", out.Result, out.OperationID, out.Revision, out.Approver, out.Refs, exitStatus(out.Result, nil))
+	fmt.Fprintf(stdout, "\nagent: result: %s (operation %s, revision %s, approver %q, %d reference(s); exit status %d)\n", out.Result, out.OperationID, out.Revision, out.Approver, len(out.Refs), exitStatus(out.Result, nil))
 	if out.Result == refagent.Declined {
 		fmt.Fprintln(stdout, "agent: the shop declined the approval: the action was NOT performed (A44). Approve it yourself (-approver user), or follow the shop's alternative above.")
 	}
@@ -346,3 +370,30 @@ type explained struct {
 
 func (e explained) Error() string { return e.text }
 func (e explained) Unwrap() error { return e.err }
+
+// defaultKeysDir is where -user keeps the agent's key: the user's
+// configuration directory, or "" when there is none (no key is kept).
+func defaultKeysDir() string {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "opsgate", "agent")
+}
+
+// writeDocuments writes the agent's metadata document and JWKS beside its
+// key, for a developer who hosts them at -agent-url: they are the same on
+// every run with the same key.
+func writeDocuments(a *refagent.Agent, dir, user string, out io.Writer) error {
+	base := filepath.Join(dir, url.PathEscape(user))
+	for _, f := range []struct {
+		name string
+		body []byte
+	}{{base + ".agent.json", a.Metadata()}, {base + ".jwks.json", a.JWKS()}} {
+		if err := os.WriteFile(f.name, append(f.body, '\n'), 0o644); err != nil {
+			return fmt.Errorf("-agent-url: writing the agent's documents: %w", err)
+		}
+	}
+	fmt.Fprintf(out, "agent: to host them yourself: %s.agent.json at %s, %s.jwks.json at its jwks_uri\n", base, a.ClientID(), base)
+	return nil
+}

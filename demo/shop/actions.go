@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
@@ -78,10 +79,17 @@ type ExchangeTerms struct {
 	CurrentSKU      string `json:"current_sku"`
 	ReplacementSKU  string `json:"replacement_sku"`
 	PriceDifference Amount `json:"price_difference"`
+	// HandlingFee is a fee on top (the bench's new terms, bench.go).
+	HandlingFee *Amount `json:"handling_fee,omitempty"`
 }
 
 func exchangeTerms(p shopdb.ExchangePlan) ExchangeTerms {
-	return ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, CurrentSKU: p.From.ID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+	t := ExchangeTerms{OrderID: p.OrderID, ItemID: p.ItemID, CurrentSKU: p.From.ID, ReplacementSKU: p.To.ID, PriceDifference: amountOf(p.PriceDifference)}
+	if p.Fee != 0 {
+		fee := amountOf(p.Fee)
+		t.HandlingFee = &fee
+	}
+	return t
 }
 
 // exchangeSummary says the terms in plain language, with the amount (W28,
@@ -98,6 +106,9 @@ func exchangeSummary(p shopdb.ExchangePlan) string {
 		// the summary says everything the terms do (W31).
 		s += fmt.Sprintf(", at no extra cost (%s).", d)
 	}
+	if p.Fee != 0 {
+		s += fmt.Sprintf(" A handling fee of %s is charged to the same card.", p.Fee)
+	}
 	return s
 }
 
@@ -109,7 +120,12 @@ func (s *Server) planExchange(r *http.Request) (shopdb.ExchangePlan, error) {
 	if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
 		return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
 	}
-	return s.dbOf(r).PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+	db := s.dbOf(r)
+	plan, err := db.PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
+	if err != nil {
+		return plan, err
+	}
+	return s.bench.plan(r, db, s.viewerOf(r).Account, plan), nil // the bench's terms, in its scenarios
 }
 
 func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
@@ -118,10 +134,11 @@ func (s *Server) describeExchange(r *http.Request) (webkit.Action, error) {
 		return webkit.Action{}, webkit.ErrNotGated // the handler refuses it; nothing to approve
 	}
 	return webkit.Action{
-		Key:     "exchange:" + plan.OrderID + ":" + plan.ItemID,
-		Terms:   exchangeTerms(plan),
-		Summary: exchangeSummary(plan),
-		Kind:    "exchange", // the metrics' label: never an ID
+		Key:      s.bench.key(r, "exchange:"+plan.OrderID+":"+plan.ItemID),
+		Terms:    exchangeTerms(plan),
+		Summary:  s.bench.summary(r, plan, exchangeSummary(plan)),
+		Kind:     "exchange", // the metrics' label: never an ID
+		Lifetime: s.bench.lifetime(r),
 	}, nil
 }
 
@@ -131,10 +148,17 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 		s.askConfirm(w, r, url.Values{"action": {"exchange"}, "order": {plan.OrderID}, "item": {plan.ItemID}, "replacement_sku": {plan.To.ID}}, false)
 		return
 	}
+	if err == nil && s.anonymous(r) {
+		s.message(w, r, http.StatusForbidden, "Sign in to exchange",
+			"Only the account holder can exchange an item. Sign in first (the password is printed where the demo was started), or let your personal agent do it in its own copy of the demo data. Nothing was changed.",
+			views.SignInButton("/orders/"+plan.OrderID))
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, exchangeTerms(plan))
 	}
 	if err == nil {
+		s.bench.performing(r) // the bench's slow performance, in its scenario
 		_, err = s.dbOf(r).Exchange(s.viewerOf(r).Account, plan, s.now())
 	}
 	if err != nil {
@@ -367,6 +391,10 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 		s.askConfirm(w, r, url.Values{"action": {"reschedule"}, "delivery": {plan.DeliveryID}, "date": {plan.To.Format(dateLayout)}}, true)
 		return
 	}
+	if err == nil && s.anonymous(r) {
+		writeJSON(w, http.StatusForbidden, apiError{Error: "sign_in_required", Message: "Sign in to change the delivery date, or let your personal agent do it in its own copy of the demo data. Nothing was changed."})
+		return
+	}
 	if err == nil {
 		err = s.mayPerform(r, rescheduleTerms(plan))
 	}
@@ -381,6 +409,19 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rescheduleResult{DeliveryID: d.ID, Date: d.Date.Format(dateLayout), DateText: d.Date.Format("Monday, 2 January 2006")})
+}
+
+// anonymous reports whether r comes from a browser joined to no agent's
+// Session and without the shop's own login: a visitor of the shared copy
+// of the demo data, who may look but not change it, so that nothing
+// (such as `agent check`, whose unjoined browser repeats a gated action,
+// W07) changes the data other visitors see (issue 37). A person signs in
+// and confirms each action (ownflow.go); an agent acts in its own copy.
+func (s *Server) anonymous(r *http.Request) bool {
+	if _, joined := s.kit.Sessions.SessionOf(r); joined {
+		return false
+	}
+	return s.ownLogin(r) == ""
 }
 
 // statusOf maps a refusal to its HTTP status: 4xx, so the Gate records the

@@ -46,5 +46,8 @@ func isCancellation(op store.Operation) bool {
 
 // declineHook plugs DeclineAgentCancel into the operations endpoint.
 func (s *Server) declineHook(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline {
+	if dec := s.bench.decline(d); dec != nil { // the bench's decline, in its scenario
+		return dec
+	}
 	return DeclineAgentCancel(s.URL("/account/subscription"))(d.Operation, d.Approval, d.Session)
 }

@@ -52,6 +52,11 @@ func TestLedger(t *testing.T) {
 	}
 
 	page := string(ba.Get("/account").Body)
+	// Each time says which web server recorded it, in words (it was a
+	// bare host name under the time).
+	if !strings.Contains(page, `title="the web server that recorded it">on server `) {
+		t.Error("the decisions table does not label the server under each time")
+	}
 	if !strings.Contains(page, "Your agent's decisions") || !strings.Contains(page, opA) || strings.Contains(page, opB) {
 		t.Errorf("agent A's account page shows %v of A's decision, %v of B's", strings.Contains(page, opA), strings.Contains(page, opB))
 	}

@@ -110,7 +110,9 @@ func TestMetricsOff(t *testing.T) {
 	if res, _ := do(t, s, "GET", PathMetrics, nil, nil); res.StatusCode != 404 {
 		t.Fatalf("GET %s without Metrics: %d, want 404", PathMetrics, res.StatusCode)
 	}
-	if s.Kit().Observer != nil {
-		t.Fatalf("Observer %T without Metrics", s.Kit().Observer)
+	// The Observer is "What the shop saw" (seen.go) alone, with no
+	// metrics behind it.
+	if o, ok := s.Kit().Observer.(seenObserver); !ok || o.next != nil {
+		t.Fatalf("Observer %#v without Metrics", s.Kit().Observer)
 	}
 }

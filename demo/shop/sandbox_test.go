@@ -209,11 +209,12 @@ func TestResetSandbox(t *testing.T) {
 	// And the flow works again from the seeded data.
 	perform(t, sa, ba, exchangeTo(ba, "stormline-insulated-m"))
 
-	// A browser with no agent resets the shared copy.
-	people := site.Browser()
-	if res := people.PostForm("/orders/ord_7Hk2/items/itm_4Qa/exchange", url.Values{"replacement_sku": {"stormline-l"}}); res.StatusCode != 303 {
-		t.Fatalf("a person's exchange: %d", res.StatusCode)
+	// A browser with no agent resets the shared copy (changed by a
+	// person signed in to the shop).
+	if _, err := s.DB().Exchange(shopdb.DemoAccount, mustPlan(t, s.DB(), "stormline-l"), s.now()); err != nil {
+		t.Fatal(err)
 	}
+	people := site.Browser()
 	people.PostForm(PathReset, nil)
 	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
 		t.Errorf("the shared copy after its reset: %s", o.Items[0].SKU)
@@ -305,11 +306,23 @@ func TestLeaveEndsTheJoin(t *testing.T) {
 	if page := b.Get("/account"); strings.Contains(string(page.Body), `action="/leave"`) || strings.Contains(string(page.Body), "Your personal agent is browsing with you") {
 		t.Error("the browser still shows as joined after leaving")
 	}
+	// An ordinary browser now: no operation, and, without the shop's
+	// login, the sign-in (issue 37); nothing changes anywhere.
 	res = b.PostForm("/orders/ord_7Hk2/items/itm_4Qa/exchange", url.Values{"replacement_sku": {"stormline-l"}})
-	if res.StatusCode != 303 || res.Header.Get("Poppy-Operation") != "" {
-		t.Errorf("after leaving, the exchange: %d, operation %q; want an ordinary browser's 303", res.StatusCode, res.Header.Get("Poppy-Operation"))
+	if res.StatusCode != 403 || res.Header.Get("Poppy-Operation") != "" || !strings.Contains(string(res.Body), "Sign in to exchange") {
+		t.Errorf("after leaving, the exchange: %d, operation %q; want an ordinary visitor's sign-in", res.StatusCode, res.Header.Get("Poppy-Operation"))
 	}
-	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-l" {
-		t.Errorf("the ordinary browser's exchange went elsewhere: %s", o.Items[0].SKU)
+	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+		t.Errorf("the ordinary browser's exchange changed the shared copy: %s", o.Items[0].SKU)
 	}
+}
+
+// mustPlan plans the exchange of the seeded jacket for sku in db.
+func mustPlan(t *testing.T, db *shopdb.DB, sku string) shopdb.ExchangePlan {
+	t.Helper()
+	p, err := db.PlanExchange(shopdb.DemoAccount, "ord_7Hk2", "itm_4Qa", sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -148,6 +148,10 @@ type Server struct {
 	// Wrong guesses of the customer's password (sign-in, confirmation)
 	// and of the staff credential, by source (source.go).
 	passwordTries, staffTries *throttle
+	// What the shop saw of each agent (seen.go), and the bench (bench.go).
+	seen  seenLog
+	bench bench
+	inner http.Handler // what record serves, for the bench's background requests
 }
 
 // NewServer builds the shop, seeded with the demo account, around cfg.
@@ -187,6 +191,7 @@ func NewServer(cfg Config) (*Server, error) {
 		secure:    u.Scheme == "https",
 	}
 	s.passwordTries, s.staffTries = &throttle{clock: cfg.Clock}, &throttle{clock: cfg.Clock}
+	s.bench.s = s
 	cfg.BaseURL = s.origin
 
 	// The kit: the Gate's configuration.
@@ -199,6 +204,10 @@ func NewServer(cfg Config) (*Server, error) {
 	// login: each sends the browser to the confirmation page (ownflow.go),
 	// which performs only with the password again and a single-use token.
 	s.kit.OwnFlowInHandler = true
+	// The demo is agent developers' test bench: every refusal to an agent
+	// or its browser says why (issue 37). A production website leaves it
+	// off.
+	s.kit.ExplainRefusals = true
 	if cs, ok := s.kit.Sessions.(*webkit.CookieSessions); ok {
 		cs.Insecure = !s.secure // local http only: a Secure cookie would never come back
 	}
@@ -241,6 +250,8 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 		s.kit.Observer = obs
 	}
+	// What the shop saw (seen.go) hears every Event first.
+	s.kit.Observer = seenObserver{next: s.kit.Observer}
 
 	// One mount for the protocol's routes: the operations endpoint with
 	// the shop's decline hook (§6), the browser join, the kit's scripts
@@ -332,6 +343,10 @@ func (s *Server) routes() http.Handler {
 	// The demo's own routes for agents.
 	mux.HandleFunc("POST "+PathToken, s.issueToken)
 	mux.HandleFunc("POST "+PathReset, s.reset)
+	mux.HandleFunc("GET "+PathSeen, s.seenPage)
+	mux.HandleFunc("GET "+PathBench, s.benchPage)
+	mux.HandleFunc("POST "+PathBenchStart, s.benchStart)
+	mux.HandleFunc("GET "+PathBench+"/alternative/{nonce}", s.benchAlternative)
 
 	// The operator's: Prometheus scrapes it; no page links to it.
 	if s.metrics != nil && !s.cfg.MetricsPrivate {
@@ -342,7 +357,7 @@ func (s *Server) routes() http.Handler {
 	// mount's routes (the endpoint, the join, the kit's scripts,
 	// poppy.json) are answered before it: each carries its own proof.
 	cop := http.NewCrossOriginProtection()
-	return s.logRequests(securityHeaders(s.mount.Handler(cop.Handler(mux))))
+	return s.logRequests(s.record(securityHeaders(s.mount.Handler(cop.Handler(mux)))))
 }
 
 func staticHandler(files fs.FS) http.Handler {

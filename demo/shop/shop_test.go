@@ -3,6 +3,7 @@ package shop
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,9 +104,25 @@ func TestPagesRenderSeededData(t *testing.T) {
 func TestHumanExchangesDirectly(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestServer(t)
-	res, _ := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader)
+	// A visitor with neither an agent nor the shop's login changes nothing
+	// in the copy every such visitor sees (issue 37: `agent check` once
+	// exchanged the jacket there).
+	res, body := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "Sign in to exchange") {
+		t.Fatalf("a visitor's exchange: %d, want 403 with a sign-in", res.StatusCode)
+	}
+	if o, _ := s.DB().Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
+		t.Fatal("a visitor changed the shared copy")
+	}
+	// A person signs in and confirms it (the shop's own flow, W56).
+	login := signIn(t, s)
+	res, _ = do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, login)
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/confirm?") {
+		t.Fatalf("a person's exchange: %d to %q, want 303 to the confirmation", res.StatusCode, res.Header.Get("Location"))
+	}
+	res = confirmWith(t, s, res.Header.Get("Location"), testPassword, login)
 	if res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("exchange: %d, want 303", res.StatusCode)
+		t.Fatalf("confirm: %d, want 303", res.StatusCode)
 	}
 	if loc := res.Header.Get("Location"); !strings.HasPrefix(loc, "/orders/ord_7Hk2?exchanged=itm_4Qa") {
 		t.Errorf("Location %q", loc)
@@ -117,7 +134,7 @@ func TestHumanExchangesDirectly(t *testing.T) {
 	if len(o.Charges) != 1 || o.Charges[0].Amount != 7000 {
 		t.Errorf("charges after exchange: %+v", o.Charges)
 	}
-	_, body := do(t, s, "GET", "/orders/ord_7Hk2?exchanged=itm_4Qa", nil, nil)
+	_, body = do(t, s, "GET", "/orders/ord_7Hk2?exchanged=itm_4Qa", nil, nil)
 	for _, w := range []string{"Stormline Insulated Jacket (M)", "Exchanged from the Stormline Jacket (M)", "$70.00 was charged", "+$70.00"} {
 		if !strings.Contains(body, w) {
 			t.Errorf("order page after exchange lacks %q", w)
@@ -235,9 +252,24 @@ func TestDeliveryJSONValidatesInput(t *testing.T) {
 
 	s, _ := newTestServer(t)
 	res, body := do(t, s, "POST", "/api/deliveries/del_2Wn8", strings.NewReader(`{"date":"2026-10-14"}`), jsonHeader)
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("change date: %d %s", res.StatusCode, body)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, `"error":"sign_in_required"`) {
+		t.Fatalf("a visitor's date change: %d %s, want 403 sign_in_required (issue 37)", res.StatusCode, body)
 	}
+	// A person signs in and confirms it on the shop's page (W56).
+	login := signIn(t, s)
+	res, body = do(t, s, "POST", "/api/deliveries/del_2Wn8", strings.NewReader(`{"date":"2026-10-14"}`), jsonHeader, login)
+	var c struct {
+		Error      string `json:"error"`
+		ConfirmURL string `json:"confirm_url"`
+	}
+	if json.Unmarshal([]byte(body), &c); res.StatusCode != http.StatusForbidden || c.Error != "confirmation_required" || c.ConfirmURL == "" {
+		t.Fatalf("a person's date change: %d %s", res.StatusCode, body)
+	}
+	if res := confirmWith(t, s, c.ConfirmURL, testPassword, login); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("confirm: %d", res.StatusCode)
+	}
+	d, _ := s.DB().Delivery(shopdb.DemoAccount, "del_2Wn8")
+	body = fmt.Sprintf(`{"date":%q,"date_text":%q}`, d.Date.Format(dateLayout), d.Date.Format("Monday, 2 January 2006"))
 	var got rescheduleResult
 	if err := json.Unmarshal([]byte(body), &got); err != nil || got.Date != "2026-10-14" || got.DateText != "Wednesday, 14 October 2026" {
 		t.Errorf("answer %s", body)
@@ -391,9 +423,17 @@ func TestJoinedWithoutExtensionGetsExtensionRequired(t *testing.T) {
 	s, _ := newTestServer(t)
 	sess := agentSession
 	sess.Extensions = nil
-	res, body := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, join(t, s, sess)...)
-	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "extension_required") || res.Header.Get("Poppy-Operation") != "" {
+	cookies := join(t, s, sess)
+	res, body := do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), formHeader, cookies...)
+	// A page load gets a page (never JSON as a page), with the reason:
+	// the demo explains its refusals (issue 37).
+	if res.StatusCode != http.StatusForbidden || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, "join this browser to the site again") ||
+		!strings.Contains(body, "declared no &#34;operations&#34;;v=&#34;3&#34;") || res.Header.Get("Poppy-Operation") != "" {
 		t.Fatalf("no extension: %d %s", res.StatusCode, body)
+	}
+	res, body = do(t, s, "POST", "/orders/ord_7Hk2/items/itm_4Qa/exchange", exchangeForm("stormline-insulated-m"), http.Header{"Content-Type": formHeader["Content-Type"], "Accept": {"application/json"}}, cookies...)
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, `"error":"extension_required"`) || !strings.Contains(body, `"error_description"`) {
+		t.Fatalf("no extension, a script: %d %s", res.StatusCode, body)
 	}
 	if o, _ := s.Sandbox(agentSession.Agent, agentSession.User).Order(shopdb.DemoAccount, "ord_7Hk2"); o.Items[0].SKU != "stormline-m" {
 		t.Fatal("performed")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/siteverify"
 	"github.com/opsgate/opsgate/internal/spans"
@@ -108,7 +109,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reason = "assertion"
 	a, err := j.Verifier.CheckBrowserAssertion(r.Context(), assertion, j.URL, token)
 	if err == nil && len(a.ClientID) > maxJoinClientID {
-		err = fmt.Errorf("client_id is longer than %d bytes", maxJoinClientID)
+		err = fmt.Errorf("client_id (iss) is longer than %d bytes", maxJoinClientID)
 	}
 	if err != nil {
 		if errors.Is(err, identity.ErrUnavailable) {
@@ -121,7 +122,7 @@ func (j *joinEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if token != "" {
 		reason = "access_token"
 		if j.AccessTokens == nil {
-			j.refuse(w, log, errors.New("this website takes no signed-in joins"))
+			j.refuse(w, log, errors.New("this website takes no signed-in joins: join without access_token"))
 			return
 		}
 		at, err := j.AccessTokens.VerifyAccessToken(r.Context(), token)
@@ -223,7 +224,13 @@ func (j *joinEndpoint) refuse(w http.ResponseWriter, log *slog.Logger, err error
 	log.Info("opsgate join: refused", "err", err)
 	// Every 401 carries a challenge (RFC 9110 §15.5.2; RULES.md choice 5).
 	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
-	joinError(w, http.StatusUnauthorized, "the join could not be verified")
+	msg := "the join could not be verified"
+	if j.Kit.ExplainRefusals {
+		// The check that failed, for the agent's developer: the same
+		// words the operations endpoint sends in error_description.
+		msg += " (invalid_session): " + explain.Reason(err)
+	}
+	joinError(w, http.StatusUnauthorized, msg)
 }
 
 // conflict refuses a join into a browser bound to another agent's or

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
@@ -105,6 +106,9 @@ type Endpoint struct {
 	Logger  *slog.Logger
 	// Observer sees each answer (webkit.Event, route "endpoint").
 	Observer webkit.Observer
+	// Explain sends, beside each refusal's error, why in words
+	// (error_description), as the Kit's ExplainRefusals does.
+	Explain bool
 
 	kit    *webkit.Kit // New's: read live where a field above is unset
 	kitRun storewrap.Cached
@@ -116,6 +120,21 @@ type Endpoint struct {
 // fields on every request.
 func New(kit *webkit.Kit, auth Authenticator) *Endpoint {
 	return &Endpoint{Auth: auth, kit: kit}
+}
+
+// explaining reports whether refusals say why (Explain, or the Kit's
+// ExplainRefusals now).
+func (e *Endpoint) explaining() bool {
+	return e.Explain || e.kit != nil && e.kit.ExplainRefusals
+}
+
+// why is err's reason for the agent when the endpoint explains its
+// refusals, else "".
+func (e *Endpoint) why(err error) string {
+	if !e.explaining() {
+		return ""
+	}
+	return explain.Reason(err)
 }
 
 // store is the store the endpoint calls: Store, or the Kit's now.
@@ -175,7 +194,11 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// W14: a request that doesn't declare operations v3 gets no operation.
 	if !declaresOperations(r.Header.Values(headers.Extensions)) {
 		note(w, "extension_required", "")
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
+		body := map[string]string{"error": "extension_required", "extension": "operations"}
+		if e.explaining() {
+			body["error_description"] = extensionsWhy(r.Header.Values(headers.Extensions))
+		}
+		writeJSON(w, http.StatusForbidden, body)
 		return
 	}
 	ref, err := readRef(w, r)
@@ -193,10 +216,14 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrInvalidToken):
 		note(w, "unauthenticated", "token")
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-		writeError(w, http.StatusUnauthorized, "invalid_token", "the access token is not valid for this Session")
+		why := "the access token is not valid for this Session"
+		if e.explaining() {
+			why = e.why(err)
+		}
+		writeError(w, http.StatusUnauthorized, "invalid_token", why)
 		return
 	case err != nil:
-		writeInvalidSession(w)
+		writeInvalidSession(w, e.why(err))
 		return
 	}
 	owner := session.Owner()
@@ -214,7 +241,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(values) == 0 {
-		e.lookup(w, r.Context(), owner, ref)
+		e.lookup(w, r.Context(), session, ref)
 		return
 	}
 	if err != nil { // W78, W84: nothing recorded
@@ -302,7 +329,7 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 		return false
 	case !first:
 		note(w, "unauthenticated", "replay")
-		writeInvalidSession(w) // the token was used before
+		writeInvalidSession(w, e.replayWhy()) // the token was used before
 		return false
 	}
 	return true
@@ -310,24 +337,26 @@ func (e *Endpoint) useReplay(w http.ResponseWriter, ctx context.Context, replay 
 
 // lookup answers a ref without an approval (§4, §6 "Looking up an approved
 // operation").
-func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner store.Owner, ref string) {
-	rec, found, err := e.store().Lookup(ctx, owner, ref, e.now())
+func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string) {
+	owner := session.Owner()
+	now := e.now()
+	rec, found, err := e.store().Lookup(ctx, owner, ref, now)
 	if err != nil {
 		e.storeDown(w, err)
 		return
 	}
 	if !found { // W74, W76
 		note(w, "not_found", "")
-		writeInvalidRequest(w)
+		writeInvalidRequest(w, e.refWhy(ref, owner, nil, now))
 		return
 	}
 	if rec.Owner.Account != owner.Account { // §3
 		if rec.Owner.Account != "" && owner.Account == "" {
-			writeChallenge(w) // W44, W73
+			writeChallenge(w, e.explaining()) // W44, W73
 			return
 		}
 		note(w, "not_found", "")
-		writeInvalidRequest(w) // W77
+		writeInvalidRequest(w, e.refWhy(ref, owner, &rec, now)) // W77
 		return
 	}
 	switch rec.Status {
@@ -336,7 +365,7 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 		// its revision needs an approval of its own, so the agent gets it
 		// (W72, W34) rather than the status of an older revision's approval.
 		if newerTermsThanApproved(rec, ref, e.now()) {
-			writeApprovalRequired(w, rec.Current)
+			writeApprovalRequired(w, rec.Current, "")
 			return
 		}
 		writeStatus(w, rec.Current.ID, rec.Status) // W105, W106
@@ -345,10 +374,10 @@ func (e *Endpoint) lookup(w http.ResponseWriter, ctx context.Context, owner stor
 	default:
 		if rec.Expired { // W75
 			note(w, "not_found", "")
-			writeInvalidRequest(w)
+			writeInvalidRequest(w, e.refWhy(ref, owner, &rec, now))
 			return
 		}
-		writeApprovalRequired(w, rec.Current) // W72
+		writeApprovalRequired(w, rec.Current, e.staleWhy(ref, rec.Current)) // W72
 	}
 }
 
@@ -395,11 +424,11 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 			d := e.Decline(dctx, DeclineRequest{Operation: reply.Operation, Approval: a, Session: session})
 			sp.End(spans.Labels{Outcome: declineOutcome(d)}, nil)
 			if d != nil {
-				e.decline(w, ctx, owner, ref, a, d)
+				e.decline(w, ctx, session, ref, a, d)
 				return
 			}
 		} else {
-			e.answer(w, ref, a, reply)
+			e.answer(w, ctx, session, ref, a, reply)
 			return
 		}
 	}
@@ -408,7 +437,7 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 		e.storeDown(w, err)
 		return
 	}
-	e.answer(w, ref, a, reply)
+	e.answer(w, ctx, session, ref, a, reply)
 }
 
 // declineOutcome labels the span of the website's Decline.
@@ -424,7 +453,8 @@ func declineOutcome(d *webkit.Decline) string {
 // approval_declined, recording no approval (W125, W126, W134). When the
 // checks no longer pass (the operation changed since), the answer is
 // theirs.
-func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, owner store.Owner, ref string, a store.Approval, d *webkit.Decline) {
+func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, d *webkit.Decline) {
+	owner := session.Owner()
 	reason := d.Reason
 	if reason == "" {
 		reason = "(no reason given)"
@@ -435,7 +465,7 @@ func (e *Endpoint) decline(w http.ResponseWriter, ctx context.Context, owner sto
 		return
 	}
 	if reply.Result != storedriver.Recorded {
-		e.answer(w, ref, a, reply)
+		e.answer(w, ctx, session, ref, a, reply)
 		return
 	}
 	note(w, "declined", "")
@@ -448,7 +478,7 @@ func refOperationID(ref string) string {
 	return id
 }
 
-func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, reply storedriver.RecordReply) {
+func (e *Endpoint) answer(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, reply storedriver.RecordReply) {
 	switch reply.Result { // for the Observer: which check of §6 failed
 	case storedriver.BeingPerformed, storedriver.AlreadyPerformed:
 		note(w, "refused", "check2")
@@ -460,11 +490,11 @@ func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, r
 	switch reply.Result {
 	case storedriver.Replayed: // the Session JWT was used before: nothing recorded
 		note(w, "unauthenticated", "replay")
-		writeInvalidSession(w)
+		writeInvalidSession(w, e.replayWhy())
 	case storedriver.Recorded, storedriver.AlreadyRecorded: // W90, W91; §7 the same answer again
 		w.WriteHeader(http.StatusNoContent)
 	case storedriver.SignInRequired: // W44 (check 1)
-		writeChallenge(w)
+		writeChallenge(w, e.explaining())
 	// Check 2 is about the ref's operation (§6 "at endpoint, the reference is
 	// the operation's"): its answer names that operation, whatever the
 	// approval names (W113).
@@ -475,18 +505,18 @@ func (e *Endpoint) answer(w http.ResponseWriter, ref string, a store.Approval, r
 	case storedriver.RevisionMismatch: // W100
 		if reply.Operation.Revision == a.Revision { // W122: never answer with the revision it names
 			e.log().Error("opsgate endpoint: store answered a check-3 failure with the approval's own revision", "operation_id", a.OperationID)
-			writeInvalidRequest(w)
+			writeInvalidRequest(w, "")
 			return
 		}
-		writeApprovalRequired(w, reply.Operation)
+		writeApprovalRequired(w, reply.Operation, e.check3Why(a, reply.Operation))
 	case storedriver.OperationExpired: // W101
-		writeInvalidRequest(w)
+		writeInvalidRequest(w, e.recordWhy(ctx, session, ref, a, reply))
 	case storedriver.RateLimited: // a cap: the operation's approvals, the open operations (the owner's, the agent's, overall), the single-use markers (webkit/RULES.md "Bounded work")
 		note(w, "rate_limited", "")
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
 		writeError(w, http.StatusTooManyRequests, "rate_limited", "too many approvals or operations waiting; try again later")
 	default: // storedriver.NotFound: check 1 (W112, W77); also any operation this website's store never issued, such as another interface's (W88)
-		writeInvalidRequest(w)
+		writeInvalidRequest(w, e.recordWhy(ctx, session, ref, a, reply))
 	}
 }
 
@@ -608,12 +638,14 @@ func decodeRefBody(body []byte) (string, error) {
 }
 
 // writeApprovalRequired answers 403 approval_required with the operation.
-func writeApprovalRequired(w http.ResponseWriter, op store.Operation) {
-	// W47, W48; W49: no WWW-Authenticate; W51: no other members.
+func writeApprovalRequired(w http.ResponseWriter, op store.Operation, why string) {
+	// W47, W48; W49: no WWW-Authenticate; W51: no other members but the
+	// reason of a website that explains (Kit.ExplainRefusals).
 	writeJSON(w, http.StatusForbidden, struct {
 		Error     string          `json:"error"`
 		Operation store.Operation `json:"operation"`
-	}{"approval_required", op})
+		Why       string          `json:"error_description,omitempty"`
+	}{"approval_required", op, why})
 }
 
 func writeStatus(w http.ResponseWriter, operationID string, s storedriver.Status) {
@@ -632,20 +664,36 @@ func writeDecline(w http.ResponseWriter, a store.Approval, d *webkit.Decline) {
 // writeInvalidSession answers a missing, invalid, ended or foreign Session.
 // Every 401 carries a challenge (RFC 9110 §15.5.2), so the kit names the
 // Poppy-Session scheme with the same error code.
-func writeInvalidSession(w http.ResponseWriter) {
+func writeInvalidSession(w http.ResponseWriter, why string) {
 	w.Header().Set("WWW-Authenticate", `Poppy-Session error="invalid_session"`)
-	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_session"})
+	writeCode(w, http.StatusUnauthorized, "invalid_session", why)
 }
 
 // writeChallenge is the sign-in challenge (webkit/RULES.md choice 5).
-func writeChallenge(w http.ResponseWriter) {
+func writeChallenge(w http.ResponseWriter, explaining bool) {
 	note(w, "challenge", "")
 	w.Header().Set("WWW-Authenticate", `Bearer error="sign_in_required"`)
-	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "sign_in_required"})
+	why := ""
+	if explaining {
+		why = "the operation belongs to an account, and this Session is signed out: send its request with the access token of that account (Authorization: Bearer, and ath in the Session JWT) (§3)"
+	}
+	writeCode(w, http.StatusUnauthorized, "sign_in_required", why)
 }
 
-func writeInvalidRequest(w http.ResponseWriter) {
-	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_request"})
+// writeInvalidRequest answers 400 invalid_request, with why when the
+// endpoint explains.
+func writeInvalidRequest(w http.ResponseWriter, why string) {
+	writeCode(w, http.StatusBadRequest, "invalid_request", why)
+}
+
+// writeCode answers {"error": code}, and its error_description when why
+// is not "" (a website that explains its refusals).
+func writeCode(w http.ResponseWriter, status int, code, why string) {
+	if why == "" {
+		writeJSON(w, status, map[string]string{"error": code})
+		return
+	}
+	writeError(w, status, code, why)
 }
 
 func writeError(w http.ResponseWriter, status int, code, description string) {

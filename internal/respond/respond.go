@@ -139,9 +139,14 @@ func TooLarge(w http.ResponseWriter) {
 // operations v3 (§2 W11, W12; webkit/RULES.md choice 5). The status is 403:
 // the request is understood and refused for what it lacks, as spec 3.3
 // refuses a missing extension; no operation is returned.
-func ExtensionRequired(w http.ResponseWriter) {
+// why, when not "", goes in error_description (Kit.ExplainRefusals).
+func ExtensionRequired(w http.ResponseWriter, why string) {
 	NoStore(w.Header())
-	WriteJSON(w, http.StatusForbidden, map[string]string{"error": "extension_required", "extension": "operations"})
+	body := map[string]string{"error": "extension_required", "extension": "operations"}
+	if why != "" {
+		body["error_description"] = why
+	}
+	WriteJSON(w, http.StatusForbidden, body)
 }
 
 // WriteJSON writes v as JSON with status; for the kit's small answers.

@@ -53,7 +53,7 @@ func TestNoStoreTwice(t *testing.T) {
 
 func TestExtensionRequired(t *testing.T) {
 	rec := httptest.NewRecorder()
-	ExtensionRequired(rec)
+	ExtensionRequired(rec, "")
 	if rec.Code != 403 || rec.Body.String() != `{"error":"extension_required","extension":"operations"}` {
 		t.Errorf("%d %s", rec.Code, rec.Body)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
@@ -178,7 +179,7 @@ func (v *Verifier) checkSession(ctx context.Context, token, accessToken string) 
 	var c agentClaims
 	s, err := v.verify(ctx, token, jose.TypSession, v.Origin, maxSessionLifetime, accessToken, &c)
 	if err == nil && c.ID == "" {
-		err = invalid("jti is missing")
+		err = explain.Because(invalid("jti is missing"), "jti is missing: every Session JWT has a jti of its own, used once")
 	}
 	if err != nil {
 		v.rememberFailure(key, err)
@@ -266,7 +267,8 @@ func (v *Verifier) CheckBrowserAssertion(ctx context.Context, assertion, audienc
 	}
 	b := BrowserAssertion{Caller: s}
 	if c.ReturnTo == nil {
-		return BrowserAssertion{}, invalid("browser assertion: return_to is missing")
+		return BrowserAssertion{}, explain.Because(invalid("browser assertion: return_to is missing"),
+			"browser assertion: return_to is missing: it is the absolute URL on "+v.Origin+" the join sends the browser to")
 	}
 	if err := v.checkReturnTo(*c.ReturnTo); err != nil {
 		return BrowserAssertion{}, fmt.Errorf("browser assertion: %w", err)
@@ -302,7 +304,8 @@ func (v *Verifier) useOnceKey(ctx context.Context, key string, until time.Time) 
 		return fmt.Errorf("%w: replay store: %w", identity.ErrUnavailable, err)
 	}
 	if !first {
-		return invalid("jti was used before (replay)")
+		return explain.Because(invalid("jti was used before (replay)"),
+			"jti was used before (a replay): each token is good for one request or one join; sign a new one, with a new jti, every time")
 	}
 	return nil
 }
@@ -316,6 +319,9 @@ func (v *Verifier) verify(ctx context.Context, token, typ, aud string, maxLifeti
 	}
 	if len(token) > jose.MaxTokenBytes {
 		return Caller{}, invalid("longer than %d bytes", jose.MaxTokenBytes)
+	}
+	if token == "" {
+		return Caller{}, explain.Because(invalid("%v: token is empty", jwt.ErrTokenMalformed), "the token is empty")
 	}
 	agentName, err := v.verifySigned(ctx, token, typ, aud, v.now(), c)
 	if err != nil {
@@ -336,7 +342,8 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	h, hb, ok := strings.Cut(token, ".")
 	cb, sb, ok2 := strings.Cut(hb, ".")
 	if !ok || !ok2 || strings.Contains(sb, ".") {
-		return "", invalid("%v: token contains an invalid number of segments", jwt.ErrTokenMalformed)
+		return "", explain.Because(invalid("%v: token contains an invalid number of segments", jwt.ErrTokenMalformed),
+			"not a compact JWS: a token is three base64url parts (header, claims, signature) joined by \".\"")
 	}
 	hdr, cached, err := v.sessionHeader(h)
 	if err != nil {
@@ -344,33 +351,36 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 	}
 	claims, err := jose.B64.DecodeString(cb)
 	if err != nil {
-		return "", invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err)
+		return "", explain.Because(invalid("%v: could not base64 decode claim: %v", jwt.ErrTokenMalformed, err),
+			"the claims (second part) are not base64url without padding")
 	}
 	if err := json.Unmarshal(claims, c); err != nil {
-		return "", invalid("%v: could not JSON decode claim: %v", jwt.ErrTokenMalformed, err)
+		return "", explain.Because(invalid("%v: could not JSON decode claim: %v", jwt.ErrTokenMalformed, err), claimsWords(err))
 	}
 	if !hdr.hasAlg {
-		return "", invalid("%v: signing method (alg) is unspecified", jwt.ErrTokenUnverifiable)
+		return "", explain.Because(invalid("%v: signing method (alg) is unspecified", jwt.ErrTokenUnverifiable), algWords(""))
 	}
 	method := jwt.GetSigningMethod(hdr.alg)
 	if method == nil {
-		return "", invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable)
+		return "", explain.Because(invalid("%v: signing method (alg) is unavailable", jwt.ErrTokenUnverifiable), algWords(hdr.alg))
 	}
 	sig, err := jose.B64.DecodeString(sb)
 	if err != nil {
-		return "", invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err)
+		return "", explain.Because(invalid("%v: could not base64 decode signature: %v", jwt.ErrTokenMalformed, err),
+			"the signature (third part) is not base64url without padding")
 	}
 	if !slices.Contains(jose.SigningAlgs, method.Alg()) {
-		return "", invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg())
+		return "", explain.Because(invalid("%v: signing method %v is invalid", jwt.ErrTokenSignatureInvalid, method.Alg()), algWords(method.Alg()))
 	}
 	if err := checkHeaderFields(hdr.typ, hdr.crit, typ); err != nil {
 		return "", err
 	}
 	if !hdr.hasDlg {
-		return "", invalid("JOSE header poppy_dlg is missing")
+		return "", explain.Because(invalid("JOSE header poppy_dlg is missing"),
+			"JOSE header poppy_dlg is missing: it carries the agent's delegation (a "+jose.TypDelegation+" signed with a key of the agent's JWKS), whose cnf.jwk signs this token")
 	}
 	if c.Issuer == "" {
-		return "", invalid("iss is missing")
+		return "", explain.Because(invalid("iss is missing"), "iss is missing: it is the agent's client_id")
 	}
 	d, err := v.delegationKeyed(ctx, hdr.dlgKey, hdr.dlg, now)
 	if err != nil {
@@ -383,7 +393,8 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 		return "", invalid("alg %q does not fit the delegated key", method.Alg())
 	}
 	if err := method.Verify(token[:len(h)+1+len(cb)], sig, d.key.Key); err != nil {
-		return "", invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err)
+		return "", explain.Because(invalid("%v: %v", jwt.ErrTokenSignatureInvalid, err),
+			"the signature does not verify with the delegated key (cnf.jwk of poppy_dlg): sign with that key's private half, over the first two parts exactly as sent")
 	}
 	err = jwt.NewValidator(
 		jwt.WithLeeway(jose.Leeway),
@@ -393,7 +404,12 @@ func (v *Verifier) verifySigned(ctx context.Context, token, typ, aud string, now
 		jwt.WithAudience(aud),
 	).Validate(c)
 	if err != nil {
-		return "", invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
+		words, ok := jose.ClaimsWords(err, c, now, aud)
+		err := invalid("%v: %v", jwt.ErrTokenInvalidClaims, err)
+		if ok {
+			return "", explain.Because(err, words)
+		}
+		return "", err
 	}
 	if !cached && v.delegationCap >= 0 {
 		v.dlg.putHeader(h, hdr)
@@ -409,12 +425,13 @@ func checkClaims(c *agentClaims, agentName string, aud string, maxLifetime time.
 	}
 	iat, exp := c.IssuedAt.Time, c.ExpiresAt.Time
 	if life := exp.Sub(iat); life <= 0 || life > maxLifetime {
-		return Caller{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxLifetime)
+		return Caller{}, explain.Because(invalid("lifetime exp − iat %v is not within (0, %v]", life, maxLifetime),
+			fmt.Sprintf("exp − iat is %v: it must be more than 0 and at most %v (the token lives too long)", life, maxLifetime))
 	}
 	// The audience is exactly one value, the expected one: a token for
 	// several sites is a token for none.
 	if len(c.Audience) != 1 || c.Audience[0] != aud {
-		return Caller{}, invalid("aud is not exactly %q", aud)
+		return Caller{}, explain.Because(invalid("aud is not exactly %q", aud), jose.AudienceWords(c.Audience, aud))
 	}
 	if err := checkID("sid", c.SID); err != nil {
 		return Caller{}, err
@@ -427,12 +444,15 @@ func checkClaims(c *agentClaims, agentName string, aud string, maxLifetime time.
 	}
 	switch {
 	case accessToken != "" && c.ATH == nil:
-		return Caller{}, invalid("ath is missing, and an access token was sent")
+		return Caller{}, explain.Because(invalid("ath is missing, and an access token was sent"),
+			"ath is missing, and an access token was sent: a signed-in token carries ath, the base64url SHA-256 of the access token")
 	case accessToken == "" && c.ATH != nil:
-		return Caller{}, invalid("ath is present, and no access token was sent")
+		return Caller{}, explain.Because(invalid("ath is present, and no access token was sent"),
+			"ath is present, and no access token was sent with it (Authorization: Bearer, or the join's access_token)")
 	case accessToken != "":
 		if subtle.ConstantTimeCompare([]byte(*c.ATH), []byte(jose.ATH(accessToken))) != 1 {
-			return Caller{}, invalid("ath does not match the access token")
+			return Caller{}, explain.Because(invalid("ath does not match the access token"),
+				"ath does not match the access token sent with it: ath is the base64url (no padding) SHA-256 of the token's ASCII bytes")
 		}
 	}
 	return Caller{
@@ -502,7 +522,8 @@ func (v *Verifier) maxDelegations() int {
 // change after it verified.
 func (v *Verifier) recheck(ctx context.Context, key [32]byte, d delegation, now time.Time) (delegation, error) {
 	if !now.Before(d.expiresAt.Add(jose.Leeway)) {
-		err := invalid("delegation is expired")
+		err := explain.Because(invalid("delegation is expired"),
+			fmt.Sprintf("the delegation expired at %s: sign a new one (it lives at most %v)", d.expiresAt.UTC().Format(time.RFC3339), maxDelegationLifetime))
 		v.dlg.putFailed(key, err, now, v.maxDelegations())
 		return delegation{}, err
 	}
@@ -580,13 +601,22 @@ func (v *Verifier) verifyDelegation(ctx context.Context, compact string, now tim
 		return delegation{}, keyErr
 	}
 	if err != nil {
-		return delegation{}, invalid("%v", err)
+		words, ok := jose.ClaimsWords(err, &c, now, "")
+		if !ok && errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			words, ok = "the delegation's signature does not verify with the agent's key of its kid", true
+		}
+		err := invalid("%v", err)
+		if ok {
+			return delegation{}, explain.Because(err, "delegation: "+words)
+		}
+		return delegation{}, err
 	}
 	if c.IssuedAt == nil {
 		return delegation{}, invalid("iat is missing")
 	}
 	if life := c.ExpiresAt.Sub(c.IssuedAt.Time); life <= 0 || life > maxDelegationLifetime {
-		return delegation{}, invalid("lifetime exp − iat %v is not within (0, %v]", life, maxDelegationLifetime)
+		return delegation{}, explain.Because(invalid("lifetime exp − iat %v is not within (0, %v]", life, maxDelegationLifetime),
+			fmt.Sprintf("exp − iat is %v: a delegation lives more than 0 and at most %v", life, maxDelegationLifetime))
 	}
 	if c.Cnf.JWK == nil {
 		return delegation{}, invalid("cnf.jwk is missing")
@@ -802,7 +832,11 @@ func checkHeader(t *jwt.Token, want string) error {
 func checkHeaderFields(typ string, crit bool, want string) error {
 	typ = strings.ToLower(typ)
 	if typ != want && typ != "application/"+want {
-		return invalid("JOSE header typ %q is not %q", typ, want)
+		err := invalid("JOSE header typ %q is not %q", typ, want)
+		if kind, ok := typKinds[strings.TrimPrefix(typ, "application/")]; ok {
+			return explain.Because(err, fmt.Sprintf("JOSE header typ %q is not %q: that typ is %s, not %s", typ, want, kind, typKinds[want]))
+		}
+		return err
 	}
 	if crit {
 		return invalid("JOSE header crit is not understood")
@@ -839,7 +873,58 @@ func (v *Verifier) checkReturnTo(s string) error {
 		return fmt.Errorf("siteverify: Verifier.Origin: %w", err)
 	}
 	if u.User != nil || u.Opaque != "" || !strings.EqualFold(u.Scheme, o.Scheme) || !jose.SameHost(u, o) {
-		return invalid("return_to is not on %s", v.Origin)
+		err := invalid("return_to is not on %s", v.Origin)
+		if u.Host == "" {
+			return explain.Because(err, fmt.Sprintf("return_to %q is not an absolute URL on %s", s, v.Origin))
+		}
+		words := fmt.Sprintf("return_to %q is on %s://%s, not on this website's origin %s", s, u.Scheme, u.Host, v.Origin)
+		if !strings.EqualFold(u.Hostname(), o.Hostname()) {
+			words += " (localhost, 127.0.0.1 and [::1] are different origins: use the origin the website's poppy.json names)"
+		}
+		return explain.Because(err, words)
 	}
 	return nil
+}
+
+// typKinds names each token's typ, for the words of a typ that is
+// another token's.
+var typKinds = map[string]string{
+	jose.TypSession:    "a Session JWT's (the Poppy-Session header)",
+	jose.TypBrowser:    "a browser join assertion's",
+	jose.TypDelegation: "a delegation's (poppy_dlg)",
+	"at+jwt":           "an access token's",
+	"jwt":              "a plain JWT's",
+}
+
+// algWords says what is wrong with a token's alg.
+func algWords(alg string) string {
+	if alg == "" {
+		return "JOSE header alg is missing: sign with one of " + strings.Join(jose.SigningAlgs, ", ")
+	}
+	return fmt.Sprintf("JOSE header alg %q is not one of %s (never none or an HMAC)", alg, strings.Join(jose.SigningAlgs, ", "))
+}
+
+// claimsWords says why a token's claims did not decode: a claim of the
+// wrong JSON type, such as extensions sent as an array.
+func claimsWords(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		want := "a " + te.Type.String()
+		switch te.Field {
+		case "extensions":
+			want = `a string in the Poppy-Extensions syntax, such as "\"operations\";v=\"3\""`
+		case "aud":
+			want = "a string (or an array of one string)"
+		case "exp", "iat", "nbf":
+			want = "a number of seconds since 1970"
+		case "iss", "sub", "sid", "jti", "ath", "return_to":
+			want = "a string"
+		}
+		return fmt.Sprintf("claim %s must be %s, not a JSON %s", te.Field, want, te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return "the claims are not a JSON object: " + se.Error()
+	}
+	return "the claims could not be read: " + err.Error()
 }

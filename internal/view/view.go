@@ -56,4 +56,8 @@ type Notice struct {
 	// Heading is the card's heading; Text its paragraphs.
 	Heading string
 	Text    []string
+	// Why is the refusal's reason in words, on a website that explains
+	// its refusals (webkit.Kit.ExplainRefusals): shown on the page, and a
+	// script's JSON carries it as error_description. "" for none.
+	Why string
 }

@@ -3,12 +3,14 @@ package identity
 import (
 	"context"
 	"crypto"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/jose"
 )
 
@@ -100,7 +102,8 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 		}
 		// The key's type must fit the alg: the token alone never decides.
 		if key == nil || !jose.KeyFits(key, alg) {
-			keyErr = invalid("access token: no key %q for alg %q", kid, alg)
+			keyErr = explain.Because(invalid("access token: no key %q for alg %q", kid, alg),
+				fmt.Sprintf("access token: the website has no key %q for alg %q: is it this website's token (from its authorization server)?", kid, alg))
 			return nil, keyErr
 		}
 		return key, nil
@@ -109,7 +112,15 @@ func (a *JWTAccessTokens) VerifyAccessToken(ctx context.Context, token string) (
 		return AccessToken{}, keyErr
 	}
 	if err != nil {
-		return AccessToken{}, invalid("access token: %v", err)
+		words, ok := jose.ClaimsWords(err, &c, now, a.Audience)
+		if !ok && errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			words, ok = "its signature does not verify with the website's key of its kid: is it this website's token?", true
+		}
+		err := invalid("access token: %v", err)
+		if ok {
+			return AccessToken{}, explain.Because(err, "access token: "+words)
+		}
+		return AccessToken{}, err
 	}
 	if c.Subject == "" {
 		return AccessToken{}, invalid("access token: sub is missing")

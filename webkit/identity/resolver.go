@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/spans"
 )
@@ -240,9 +241,20 @@ func (r *Resolver) key(ctx context.Context, clientID, kid, alg string) (jose.Pub
 	r.mu.Lock()
 	e := r.agents[clientID]
 	due := e != nil && !now.Before(e.reloadedAt.Add(reloadInterval))
+	var nextReload time.Time
+	if e != nil {
+		nextReload = e.reloadedAt.Add(reloadInterval)
+	}
 	r.mu.Unlock()
 	if !due {
-		return jose.PublicKey{}, nil, invalid("unknown kid %q for %s", kid, clientID)
+		err := invalid("unknown kid %q for %s", kid, clientID)
+		if nextReload.IsZero() {
+			return jose.PublicKey{}, nil, err
+		}
+		return jose.PublicKey{}, nil, explain.Because(err, fmt.Sprintf("kid %q is not in the key set of %s as this website loaded it at %s; "+
+			"it loads an agent's key set again for an unknown kid at most every %v, next after %s "+
+			"(an agent that made new keys under the same client_id waits until then, or keeps its keys across runs)",
+			kid, clientID, a.LoadedAt.UTC().Format(time.RFC3339), reloadInterval, nextReload.UTC().Format(time.RFC3339)))
 	}
 	a, err = r.share(ctx, "jwks "+clientID, func(ctx context.Context) (*loadedAgent, error) {
 		r.mu.Lock()
@@ -281,7 +293,8 @@ func (r *Resolver) key(ctx context.Context, clientID, kid, alg string) (jose.Pub
 	if k, ok := a.Key(kid, alg); ok {
 		return k, a, nil
 	}
-	return jose.PublicKey{}, nil, invalid("unknown kid %q for %s (key set reloaded)", kid, clientID)
+	return jose.PublicKey{}, nil, explain.Because(invalid("unknown kid %q for %s (key set reloaded)", kid, clientID),
+		fmt.Sprintf("kid %q is not in the key set of %s, loaded again just now from its jwks_uri: the delegation must be signed with a key that key set lists", kid, clientID))
 }
 
 // share runs load once for all concurrent callers with the same key. The

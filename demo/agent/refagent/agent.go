@@ -62,9 +62,27 @@ type Config struct {
 	// Browser is a chromedp context (a tab) the agent drives: its browser
 	// is the one the agent joins to its Sessions. Required.
 	Browser context.Context
-	// Listen is where the agent serves its metadata document and JWKS;
-	// "" is 127.0.0.1:0 (any free port on loopback).
+	// Listen is where the agent serves its metadata document and JWKS,
+	// and the pages its browser joins from; "" is 127.0.0.1:0 (any free
+	// port on loopback).
 	Listen string
+	// AgentURL is the public URL the agent's metadata document and JWKS
+	// are reached at, such as "https://agent.example/poppy": its client_id
+	// is AgentURL + "/agent.json", its jwks_uri AgentURL + "/jwks.json".
+	// A website off loopback accepts only an HTTPS client_id on a public
+	// address (webkit/RULES.md "Agent identity"): point a tunnel or a
+	// reverse proxy at Listen, or host the two documents yourself (they
+	// are the same on every run with KeyFile). "" is http://<Listen>,
+	// which only a website in local development (the demo on loopback)
+	// accepts.
+	AgentURL string
+	// KeyFile keeps the agent's long-term key (PKCS #8 PEM, created when
+	// missing): the same file is the same key and kid on every run, so a
+	// website that cached the agent's key set needn't load it again. ""
+	// makes a new key each run, which a website that has the old one
+	// cached refuses until it loads the key set again (at most every
+	// 30 s).
+	KeyFile string
 	// Name is the agent's client_name.
 	Name string
 	// User is the agent's pairwise User ID at this Company (sub): 1–255
@@ -115,7 +133,8 @@ type Agent struct {
 	cfg      Config
 	origin   string
 	clientID string
-	base     string // the agent's own server, http://127.0.0.1:port
+	base     string // where the website fetches the agent's documents: AgentURL, or local
+	local    string // the agent's own server, http://127.0.0.1:port: its join pages
 	keys     *agentside.AgentKeys
 	ln       net.Listener
 	srv      *http.Server
@@ -220,9 +239,23 @@ func start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("refagent: listen: %w", err)
 	}
-	a.base = "http://" + a.ln.Addr().String()
+	a.local = "http://" + a.ln.Addr().String()
+	a.base = a.local
+	if cfg.AgentURL != "" {
+		u, err := url.Parse(cfg.AgentURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			a.ln.Close()
+			return nil, fmt.Errorf("refagent: AgentURL must be a URL such as https://agent.example/poppy, got %q", cfg.AgentURL)
+		}
+		a.base = strings.TrimRight(cfg.AgentURL, "/")
+	}
 	a.clientID = a.base + "/agent.json"
-	a.keys, err = agentside.NewAgentKeys(a.clientID, "ES256")
+	created := true
+	if cfg.KeyFile != "" {
+		a.keys, created, err = agentside.LoadAgentKeys(a.clientID, cfg.KeyFile)
+	} else {
+		a.keys, err = agentside.NewAgentKeys(a.clientID, "ES256")
+	}
 	if err != nil {
 		a.ln.Close()
 		return nil, err
@@ -230,7 +263,18 @@ func start(ctx context.Context, cfg Config) (*Agent, error) {
 	a.keys.Clock = cfg.Clock
 	a.srv = &http.Server{Handler: a.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go a.srv.Serve(a.ln)
-	a.step("agent %q is %s (metadata and JWKS served on loopback)", cfg.Name, a.clientID)
+	switch {
+	case cfg.AgentURL != "":
+		a.step("agent %q is %s: the website fetches it and %s/jwks.json there (this agent serves both at %s; point your tunnel or reverse proxy there, or host them)", cfg.Name, a.clientID, a.base, a.local)
+	default:
+		a.step("agent %q is %s (metadata and JWKS served on loopback: only a website in local development accepts it; -agent-url gives a public one)", cfg.Name, a.clientID)
+	}
+	switch {
+	case cfg.KeyFile != "" && created:
+		a.step("a new key (kid %s) kept in %s for the next runs", a.keys.Kid(), cfg.KeyFile)
+	case cfg.KeyFile != "":
+		a.step("the key of earlier runs (kid %s) from %s", a.keys.Kid(), cfg.KeyFile)
+	}
 
 	if err := a.discover(ctx); err != nil {
 		a.Close()
@@ -263,6 +307,14 @@ func (a *Agent) Close() error {
 // ClientID is the agent's client_id: the URL of its metadata document.
 func (a *Agent) ClientID() string { return a.clientID }
 
+// Metadata and JWKS are the agent's Client ID Metadata Document and key
+// set, as it serves them at its client_id and jwks_uri: for a developer
+// who hosts them (Config.AgentURL).
+func (a *Agent) Metadata() []byte { return a.keys.Metadata(a.base+"/jwks.json", a.cfg.Name) }
+
+// JWKS is the agent's key set (see Metadata).
+func (a *Agent) JWKS() []byte { return a.keys.JWKS() }
+
 // User is the agent's pairwise User ID at the Company (every Session's sub).
 func (a *Agent) User() string { return a.cfg.User }
 
@@ -286,7 +338,7 @@ func (a *Agent) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /agent.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(a.keys.Metadata(a.base+"/jwks.json", a.cfg.Name))
+		w.Write(a.Metadata())
 	})
 	mux.HandleFunc("GET /jwks.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -337,6 +389,11 @@ func (a *Agent) discover(ctx context.Context) error {
 			a.disc.Operations, a.disc.Endpoint = true, e.Endpoint
 			break
 		}
+	}
+	if o := originOf(a.disc.Join); o != "" && o != a.origin {
+		// The join's return_to is on a.origin: a website that calls itself
+		// otherwise (localhost for 127.0.0.1) refuses it.
+		a.step("WARNING: the website names its join on %s, and the agent was given %s: they are different origins, and the website will refuse a join that returns to %s; use %s", o, a.origin, a.origin, o)
 	}
 	if a.disc.Operations {
 		a.step("%s lists operations v3: endpoint %s, browser join %s", u, a.disc.Endpoint, a.disc.Join)
@@ -465,10 +522,10 @@ func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
 	a.mu.Unlock()
 	jctx, cancel := context.WithTimeout(a.cfg.Browser, a.cfg.StepTimeout)
 	defer cancel()
-	if err := chromedp.Do(jctx, chromedp.Navigate(a.base+"/join/"+handle)); err != nil {
+	if err := chromedp.Do(jctx, chromedp.Navigate(a.local+"/join/"+handle)); err != nil {
 		return nil, fmt.Errorf("refagent: join page (within %s): %w", a.cfg.StepTimeout, err)
 	}
-	res, err := a.submitJoin(jctx, a.base+"/join/"+handle)
+	res, err := a.submitJoin(jctx, a.local+"/join/"+handle)
 	if err != nil {
 		return nil, err
 	}

@@ -255,7 +255,7 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 			return out, err
 		}
 		if next != nil {
-			a.step("%s: the repeated request got a new reference %s", next.tab.name, next.Ref)
+			a.step("%s: the repeated request got a new reference %s", next.tab.name, ShortRef(next.Ref))
 			r = next
 			continue
 		}
@@ -404,7 +404,7 @@ func (a *Agent) checkEarlier(ctx context.Context, r *Reference, out *Outcome) (s
 			out.Result, out.OperationID = AlreadyPerformed, e.approval.OperationID
 			return true, nil
 		}
-		a.step("a new reference for %s after an approval: looking up the earlier reference %s first (A49)", r.Action(), e.ref)
+		a.step("a new reference for %s after an approval: looking up the earlier reference %s first (A49)", r.Action(), ShortRef(e.ref))
 		for {
 			ans, err := a.Lookup(ctx, e.ref, e.session)
 			if err != nil {

@@ -32,6 +32,16 @@ type Reference struct {
 	handled bool
 }
 
+// ShortRef is ref as the agent's steps name it after printing it once in
+// full: its first characters and its length.
+func ShortRef(ref string) string {
+	const keep = 24
+	if len(ref) <= keep+8 {
+		return ref
+	}
+	return fmt.Sprintf("%s… (%d characters)", ref[:keep], len(ref))
+}
+
 // Action is "METHOD URL": which action a reference is for, as the agent
 // sees it (§5: "what it asked for is the action its browser just took").
 func (r *Reference) Action() string { return r.Method + " " + r.URL }
@@ -179,6 +189,8 @@ func (a *Agent) takeHeaderLocked(t *tab, id string, req request, status int, res
 	}
 	r := &Reference{SID: sid, Ref: ref, Method: req.method, URL: req.url, Body: req.body, Resource: resource, Status: status, At: time.Now(), tab: t}
 	a.refs = append(a.refs, r)
+	// The ref in full once, here: it can be hundreds of characters, and
+	// each later step names it by its start (ShortRef).
 	a.step("%s: %d on %s %s with Poppy-Operation: sid %s, ref %s (from the browser's own response, A08)", t.name, status, req.method, req.url, sid, ref)
 	a.step("not done yet: the action waits for approval (A16)")
 	a.notifyLocked()

@@ -59,10 +59,16 @@ func listOptions(opts []pageOption) string {
 	return strings.Join(s, ", ")
 }
 
+// DefaultReplacements are the SKUs ExchangeItem chooses, the first one
+// offered, when it is given none: the demo's jacket to the Insulated M,
+// and back again on the next run.
+var DefaultReplacements = []string{"stormline-insulated-m", "stormline-m"}
+
 // ExchangeItem opens the order page in tab, chooses replacement for item
-// and presses Exchange (a form POST). It fails with ErrNotOnPage when the
-// page has no exchange form for item or does not offer replacement (the
-// item's current SKU is never offered).
+// ("" for the first of DefaultReplacements the page offers) and presses
+// Exchange (a form POST). It fails with ErrNotOnPage when the page has no
+// exchange form for item or does not offer replacement (the item's
+// current SKU is never offered).
 func ExchangeItem(tab context.Context, shop, order, item, replacement string) error {
 	type exchangePage struct {
 		Found   bool         `json:"found"`
@@ -90,6 +96,21 @@ func ExchangeItem(tab context.Context, shop, order, item, replacement string) er
 		return notOnPage(fmt.Sprintf("the page of order %s has no item that can be exchanged (is the order right?)", order))
 	case !page.Found:
 		return notOnPage(fmt.Sprintf("order %s has no item %s that can be exchanged; its exchangeable items: %s", order, item, strings.Join(page.Items, ", ")))
+	}
+	if replacement == "" {
+		// The default: the first of DefaultReplacements the page offers,
+		// so that the same command works again (the jacket goes back and
+		// forth), else whatever it offers first.
+		for _, want := range DefaultReplacements {
+			for _, o := range page.Offered {
+				if replacement == "" && o.Value == want {
+					replacement = want
+				}
+			}
+		}
+		if replacement == "" && len(page.Offered) > 0 {
+			replacement = page.Offered[0].Value
+		}
 	}
 	for _, o := range page.Offered {
 		if o.Value == replacement {
@@ -131,8 +152,12 @@ func CancelSubscription(tab context.Context, shop string) error {
 // the page has no such delivery, or when date is outside the dates the
 // page offers (its date input's min and max: the browser would not submit
 // the form).
+//
+// date "" is the default: 9 days after the first date the page offers (10
+// days from today), or the day after when the delivery is on that day
+// already, so that the same command works again.
 func ChangeDeliveryDate(tab context.Context, shop, delivery, date string) error {
-	if _, err := time.Parse("2006-01-02", date); err != nil {
+	if _, err := time.Parse("2006-01-02", date); date != "" && err != nil {
 		return fmt.Errorf("refagent: the date %q is not a day written YYYY-MM-DD", date)
 	}
 	type deliveriesPage struct {
@@ -161,6 +186,16 @@ func ChangeDeliveryDate(tab context.Context, shop, delivery, date string) error 
 			on = strings.Join(page.Deliveries, ", ")
 		}
 		return notOnPage(fmt.Sprintf("the deliveries page has no delivery %s; the deliveries on it: %s", delivery, on))
+	}
+	if date == "" {
+		first, err := time.Parse("2006-01-02", page.Min)
+		if err != nil {
+			first = time.Now().UTC().AddDate(0, 0, 1)
+		}
+		date = first.AddDate(0, 0, 9).Format("2006-01-02")
+		if date == page.Value {
+			date = first.AddDate(0, 0, 10).Format("2006-01-02")
+		}
 	}
 	// Dates written YYYY-MM-DD compare as strings.
 	if (page.Min != "" && date < page.Min) || (page.Max != "" && date > page.Max) {

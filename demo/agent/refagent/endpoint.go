@@ -29,6 +29,10 @@ type Answer struct {
 	OperationID string
 	// Decline is the Company's decline of an approval (§6).
 	Decline *webkit.Decline
+	// Description is the body's error_description: why, in words, from a
+	// website that explains its refusals (the demo does); "" for none.
+	// Content from the Company: shown as plain text, never followed.
+	Description string
 }
 
 // Errors of the endpoint the caller may want to tell apart.
@@ -92,7 +96,7 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *store.Appr
 		what = "approval"
 	}
 	if !quiet {
-		a.step("→ POST %s {\"ref\": %q} (%s, Session %s, signed in: %v)", a.disc.Endpoint, ref, what, s.SID, s.SignedIn)
+		a.step("→ POST %s {\"ref\": %s} (%s, Session %s, signed in: %v)", a.disc.Endpoint, ShortRef(ref), what, s.SID, s.SignedIn)
 	}
 	if ap != nil {
 		v, _ := headers.FormatApproval(*ap)
@@ -113,11 +117,12 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *store.Appr
 		Revision    string              `json:"revision"`
 		Reason      string              `json:"reason"`
 		Alternative *webkit.Alternative `json:"alternative"`
+		Description string              `json:"error_description"`
 	}
 	if len(raw) > 0 {
 		_ = json.Unmarshal(raw, &b)
 	}
-	ans.Error, ans.Status, ans.OperationID = b.Error, b.Status, b.OperationID
+	ans.Error, ans.Status, ans.OperationID, ans.Description = b.Error, b.Status, b.OperationID, oneLine(b.Description, maxJoinDescription)
 	if b.Operation != nil {
 		if err := headers.ValidateOperation(*b.Operation); err != nil {
 			return ans, fmt.Errorf("refagent: the endpoint returned a bad operation: %w", err)
@@ -138,10 +143,16 @@ func (a *Agent) post(ctx context.Context, ref string, s *Session, ap *store.Appr
 	default:
 		a.step("← %d %s", res.StatusCode, ans.Error)
 	}
+	if !quiet && ans.Description != "" {
+		a.step("  the website says why: %s", ans.Description)
+	}
 	if ans.Error == "sign_in_required" {
 		return ans, ErrSignInRequired
 	}
 	if res.StatusCode == http.StatusUnauthorized {
+		if ans.Description != "" {
+			return ans, fmt.Errorf("refagent: endpoint %s refused the agent's Session (401 %s): %w", a.disc.Endpoint, ans.Error, sessionRefused{ans.Description})
+		}
 		return ans, fmt.Errorf("refagent: endpoint %s: %w", a.disc.Endpoint, ErrSessionRefused)
 	}
 	return ans, nil
@@ -174,3 +185,10 @@ func (a *Agent) sendApproval(ctx context.Context, ref string, s *Session, ap sto
 	}
 	return Answer{}, fmt.Errorf("refagent: the approval could not be sent: %w", last)
 }
+
+// sessionRefused is a 401 in the website's own words: ErrSessionRefused
+// to errors.Is, without its guess at the cause.
+type sessionRefused struct{ why string }
+
+func (e sessionRefused) Error() string        { return e.why }
+func (e sessionRefused) Is(target error) bool { return target == ErrSessionRefused }

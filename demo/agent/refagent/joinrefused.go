@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -22,6 +24,12 @@ var (
 	// another agent or another User, and the website does not join it
 	// again (webkit's join, reason "conflict").
 	ErrJoinConflict = errors.New("refagent: the browser is already joined to another agent's or User's Session (409)")
+	// ErrOriginMismatch: the agent was given the website's origin in
+	// another spelling than the website's own (localhost for 127.0.0.1,
+	// or the reverse), so its join's return_to is on another origin and
+	// the website refuses it. The website's own origin is the one its
+	// poppy.json names.
+	ErrOriginMismatch = errors.New("refagent: the agent's origin for the website is not the website's own")
 )
 
 // JoinRefusedError is a refused join: what the website answered, in its
@@ -42,10 +50,16 @@ type JoinRefusedError struct {
 	Description string
 	// Advice says what to do, for a developer.
 	Advice string
+	// Origin is the website's origin as the agent was given it, and
+	// WebsiteOrigin as the website names itself (the origin of its join
+	// in poppy.json); OriginMismatch is true when the join was refused
+	// because they differ (ErrOriginMismatch).
+	Origin, WebsiteOrigin string
+	OriginMismatch        bool
 }
 
 // maxJoinDescription bounds the website's words kept from a refusal.
-const maxJoinDescription = 300
+const maxJoinDescription = 800 // a website that explains its refusals says up to 600 bytes why
 
 func (e *JoinRefusedError) Error() string {
 	var b strings.Builder
@@ -82,8 +96,26 @@ func (e *JoinRefusedError) Is(target error) bool {
 		return e.Status == http.StatusConflict
 	case ErrSessionRefused:
 		return e.Status == http.StatusUnauthorized
+	case ErrOriginMismatch:
+		return e.OriginMismatch
 	}
 	return false
+}
+
+// nextReload reads, from the words of a website that explains its
+// refusals, when it will load the agent's key set again.
+var nextReload = regexp.MustCompile(`next after (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)`)
+
+// KeysReloadAt is when the website says it will load the agent's key set
+// again, for a join refused because the agent's key is not in the key set
+// the website cached; ok is false for any other refusal.
+func (e *JoinRefusedError) KeysReloadAt() (at time.Time, ok bool) {
+	m := nextReload.FindStringSubmatch(e.Description)
+	if m == nil {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, m[1])
+	return at, err == nil
 }
 
 // Explain is the refusal on several lines, for a terminal: the status, the
@@ -134,13 +166,48 @@ func (a *Agent) joinRefusal(status int, header http.Header, body string, signedI
 		}
 	}
 	e.Description = oneLine(body, maxJoinDescription)
-	e.Advice = joinAdvice(status, e.Description, a.origin, signedIn)
+	e.Origin, e.WebsiteOrigin = a.origin, originOf(a.disc.Join)
+	// The join lands on return_to, on the origin the agent was given: a
+	// website whose own origin is spelt otherwise refuses it. Its words
+	// say so when it explains; otherwise the two origins do.
+	if status == http.StatusUnauthorized && e.WebsiteOrigin != "" && e.WebsiteOrigin != e.Origin {
+		d := strings.ToLower(e.Description)
+		e.OriginMismatch = strings.Contains(d, "return_to") || !strings.Contains(d, ":")
+	}
+	e.Advice = joinAdvice(e, signedIn)
 	return e
 }
 
+// originOf is the origin of u, "" when it has none.
+func originOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return ""
+	}
+	return strings.ToLower(p.Scheme + "://" + p.Host)
+}
+
 // joinAdvice says what a developer can do about a refused join.
-func joinAdvice(status int, description, origin string, signedIn bool) string {
+func joinAdvice(e *JoinRefusedError, signedIn bool) string {
+	status, description, origin := e.Status, e.Description, e.Origin
+	d := strings.ToLower(description)
 	switch {
+	case e.OriginMismatch:
+		return fmt.Sprintf("the website's own origin is %s (its poppy.json names its join there), and the agent was given %s: "+
+			"the join's return_to is on the origin the agent was given, and the website accepts only its own "+
+			"(localhost, 127.0.0.1 and [::1] are different origins): run the agent with -shop %s", e.WebsiteOrigin, origin, e.WebsiteOrigin)
+	case status == http.StatusUnauthorized && strings.Contains(d, "is not in the key set"):
+		at, _ := e.KeysReloadAt()
+		advice := "the website still has this agent's earlier key set: this run signs with a key it has not loaded (a new key under the same client_id). " +
+			"Keep the agent's key across runs (-user keeps it in a key file), or wait"
+		if !at.IsZero() {
+			advice += " until " + at.Format(time.RFC3339) + ", when the website loads the key set again"
+		}
+		return advice
+	case status == http.StatusUnauthorized && (strings.Contains(d, "has passed") || strings.Contains(d, "in the future")):
+		return "the agent's and the website's clocks disagree (the website's words above give both): bring them in sync (an assertion is valid for at most 60 s)"
+	case status == http.StatusUnauthorized && strings.Contains(d, "could not be verified ("):
+		return "the website says which check failed (above): fix that in the agent's join assertion or access token"
 	case status == http.StatusConflict:
 		return "this browser is already joined to another agent's (or another User's) Session, and the website does not join it again; " +
 			"clear the browser's cookies for " + origin + " or use a fresh browser profile (a new browser context), then join again"

@@ -208,7 +208,7 @@ func (a *Agent) joinTimeout(pageURL string, clicks int, sent bool, status int, s
 	case st.URL == "":
 		seen += fmt.Sprintf("; the page could not be read (%v)", stErr)
 	case st.URL == pageURL:
-		seen += "; it still shows the join page " + a.base + "/join/…"
+		seen += "; it still shows the join page " + a.local + "/join/…"
 	default:
 		seen += fmt.Sprintf("; it shows %s, still %s", st.URL, st.Ready)
 	}

@@ -264,6 +264,18 @@ func TestSessionRefusedSaysWhy(t *testing.T) {
 	if !errors.Is(err, ErrSessionRefused) || !strings.Contains(err.Error(), "30 s") {
 		t.Fatalf("err = %v, want ErrSessionRefused naming the 30 s key reload", err)
 	}
+
+	// A website that explains its refusals: its words, not the guess.
+	why := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":"invalid_session","error_description":"session JWT: aud \"http://127.0.0.1:8080\" names the host 127.0.0.1"}`)
+	}))
+	defer why.Close()
+	_, err = newOffline(t, why.URL).Lookup(t.Context(), "op.rev", &Session{SID: "ses_1"})
+	if !errors.Is(err, ErrSessionRefused) || !strings.Contains(err.Error(), `names the host 127.0.0.1`) || strings.Contains(err.Error(), "30 s") {
+		t.Fatalf("err = %v, want the website's words", err)
+	}
 }
 
 // Approve waits a bounded time for a reference, and says what to check.

@@ -421,6 +421,9 @@ type ExchangePlan struct {
 	OrderID, ItemID string
 	From, To        SKU
 	PriceDifference Money
+	// Fee is charged on top of the price difference; 0 for none (the
+	// demo's bench adds one to make new terms, shop/bench.go).
+	Fee Money
 }
 
 // PlanExchange works out the exchange of an order's item for replacement.
@@ -470,6 +473,9 @@ func (db *DB) Exchange(account string, plan ExchangePlan, now time.Time) (Exchan
 			Amount: plan.PriceDifference,
 			At:     now,
 		})
+	}
+	if plan.Fee != 0 {
+		o.Charges = appendBounded(o.Charges, Charge{Label: "Handling fee of the exchange", Amount: plan.Fee, At: now})
 	}
 	return ex, nil
 }
