@@ -103,9 +103,9 @@ type Config struct {
 }
 
 // Mount serves a website's whole part of the protocol from one origin: the
-// operations endpoint (this package), the browser join (endpoint.Mount), the
-// kit's browser-facing routes (waiting.js, fetch.js, opsgate.css, status)
-// and poppy.json. Build it with NewMount; it is an http.Handler that serves
+// operations endpoint (this package), the kit's browser join (§2 step 2),
+// the Kit's browser-facing routes (Kit.ServeHTTP: waiting.js, fetch.js,
+// opsgate.css, status) and poppy.json. Build it with NewMount; it is an http.Handler that serves
 // those routes only, and [Mount.Handler] puts them in front of the website's
 // own router, whichever it is:
 //
@@ -144,8 +144,9 @@ var errConfig = errors.New("endpoint: mount")
 
 // NewMount checks c and builds the Mount. Every mistake it can see is an
 // error here, not at the first request: a missing or malformed Origin, a
-// Kit that can't work (not built by webkit.New, keys New
-// refused), paths that collide, a poppy.json that would not be valid.
+// Kit that can't work (Kit.Check: not built by webkit.New, keys New
+// refused, a Store or Sessions missing), a poppy.json that would not be
+// valid.
 func NewMount(c Config) (*Mount, error) {
 	if c.Kit == nil {
 		return nil, fmt.Errorf("%w: Config.Kit is nil: build one with webkit.New", errConfig)

@@ -43,8 +43,8 @@
 // defined once: the records the store keeps and the endpoint sends are
 // package store's ([store.Operation] §3, [store.Approval] §6,
 // [store.Claim], [store.Owner]); this package adds what the store never
-// sees: [Decline] (§6), the declared [Extensions] (§2, RULES.md choice 4)
-// and the verified [Session] a request is handled as, whose
+// sees: [Decline] (§6), and the verified [Session] a request is handled
+// as, with the extensions its join declared (§2, RULES.md choice 4), whose
 // [Session.Owner] says which operations it can approve (§3 "Who can
 // approve it").
 //
