@@ -30,6 +30,7 @@ func main() {
 	api := flag.Bool("api", false, "print only 'package name signature', a line per name, for a diff of two commits")
 	maxCore := flag.Int("max-core", 0, "fail when the core path has more names than this (0: don't check)")
 	maxAll := flag.Int("max-all", 0, "fail when all library packages have more names than this (0: don't check)")
+	maxStore := flag.Int("max-store", 0, "fail when package store alone has more names than this (0: don't check)")
 	flag.Parse()
 	if *api {
 		out, err := API(".")
@@ -41,7 +42,7 @@ func main() {
 		return
 	}
 	dirs := libraryDirs(".")
-	var total, coreTotal int
+	var total, coreTotal, storeTotal int
 	for _, dir := range dirs {
 		pkgNames, err := count(dir)
 		if err != nil {
@@ -53,6 +54,9 @@ func main() {
 		}
 		rel := filepath.ToSlash(dir)
 		total += len(pkgNames)
+		if rel == "store" {
+			storeTotal = len(pkgNames)
+		}
 		mark := ""
 		if core[rel] {
 			coreTotal += len(pkgNames)
@@ -66,8 +70,8 @@ func main() {
 		}
 	}
 	fmt.Printf("exported names: core path %d, all library packages %d\n", coreTotal, total)
-	if (*maxCore > 0 && coreTotal > *maxCore) || (*maxAll > 0 && total > *maxAll) {
-		fmt.Fprintf(os.Stderr, "apisurface: over the limit (core ≤ %d, all ≤ %d)\n", *maxCore, *maxAll)
+	if (*maxCore > 0 && coreTotal > *maxCore) || (*maxAll > 0 && total > *maxAll) || (*maxStore > 0 && storeTotal > *maxStore) {
+		fmt.Fprintf(os.Stderr, "apisurface: over the limit (core ≤ %d, all ≤ %d, store ≤ %d)\n", *maxCore, *maxAll, *maxStore)
 		os.Exit(1)
 	}
 }
