@@ -44,7 +44,7 @@ func TestAuditBytesPerOperation(t *testing.T) {
 		if err := st.Finish(ctx, *res.Claim, store.Done, now); err != nil {
 			t.Fatal(err)
 		}
-		keys, err := c.Keys(t.Context(), "mem:{*}:log:"+is.Operation.ID).Result()
+		keys, err := c.Keys(t.Context(), "mem:{*}:lg:"+is.Operation.ID).Result()
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("log keys %v %v", keys, err)
 		}

@@ -491,101 +491,215 @@ local function request(KEYS, ARGV)
   }
 end
 
--- The audit log (store.Entry, audit.go): each operation's entries are a
--- list "<base>log:<operation_id>" in its slot, appended to by the step
--- that commits what an entry records, in the same script. A decline or a
--- claim is refused once the log holds AUDIT_REFUSE entries
--- (storekit.EntriesBeforeRefusal), which leaves room for all that may
--- follow within 64 (webkit/RULES.md "Bounded work").
+-- The audit log (store.Entry, audit.go): each operation's entries are one
+-- string, "<base>lg:<operation_id>" in its slot, which the step that
+-- commits what an entry records rewrites in the same script (GET, then
+-- SET: Redis keeps a string that APPEND grew at up to twice its size).
+-- Its first line is '1:' and the log's keep-until, then one line per
+-- entry, in the order written: the fields below, separated by tabs, each
+-- as the inside of its JSON string (esc: never a tab nor a newline). A
+-- field is '' when it says what the entry before says, '\' when it is
+-- '' after one that was not, and the fields '' ends with are left out.
+-- So what an operation's entries share (its owner, revision, summary,
+-- expires_at, terms digest, approval, Session, kind, web server) is kept
+-- once. The fields: 1 what (audit.go entryCodes), 2 at, 3 the approval's
+-- used-at ('=': at), 4 kind, 5 Session, 6 web server, 7 note (reason or
+-- by), 8 agent, 9 user, 10 account, 11 revision, 12 summary, 13
+-- expires_at ('-': the seconds the revision's name starts with,
+-- revision_name), 14 terms digest (terms_field while the step knows only
+-- the terms: the claim, which knows the digest, puts it in their place),
+-- 15 the approval (approval_field). Fields hold no tab and no newline:
+-- the terms (terms_field) are escaped when they hold a control character. A decline or a claim is refused once
+-- the log holds AUDIT_REFUSE entries (storekit.EntriesBeforeRefusal),
+-- which leaves room for all that may follow within 64 (webkit/RULES.md
+-- "Bounded work").
 local AUDIT_REFUSE = 44
 
--- audit appends an entry to operation opID's log: au is the caller's
--- three arguments (the entry's head, JSON; the terms' digest, '' when the
--- caller doesn't know the terms; now plus the audit retention), the rest
--- what the step knows: the revision, its summary, expires_at and terms
--- (kept only when the caller sent no digest), the stored approval, when
--- it was used up, and k, the operation's keep-until. The log is kept
--- until the later of au[3] and k. With refuse (a decline, a claim) it
--- writes nothing and returns false when the log is full: call it before
--- the step's writes.
-local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct)
-  local keep = later(au[3], k)
-  local tail = {o = opID, v = rev or '', s = summary or '', x = x or '', d = au[2], t = '',
-    a = approval or '', u = used or '', k = keep, ac = acct}
-  if au[2] == '' then tail.t = terms or '' end
-  local log = base .. 'log:' .. opID
-  local n = redis.call('RPUSH', log, au[1] .. '\n' .. cjson.encode(tail))
-  if refuse and n > AUDIT_REFUSE then
-    redis.call('RPOP', log)
-    return false
-  end
-  if n == 1 then
-    redis.call('PEXPIRE', log, ttl(keep, now))
+-- esc is s as a field of the log: the inside of its JSON string, as it
+-- is when nothing in it needs escaping.
+local function esc(s)
+  if not s then return '' end
+  if not string.find(s, '[%c"\\]') then return s end
+  local j = cjson.encode(s)
+  return string.sub(j, 2, #j - 1)
+end
+
+-- terms_field is terms t where the log keeps a terms digest that the step
+-- doesn't know (audit.go digestOfField): '=' and t, or, when t holds a
+-- tab or a newline (canonical terms don't), '!' and t with each
+-- backslash, tab and newline escaped (\\, \t, \n), byte for byte.
+local TERMS_ESCAPES = {['\\'] = '\\\\', ['\t'] = '\\t', ['\n'] = '\\n'}
+local function terms_field(t)
+  if not string.find(t, '[\t\n]') then return '=' .. t end
+  return '!' .. string.gsub(t, '[\\\t\n]', TERMS_ESCAPES)
+end
+
+-- approval_field is a stored approval (redisstore.go encodeApproval's
+-- JSON) as the log keeps it: 'u' or 'a' for its approver, then ',p'
+-- approved_at, ',i' input_type, ',r' reference and ',t' recorded_at, as
+-- the JSON has them (a member's name can't be inside a JSON string,
+-- whose quotes are escaped); the JSON itself when it has another shape.
+-- audit.go approvalField makes the same.
+local function approval_field(j)
+  if not j or j == '' then return '' end
+  local c
+  if string.sub(j, 1, 18) == '{"approver":"user"' then
+    c = 'u' .. string.sub(j, 19, #j - 1)
+  elseif string.sub(j, 1, 19) == '{"approver":"agent"' then
+    c = 'a' .. string.sub(j, 20, #j - 1)
   else
-    redis.call('PEXPIRE', log, ttl(keep, now), 'GT')
+    return j
   end
-  return true
+  if string.sub(j, -1) ~= '}' then return j end
+  c = string.gsub(c, ',"approved_at":', ',p', 1)
+  c = string.gsub(c, ',"input_type":', ',i', 1)
+  c = string.gsub(c, ',"reference":', ',r', 1)
+  local recorded
+  c, recorded = string.gsub(c, ',"recorded_at":', ',t', 1)
+  if recorded == 0 or string.find(c, ',"', 1, true) then return j end
+  return c
 end
 
--- log_entry appends entry to the audit log key log, as audit does, for a
--- step whose caller composed the whole entry (audit.go): the log is then
--- kept at least ttlMs more.
-local function log_entry(log, entry, ttlMs)
-  if redis.call('RPUSH', log, entry) == 1 then
-    redis.call('PEXPIRE', log, ttlMs)
-  else
-    redis.call('PEXPIRE', log, ttlMs, 'GT')
+-- log_fields resolves one line of a log (s from i to e, before its
+-- newline) against the fields of the entry before (st, changed in
+-- place), as audit.go resolveLine does. It returns where the line's own
+-- terms digest field is (nil when it has none).
+local function log_fields(s, i, e, st)
+  local j, f, d1, d2 = i, 1, nil, nil
+  while f <= 15 and j <= e do
+    local t = string.find(s, '\t', j, true)
+    if not t or t > e then t = e end
+    if t > j then
+      local v = string.sub(s, j, t - 1)
+      if v == '\\' then
+        v = ''
+      elseif f == 3 and v == '=' then
+        v = st[2]
+      elseif f == 13 and v == '-' then
+        v = (string.match(st[11], '^(%-?%d+)%-') or '') .. '000000000'
+      elseif f == 14 then
+        d1, d2 = j, t - 1
+      elseif f == 15 and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') and not string.find(v, ',t%-?%d+$') then
+        v = v .. ',t' .. st[2]
+      end
+      st[f] = v
+    end
+    j, f = t + 1, f + 1
   end
+  return d1, d2
 end
 
--- log_known appends entry, composed by the caller (audit.go) with its
--- keep-until keepAu (now plus the audit retention; keepTTL is its TTL in
--- ms): kept until the later of keepAu and k, as audit keeps it, so the
--- entry says k instead when k is later.
-local function log_known(log, entry, keepAu, keepTTL, k, now)
-  if cmp(k, keepAu) <= 0 then
-    log_entry(log, entry, keepTTL)
-  else
-    log_entry(log, string.sub(entry, 1, #entry - #keepAu - 2) .. k .. '"}', ttl(k, now))
+-- log_read reads a log's string s: its keep-until, where its entries
+-- start (its first newline), how many it holds, the fields of the latest
+-- as log_fields resolves them, and where the terms digest field the
+-- latest says was written. nil when s is no log of this format.
+local function log_read(s)
+  local nl = string.find(s, '\n', 1, true)
+  if not nl or string.sub(s, 1, 2) ~= '1:' then return nil end
+  local st = {'', '', '', '', '', '', '', '', '', '', '', '', '', '', ''}
+  local n, d1, d2, i, len = 0, nil, nil, nl + 1, #s
+  while i <= len do
+    local e = string.find(s, '\n', i, true) or len + 1
+    local a, b = log_fields(s, i, e, st)
+    if a then d1, d2 = a, b end
+    n, i = n + 1, e + 1
   end
+  return string.sub(s, 3, nl - 1), nl, n, st, d1, d2
 end
 
--- head_of is an entry's head: head, or when the caller sent it inside its
--- whole entry instead ('' for head), that entry's up to its newline.
-local function head_of(head, entry)
-  if head ~= '' then return head end
-  return string.sub(entry, 1, string.find(entry, '\n', 1, true) - 1)
-end
-
--- audit_claim appends a claim's entry to operation opID's log, as audit
--- does with refuse: the caller's head, terms digest, and audit keep-until
--- with its TTL in ms; the claimed revision rev, its summary s, expires_at
--- x and stored approval ap, used up now; k the operation's keep-until.
--- Its tail is written field by field rather than as a table: each stored
--- value goes through cjson.encode as it would inside the table, and what
--- the caller sent (the digest, now: base64url and digits) as it is, so it
--- decodes to the entry audit writes, for about half the server's work.
--- Returns false, writing nothing, when the log is full.
-local function audit_claim(base, opID, head, digest, auditKeep, keepTTL, rev, s, x, ap, now, k)
-  local keep = later(auditKeep, k)
-  -- The TTL that keeps the log until keep: the caller's for its
-  -- keep-until (computed where it costs nothing), else computed here.
+-- log_write appends entry e (its 15 fields, as log_read resolves them)
+-- to the log key log, in the same step as what it records, and keeps the
+-- log until the later of keepAu (now plus the audit retention; keepTTL
+-- is its TTL in ms, or nil) and k (the operation's keep-until at this
+-- step), and no less long than it was kept. A log forgotten by now
+-- (whether or not its TTL has fired) is begun anew. alias, when given,
+-- is {terms_field(terms), their digest}: a digest field that holds those
+-- terms becomes the digest. With refuse (a decline, a claim) it writes nothing and returns
+-- false when the log holds AUDIT_REFUSE entries: call it before the
+-- step's writes.
+local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias)
+  local s = redis.call('GET', log)
+  local keep, body, n, st, d1, d2
+  if s then keep, body, n, st, d1, d2 = log_read(s) end
+  if not keep or cmp(now, keep) > 0 then
+    s, n = nil, 0
+    st = {'', '', '', '', '', '', '', '', '', '', '', '', '', '', ''}
+  end
+  if refuse and n >= AUDIT_REFUSE then return false end
+  if alias and d1 and st[14] == alias[1] then
+    s = string.sub(s, 1, d1 - 1) .. alias[2] .. string.sub(s, d2 + 1)
+    st[14] = alias[2]
+  end
+  local out, last = {e[1]}, 1
+  for f = 2, 15 do
+    local v, w = e[f], nil
+    if v == st[f] then
+      w = ''
+    elseif v == '' then
+      w = '\\'
+    elseif f == 3 and v == e[2] then
+      w = '='
+    elseif f == 13 and (string.match(e[11], '^(%-?%d+)%-') or '') .. '000000000' == v then
+      w = '-'
+    elseif f == 15 and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') and
+        string.sub(v, -#e[2] - 2) == ',t' .. e[2] then
+      w = string.sub(v, 1, #v - #e[2] - 2)
+    else
+      w = v
+    end
+    out[f] = w
+    if w ~= '' then last = f end
+  end
+  local line = table.concat(out, '\t', 1, last) .. '\n'
+  local want = later(keepAu, k)
   local t = keepTTL
-  if keep ~= auditKeep then t = ttl(keep, now) end
-  local log = base .. 'log:' .. opID
-  local enc = cjson.encode
-  local n = redis.call('RPUSH', log, head .. '\n{"o":' .. enc(opID) .. ',"v":' .. enc(rev) .. ',"s":' .. enc(s or '') ..
-    ',"x":' .. enc(x) .. ',"d":"' .. digest .. '","t":"","a":' .. enc(ap) .. ',"u":"' .. now .. '","k":' .. enc(keep) .. '}')
-  if n > AUDIT_REFUSE then
-    redis.call('RPOP', log)
-    return false
-  end
-  if n == 1 then
-    redis.call('PEXPIRE', log, t)
-  else
+  if want ~= keepAu or not t then t = ttl(want, now) end
+  if not s then
+    redis.call('SET', log, '1:' .. want .. '\n' .. line, 'PX', t)
+  elseif cmp(want, keep) > 0 then
+    -- Kept longer: its TTL grows, never shrinks (a log always has one).
+    redis.call('SET', log, '1:' .. want .. string.sub(s, body) .. line, 'KEEPTTL')
     redis.call('PEXPIRE', log, t, 'GT')
+  else
+    redis.call('SET', log, '1:' .. keep .. string.sub(s, body) .. line, 'KEEPTTL')
   end
   return true
+end
+
+-- entry_of is an entry's 15 fields (log_write): the caller's head
+-- (audit.go entryHead: fields 1-10, 3 left '') and what the step knows:
+-- the approval's used-at u, the revision rev, its summary s, expires_at
+-- x, the terms digest d ('' when the caller doesn't know the terms: then
+-- '=' and the terms t), the stored approval ap, and the operation's
+-- account acct ('' when the caller's head says it).
+local function entry_of(head, u, rev, s, x, d, t, ap, acct)
+  local e, j, f, len = {}, 1, 1, #head
+  while f <= 10 do
+    local tab = string.find(head, '\t', j, true) or len + 1
+    e[f] = string.sub(head, j, tab - 1)
+    j, f = tab + 1, f + 1
+  end
+  e[3] = u or ''
+  if acct and acct ~= '' then e[10] = esc(acct) end
+  e[11], e[12], e[13], e[15] = esc(rev), esc(s), x or '', approval_field(ap)
+  if d ~= '' then
+    e[14] = d
+  elseif t then
+    e[14] = terms_field(t)
+  else
+    e[14] = ''
+  end
+  return e
+end
+
+-- audit appends an entry to operation opID's log (log_write): au is the
+-- caller's three arguments (the entry's head; the terms' digest, '' when
+-- the caller doesn't know the terms; now plus the audit retention), then
+-- what the step knows (entry_of), k the operation's keep-until, and refuse
+-- as log_write's.
+local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct)
+  return log_write(base .. 'lg:' .. opID, entry_of(au[1], used, rev, summary, x, au[2], terms, approval, acct),
+    au[3], nil, k, now, refuse)
 end
 
 -- audit_unclaim writes the entry of a claim undone: by its holder
