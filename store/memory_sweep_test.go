@@ -323,7 +323,7 @@ func retainedCost(tb testing.TB, n int, stored bool) (perOp float64, m *memory, 
 	}
 	// Left: each operation, and its audit log (approval recorded,
 	// claimed, performed).
-	awaitSweep(tb, reports, func(r memSweepReport) bool { return r.left == 2*n && !r.backlog })
+	awaitSweep(tb, reports, func(r memSweepReport) bool { return r.left == n && !r.backlog })
 	after := liveHeap()
 	return (float64(after) - float64(empty)) / float64(n), m, first, last
 }

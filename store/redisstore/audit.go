@@ -22,16 +22,17 @@ import (
 // "<prefix>{<slot>}:lg:<operation_id>", in the operation's slot, which the
 // step that commits a change rewrites in the same script (lib.lua
 // log_write). Its first line is "1:" and the log's keep-until (Unix ns);
-// then one line per entry, in the order written, of up to 15 fields
-// separated by tabs, each as the inside of its JSON string, so that none
-// holds a tab or a newline (lib.lua names them). A field is "" when it
-// says what the entry before says, `\` when it is "" after one that was
-// not, and the fields "" ends a line with are left out: what an
-// operation's entries share (its owner, revision, summary, expires_at,
-// terms digest and approval, the Session, kind and web server) is kept
-// once, and a performed operation's three entries take about 250 bytes
-// where each entry as JSON took about 500. The caller composes an
-// entry's first fields (entryHead), the step the rest.
+// then one line per entry, in the order written, of up to 8 fields
+// separated by tabs (lib.lua names them; some are groups of strings
+// separated by \x1f). A field is "" when it says what the entry before
+// says, `\` when it is "" after one that was not, and the fields "" ends a
+// line with are left out: what an operation's entries share (its owner,
+// revision, summary, expires_at, terms digest and approval, the Session,
+// kind and web server) is kept once, and a performed operation's three
+// entries take about 250 bytes where each entry as JSON took about 500.
+// Strings are kept as the inside of their JSON string, so that no field
+// holds a tab, a newline or \x1f. The caller composes an entry's first
+// fields (entryHeadOf), the step the rest.
 //
 // Its entries' IDs are not stored: the i-th is "<operation_id>.<its
 // first entry's at, base 36>.<i>". A log is begun anew only once its
@@ -41,9 +42,9 @@ import (
 //
 // A version of the kit before this format kept each operation's entries
 // as a list, "<prefix>{<slot>}:log:<operation_id>", one JSON element per
-// entry (legacyEntry); Entries reads those too, so that what servers of
-// that version wrote during a rolling deploy is not lost. Such a server
-// reads none of the new logs.
+// entry (legacyHead, legacyTail); Entries reads those too, so that what
+// servers of that version wrote during a rolling deploy is not lost. Such
+// a server reads none of the new logs.
 
 // entryCodes are the values of field 1, what an entry says happened.
 var entryCodes = map[string]string{
@@ -69,23 +70,19 @@ var entryWhats = func() map[string]string {
 
 // The fields of an entry's line, counted from 0 (lib.lua counts from 1).
 const (
-	fWhat = iota
-	fAt
-	fUsed // the approval's used-at; "=": at
-	fKind
-	fSession
-	fInstance
-	fNote // Reason, or By of a resolution
-	fAgent
-	fUser
-	fAccount
-	fRevision
-	fSummary
-	fExpires // "-": the seconds the revision's name starts with
-	fDigest  // the terms digest; "=" or "!" and the terms (termsOfField)
-	fApproval
+	fWhat     = iota
+	fAt       // Unix ns
+	fUsed     // the approval's used-at; "=": at
+	fContext  // kind, Session, note (Reason, or By of a resolution)
+	fOwner    // web server, agent, user, account
+	fRevision // revision, summary, expires_at ("-": the revision's seconds)
+	fDigest   // the terms digest; "=" or "!" and the terms (digestOfField)
+	fApproval // approvalField, its recorded_at left out when it is at
 	nFields
 )
+
+// groupSep separates the strings of a field that holds several.
+const groupSep = "\x1f"
 
 // auditArgs are the three arguments every script that may write an entry
 // takes: the entry's head, the terms' digest ("" when the caller doesn't
@@ -96,7 +93,7 @@ func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, 
 }
 
 // entryHeadOf is the head of an entry, what its caller knows (fields
-// 0-9 of its line, fUsed left ""), and the terms' digest ("" when terms
+// 0-4 of its line, fUsed left ""), and the terms' digest ("" when terms
 // are nil: the caller doesn't know them).
 func entryHeadOf(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) (head string, digest string) {
 	e := store.EntryOf(ctx)
@@ -111,9 +108,13 @@ func entryHeadOf(ctx context.Context, what string, owner store.Owner, note strin
 	b = append(b, code...)
 	b = strconv.AppendInt(append(b, '\t'), now.UnixNano(), 10)
 	b = append(b, '\t', '\t')
-	for i, f := range [...]string{e.Kind, e.Session, e.Instance, note, owner.Agent, owner.User, owner.Account} {
-		if i > 0 {
+	for i, f := range [...]string{e.Kind, e.Session, note, e.Instance, owner.Agent, owner.User, owner.Account} {
+		switch i {
+		case 0:
+		case 3:
 			b = append(b, '\t')
+		default:
+			b = append(b, groupSep...)
 		}
 		b = appendField(b, f)
 	}
@@ -123,8 +124,8 @@ func entryHeadOf(ctx context.Context, what string, owner store.Owner, note strin
 	return string(b), digest
 }
 
-// appendField appends s as a field of a log's line: the inside of its JSON
-// string, as it is when nothing in it needs escaping (lib.lua esc).
+// appendField appends s as a string of a log's line: the inside of its
+// JSON string, as it is when nothing in it needs escaping (lib.lua esc).
 func appendField(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
@@ -137,7 +138,7 @@ func appendField(b []byte, s string) []byte {
 
 func escapeField(s string) string { return string(appendField(nil, s)) }
 
-// unescapeField reads a field as appendField (or lib.lua esc) wrote it,
+// unescapeField reads a string as appendField (or lib.lua esc) wrote it,
 // and as json.Unmarshal reads a JSON string: invalid UTF-8 becomes U+FFFD.
 func unescapeField(f string) (string, bool) {
 	if !strings.ContainsRune(f, '\\') && utf8.ValidString(f) {
@@ -192,7 +193,7 @@ func digestOfField(f string) (string, bool) {
 }
 
 // resolveLine resolves one line of a log against the fields of the line
-// before (st, changed in place), as lib.lua log_fields does.
+// before (st, changed in place), as lib.lua log_read does.
 func resolveLine(line string, st *[nFields]string) {
 	for f := 0; f < nFields && line != ""; f++ {
 		v, rest, _ := strings.Cut(line, "\t")
@@ -204,8 +205,6 @@ func resolveLine(line string, st *[nFields]string) {
 			v = ""
 		case f == fUsed && v == "=":
 			v = st[fAt]
-		case f == fExpires && v == "-":
-			v = revisionSeconds(st[fRevision]) + "000000000"
 		case f == fApproval && (v[0] == 'u' || v[0] == 'a') && !hasRecordedAt(v):
 			v += ",t" + st[fAt]
 		}
@@ -281,38 +280,49 @@ func decodeLog(opID, v string) (entries []store.Entry, keep time.Time, ok bool) 
 	return entries, keep, true
 }
 
+// group splits field f, a group of n strings, and unescapes them.
+func group(f string, n int) ([]string, bool) {
+	parts := strings.Split(f, groupSep)
+	if len(parts) != n {
+		return nil, false
+	}
+	for i, p := range parts {
+		var ok bool
+		if parts[i], ok = unescapeField(p); !ok {
+			return nil, false
+		}
+	}
+	return parts, true
+}
+
 // entryOfFields is the entry the resolved fields of a line say.
 func entryOfFields(opID string, st *[nFields]string) (store.Entry, bool) {
-	var s [nFields]string
-	for _, f := range [...]int{fKind, fSession, fInstance, fNote, fAgent, fUser, fAccount, fRevision, fSummary} {
-		v, ok := unescapeField(st[f])
-		if !ok {
-			return store.Entry{}, false
-		}
-		s[f] = v
-	}
 	what, ok := entryWhats[st[fWhat]]
 	if !ok {
 		if what, ok = unescapeField(st[fWhat]); !ok {
 			return store.Entry{}, false
 		}
 	}
-	at, ok := parseTime(st[fAt])
-	if !ok {
+	c, ok1 := group(st[fContext], 3)
+	o, ok2 := group(st[fOwner], 4)
+	r, ok3 := group(st[fRevision], 3)
+	at, ok4 := parseTime(st[fAt])
+	digest, ok5 := digestOfField(st[fDigest])
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return store.Entry{}, false
 	}
-	digest, ok := digestOfField(st[fDigest])
-	if !ok {
-		return store.Entry{}, false
+	rev, x := r[0], r[2]
+	if x == "-" {
+		x = revisionSeconds(rev) + "000000000"
 	}
-	e := store.Entry{What: what, At: at, Instance: s[fInstance],
-		Owner:   store.Owner{Agent: s[fAgent], User: s[fUser], Account: s[fAccount]},
-		Session: s[fSession], Kind: s[fKind], TermsDigest: digest,
-		Operation: store.Operation{ID: opID, Revision: s[fRevision], Summary: s[fSummary]}}
-	if x, ok := parseTime(st[fExpires]); ok {
+	e := store.Entry{What: what, At: at, Instance: o[0],
+		Owner:   store.Owner{Agent: o[1], User: o[2], Account: o[3]},
+		Session: c[1], Kind: c[0], TermsDigest: digest,
+		Operation: store.Operation{ID: opID, Revision: rev, Summary: r[1]}}
+	if x, ok := parseTime(x); ok {
 		e.Operation.ExpiresAt = x
 	}
-	e.Approval = approvalOfField(st[fApproval], opID, s[fRevision])
+	e.Approval = approvalOfField(st[fApproval], opID, rev)
 	if what == storekit.EntryDeclined { // recorded nowhere
 		e.Approval.RecordedAt = time.Time{}
 	}
@@ -320,9 +330,9 @@ func entryOfFields(opID string, st *[nFields]string) (store.Entry, bool) {
 		e.Approval.UsedAt, _ = parseTime(st[fUsed])
 	}
 	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
-		e.By = s[fNote]
+		e.By = c[2]
 	} else {
-		e.Reason = s[fNote]
+		e.Reason = c[2]
 	}
 	return e, true
 }
@@ -335,28 +345,37 @@ func entryOfFields(opID string, st *[nFields]string) (store.Entry, bool) {
 // another shape.
 func approvalField(j string) string {
 	var c string
+	var i int
 	switch {
 	case strings.HasPrefix(j, `{"approver":"user"`):
-		c = "u" + j[len(`{"approver":"user"`):]
+		c, i = "u", len(`{"approver":"user"`)
 	case strings.HasPrefix(j, `{"approver":"agent"`):
-		c = "a" + j[len(`{"approver":"agent"`):]
+		c, i = "a", len(`{"approver":"agent"`)
 	default:
 		return j
 	}
-	if !strings.HasSuffix(c, "}") {
+	if !strings.HasSuffix(j, "}") {
 		return j
 	}
-	c = c[:len(c)-1]
-	for _, m := range [...][2]string{{`,"approved_at":`, ",p"}, {`,"input_type":`, ",i"}, {`,"reference":`, ",r"}, {`,"recorded_at":`, ",t"}} {
-		if m[1] == ",t" && !strings.Contains(c, m[0]) {
-			return j
+	for _, m := range [...][2]string{{`,"approved_at":`, ",p"}, {`,"input_type":`, ",i"}, {`,"reference":`, ",r"}} {
+		if strings.HasPrefix(j[i:], m[0]) {
+			v := i + len(m[0])
+			next := strings.Index(j[v:], `,"`)
+			if next < 0 {
+				next = len(j) - 1 - v
+			}
+			c, i = c+m[1]+j[v:v+next], v+next
 		}
-		c = strings.Replace(c, m[0], m[1], 1)
 	}
-	if strings.Contains(c, `,"`) {
+	rec, ok := strings.CutPrefix(j[i:], `,"recorded_at":`)
+	if !ok {
 		return j
 	}
-	return c
+	rec = rec[:len(rec)-1]
+	if digits := strings.TrimPrefix(rec, "-"); digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return j // as lib.lua matches '^%-?%d+$'
+	}
+	return c + ",t" + rec
 }
 
 // approvalOfField reads an approval field (approvalField, its recorded_at

@@ -496,26 +496,28 @@ end
 -- commits what an entry records rewrites in the same script (GET, then
 -- SET: Redis keeps a string that APPEND grew at up to twice its size).
 -- Its first line is '1:' and the log's keep-until, then one line per
--- entry, in the order written: the fields below, separated by tabs, each
--- as the inside of its JSON string (esc: never a tab nor a newline). A
--- field is '' when it says what the entry before says, '\' when it is
--- '' after one that was not, and the fields '' ends with are left out.
--- So what an operation's entries share (its owner, revision, summary,
--- expires_at, terms digest, approval, Session, kind, web server) is kept
--- once. The fields: 1 what (audit.go entryCodes), 2 at, 3 the approval's
--- used-at ('=': at), 4 kind, 5 Session, 6 web server, 7 note (reason or
--- by), 8 agent, 9 user, 10 account, 11 revision, 12 summary, 13
--- expires_at ('-': the seconds the revision's name starts with,
--- revision_name), 14 terms digest (terms_field while the step knows only
--- the terms: the claim, which knows the digest, puts it in their place),
--- 15 the approval (approval_field). Fields hold no tab and no newline:
--- the terms (terms_field) are escaped when they hold a control character. A decline or a claim is refused once
--- the log holds AUDIT_REFUSE entries (storekit.EntriesBeforeRefusal),
--- which leaves room for all that may follow within 64 (webkit/RULES.md
--- "Bounded work").
+-- entry, in the order written, of 8 fields separated by tabs:
+--   1 what (audit.go entryCodes)
+--   2 at
+--   3 the approval's used-at ('=': at)
+--   4 kind, Session and note (reason or by), separated by \31
+--   5 web server, agent, user and account, separated by \31
+--   6 revision, summary and expires_at, separated by \31; expires_at '-'
+--     when it is the seconds the revision's name starts with
+--     (revision_name)
+--   7 terms digest (terms_field while the step knows only the terms:
+--     the claim, which knows their digest, puts it in their place)
+--   8 the approval (approval_field; its recorded_at left out when it is at)
+-- A field is '' when it says what the entry before says, '\' when it is
+-- '' after one that was not, and the fields '' ends a line with are left
+-- out: what an operation's entries share is kept once. Strings are kept
+-- as the inside of their JSON string (esc), so no field holds a tab, a
+-- newline or \31. A decline or a claim is refused once the log holds
+-- AUDIT_REFUSE entries (storekit.EntriesBeforeRefusal), which leaves room
+-- for all that may follow within 64 (webkit/RULES.md "Bounded work").
 local AUDIT_REFUSE = 44
 
--- esc is s as a field of the log: the inside of its JSON string, as it
+-- esc is s as a string of the log: the inside of its JSON string, as it
 -- is when nothing in it needs escaping.
 local function esc(s)
   if not s then return '' end
@@ -537,101 +539,96 @@ end
 -- approval_field is a stored approval (redisstore.go encodeApproval's
 -- JSON) as the log keeps it: 'u' or 'a' for its approver, then ',p'
 -- approved_at, ',i' input_type, ',r' reference and ',t' recorded_at, as
--- the JSON has them (a member's name can't be inside a JSON string,
--- whose quotes are escaped); the JSON itself when it has another shape.
+-- the JSON has them (a member's name can't be inside a JSON string, whose
+-- quotes are escaped); the JSON itself when it has another shape.
 -- audit.go approvalField makes the same.
+local APPROVAL_MEMBERS = {{',"approved_at":', ',p'}, {',"input_type":', ',i'}, {',"reference":', ',r'}}
 local function approval_field(j)
   if not j or j == '' then return '' end
-  local c
+  local c, i
   if string.sub(j, 1, 18) == '{"approver":"user"' then
-    c = 'u' .. string.sub(j, 19, #j - 1)
+    c, i = 'u', 19
   elseif string.sub(j, 1, 19) == '{"approver":"agent"' then
-    c = 'a' .. string.sub(j, 20, #j - 1)
+    c, i = 'a', 20
   else
     return j
   end
   if string.sub(j, -1) ~= '}' then return j end
-  c = string.gsub(c, ',"approved_at":', ',p', 1)
-  c = string.gsub(c, ',"input_type":', ',i', 1)
-  c = string.gsub(c, ',"reference":', ',r', 1)
-  local recorded
-  c, recorded = string.gsub(c, ',"recorded_at":', ',t', 1)
-  if recorded == 0 or string.find(c, ',"', 1, true) then return j end
-  return c
-end
-
--- log_fields resolves one line of a log (s from i to e, before its
--- newline) against the fields of the entry before (st, changed in
--- place), as audit.go resolveLine does. It returns where the line's own
--- terms digest field is (nil when it has none).
-local function log_fields(s, i, e, st)
-  local j, f, d1, d2 = i, 1, nil, nil
-  while f <= 15 and j <= e do
-    local t = string.find(s, '\t', j, true)
-    if not t or t > e then t = e end
-    if t > j then
-      local v = string.sub(s, j, t - 1)
-      if v == '\\' then
-        v = ''
-      elseif f == 3 and v == '=' then
-        v = st[2]
-      elseif f == 13 and v == '-' then
-        v = (string.match(st[11], '^(%-?%d+)%-') or '') .. '000000000'
-      elseif f == 14 then
-        d1, d2 = j, t - 1
-      elseif f == 15 and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') and not string.find(v, ',t%-?%d+$') then
-        v = v .. ',t' .. st[2]
-      end
-      st[f] = v
+  for _, m in ipairs(APPROVAL_MEMBERS) do
+    if string.sub(j, i, i + #m[1] - 1) == m[1] then
+      -- Up to the next member (its value has no ,": quotes in a string
+      -- are escaped).
+      local v = i + #m[1]
+      local nxt = string.find(j, ',"', v, true) or #j
+      c, i = c .. m[2] .. string.sub(j, v, nxt - 1), nxt
     end
-    j, f = t + 1, f + 1
   end
-  return d1, d2
+  if string.sub(j, i, i + 14) ~= ',"recorded_at":' then return j end
+  local rec = string.sub(j, i + 15, #j - 1)
+  if string.find(rec, '^%-?%d+$') == nil then return j end
+  return c .. ',t' .. rec
 end
 
 -- log_read reads a log's string s: its keep-until, where its entries
 -- start (its first newline), how many it holds, the fields of the latest
--- as log_fields resolves them, and where the terms digest field the
--- latest says was written. nil when s is no log of this format.
+-- as the lines before resolve them (audit.go resolveLine), and where the
+-- terms digest field the latest says was written. nil when s is no log
+-- of this format.
 local function log_read(s)
   local nl = string.find(s, '\n', 1, true)
   if not nl or string.sub(s, 1, 2) ~= '1:' then return nil end
-  local st = {'', '', '', '', '', '', '', '', '', '', '', '', '', '', ''}
+  local st = {'', '', '', '', '', '', '', ''}
   local n, d1, d2, i, len = 0, nil, nil, nl + 1, #s
   while i <= len do
     local e = string.find(s, '\n', i, true) or len + 1
-    local a, b = log_fields(s, i, e, st)
-    if a then d1, d2 = a, b end
+    local j, f = i, 1
+    while f <= 8 and j < e do
+      local t = string.find(s, '\t', j, true)
+      if not t or t > e then t = e end
+      if t > j then
+        local v = string.sub(s, j, t - 1)
+        if v == '\\' then
+          v = ''
+        elseif f == 3 and v == '=' then
+          v = st[2]
+        elseif f == 7 then
+          d1, d2 = j, t - 1
+        elseif f == 8 and not string.find(v, ',t%-?%d+$') and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') then
+          v = v .. ',t' .. st[2]
+        end
+        st[f] = v
+      end
+      j, f = t + 1, f + 1
+    end
     n, i = n + 1, e + 1
   end
   return string.sub(s, 3, nl - 1), nl, n, st, d1, d2
 end
 
--- log_write appends entry e (its 15 fields, as log_read resolves them)
--- to the log key log, in the same step as what it records, and keeps the
--- log until the later of keepAu (now plus the audit retention; keepTTL
--- is its TTL in ms, or nil) and k (the operation's keep-until at this
--- step), and no less long than it was kept. A log forgotten by now
--- (whether or not its TTL has fired) is begun anew. alias, when given,
--- is {terms_field(terms), their digest}: a digest field that holds those
--- terms becomes the digest. With refuse (a decline, a claim) it writes nothing and returns
--- false when the log holds AUDIT_REFUSE entries: call it before the
--- step's writes.
+-- log_write appends entry e (its 8 fields, as log_read resolves them) to
+-- the log key log, in the same step as what it records, and keeps the log
+-- until the later of keepAu (now plus the audit retention; keepTTL is its
+-- TTL in ms, or nil) and k (the operation's keep-until at this step), and
+-- no less long than it was kept. A log forgotten by now (whether or not
+-- its TTL has fired) is begun anew. alias, when given, is
+-- {terms_field(terms), their digest}: a digest field that holds those
+-- terms becomes the digest. With refuse (a decline, a claim) it writes
+-- nothing and returns false when the log holds AUDIT_REFUSE entries: call
+-- it before the step's writes.
 local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias)
   local s = redis.call('GET', log)
   local keep, body, n, st, d1, d2
   if s then keep, body, n, st, d1, d2 = log_read(s) end
   if not keep or cmp(now, keep) > 0 then
-    s, n = nil, 0
-    st = {'', '', '', '', '', '', '', '', '', '', '', '', '', '', ''}
+    s, n, st = nil, 0, {'', '', '', '', '', '', '', ''}
   end
   if refuse and n >= AUDIT_REFUSE then return false end
-  if alias and d1 and st[14] == alias[1] then
+  if alias and d1 and st[7] == alias[1] then
     s = string.sub(s, 1, d1 - 1) .. alias[2] .. string.sub(s, d2 + 1)
-    st[14] = alias[2]
+    st[7] = alias[2]
   end
   local out, last = {e[1]}, 1
-  for f = 2, 15 do
+  for f = 2, 8 do
     local v, w = e[f], nil
     if v == st[f] then
       w = ''
@@ -639,10 +636,7 @@ local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias)
       w = '\\'
     elseif f == 3 and v == e[2] then
       w = '='
-    elseif f == 13 and (string.match(e[11], '^(%-?%d+)%-') or '') .. '000000000' == v then
-      w = '-'
-    elseif f == 15 and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') and
-        string.sub(v, -#e[2] - 2) == ',t' .. e[2] then
+    elseif f == 8 and string.sub(v, -#e[2] - 2) == ',t' .. e[2] and (string.sub(v, 1, 1) == 'u' or string.sub(v, 1, 1) == 'a') then
       w = string.sub(v, 1, #v - #e[2] - 2)
     else
       w = v
@@ -666,30 +660,28 @@ local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias)
   return true
 end
 
--- entry_of is an entry's 15 fields (log_write): the caller's head
--- (audit.go entryHead: fields 1-10, 3 left '') and what the step knows:
--- the approval's used-at u, the revision rev, its summary s, expires_at
--- x, the terms digest d ('' when the caller doesn't know the terms: then
--- '=' and the terms t), the stored approval ap, and the operation's
--- account acct ('' when the caller's head says it).
+-- entry_of is an entry's 8 fields (log_write): the caller's head (audit.go
+-- entryHead: fields 1-5, 3 left '') and what the step knows: the
+-- approval's used-at u, the revision rev, its summary s and expires_at x,
+-- the terms digest d ('' when the caller doesn't know the terms: then
+-- terms_field of the terms t), the stored approval ap, and the
+-- operation's account acct ('' when the caller's head says it).
 local function entry_of(head, u, rev, s, x, d, t, ap, acct)
-  local e, j, f, len = {}, 1, 1, #head
-  while f <= 10 do
-    local tab = string.find(head, '\t', j, true) or len + 1
-    e[f] = string.sub(head, j, tab - 1)
-    j, f = tab + 1, f + 1
+  local a = string.find(head, '\t', 1, true)
+  local b = string.find(head, '\t', a + 1, true)
+  local c = string.find(head, '\t', b + 2, true)
+  local owner = string.sub(head, c + 1)
+  if acct and acct ~= '' then
+    local i = #owner
+    while i > 0 and string.byte(owner, i) ~= 31 do i = i - 1 end
+    owner = string.sub(owner, 1, i) .. esc(acct)
   end
-  e[3] = u or ''
-  if acct and acct ~= '' then e[10] = esc(acct) end
-  e[11], e[12], e[13], e[15] = esc(rev), esc(s), x or '', approval_field(ap)
-  if d ~= '' then
-    e[14] = d
-  elseif t then
-    e[14] = terms_field(t)
-  else
-    e[14] = ''
-  end
-  return e
+  rev, x = esc(rev), x or ''
+  if (string.match(rev, '^(%-?%d+)%-') or '') .. '000000000' == x then x = '-' end
+  local dt = d
+  if d == '' then dt = (t and terms_field(t)) or '' end
+  return {string.sub(head, 1, a - 1), string.sub(head, a + 1, b - 1), u or '', string.sub(head, b + 2, c - 1), owner,
+    rev .. '\31' .. esc(s) .. '\31' .. x, dt, approval_field(ap)}
 end
 
 -- audit appends an entry to operation opID's log (log_write): au is the

@@ -1,0 +1,293 @@
+package store
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/opsgate/opsgate/internal/storekit"
+)
+
+// memLog is an operation's audit entries, in the order they were written,
+// encoded in one string (BenchmarkMemoryRetained): each entry says only
+// what differs from the entry before, so what an operation's entries
+// share (its owner, revision, summary, expires_at, terms digest and
+// approval, the Session, kind and web server) is kept once, as
+// redisstore's log keeps it. A performed operation's three entries take
+// about 300 bytes where they took about 1,000 as structs.
+//
+// An entry is its What (an index in entryWhats), a uvarint whose bits say
+// which of the fields (logField) differ from the entry before's, and those
+// fields in order: a string as its uvarint length and its bytes; at as a
+// zigzag varint of its difference from the entry before's at; the other
+// times the same, from the entry's own at (so that a used-at equal to at
+// takes one byte); the terms digest, when it is a SHA-256 in base64url,
+// as 0 and its 32 bytes, else as a string whose length is one more.
+//
+// Its entries' IDs are not stored: the i-th is "<operation_id>.<its first
+// entry's at, base 36>.<i>". A log is begun anew only once it is
+// forgotten by the step's clock, whose at is then later than every at of
+// the log before (which was kept for the audit retention after each):
+// no two logs of one operation name their entries alike.
+type memLog struct {
+	data string
+	// until is when it is forgotten (instant): the audit retention after
+	// its latest entry, and no sooner than its operation was remembered
+	// at that entry's step.
+	until int64
+	n     uint8 // entries (at most storekit.MaxEntriesPerOperation)
+}
+
+// instant is t in Unix nanoseconds, clamped to what an int64 holds
+// (years 1678 to 2262), so that instants compare as the times do.
+func instant(t time.Time) int64 {
+	switch {
+	case t.Before(minInstant):
+		return math.MinInt64
+	case t.After(maxInstant):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var minInstant, maxInstant = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+
+// forgottenAt says whether a log kept until until is forgotten at now.
+func (l *memLog) forgottenAt(now time.Time) bool { return instant(now) > l.until }
+
+// keep makes l kept until t at least.
+func (l *memLog) keep(t time.Time) { l.until = max(l.until, instant(t)) }
+
+// memOrphanLog is a log that outlives its operation, in memory.logs, on
+// a timer of its own.
+type memOrphanLog struct {
+	timer memTimer
+	memLog
+}
+
+// logFields are what an entry says, as a log keeps them.
+type logFields struct {
+	what                                      uint8
+	at, used, expires, approvedAt, recordedAt int64
+	kind, session, instance, note             string
+	agent, user, account                      string
+	revision, summary, digest                 string
+	approver, inputType, reference            string
+}
+
+// The fields of an entry, in the order they are encoded.
+const (
+	lfAt = iota
+	lfUsed
+	lfKind
+	lfSession
+	lfInstance
+	lfNote
+	lfAgent
+	lfUser
+	lfAccount
+	lfRevision
+	lfSummary
+	lfExpires
+	lfDigest
+	lfApprover
+	lfApprovedAt
+	lfInputType
+	lfReference
+	lfRecordedAt
+	lfCount
+)
+
+// entryWhats are the values of Entry.What, by logFields.what.
+var entryWhats = [...]string{storekit.EntryRecorded, storekit.EntryDeclined, storekit.EntryClaimed, storekit.EntryReleased,
+	storekit.EntryPerformed, storekit.EntryNotPerformed, storekit.EntryUnknown, storekit.EntryResolved, storekit.EntryResolvedNotDo}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// fieldsOf is what e says, as a log keeps it.
+func fieldsOf(e Entry) logFields {
+	note := e.Reason
+	if e.By != "" {
+		note = e.By
+	}
+	a := e.Approval
+	return logFields{
+		what: uint8(slices.Index(entryWhats[:], e.What)),
+		at:   nanos(e.At), used: nanos(a.UsedAt), expires: nanos(e.Operation.ExpiresAt),
+		approvedAt: nanos(a.ApprovedAt), recordedAt: nanos(a.RecordedAt),
+		kind: e.Kind, session: e.Session, instance: e.Instance, note: note,
+		agent: e.Agent, user: e.User, account: e.Account,
+		revision: e.Operation.Revision, summary: e.Operation.Summary, digest: e.TermsDigest,
+		approver: string(a.Approver), inputType: a.InputType, reference: a.Reference,
+	}
+}
+
+// strings are f's string fields, by their place among the fields.
+func (f *logFields) strings() [lfCount]*string {
+	var s [lfCount]*string
+	s[lfKind], s[lfSession], s[lfInstance], s[lfNote] = &f.kind, &f.session, &f.instance, &f.note
+	s[lfAgent], s[lfUser], s[lfAccount] = &f.agent, &f.user, &f.account
+	s[lfRevision], s[lfSummary], s[lfDigest] = &f.revision, &f.summary, &f.digest
+	s[lfApprover], s[lfInputType], s[lfReference] = &f.approver, &f.inputType, &f.reference
+	return s
+}
+
+// times are f's time fields (Unix ns), by their place among the fields.
+func (f *logFields) times() [lfCount]*int64 {
+	var t [lfCount]*int64
+	t[lfAt], t[lfUsed], t[lfExpires], t[lfApprovedAt], t[lfRecordedAt] = &f.at, &f.used, &f.expires, &f.approvedAt, &f.recordedAt
+	return t
+}
+
+// add appends e after the entries of l, which the last of says prev.
+func (l *memLog) add(e Entry) {
+	var prev logFields
+	l.each(func(_ int, f *logFields) { prev = *f })
+	f := fieldsOf(e)
+	b := make([]byte, 0, len(l.data)+16)
+	b = append(b, l.data...)
+	b = appendEntry(b, &prev, &f)
+	l.data = string(b)
+	l.n++
+}
+
+// appendEntry appends the entry f says after one that prev says.
+func appendEntry(b []byte, prev, f *logFields) []byte {
+	ps, fs := prev.strings(), f.strings()
+	pt, ft := prev.times(), f.times()
+	var mask uint64
+	for i := range lfCount {
+		if (fs[i] != nil && *fs[i] != *ps[i]) || (ft[i] != nil && *ft[i] != *pt[i]) {
+			mask |= 1 << i
+		}
+	}
+	b = append(b, f.what)
+	b = binary.AppendUvarint(b, mask)
+	for i := range lfCount {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		switch {
+		case i == lfAt:
+			b = binary.AppendVarint(b, int64(uint64(f.at)-uint64(prev.at)))
+		case ft[i] != nil:
+			b = binary.AppendVarint(b, int64(uint64(*ft[i])-uint64(f.at)))
+		case i == lfDigest:
+			if raw, err := base64.RawURLEncoding.DecodeString(f.digest); err == nil && len(raw) == 32 && base64.RawURLEncoding.EncodeToString(raw) == f.digest {
+				b = append(append(b, 0), raw...)
+				break
+			}
+			b = binary.AppendUvarint(b, uint64(len(f.digest))+1)
+			b = append(b, f.digest...)
+		default:
+			b = binary.AppendUvarint(b, uint64(len(*fs[i])))
+			b = append(b, *fs[i]...)
+		}
+	}
+	return b
+}
+
+// each calls f with each entry of l in order, as its fields resolve (f
+// must not keep the pointer). A log is only ever written by add, so it
+// decodes; should it not, the entries after the fault are left out.
+func (l *memLog) each(yield func(i int, f *logFields)) {
+	var f logFields
+	d := l.data
+	for i := 0; d != ""; i++ {
+		f.what, d = d[0], d[1:]
+		mask, n := binary.Uvarint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
+		if n <= 0 {
+			return
+		}
+		d = d[n:]
+		fs, ft := f.strings(), f.times()
+		at := f.at
+		for k := range lfCount {
+			if mask&(1<<k) == 0 {
+				continue
+			}
+			switch {
+			case ft[k] != nil:
+				v, n := binary.Varint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
+				if n <= 0 {
+					return
+				}
+				d = d[n:]
+				if k == lfAt {
+					f.at = int64(uint64(at) + uint64(v))
+					at = f.at
+				} else {
+					*ft[k] = int64(uint64(at) + uint64(v))
+				}
+			case k == lfDigest && d != "" && d[0] == 0:
+				if len(d) < 33 {
+					return
+				}
+				f.digest, d = base64.RawURLEncoding.EncodeToString([]byte(d[1:33])), d[33:]
+			default:
+				m, n := binary.Uvarint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
+				if k == lfDigest {
+					m--
+				}
+				if n <= 0 || uint64(len(d)-n) < m {
+					return
+				}
+				*fs[k], d = d[n:n+int(m)], d[n+int(m):]
+			}
+		}
+		yield(i, &f)
+	}
+}
+
+// entry is the Entry fields f say, the i-th of the log of operation id,
+// whose first entry's at is at0.
+func (f *logFields) entry(id string, at0 int64, i int) Entry {
+	e := Entry{
+		ID: id + "." + strconv.FormatInt(at0, 36) + "." + strconv.Itoa(i),
+		At: fromNanos(f.at), Instance: f.instance, Owner: Owner{Agent: f.agent, User: f.user, Account: f.account},
+		Session: f.session, Kind: f.kind, TermsDigest: f.digest,
+		Operation: Operation{ID: id, Revision: f.revision, Summary: f.summary, ExpiresAt: fromNanos(f.expires)},
+		Approval: Approval{OperationID: id, Revision: f.revision, Approver: Approver(f.approver),
+			ApprovedAt: fromNanos(f.approvedAt), InputType: f.inputType, Reference: f.reference,
+			RecordedAt: fromNanos(f.recordedAt), UsedAt: fromNanos(f.used)},
+	}
+	if int(f.what) < len(entryWhats) {
+		e.What = entryWhats[f.what]
+	}
+	if e.What == storekit.EntryResolved || e.What == storekit.EntryResolvedNotDo {
+		e.By = f.note
+	} else {
+		e.Reason = f.note
+	}
+	return e
+}
+
+// entries are l's entries of operation id with At in [from, to).
+func (l *memLog) entries(id string, from, to time.Time) []Entry {
+	var out []Entry
+	var at0 int64
+	l.each(func(i int, f *logFields) {
+		if i == 0 {
+			at0 = f.at
+		}
+		if at := fromNanos(f.at); !at.Before(from) && at.Before(to) {
+			out = append(out, f.entry(id, at0, i))
+		}
+	})
+	return out
+}
