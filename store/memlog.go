@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opsgate/opsgate/internal/storekit"
@@ -19,13 +20,17 @@ import (
 // redisstore's log keeps it. A performed operation's three entries take
 // about 300 bytes where they took about 1,000 as structs.
 //
-// An entry is its What (an index in entryWhats), a uvarint whose bits say
-// which of the fields (logField) differ from the entry before's, and those
-// fields in order: a string as its uvarint length and its bytes; at as a
-// zigzag varint of its difference from the entry before's at; the other
-// times the same, from the entry's own at (so that a used-at equal to at
-// takes one byte); the terms digest, when it is a SHA-256 in base64url,
-// as 0 and its 32 bytes, else as a string whose length is one more.
+// An entry is a byte of its What (an index in entryWhats, its high four
+// bits) and of which of the first fields (lfAt...) differ from the entry
+// before's (its low three; the fourth says a uvarint of the others'
+// follows), then those fields in order: a string as its uvarint length
+// and its bytes; at as a zigzag varint of its difference from the entry
+// before's at; the other times the same, from the entry's own at (so that
+// a used-at equal to at takes one byte), expires_at in seconds when it is
+// whole seconds; the revision without the seconds its name starts with
+// when they are expires_at's (store.NewRevision); the terms digest, when
+// it is a SHA-256 in base64url, as 0 and its 32 bytes; the approver "user"
+// or "agent" as one byte.
 //
 // Its entries' IDs are not stored: the i-th is "<operation_id>.<its first
 // entry's at, base 36>.<i>". A log is begun anew only once it is
@@ -89,9 +94,9 @@ const (
 	lfAgent
 	lfUser
 	lfAccount
+	lfExpires // before lfRevision, whose name it may spell
 	lfRevision
 	lfSummary
-	lfExpires
 	lfDigest
 	lfApprover
 	lfApprovedAt
@@ -176,31 +181,70 @@ func appendEntry(b []byte, prev, f *logFields) []byte {
 			mask |= 1 << i
 		}
 	}
-	b = append(b, f.what)
-	b = binary.AppendUvarint(b, mask)
+	what := min(f.what, 15)
+	if mask>>3 == 0 {
+		b = append(b, what<<4|byte(mask))
+	} else {
+		b = binary.AppendUvarint(append(b, what<<4|8|byte(mask&7)), mask>>3)
+	}
 	for i := range lfCount {
 		if mask&(1<<i) == 0 {
 			continue
 		}
-		switch {
-		case i == lfAt:
+		switch i {
+		case lfAt:
 			b = binary.AppendVarint(b, int64(uint64(f.at)-uint64(prev.at)))
-		case ft[i] != nil:
-			b = binary.AppendVarint(b, int64(uint64(*ft[i])-uint64(f.at)))
-		case i == lfDigest:
+		case lfExpires:
+			// Whole seconds (as store keeps expires_at): their difference
+			// from at's, doubled (two bytes for ten minutes); else 1 and
+			// the difference in ns.
+			if d := f.expires/1e9 - f.at/1e9; f.expires%1e9 == 0 && d > -1<<40 && d < 1<<40 {
+				b = binary.AppendVarint(b, 2*d)
+			} else {
+				b = binary.AppendVarint(binary.AppendVarint(b, 1), int64(uint64(f.expires)-uint64(f.at)))
+			}
+		case lfRevision:
+			// store.NewRevision's names start with their expires_at's
+			// seconds: 0 and the rest; else its length plus one.
+			if rest, ok := strings.CutPrefix(f.revision, revisionSeconds(f.expires)); ok && f.expires%1e9 == 0 {
+				b = binary.AppendUvarint(append(b, 0), uint64(len(rest)))
+				b = append(b, rest...)
+			} else {
+				b = binary.AppendUvarint(b, uint64(len(f.revision))+1)
+				b = append(b, f.revision...)
+			}
+		case lfDigest:
 			if raw, err := base64.RawURLEncoding.DecodeString(f.digest); err == nil && len(raw) == 32 && base64.RawURLEncoding.EncodeToString(raw) == f.digest {
 				b = append(append(b, 0), raw...)
-				break
+			} else {
+				b = binary.AppendUvarint(b, uint64(len(f.digest))+1)
+				b = append(b, f.digest...)
 			}
-			b = binary.AppendUvarint(b, uint64(len(f.digest))+1)
-			b = append(b, f.digest...)
+		case lfApprover:
+			switch Approver(f.approver) {
+			case ApproverUser:
+				b = append(b, 0)
+			case ApproverAgent:
+				b = append(b, 1)
+			default:
+				b = binary.AppendUvarint(b, uint64(len(f.approver))+2)
+				b = append(b, f.approver...)
+			}
 		default:
-			b = binary.AppendUvarint(b, uint64(len(*fs[i])))
-			b = append(b, *fs[i]...)
+			if ft[i] != nil {
+				b = binary.AppendVarint(b, int64(uint64(*ft[i])-uint64(f.at)))
+			} else {
+				b = binary.AppendUvarint(b, uint64(len(*fs[i])))
+				b = append(b, *fs[i]...)
+			}
 		}
 	}
 	return b
 }
+
+// revisionSeconds is how a revision named by store.NewRevision for
+// expires_at x (Unix ns, whole seconds) starts: its seconds and "-".
+func revisionSeconds(x int64) string { return strconv.FormatInt(x/1e9, 10) + "-" }
 
 // each calls f with each entry of l in order, as its fields resolve (f
 // must not keep the pointer). A log is only ever written by add, so it
@@ -208,46 +252,102 @@ func appendEntry(b []byte, prev, f *logFields) []byte {
 func (l *memLog) each(yield func(i int, f *logFields)) {
 	var f logFields
 	d := l.data
-	for i := 0; d != ""; i++ {
-		f.what, d = d[0], d[1:]
-		mask, n := binary.Uvarint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
-		if n <= 0 {
-			return
+	// uvarint and varint read a number off d.
+	uvarint := func() (uint64, bool) {
+		v, n := binary.Uvarint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
+		d = d[max(n, 0):]
+		return v, n > 0
+	}
+	varint := func() (int64, bool) {
+		v, n := binary.Varint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
+		d = d[max(n, 0):]
+		return v, n > 0
+	}
+	// str reads n bytes off d.
+	str := func(n uint64) (string, bool) {
+		if uint64(len(d)) < n {
+			return "", false
 		}
+		s := d[:n]
 		d = d[n:]
+		return s, true
+	}
+	for i := 0; d != ""; i++ {
+		head := d[0]
+		d = d[1:]
+		f.what = head >> 4
+		mask := uint64(head & 7)
+		if head&8 != 0 {
+			more, ok := uvarint()
+			if !ok {
+				return
+			}
+			mask |= more << 3
+		}
 		fs, ft := f.strings(), f.times()
-		at := f.at
 		for k := range lfCount {
 			if mask&(1<<k) == 0 {
 				continue
 			}
-			switch {
-			case ft[k] != nil:
-				v, n := binary.Varint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
-				if n <= 0 {
-					return
+			ok := true
+			switch k {
+			case lfAt:
+				var v int64
+				v, ok = varint()
+				f.at = int64(uint64(f.at) + uint64(v))
+			case lfExpires:
+				var v int64
+				if v, ok = varint(); ok && v%2 == 0 {
+					f.expires = (f.at/1e9 + v/2) * 1e9
+				} else if ok {
+					v, ok = varint()
+					f.expires = int64(uint64(f.at) + uint64(v))
 				}
-				d = d[n:]
-				if k == lfAt {
-					f.at = int64(uint64(at) + uint64(v))
-					at = f.at
-				} else {
-					*ft[k] = int64(uint64(at) + uint64(v))
+			case lfRevision:
+				var n uint64
+				if n, ok = uvarint(); ok && n == 0 {
+					var rest string
+					if n, ok = uvarint(); ok {
+						rest, ok = str(n)
+					}
+					f.revision = revisionSeconds(f.expires) + rest
+				} else if ok {
+					f.revision, ok = str(n - 1)
 				}
-			case k == lfDigest && d != "" && d[0] == 0:
-				if len(d) < 33 {
-					return
+			case lfDigest:
+				var n uint64
+				if n, ok = uvarint(); ok && n == 0 {
+					var raw string
+					raw, ok = str(32)
+					f.digest = base64.RawURLEncoding.EncodeToString([]byte(raw))
+				} else if ok {
+					f.digest, ok = str(n - 1)
 				}
-				f.digest, d = base64.RawURLEncoding.EncodeToString([]byte(d[1:33])), d[33:]
+			case lfApprover:
+				var n uint64
+				switch n, ok = uvarint(); {
+				case !ok:
+				case n == 0:
+					f.approver = string(ApproverUser)
+				case n == 1:
+					f.approver = string(ApproverAgent)
+				default:
+					f.approver, ok = str(n - 2)
+				}
 			default:
-				m, n := binary.Uvarint([]byte(d[:min(len(d), binary.MaxVarintLen64)]))
-				if k == lfDigest {
-					m--
+				if ft[k] != nil {
+					var v int64
+					v, ok = varint()
+					*ft[k] = int64(uint64(f.at) + uint64(v))
+				} else {
+					var n uint64
+					if n, ok = uvarint(); ok {
+						*fs[k], ok = str(n)
+					}
 				}
-				if n <= 0 || uint64(len(d)-n) < m {
-					return
-				}
-				*fs[k], d = d[n:n+int(m)], d[n+int(m):]
+			}
+			if !ok {
+				return
 			}
 		}
 		yield(i, &f)

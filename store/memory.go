@@ -115,10 +115,10 @@ const (
 // which Finish(Done) drops, so that a retained operation costs a few
 // hundred bytes (BenchmarkMemoryRetained).
 type memOperation struct {
-	account string   // its owner's; its agent and User are in memPending (Lookup names the caller's)
-	action  memKey   // its action's key, to find the live approvals
-	order   []string // the revisions kept, oldest issued first: the last is the current one
-	timer   memTimer // forgotten after timer.until
+	account  string   // its owner's; its agent and User are in memPending (Lookup names the caller's)
+	actionID string   // its action's digest (its key's slot is the operation's): to find the live approvals
+	order    []string // the revisions kept, oldest issued first: the last is the current one
+	timer    memTimer // forgotten after timer.until
 	// claimedAt is when it was last claimed: while performing, and once
 	// performed (mayStore).
 	claimedAt int64 // Unix ns (nanos): a time.Time would cost 16 bytes more
@@ -156,6 +156,10 @@ type memPending struct {
 	claimed  string
 	claimSeq uint64
 }
+
+// actionKey is the key of op's action; its slot is op's (an owner's
+// actions and operations are in its slot).
+func (op *memOperation) actionKey() memKey { return memKey{op.timer.key.slot, op.actionID} }
 
 // setOwner makes a new operation's owner o (its strings copied, so that
 // the operation doesn't keep the caller's, a part of a request it
@@ -330,17 +334,17 @@ func (m *memory) dropOp(k memKey) {
 	delete(m.performing, k)
 	if l, ok := op.auditLog(); ok {
 		op.setLog(memLog{})
-		if l.until > instant(op.timer.until) {
+		if l.until > op.timer.until {
 			// Kept longer than the operation (for the audit retention
 			// after its latest entry): on a timer of its own.
-			o := &memOrphanLog{timer: memTimer{until: time.Unix(0, l.until), kind: memKindLog, key: k}, memLog: l}
+			o := &memOrphanLog{timer: memTimer{until: l.until, kind: memKindLog, key: k}, memLog: l}
 			m.logs.put(k, o)
 			m.expiry.add(&o.timer)
 		} else {
 			m.nlogs--
 		}
 	}
-	a, ok := m.actions.get(op.action)
+	a, ok := m.actions.get(op.actionKey())
 	if !ok {
 		return
 	}
@@ -349,7 +353,7 @@ func (m *memory) dropOp(k memKey) {
 	}
 	m.dropLive(k.id, op, a)
 	if a.current == "" && len(a.live) == 0 {
-		m.actions.del(op.action)
+		m.actions.del(op.actionKey())
 	}
 	if op.state == memOpen {
 		m.opened(k.slot, op.agent, -1)
@@ -429,7 +433,7 @@ func (m *memory) overCaps(owner Owner, slot string) bool {
 // answers never depend on when sweeps happen.
 func (m *memory) op(slot, id string, now time.Time) *memOperation {
 	op, _ := m.ops.get(memKey{slot, id})
-	if op == nil || now.After(op.timer.until) {
+	if op == nil || op.timer.past(now) {
 		return nil
 	}
 	return op
@@ -535,7 +539,7 @@ func (m *memory) issue(owner Owner, ak memKey, action TakeRequest, now time.Time
 		}
 		m.opened(slot, owner.Agent, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{action: ak, ka: storeAs == "", computed: storeAs != ""}
+		op = &memOperation{actionID: ak.id, ka: storeAs == "", computed: storeAs != ""}
 		op.setOwner(owner)
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
@@ -633,7 +637,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 	// The marker the Gate names (Unbind's, for the browser's join
 	// cookie), checked in the same step (storekit.MarkedInTake).
 	if key := storekit.MarkerOf(ctx); key != "" {
-		if prev, ok := m.once.get(key); ok && !now.After(prev.until) {
+		if prev, ok := m.once.get(key); ok && !prev.past(now) {
 			return TakeResult{}, fmt.Errorf("store: take: %w", storekit.ErrMarked)
 		}
 	}
@@ -642,7 +646,7 @@ func (m *memory) Take(ctx context.Context, owner Owner, action TakeRequest, now 
 	if token != "" {
 		// A Take repeated with its token (a lost reply) gets its own claim
 		// again, and one after Release claims nothing (W144).
-		if c, ok := m.claims.get(token); ok && !now.After(c.timer.until) {
+		if c, ok := m.claims.get(token); ok && !c.timer.past(now) {
 			if c.released {
 				return TakeResult{}, ErrClaimLost
 			}
@@ -728,7 +732,7 @@ func (m *memory) setClaim(token string, c *memClaim, now time.Time) {
 	if old, ok := m.claims.get(token); ok {
 		m.expiry.remove(&old.timer)
 	}
-	c.timer = memTimer{until: now.Add(storekit.ClaimTokenTTL), kind: memKindClaim, key: memKey{slot: token}}
+	c.timer = memTimer{until: instant(now.Add(storekit.ClaimTokenTTL)), kind: memKindClaim, key: memKey{slot: token}}
 	m.claims.put(token, c)
 	m.expiry.add(&c.timer)
 }
@@ -786,7 +790,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 			m.keep(op, r.op.ExpiresAt)
 		}
 		m.keep(op, now.Add(m.retention()))
-		if a, _ := m.actions.get(op.action); a != nil {
+		if a, _ := m.actions.get(op.actionKey()); a != nil {
 			m.dropLive(k.id, op, a) // W37: its other approvals are never taken
 		}
 		// Performed, it keeps only what its status and §7 need
@@ -801,16 +805,16 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome Ou
 		// performed (as redisstore drops its action key): whether the
 		// action names it or nothing, Take, Issue and Record answer the
 		// same, and the action costs nothing while it is retained.
-		if a, _ := m.actions.get(op.action); a != nil && !op.ka && a.current == k.id {
+		if a, _ := m.actions.get(op.actionKey()); a != nil && !op.ka && a.current == k.id {
 			a.current = ""
 			if len(a.live) == 0 {
-				m.actions.del(op.action)
+				m.actions.del(op.actionKey())
 			}
 		}
 		if !op.ka {
 			// Nothing asks for its action again (dropOp finds none): its
 			// digest is not kept for the retention.
-			op.action = memKey{}
+			op.actionID = ""
 		}
 	case NotDone:
 		// W98: the approval stays used up; the operation waits again.
@@ -845,7 +849,7 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
 	c, ok := m.claims.get(token)
-	if !ok || now.After(c.timer.until) {
+	if !ok || c.timer.past(now) {
 		// Take hasn't run (or its token was forgotten): a Take that runs
 		// later with this token claims nothing.
 		m.setClaim(token, &memClaim{released: true}, now)
@@ -882,10 +886,10 @@ func (m *memory) Release(ctx context.Context, owner Owner, token string, now tim
 			break
 		}
 	}
-	a, _ := m.actions.get(op.action)
+	a, _ := m.actions.get(op.actionKey())
 	if a == nil {
 		a = &memAction{}
-		m.actions.put(op.action, a)
+		m.actions.put(op.actionKey(), a)
 	}
 	if r := op.revisions[op.claimed]; r != nil {
 		a.addLive(keyOf(r.op.Terms), memLive{op: c.op.id, revision: op.claimed, seq: op.claimSeq})
@@ -1035,10 +1039,10 @@ func (m *memory) Record(ctx context.Context, owner Owner, ref string, approval A
 	op.approvals = append(op.approvals, approval)
 	m.keep(op, r.op.ExpiresAt) // W102
 	m.log(op, newEntry(ctx, storekit.EntryRecorded, owner, r.op, approval, now))
-	a, _ := m.actions.get(op.action)
+	a, _ := m.actions.get(op.actionKey())
 	if a == nil {
 		a = &memAction{}
-		m.actions.put(op.action, a)
+		m.actions.put(op.actionKey(), a)
 	}
 	m.seq++
 	a.addLive(keyOf(r.op.Terms), memLive{op: id, revision: r.op.Revision, seq: m.seq})
@@ -1142,7 +1146,7 @@ func (m *memory) storeComputed(owner Owner, slot, ref string, now time.Time) (st
 		m.actions.put(ak, a)
 	}
 	a.current = c.ID
-	op := &memOperation{action: ak, computed: true}
+	op := &memOperation{actionID: ak.id, computed: true}
 	op.setOwner(Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
 	m.opened(slot, op.agent, +1)
 	op.timer = memTimer{kind: memKindOp, key: k}
@@ -1192,18 +1196,18 @@ func (m *memory) Marked(ctx context.Context, key string, now time.Time) (bool, e
 	}
 	defer m.unlock()
 	prev, ok := m.once.get(key)
-	return ok && !now.After(prev.until), nil
+	return ok && !prev.past(now), nil
 }
 
 // useOnce marks key used until until; false when it was already.
 func (m *memory) useOnce(key string, until, now time.Time) bool {
 	if prev, ok := m.once.get(key); ok {
-		if !now.After(prev.until) {
+		if !prev.past(now) {
 			return false
 		}
 		m.expiry.remove(prev)
 	}
-	t := &memTimer{until: until, kind: memKindOnce, key: memKey{slot: key}}
+	t := &memTimer{until: instant(until), kind: memKindOnce, key: memKey{slot: key}}
 	m.once.put(key, t)
 	m.expiry.add(t)
 	return true
@@ -1333,7 +1337,7 @@ func (m *memory) log(op *memOperation, e Entry) {
 	}
 	l.add(e)
 	l.keep(e.At.Add(m.auditRetention()))
-	l.keep(op.timer.until)
+	l.until = max(l.until, op.timer.until)
 	op.setLog(l)
 }
 

@@ -614,9 +614,11 @@ end
 -- {terms_field(terms), their digest}: a digest field that holds those
 -- terms becomes the digest. With refuse (a decline, a claim) it writes
 -- nothing and returns false when the log holds AUDIT_REFUSE entries: call
--- it before the step's writes.
-local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias)
-  local s = redis.call('GET', log)
+-- it before the step's writes. With none, the caller knows there is no
+-- log yet (record.lua's EXISTS), and it is not read.
+local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias, none)
+  local s = nil
+  if not none then s = redis.call('GET', log) end
   local keep, body, n, st, d1, d2
   if s then keep, body, n, st, d1, d2 = log_read(s) end
   if not keep or cmp(now, keep) > 0 then
@@ -688,10 +690,10 @@ end
 -- caller's three arguments (the entry's head; the terms' digest, '' when
 -- the caller doesn't know the terms; now plus the audit retention), then
 -- what the step knows (entry_of), k the operation's keep-until, and refuse
--- as log_write's.
-local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct)
+-- and none as log_write's.
+local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct, none)
   return log_write(base .. 'lg:' .. opID, entry_of(au[1], used, rev, summary, x, au[2], terms, approval, acct),
-    au[3], nil, k, now, refuse)
+    au[3], nil, k, now, refuse, nil, none)
 end
 
 -- audit_unclaim writes the entry of a claim undone: by its holder

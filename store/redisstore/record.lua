@@ -53,9 +53,10 @@ if computed then
   local actKey, rev, terms, summary, x = KEYS[3], ARGV[8], ARGV[17], ARGV[18], ARGV[19]
   local agentKey = ARGV[27] and KEYS[#KEYS]
   -- Most often nothing of the action is kept at all: not the operation,
-  -- not its action key, not its neighbours. One EXISTS says so, and the
-  -- reads below that would each find nothing are skipped.
-  local nothing = redis.call('EXISTS', op, actKey, KEYS[4], KEYS[5]) == 0
+  -- not its audit log, not its action key, not its neighbours. One EXISTS
+  -- says so, and the reads below that would each find nothing are
+  -- skipped.
+  local nothing = redis.call('EXISTS', op, KEYS[2], actKey, KEYS[4], KEYS[5]) == 0
   local g, cur, prev = {}, nil, ''
   if not nothing then
     g = redis.call('HMGET', op, 'state', 'k', 'order', 'al', 'cur')
@@ -118,7 +119,7 @@ if computed then
       return {'limited'}
     end
     if approve then
-      audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
+      audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now, false, nil, nothing)
       return {'recorded'}
     end
     -- Otherwise what the checks read is known without reading it.

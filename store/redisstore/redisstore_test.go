@@ -279,14 +279,14 @@ func TestCallsPerStep(t *testing.T) {
 
 	// Computed (the default): the 403 step one EXISTS; the first approval
 	// stores the operation (with one EXISTS for all it would otherwise
-	// read); the claim reads that EXISTS first, and makes no PEXPIRE of
+	// read, its audit log included: its entry is one SET); the claim reads that EXISTS first, and makes no PEXPIRE of
 	// the operation's key (kt), only of its action key's.
 	if _, err := st.Take(ctx, owner, action("seal", `{}`, time.Hour), at(5*time.Second)); err != nil {
 		t.Fatal(err) // reads (or makes) the seal key, outside the steps
 	}
 	a = action("c", `{"v":1}`, time.Hour)
 	step("the 403 step, computed", 1, func() { is = takeIssued(t, st, a, at(6*time.Second)) })
-	step("Record storing a computed operation", 9, func() { recordOK(t, st, is, at(7*time.Second)) })
+	step("Record storing a computed operation", 8, func() { recordOK(t, st, is, at(7*time.Second)) })
 	step("the Take that claims a computed operation", 16, func() { claim = takeClaim(t, st, a, at(8*time.Second)) })
 	// Its action key goes with its old hash and token key, in the one DEL.
 	step("Finish of a computed operation", 9, func() {
