@@ -132,7 +132,9 @@ func TestMemLogRoundTrip(t *testing.T) {
 // sameEntry says whether a and b say the same, their times as instants
 // (the zero time as zero).
 func sameEntry(a, b Entry) bool {
-	same := func(x, y time.Time) bool { return x.Equal(y) || (x.IsZero() && y.UnixNano() == 0) || (y.IsZero() && x.UnixNano() == 0) }
+	same := func(x, y time.Time) bool {
+		return x.Equal(y) || (x.IsZero() && y.UnixNano() == 0) || (y.IsZero() && x.UnixNano() == 0)
+	}
 	return fmt.Sprint(a.ID, a.What, a.Instance, a.Owner, a.Session, a.Kind, a.Operation.ID, a.Operation.Revision, a.Operation.Summary,
 		a.Operation.Terms == nil, a.TermsDigest, a.Approval.OperationID, a.Approval.Revision, a.Approval.Approver, a.Approval.InputType,
 		a.Approval.Reference, a.Reason, a.By) ==
