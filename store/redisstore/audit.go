@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,8 +30,9 @@ import (
 // revision, summary, expires_at, terms digest and approval, the Session,
 // kind and web server) is kept once, and a performed operation's three
 // entries take about 250 bytes where each entry as JSON took about 500.
-// Strings are kept as the inside of their JSON string, so that no field
-// holds a tab, a newline or \x1f. The caller composes an entry's first
+// A string holding a backslash, a tab, a newline or \x1f is kept with
+// them escaped (appendField), byte for byte, so that no field holds a tab,
+// a newline or \x1f. The caller composes an entry's first
 // fields (entryHeadOf), the step the rest.
 //
 // Its entries' IDs are not stored: the i-th is "<operation_id>.<its
@@ -124,31 +125,76 @@ func entryHeadOf(ctx context.Context, what string, owner store.Owner, note strin
 	return string(b), digest
 }
 
-// appendField appends s as a string of a log's line: the inside of its
-// JSON string, as it is when nothing in it needs escaping (lib.lua esc).
-func appendField(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s) // a string: never fails
-			return append(b, q[1:len(q)-1]...)
-		}
+// firstLine is the line of a log's first entry (lib.lua log_write from
+// no entry before): its head (entryHeadOf), the revision rev, its summary
+// and expires_at x, the terms digest ("": terms), and the stored approval
+// (JSON).
+func firstLine(head, rev, summary string, x time.Time, digest string, terms []byte, approvalJSON string) string {
+	if digest == "" && terms != nil {
+		digest = termsField(terms)
 	}
-	return append(b, s...)
+	what, rest, _ := strings.Cut(head, "\t")
+	at, rest, _ := strings.Cut(rest, "\t")
+	ctx, owner, _ := strings.Cut(strings.TrimPrefix(rest, "\t"), "\t")
+	xs := ns(x)
+	if revisionSeconds(rev)+"000000000" == xs {
+		xs = "-"
+	}
+	ap := approvalField(approvalJSON)
+	if (strings.HasPrefix(ap, "u") || strings.HasPrefix(ap, "a")) && strings.HasSuffix(ap, ",t"+at) {
+		ap = ap[:len(ap)-len(at)-2]
+	}
+	w := []string{what, at, "", ctx, owner, escapeField(rev) + groupSep + escapeField(summary) + groupSep + xs, digest, ap}
+	for len(w) > 1 && w[len(w)-1] == "" {
+		w = w[:len(w)-1]
+	}
+	return strings.Join(w, "\t") + "\n"
+}
+
+// fieldEscapes escape the bytes a string of a log's line may not hold
+// as they are (lib.lua esc): a backslash, a tab, a newline and \x1f.
+var fieldEscapes = strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`, "\x1f", `\s`)
+
+// appendField appends s as a string of a log's line: itself, or with
+// each backslash, tab, newline and \x1f escaped (\\, \t, \n, \s), as
+// lib.lua esc writes it.
+func appendField(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, "\\\t\n\x1f") {
+		return append(b, s...)
+	}
+	return append(b, fieldEscapes.Replace(s)...)
 }
 
 func escapeField(s string) string { return string(appendField(nil, s)) }
 
 // unescapeField reads a string as appendField (or lib.lua esc) wrote it,
-// and as json.Unmarshal reads a JSON string: invalid UTF-8 becomes U+FFFD.
+// byte for byte; ok is false for an escape that none of them writes.
 func unescapeField(f string) (string, bool) {
-	if !strings.ContainsRune(f, '\\') && utf8.ValidString(f) {
+	if !strings.ContainsRune(f, '\\') {
 		return f, true
 	}
-	var s string
-	if json.Unmarshal([]byte(`"`+f+`"`), &s) != nil {
-		return "", false
+	b := make([]byte, 0, len(f))
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c == '\\' {
+			if i++; i == len(f) {
+				return "", false
+			}
+			switch f[i] {
+			case '\\':
+			case 't':
+				c = '\t'
+			case 'n':
+				c = '\n'
+			case 's':
+				c = 0x1f
+			default:
+				return "", false
+			}
+		}
+		b = append(b, c)
 	}
-	return s, true
+	return string(b), true
 }
 
 // termsDigest is store.Entry.TermsDigest of canonical terms.
@@ -157,10 +203,18 @@ func termsDigest(terms []byte) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
+// termsField is terms where a log keeps a terms digest that the step
+// doesn't know, as lib.lua terms_field makes it.
+func termsField(t []byte) string {
+	if !bytes.ContainsAny(t, "\t\n") {
+		return "=" + string(t)
+	}
+	return "!" + escapeField(string(t))
+}
+
 // digestOfField reads field fDigest: a digest, or terms the step knew
-// without their digest ("=" and them, or "!" and them with each
-// backslash, tab and newline escaped: lib.lua terms_field), of which it is
-// the digest.
+// without their digest ("=" and them, or "!" and them escaped:
+// termsField), of which it is the digest.
 func digestOfField(f string) (string, bool) {
 	switch {
 	case f == "":
@@ -168,26 +222,8 @@ func digestOfField(f string) (string, bool) {
 	case f[0] == '=':
 		return termsDigest([]byte(f[1:])), true
 	case f[0] == '!':
-		t := make([]byte, 0, len(f))
-		for i := 1; i < len(f); i++ {
-			c := f[i]
-			if c == '\\' {
-				if i++; i == len(f) {
-					return "", false
-				}
-				switch f[i] {
-				case '\\':
-				case 't':
-					c = '\t'
-				case 'n':
-					c = '\n'
-				default:
-					return "", false
-				}
-			}
-			t = append(t, c)
-		}
-		return termsDigest(t), true
+		t, ok := unescapeField(f[1:])
+		return termsDigest([]byte(t)), ok
 	}
 	return f, true
 }

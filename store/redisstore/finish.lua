@@ -21,19 +21,21 @@ local op, idx, log = KEYS[1], KEYS[2], KEYS[3]
 local token, outcome, now, retained, base, rev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7]
 local opID = string.sub(op, #base + 4)
 -- f: 1 state, 2 claim, 3 ap, 4 akey, 5 k, 6 cur, 7 acct, 8 order, 9 ka,
--- 10 pa, 11 c, 12 st, then the claimed revision's s, x, a and u when it
--- is named, then al and fu (from j) unless it is performed (neither is
--- needed then).
-local f, j = nil, 17
+-- 10 pa, 11 c, 12 st, 13-17 what the claim's (or an unknown outcome's)
+-- entry said (lib.lua log_prev), then the claimed revision's s, x, a and
+-- u when it is named, then al and fu (from j) unless it is performed
+-- (neither is needed then).
+local f, j = nil, 22
 if rev == '' then
-  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st', 'al', 'fu')
-  j = 13
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
+    'll', 'lh', 'ld', 'la', 'lu', 'al', 'fu')
+  j = 18
 elseif outcome == 'done' then
   f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
-    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
+    'll', 'lh', 'ld', 'la', 'lu', 's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
 else
   f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
-    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev, 'al', 'fu')
+    'll', 'lh', 'ld', 'la', 'lu', 's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev, 'al', 'fu')
 end
 local k = f[5]
 if f[1] ~= 'performing' or gone(k, now) then
@@ -51,7 +53,7 @@ local ap, cur, al, fu = f[3], f[6], f[j], f[j + 1]
 local e = nil
 if ap and not (outcome == 'unknown' and fu) then
   if ap == rev then
-    e = {f[13], f[14], f[15], f[16]}
+    e = {f[18], f[19], f[20], f[21]}
   else
     e = redis.call('HMGET', op, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
   end
@@ -110,7 +112,7 @@ if outcome == 'done' then
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
-  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st')
+  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st', 'll', 'lh', 'ld', 'la', 'lu')
   redis.call('ZREM', idx, op)
   -- W90, W122: the used-up revision can't be approved again, so the
   -- operation offers the same terms under a fresh revision with the same
@@ -141,6 +143,13 @@ else
   k = kk
 end
 if e then
-  log_write(log, entry_of(ARGV[10], e[4], ap, e[1], e[2], ARGV[11], e[5], e[3]), ARGV[12], ARGV[13], k, now)
+  -- The latest entry is most often the claim's (or an unknown outcome's),
+  -- which the operation kept: the log needn't be read line by line.
+  local ok, ll, lh, ld = log_write(log, entry_of(ARGV[10], e[4], ap, e[1], e[2], ARGV[11], e[5], e[3]), ARGV[12], ARGV[13], k,
+    now, false, nil, false, log_prev(f, 13, f[10]))
+  if outcome == 'unknown' then
+    -- Still performing: what this entry said, for the next (log_prev).
+    redis.call('HSET', op, 'll', ll, 'lh', lh, 'ld', ld, 'la', now, 'lu', e[4] or '')
+  end
 end
 return 1

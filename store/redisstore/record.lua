@@ -17,13 +17,18 @@
 --       expires_at, 20 agent, 21 user, 22 the owner's cap of open
 --       operations, 23 the TTL in ms that keeps a key until 19, 24 when
 --       it was minted, 25 19 plus the retention (kt: see below), 26 the
---       TTL in ms that keeps a key until 25, and with the agent's count:
---       27 the agent's cap, 28 its members' prefix ("<slot> ").
+--       TTL in ms that keeps a key until 25, 27 the audit log's first
+--       line as the caller composed it for the approval that stores the
+--       operation (audit.go firstLine; '' when this request's approval
+--       would not: see approve below), 28 the TTL in ms that keeps the log
+--       until the later of 13 and 19, and with the agent's count: 29 the
+--       agent's cap, 30 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}, and
 -- {'recorded'} alone for the approval that stores a computed operation
 -- (the caller knows the rest).
 --
--- Cost (lib.lua): the caller names the keys it knows.
+-- Cost (lib.lua): the caller names the keys it knows, and composes the
+-- audit log of the approval that stores a computed operation.
 local op, base = KEYS[1], ARGV[14]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local opID = string.sub(op, #base + 4)
@@ -51,7 +56,7 @@ if computed then
   -- other. Its ref was sealed by this store for this owner, so its
   -- revision was returned (W74).
   local actKey, rev, terms, summary, x = KEYS[3], ARGV[8], ARGV[17], ARGV[18], ARGV[19]
-  local agentKey = ARGV[27] and KEYS[#KEYS]
+  local agentKey = ARGV[29] and KEYS[#KEYS]
   -- Most often nothing of the action is kept at all: not the operation,
   -- not its audit log, not its action key, not its neighbours. One EXISTS
   -- says so, and the reads below that would each find nothing are
@@ -83,7 +88,7 @@ if computed then
       elseif not known then
         local ak = nil
         if cur == opID then ak = actKey end
-        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[23], prev, agentKey, ARGV[28])
+        add_revision(op, opID, base, ak, g[3], g[4], rev, terms, summary, x, g[2], now, ARGV[23], prev, agentKey, ARGV[30])
       end
     end
   else
@@ -115,11 +120,17 @@ if computed then
       approve = true
       extra = {'c', '1', 'kt', ARGV[25], 'a:' .. rev, approval, 'al', rev}
     end
-    if not new_operation(base, actKey, akey, opID, rev, ARGV[16], ARGV[20], ARGV[21], terms, summary, x, now, ARGV[22], prev, ARGV[23], agentKey, ARGV[27], ARGV[28], extra, ARGV[26]) then
+    if not new_operation(base, actKey, akey, opID, rev, ARGV[16], ARGV[20], ARGV[21], terms, summary, x, now, ARGV[22], prev, ARGV[23], agentKey, ARGV[29], ARGV[30], extra, ARGV[26]) then
       return {'limited'}
     end
     if approve then
-      audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now, false, nil, nothing)
+      if nothing and ARGV[27] ~= '' then
+        -- No log yet: the one the caller composed, kept until the later of
+        -- now plus the audit retention and x (lib.lua log_write).
+        redis.call('SET', KEYS[2], '1:' .. later(au[3], x) .. '\n' .. ARGV[27], 'PX', ARGV[28])
+      else
+        audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now, false, nil, nothing)
+      end
       return {'recorded'}
     end
     -- Otherwise what the checks read is known without reading it.

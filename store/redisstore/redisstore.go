@@ -656,9 +656,15 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	} else {
 		// The approval of the ref's own revision by the operation's account
 		// stores it with the approval (record.lua approve), and the step
-		// answers "recorded" alone.
+		// answers "recorded" alone. Its entry is the first of the log,
+		// composed here, where all of it is known.
 		approves := c.Account == owner.Account && approval.OperationID == opID && approval.Revision == refRev && checkOnly == "0"
-		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, now)
+		line, lineTTL := "", ""
+		if approves {
+			line = firstLine(args[10].(string), refRev, c.Summary, c.Expires, args[11].(string), c.Terms, string(approvalJSON))
+			lineTTL = ttlMs(later(now.Add(s.auditRetention), c.Expires), now)
+		}
+		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, line, lineTTL, now)
 		if approves && err == nil && len(v) == 1 && v[0] == "recorded" {
 			v = []string{"recorded", opID, refRev, c.Summary, string(c.Terms), ns(c.Expires)}
 		}

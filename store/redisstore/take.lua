@@ -142,12 +142,14 @@ if opID then
           -- The claim's entry first: a full log refuses the claim. It
           -- knows the terms' digest, which then takes the place of terms
           -- an earlier entry had to keep (lib.lua log_write).
-          if not log_write(base .. 'lg:' .. opID, entry_of(ARGV[9], now, r, s, x, ARGV[10], nil, ap), ARGV[11], ARGV[12],
-              k, now, true, {terms_field(terms), ARGV[10]}) then
+          local ok, ll, lh, ld = log_write(base .. 'lg:' .. opID, entry_of(ARGV[9], now, r, s, x, ARGV[10], nil, ap), ARGV[11], ARGV[12],
+            k, now, true, {terms_field(terms), ARGV[10]})
+          if not ok then
             return {'limited'}
           end
+          -- What its entry said, for Finish's (lib.lua log_prev).
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
-            'pa', now, 'k', k, 'st', '0')
+            'pa', now, 'k', k, 'st', '0', 'll', ll, 'lh', lh, 'ld', ld)
           -- Listed by Performing through its slot's index, not a SCAN.
           local idx = KEYS[3]
           redis.call('ZADD', idx, index_score(now), op)
