@@ -9,10 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/opsgate/opsgate/internal/computed"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // Computed waiting operations.

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/storekit"
 	"math"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/computed"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/memstore"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
