@@ -517,11 +517,14 @@ end
 -- (storekit.EntriesBeforeRefusal), which leaves room for all that may
 -- follow within 64 (webkit/RULES.md "Bounded work").
 --
--- Cost: a step's entry is a GET, a SET (and a PEXPIRE GT when the log is
--- kept longer), and Lua work measured in instructions (callgrind on
+-- Cost: a step's entry is a GET and a SET (with the log's TTL when it is
+-- kept longer), and Lua work, measured in instructions (callgrind on
 -- redis-server): each string function call costs about a thousand, a
 -- character class scanned over a string about 150 a character, so the
--- code below calls few and scans with plain finds.
+-- code below calls few and scans with plain finds; Record's caller
+-- composes the first line of a computed operation's log (audit.go
+-- firstLine), and a claim keeps in its operation what its entry said, so
+-- that Finish doesn't read the log line by line (log_prev).
 local AUDIT_REFUSE = 44
 
 -- esc is s as a string of the log: itself, or, when it holds a backslash,

@@ -12,7 +12,7 @@
 --       retention, 6 the TTL in ms that keeps a key until then, 7 the
 --       token key's TTL in ms, 8 now + that TTL (when the token is
 --       forgotten), 9-11 the audit entry of a claim (lib.lua audit: its
---       head, audit.go entryHead; the terms' digest; now + the audit
+--       head, audit.go entryHeadOf; the terms' digest; now + the audit
 --       retention), 12 the TTL in ms that keeps a key until that, 13 what only issuing needs, as
 --       one JSON array of strings (redisstore.go jsonStrings), read only
 --       there: issue.lua's ARGV 3-6 and 8-12 (summary, fixed expires_at,
