@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -234,6 +235,10 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	}
 	memOps, memBytes := n/4, after-before
 	res.bytesPerOp = float64(memBytes) / float64(memOps)
+	kinds, err := keyBreakdown(ctx, client, prefix, memOps)
+	if err != nil {
+		return res, fmt.Errorf("memory: %w", err)
+	}
 
 	// The approval request against the two bare signature checks,
 	// measured before the throughput rounds too: they leave over a million
@@ -325,6 +330,7 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 
 	say("memory            %d performed operations: used_memory (less clients' buffers) +%.1f MB, %.0f bytes per retained operation\n",
 		memOps, float64(memBytes)/1e6, res.bytesPerOp)
+	say("memory by key     %s (MEMORY USAGE per retained operation, from a sample of the keys; the rest is the keyspace's own: its dict and expires entries)\n", kinds)
 
 	res.approvalRatio = float64(ac.latency) / float64(ac.bare)
 	say("approval request  1 goroutine   %9v per request (Session JWT verified, warm key cache; jti; Record) vs %v for the two bare ES256 checks: %.2f× (best of 5 rounds each)\n",
@@ -597,6 +603,65 @@ func infoField(ctx context.Context, c *redis.Client, section, field string) stri
 		}
 	}
 	return "?"
+}
+
+// keyBreakdown says what the keys under prefix cost by kind (the part
+// of their name after "}:" up to its next ":": op, lg, act...), per
+// operation of ops: how many there are of each, and what MEMORY USAGE
+// counts for a sample of them. It shows where the bytes per retained
+// operation go.
+func keyBreakdown(ctx context.Context, c *redis.Client, prefix string, ops int) (string, error) {
+	const sample = 2000 // keys of each kind measured
+	kindOf := func(k string) string {
+		if _, rest, ok := strings.Cut(k, "}:"); ok {
+			kind, _, _ := strings.Cut(rest, ":")
+			return kind
+		}
+		return "other"
+	}
+	count := map[string]int{}
+	measured := map[string][]string{}
+	it := c.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
+	for it.Next(ctx) {
+		kind := kindOf(it.Val())
+		count[kind]++
+		if len(measured[kind]) < sample {
+			measured[kind] = append(measured[kind], it.Val())
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", err
+	}
+	var parts []string
+	for _, kind := range slices.Sorted(maps.Keys(count)) {
+		pipe := c.Pipeline()
+		usage := make([]*redis.IntCmd, len(measured[kind]))
+		for i, k := range measured[kind] {
+			usage[i] = pipe.MemoryUsage(ctx, k, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return "", err
+		}
+		var sum int64
+		for _, u := range usage {
+			sum += u.Val()
+		}
+		each := float64(sum) / float64(len(usage))
+		parts = append(parts, fmt.Sprintf("%s %.0f (%d keys of %.0f B)", kind, each*float64(count[kind])/float64(ops), count[kind], each))
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+// globEscape escapes the glob characters of a key prefix for SCAN MATCH.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // usedMemory is INFO memory's used_memory less mem_clients_normal: the

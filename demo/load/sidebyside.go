@@ -745,7 +745,7 @@ const floorDoc = "403: one EXISTS of the claim token's, the action's, the comput
 	"record: that EXISTS, then the operation written with its revision and approval (one HSET), its TTL, the action's pointer (SET PX); " +
 	"claim: the token, action and Unbind marker keys read (MGET), the operation's state and revision read (HMGET), it marked performing with the token (HSET), the token's key (SET PX), then in a second call the start mark (GET of the token key, HMGET of state and claim, HSET); " +
 	"finish: the state and claim read (HMGET), performed (HSET), its retention (PEXPIRE), the token's key deleted; " +
-	"and record, claim and finish each append an audit entry as long as the store's own (RPUSH, PEXPIRE), composed by the caller. " +
+	"and record, claim and finish each append an audit entry as long as the store's own (APPEND, PEXPIRE), composed by the caller. " +
 	"Each is a function called with FCALL from go-redis at 50 goroutines, as the store calls its steps; a step's CPU is its functions' usec in INFO commandstats (the commands they call included: the per-command lines below count those twice)"
 
 // floorBKDoc says what each floor with bookkeeping adds to its floor:
@@ -764,7 +764,7 @@ redis.register_function('sbs_floor_403', function(KEYS, ARGV)
 end)
 local function entry(log, e, ttl)
   if e and e ~= '' then
-    redis.call('RPUSH', log, e)
+    redis.call('APPEND', log, e)
     redis.call('PEXPIRE', log, ttl)
   end
 end
@@ -989,21 +989,25 @@ func stepsAndFloors(ctx context.Context, st store.Store, client *redis.Client, s
 	keysOf := func(chain string, i int) (tok, act, op, log, open, idx string) {
 		base := prefix + chain + "{" + strconv.Itoa(round) + "u" + strconv.Itoa(i%50) + "}:"
 		id := strconv.Itoa(i)
-		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id, base + "log:op_" + id, base + "open", base + "pf"
+		return base + "tok:" + id, base + "act:" + id, base + "op:op_" + id, base + "lg:op_" + id, base + "open", base + "pf"
 	}
 	// The audit entry each committing step appends, as long as the
 	// store's own (none when its scripts write none): the floor's is
-	// composed by the caller, one RPUSH and its TTL. entry is the length
-	// of the store's k-th entry of its first operation, read once its step
-	// has run for it.
+	// composed by the caller, one APPEND and its TTL. entry is the length
+	// of the store's k-th entry of its first operation (a line of its log,
+	// redisstore's audit.go), read once its step has run for it.
 	entry := func(k int) string {
 		id, _, _ := storekit.SplitRef(refs[0])
-		log := storePrefix + "{" + storekit.Slot(owners[0].Agent, owners[0].User) + "}:log:" + id
-		e, err := client.LIndex(ctx, log, int64(k)).Result()
+		log := storePrefix + "{" + storekit.Slot(owners[0].Agent, owners[0].User) + "}:lg:" + id
+		v, err := client.Get(ctx, log).Result()
 		if err != nil {
 			return ""
 		}
-		return strings.Repeat("e", len(e))
+		lines := strings.SplitAfter(v, "\n")
+		if k+1 >= len(lines) {
+			return ""
+		}
+		return strings.Repeat("e", len(lines[k+1]))
 	}
 	const rev = "1796052877-abcdefghijklmnop"
 	ttl := strconv.FormatInt((10 * time.Minute).Milliseconds(), 10)

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"hash/maphash"
+	"math"
 	"runtime"
 	"time"
 	"weak"
@@ -116,7 +117,7 @@ func (m *memory) wakeSweep() {
 			runtime.AddCleanup(m, func(stop chan struct{}) { close(stop) }, sw.stop)
 		}
 		go memSweepLoop(weak.Make(m), sw.wake, sw.stop, sw.report, m.sweepDelay())
-	case sw.hw.After(m.expiry.at(0).until):
+	case instant(sw.hw) > m.expiry.at(0).until:
 		select {
 		case sw.wake <- struct{}{}:
 		default:
@@ -132,7 +133,7 @@ func (m *memory) sweepDelay() time.Duration {
 	if m.expiry.n == 0 {
 		return memSweepMaxSleep
 	}
-	gap := m.expiry.at(0).until.Sub(sw.horizon())
+	gap := sinceInstant(m.expiry.at(0).until, sw.horizon())
 	if gap >= memSweepMaxSleep {
 		return memSweepMaxSleep
 	}
@@ -217,10 +218,25 @@ func memSweepPass(wp weak.Pointer[memory]) (rep memSweepReport, next time.Durati
 // memTimer is when one record (an operation, a single-use mark or a claim
 // token) is forgotten, and its place in the expiry heap.
 type memTimer struct {
-	until time.Time
-	i     int     // index in the heap; -1 when not in it
-	kind  memKind // what to drop
+	until int64   // an instant (Unix ns): 24 bytes less than a time.Time
 	key   memKey  // operation: (slot, id); mark and token: (key, "")
+	i     int32   // index in the heap; -1 when not in it
+	kind  memKind // what to drop
+}
+
+// past says whether now is after the timer's until.
+func (t *memTimer) past(now time.Time) bool { return instant(now) > t.until }
+
+// sinceInstant is the time from t to the instant u, saturated.
+func sinceInstant(u int64, t time.Time) time.Duration {
+	d := u - instant(t)
+	switch {
+	case u > 0 && instant(t) < 0 && d < 0:
+		return math.MaxInt64
+	case u < 0 && instant(t) > 0 && d > 0:
+		return math.MinInt64
+	}
+	return time.Duration(d)
 }
 
 type memKind uint8
@@ -247,10 +263,10 @@ func (h *memHeap) at(i int) *memTimer { return h.chunks[i/memHeapChunk][i%memHea
 
 func (h *memHeap) set(i int, t *memTimer) {
 	h.chunks[i/memHeapChunk][i%memHeapChunk] = t
-	t.i = i
+	t.i = int32(i)
 }
 
-func (h *memHeap) less(i, j int) bool { return h.at(i).until.Before(h.at(j).until) }
+func (h *memHeap) less(i, j int) bool { return h.at(i).until < h.at(j).until }
 
 func (h *memHeap) swap(i, j int) {
 	a, b := h.at(i), h.at(j)
@@ -303,18 +319,19 @@ func (h *memHeap) add(t *memTimer) {
 // extend moves t's until later (never earlier, so that one record's needs
 // never cut another's: W102, W137, W138).
 func (h *memHeap) extend(t *memTimer, until time.Time) {
-	if !until.After(t.until) {
+	u := instant(until)
+	if u <= t.until {
 		return
 	}
-	t.until = until
+	t.until = u
 	if t.i >= 0 {
-		h.down(t.i) // later: it can only move down
+		h.down(int(t.i)) // later: it can only move down
 	}
 }
 
 // remove takes t out of the heap, if it is in it.
 func (h *memHeap) remove(t *memTimer) {
-	i := t.i
+	i := int(t.i)
 	if i < 0 {
 		return
 	}
@@ -345,7 +362,7 @@ func (h *memHeap) popExpired(now time.Time) *memTimer {
 		return nil
 	}
 	t := h.at(0)
-	if !now.After(t.until) {
+	if !t.past(now) {
 		return nil
 	}
 	h.remove(t)

@@ -10,13 +10,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"iter"
-	"math/rand/v2"
+	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unique"
 
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
@@ -43,8 +41,9 @@ import (
 // come for a minute. It starts with the store's first record and ends by
 // itself once the store is empty or no longer referenced; there is nothing
 // to stop. Once performed, an operation keeps only its account, its id
-// and the names of its revisions (Record): about 430 bytes; its audit
-// entries (Entry: approval recorded, claimed, performed) about 1,050 more.
+// and the names of its revisions (Record), and its audit entries (Entry:
+// approval recorded, claimed, performed) in one compact string
+// (memlog.go): about 660 bytes in all (TestMemoryRetainedOperation).
 //
 // It keeps its records in the process: a restart forgets every
 // approval, and every claim with it, which can lose an approval but never
@@ -132,7 +131,8 @@ type memory struct {
 	performing map[memKey]struct{}              // operations performing, for storedriver.StatusPerforming
 	openOwner  shrinkMap[string, int]           // open operations by storekit.Slot(agent, user)
 	openAgent  shrinkMap[string, int]           // open operations by agent
-	logs       shrinkMap[memKey, *memLog]       // (slot, operation_id) → its audit entries
+	logs       shrinkMap[memKey, *memOrphanLog] // audit logs that outlive their operation (memOperation.log)
+	nlogs      int                              // audit logs, of operations and in logs
 	openAll    int                              // open operations of every agent
 	expiry     memHeap                          // every record, by when it is forgotten
 	seq        uint64                           // order of recorded approvals (W95)
@@ -177,28 +177,39 @@ const (
 // which Finish(Done) drops, so that a retained operation costs a few
 // hundred bytes (BenchmarkMemoryRetained).
 type memOperation struct {
-	owner  store.Owner // once performed, its Account only (Lookup names the caller's agent and User)
-	action memKey      // its action's key, to find the live approvals
-	order  []string    // the revisions kept, oldest issued first: the last is the current one
-	timer  memTimer    // forgotten after timer.until
+	account  string   // its owner's; its agent and User are in memPending (Lookup names the caller's)
+	actionID string   // its action's digest (its key's slot is the operation's): to find the live approvals
+	order    []string // the revisions kept, oldest issued first: the last is the current one
+	timer    memTimer // forgotten after timer.until
 	// claimedAt is when it was last claimed: while performing, and once
 	// performed (mayStore).
-	claimedAt time.Time
+	claimedAt int64 // Unix ns (nanos): a time.Time would cost 16 bytes more
 	state     memState
-	// unknown: an store.OutcomeUnknown outcome was reported while performing.
+	logN      uint8 // memLog.n
+	// unknown: an Unknown outcome was reported while performing.
 	unknown bool
 	// computed (its id was computed, and an approval stored it) or ka
 	// (stored by Take, its operation not computable: its action keeps
 	// naming it once it is performed, as redisstore's action key).
 	computed, ka bool
 
+	// logData, logUntil and logN are its audit log (memLog, memlog.go;
+	// logData "" while it has none), kept in the operation: no key, timer
+	// or allocation of its own while the operation is remembered. One
+	// that outlives it moves to memory.logs. (One the operation outlives
+	// is held until the operation is dropped or writes another entry, as
+	// a forgotten one.)
+	logData  string
+	logUntil int64
+
 	*memPending // nil once performed
 }
 
 // memPending is what an operation keeps until it is performed.
 type memPending struct {
-	revisions map[string]*memRevision // every revision kept, by name
-	approvals []store.Approval        // recorded approvals, first recorded first (W81)
+	agent, user string                  // its owner's (memOperation.account)
+	revisions   map[string]*memRevision // every revision kept, by name
+	approvals   []store.Approval        // recorded approvals, first recorded first (W81)
 
 	// While performing: the claim's token, the revision it performs, and
 	// the claimed approval's place among the action's live approvals (to
@@ -206,6 +217,27 @@ type memPending struct {
 	token    string
 	claimed  string
 	claimSeq uint64
+}
+
+// actionKey is the key of op's action; its slot is op's (an owner's
+// actions and operations are in its slot).
+func (op *memOperation) actionKey() memKey { return memKey{op.timer.key.slot, op.actionID} }
+
+// setOwner makes a new operation's owner o (its strings copied, so that
+// the operation doesn't keep the caller's, a part of a request it
+// parsed, alive), and its memPending.
+func (op *memOperation) setOwner(o store.Owner) {
+	op.account = strings.Clone(o.Account)
+	op.memPending = &memPending{agent: strings.Clone(o.Agent), user: strings.Clone(o.User), revisions: make(map[string]*memRevision)}
+}
+
+// owner is whom the operation belongs to: its account only once it is
+// performed.
+func (op *memOperation) owner() store.Owner {
+	if op.memPending == nil {
+		return store.Owner{Account: op.account}
+	}
+	return store.Owner{Agent: op.agent, User: op.user, Account: op.account}
 }
 
 // current is the operation's current (latest issued) revision; "" for an
@@ -320,7 +352,7 @@ func (m *memory) unlock() {
 func (m *memory) size() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len() + m.logs.len()
+	return m.ops.len() + m.actions.len() + m.once.len() + m.claims.len() + m.nlogs
 }
 
 // sweep drops up to memSweepBudget records the caller's now has made
@@ -348,7 +380,7 @@ func (m *memory) dropExpired(now time.Time) bool {
 	case memKindClaim:
 		m.claims.del(t.key.slot)
 	case memKindLog:
-		m.logs.del(t.key)
+		m.dropLog(t)
 	}
 	return true
 }
@@ -362,7 +394,19 @@ func (m *memory) dropOp(k memKey) {
 	}
 	m.ops.del(k)
 	delete(m.performing, k)
-	a, ok := m.actions.get(op.action)
+	if l, ok := op.auditLog(); ok {
+		op.setLog(memLog{})
+		if l.until > op.timer.until {
+			// Kept longer than the operation (for the audit retention
+			// after its latest entry): on a timer of its own.
+			o := &memOrphanLog{timer: memTimer{until: l.until, kind: memKindLog, key: k}, memLog: l}
+			m.logs.put(k, o)
+			m.expiry.add(&o.timer)
+		} else {
+			m.nlogs--
+		}
+	}
+	a, ok := m.actions.get(op.actionKey())
 	if !ok {
 		return
 	}
@@ -371,10 +415,10 @@ func (m *memory) dropOp(k memKey) {
 	}
 	m.dropLive(k.id, op, a)
 	if a.current == "" && len(a.live) == 0 {
-		m.actions.del(op.action)
+		m.actions.del(op.actionKey())
 	}
 	if op.state == memOpen {
-		m.opened(k.slot, op.owner.Agent, -1)
+		m.opened(k.slot, op.agent, -1)
 	}
 }
 
@@ -451,7 +495,7 @@ func (m *memory) overCaps(owner store.Owner, slot string) bool {
 // answers never depend on when sweeps happen.
 func (m *memory) op(slot, id string, now time.Time) *memOperation {
 	op, _ := m.ops.get(memKey{slot, id})
-	if op == nil || now.After(op.timer.until) {
+	if op == nil || op.timer.past(now) {
 		return nil
 	}
 	return op
@@ -557,7 +601,8 @@ func (m *memory) issue(owner store.Owner, ak memKey, action storedriver.TakeRequ
 		}
 		m.opened(slot, owner.Agent, +1)
 		k := memKey{slot, a.current}
-		op = &memOperation{owner: cloneOwner(owner), action: ak, ka: storeAs == "", computed: storeAs != "", memPending: &memPending{revisions: make(map[string]*memRevision)}}
+		op = &memOperation{actionID: ak.id, ka: storeAs == "", computed: storeAs != ""}
+		op.setOwner(owner)
 		// Kept until its first revision's expires_at (m.keep below), even
 		// one already past (a fixed expires_at): forgotten from the start,
 		// as redisstore judges it.
@@ -654,7 +699,7 @@ func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver
 	// The marker the Gate names (Unbind's, for the browser's join
 	// cookie), checked in the same step (storekit.MarkedInTake).
 	if key := storekit.MarkerOf(ctx); key != "" {
-		if prev, ok := m.once.get(key); ok && !now.After(prev.until) {
+		if prev, ok := m.once.get(key); ok && !prev.past(now) {
 			return storedriver.TakeResult{}, fmt.Errorf("store: take: %w", storekit.ErrMarked)
 		}
 	}
@@ -663,7 +708,7 @@ func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver
 	if token != "" {
 		// A Take repeated with its token (a lost reply) gets its own claim
 		// again, and one after Release claims nothing (W144).
-		if c, ok := m.claims.get(token); ok && !now.After(c.timer.until) {
+		if c, ok := m.claims.get(token); ok && !c.timer.past(now) {
 			if c.released {
 				return storedriver.TakeResult{}, storedriver.ErrClaimLost
 			}
@@ -711,8 +756,8 @@ func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver
 			a.setLive(k, slices.Delete(a.live[k], i, i+1))
 			r.used = true
 			op.state = memPerforming
-			m.opened(slot, op.owner.Agent, -1) // an approval bounds it now, not the caps
-			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, now, false
+			m.opened(slot, op.agent, -1) // an approval bounds it now, not the caps
+			op.token, op.claimed, op.claimSeq, op.claimedAt, op.unknown = token, l.revision, l.seq, nanos(now), false
 			m.keep(op, now.Add(m.retention())) // W138
 			for j := range op.approvals {
 				ap := &op.approvals[j]
@@ -728,7 +773,7 @@ func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver
 			m.performing[k] = struct{}{}
 			m.setClaim(token, &memClaim{op: k}, now)
 			c := m.claimOf(op)
-			m.log(slot, newEntry(ctx, storekit.EntryClaimed, c.Owner, c.Operation, c.Approval, now), op.timer.until)
+			m.log(op, newEntry(ctx, storekit.EntryClaimed, c.Owner, c.Operation, c.Approval, now))
 			return storedriver.TakeResult{Claim: c}, nil
 		}
 	}
@@ -749,7 +794,7 @@ func (m *memory) setClaim(token string, c *memClaim, now time.Time) {
 	if old, ok := m.claims.get(token); ok {
 		m.expiry.remove(&old.timer)
 	}
-	c.timer = memTimer{until: now.Add(storekit.ClaimTokenTTL), kind: memKindClaim, key: memKey{slot: token}}
+	c.timer = memTimer{until: instant(now.Add(storekit.ClaimTokenTTL)), kind: memKindClaim, key: memKey{slot: token}}
 	m.claims.put(token, c)
 	m.expiry.add(&c.timer)
 }
@@ -762,7 +807,7 @@ func (m *memory) claimOf(op *memOperation) *store.Claim {
 			used = ap
 		}
 	}
-	return &store.Claim{Owner: op.owner, Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
+	return &store.Claim{Owner: op.owner(), Operation: op.revisions[op.claimed].op, Approval: used, Token: op.token}
 }
 
 func (m *memory) Finish(ctx context.Context, claim store.Claim, outcome store.Outcome, now time.Time) error {
@@ -789,7 +834,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome st
 	c, again := m.claimOf(op), outcome == store.OutcomeUnknown && op.unknown
 	defer func() {
 		if !again {
-			m.log(k.slot, newEntry(ctx, endEntry(outcome, resolved), c.Owner, c.Operation, c.Approval, now), op.timer.until)
+			m.log(op, newEntry(ctx, endEntry(outcome, resolved), c.Owner, c.Operation, c.Approval, now))
 		}
 	}()
 	switch outcome {
@@ -807,7 +852,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome st
 			m.keep(op, r.op.ExpiresAt)
 		}
 		m.keep(op, now.Add(m.retention()))
-		if a, _ := m.actions.get(op.action); a != nil {
+		if a, _ := m.actions.get(op.actionKey()); a != nil {
 			m.dropLive(k.id, op, a) // W37: its other approvals are never taken
 		}
 		// Performed, it keeps only what its status and §7 need
@@ -817,22 +862,26 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome st
 		if cap(op.order) > len(op.order) {
 			op.order = slices.Clone(op.order)
 		}
-		op.owner = store.Owner{Account: op.owner.Account}
 		delete(m.performing, k)
 		// A computed operation's action no longer names it once it is
 		// performed (as redisstore drops its action key): whether the
 		// action names it or nothing, Take, Issue and Record answer the
 		// same, and the action costs nothing while it is retained.
-		if a, _ := m.actions.get(op.action); a != nil && !op.ka && a.current == k.id {
+		if a, _ := m.actions.get(op.actionKey()); a != nil && !op.ka && a.current == k.id {
 			a.current = ""
 			if len(a.live) == 0 {
-				m.actions.del(op.action)
+				m.actions.del(op.actionKey())
 			}
+		}
+		if !op.ka {
+			// Nothing asks for its action again (dropOp finds none): its
+			// digest is not kept for the retention.
+			op.actionID = ""
 		}
 	case store.OutcomeNotPerformed:
 		// W98: the approval stays used up; the operation waits again.
 		op.state, op.token = memOpen, ""
-		m.opened(k.slot, op.owner.Agent, +1)
+		m.opened(k.slot, op.agent, +1)
 		delete(m.performing, k)
 		// W90, W122: the used-up revision can't be approved again, so the
 		// operation offers the same terms under a fresh revision, with the
@@ -862,7 +911,7 @@ func (m *memory) Release(ctx context.Context, owner store.Owner, token string, n
 	}
 	slot := storekit.Slot(owner.Agent, owner.User)
 	c, ok := m.claims.get(token)
-	if !ok || now.After(c.timer.until) {
+	if !ok || c.timer.past(now) {
 		// Take hasn't run (or its token was forgotten): a Take that runs
 		// later with this token claims nothing.
 		m.setClaim(token, &memClaim{released: true}, now)
@@ -885,9 +934,9 @@ func (m *memory) Release(ctx context.Context, owner store.Owner, token string, n
 	// W144: the operation waits again and the approval applies again, in
 	// its first-recorded place (W95).
 	cl := m.claimOf(op)
-	m.log(c.op.slot, newEntry(ctx, storekit.EntryReleased, cl.Owner, cl.Operation, cl.Approval, now), op.timer.until)
+	m.log(op, newEntry(ctx, storekit.EntryReleased, cl.Owner, cl.Operation, cl.Approval, now))
 	op.state, op.token, op.unknown = memOpen, "", false
-	m.opened(c.op.slot, op.owner.Agent, +1)
+	m.opened(c.op.slot, op.agent, +1)
 	delete(m.performing, c.op)
 	if r := op.revisions[op.claimed]; r != nil {
 		r.used = false
@@ -899,10 +948,10 @@ func (m *memory) Release(ctx context.Context, owner store.Owner, token string, n
 			break
 		}
 	}
-	a, _ := m.actions.get(op.action)
+	a, _ := m.actions.get(op.actionKey())
 	if a == nil {
 		a = &memAction{}
-		m.actions.put(op.action, a)
+		m.actions.put(op.actionKey(), a)
 	}
 	if r := op.revisions[op.claimed]; r != nil {
 		a.addLive(keyOf(r.op.Terms), memLive{op: c.op.id, revision: op.claimed, seq: op.claimSeq})
@@ -932,7 +981,7 @@ func (m *memory) Lookup(ctx context.Context, owner store.Owner, ref string, now 
 		return storedriver.Found{}, false, nil // W74
 	}
 	// The agent and User are the caller's: the slot they make named it.
-	rec := storedriver.Found{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: op.owner.Account}, Status: storedriver.StatusPerformed}
+	rec := storedriver.Found{Owner: store.Owner{Agent: owner.Agent, User: owner.User, Account: op.account}, Status: storedriver.StatusPerformed}
 	if op.state == memPerformed {
 		// W108, W109: what a performed operation keeps (store.Record).
 		rec.Current = store.Operation{ID: op.timer.key.id, Revision: op.current()}
@@ -993,7 +1042,7 @@ func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, appr
 		return storedriver.RecordReply{Result: storedriver.NotFound}, nil // W74, W45
 	}
 	// Check 1 (§3 "Who can approve it").
-	if op.owner.Account != owner.Account {
+	if op.account != owner.Account {
 		if owner.Account == "" {
 			return storedriver.RecordReply{Result: storedriver.SignInRequired}, nil // W44
 		}
@@ -1041,7 +1090,7 @@ func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, appr
 		approval.OperationID, approval.RecordedAt, approval.UsedAt = id, time.Time{}, time.Time{}
 		e := newEntry(ctx, storekit.EntryDeclined, owner, r.op, approval, now)
 		e.Reason = opts.Decline
-		m.log(slot, e, op.timer.until)
+		m.log(op, e)
 		return storedriver.RecordReply{Result: storedriver.Recorded, Operation: r.op}, nil
 	}
 	if opts.CheckOnly {
@@ -1051,11 +1100,11 @@ func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, appr
 	approval.OperationID, approval.RecordedAt, approval.UsedAt = id, now, time.Time{}
 	op.approvals = append(op.approvals, approval)
 	m.keep(op, r.op.ExpiresAt) // W102
-	m.log(slot, newEntry(ctx, storekit.EntryRecorded, owner, r.op, approval, now), op.timer.until)
-	a, _ := m.actions.get(op.action)
+	m.log(op, newEntry(ctx, storekit.EntryRecorded, owner, r.op, approval, now))
+	a, _ := m.actions.get(op.actionKey())
 	if a == nil {
 		a = &memAction{}
-		m.actions.put(op.action, a)
+		m.actions.put(op.actionKey(), a)
 	}
 	m.seq++
 	a.addLive(keyOf(r.op.Terms), memLive{op: id, revision: r.op.Revision, seq: m.seq})
@@ -1076,12 +1125,6 @@ func (m *memory) sealerLocked() *computed.Sealer {
 // redisstore computes it (computed.New).
 func (m *memory) computable(owner store.Owner, digest string, action storedriver.TakeRequest, now time.Time) (computed.Op, bool) {
 	return computed.New(now, m.retention(), digest, owner.Account, action.ExpiresAt, action.Lifetime, action.Terms, action.Summary, storekit.MaxRefLength)
-}
-
-// cloneOwner copies o's strings, so that a stored operation doesn't keep
-// the caller's (a part of a request it parsed) alive.
-func cloneOwner(o store.Owner) store.Owner {
-	return store.Owner{Agent: strings.Clone(o.Agent), User: strings.Clone(o.User), Account: strings.Clone(o.Account)}
 }
 
 // computedOperation is the operation c describes, its revision rev.
@@ -1108,7 +1151,7 @@ func (m *memory) mayStore(slot string, c computed.Op, now time.Time) bool {
 	}
 	before, after := m.sealerLocked().Neighbours(slot, c)
 	for _, id := range [...]string{before, after} {
-		if n := m.op(slot, id, now); n != nil && (n.state != memPerformed || !n.computed || !n.claimedAt.Before(c.Minted)) {
+		if n := m.op(slot, id, now); n != nil && (n.state != memPerformed || !n.computed || !fromNanos(n.claimedAt).Before(c.Minted)) {
 			return false
 		}
 	}
@@ -1165,9 +1208,9 @@ func (m *memory) storeComputed(owner store.Owner, slot, ref string, now time.Tim
 		m.actions.put(ak, a)
 	}
 	a.current = c.ID
-	stored := cloneOwner(store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
-	m.opened(slot, stored.Agent, +1)
-	op := &memOperation{owner: stored, action: ak, computed: true, memPending: &memPending{revisions: make(map[string]*memRevision)}}
+	op := &memOperation{actionID: ak.id, computed: true}
+	op.setOwner(store.Owner{Agent: owner.Agent, User: owner.User, Account: c.Account})
+	m.opened(slot, op.agent, +1)
 	op.timer = memTimer{kind: memKindOp, key: k}
 	m.ops.put(k, op)
 	m.expiry.add(&op.timer)
@@ -1215,18 +1258,18 @@ func (m *memory) Marked(ctx context.Context, key string, now time.Time) (bool, e
 	}
 	defer m.unlock()
 	prev, ok := m.once.get(key)
-	return ok && !now.After(prev.until), nil
+	return ok && !prev.past(now), nil
 }
 
 // useOnce marks key used until until; false when it was already.
 func (m *memory) useOnce(key string, until, now time.Time) bool {
 	if prev, ok := m.once.get(key); ok {
-		if !now.After(prev.until) {
+		if !prev.past(now) {
 			return false
 		}
 		m.expiry.remove(prev)
 	}
-	t := &memTimer{until: until, kind: memKindOnce, key: memKey{slot: key}}
+	t := &memTimer{until: instant(until), kind: memKindOnce, key: memKey{slot: key}}
 	m.once.put(key, t)
 	m.expiry.add(t)
 	return true
@@ -1243,11 +1286,11 @@ func (m *memory) Performing(ctx context.Context, claimedBefore, now time.Time) i
 		var out []store.Stuck
 		for k := range m.performing {
 			op := m.op(k.slot, k.id, now)
-			if op == nil || op.state != memPerforming || !op.claimedAt.Before(claimedBefore) {
+			if op == nil || op.state != memPerforming || !fromNanos(op.claimedAt).Before(claimedBefore) {
 				continue
 			}
 			c := m.claimOf(op)
-			out = append(out, store.Stuck{Claim: store.Claim{Owner: op.owner, Operation: c.Operation, Approval: c.Approval}, ClaimedAt: op.claimedAt, Unknown: op.unknown})
+			out = append(out, store.Stuck{Claim: store.Claim{Owner: op.owner(), Operation: c.Operation, Approval: c.Approval}, ClaimedAt: fromNanos(op.claimedAt), Unknown: op.unknown})
 		}
 		m.unlock()
 		for _, s := range out {
@@ -1269,113 +1312,11 @@ func (m *memory) Resolve(ctx context.Context, owner store.Owner, operationID str
 	defer m.unlock()
 	slot := storekit.Slot(owner.Agent, owner.User)
 	op := m.op(slot, operationID, now)
-	if op == nil || op.state != memPerforming || op.owner.Account != owner.Account {
+	if op == nil || op.state != memPerforming || op.account != owner.Account {
 		return store.ErrNotPerforming
 	}
 	m.end(ctx, memKey{slot, operationID}, op, outcome, true, now)
 	return nil
-}
-
-// memLog is an operation's audit entries, in the order they were
-// written, kept compact (BenchmarkMemoryRetained): what all of them share
-// once, times as Unix nanoseconds, and the strings many entries repeat
-// (the web server, the Session, the kind) interned.
-type memLog struct {
-	timer   memTimer
-	owner   store.Owner
-	ops     []memEntryOp // the revisions the entries are about
-	entries []memEntry
-}
-
-// memEntryOp is a revision some entry of a log is about.
-type memEntryOp struct {
-	revision, digest string
-	summary          unique.Handle[string]
-	expiresAt        int64
-}
-
-// memEntry is one Entry of a memLog.
-type memEntry struct {
-	reference                          string
-	id                                 uint64 // random: Entry.ID is "<operation_id>.<id>"
-	at, approvedAt, recordedAt, usedAt int64
-	what, op                           uint8 // index in entryWhats, in memLog.ops
-	approver, inputType                unique.Handle[string]
-	session, kind, instance, note      unique.Handle[string] // note: Reason or By
-}
-
-// entryWhats are the values of Entry.What, by memEntry.what.
-var entryWhats = [...]string{storekit.EntryRecorded, storekit.EntryDeclined, storekit.EntryClaimed, storekit.EntryReleased,
-	storekit.EntryPerformed, storekit.EntryNotPerformed, storekit.EntryUnknown, storekit.EntryResolved, storekit.EntryResolvedNotDo}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-// add appends e, which is about the log's operation.
-func (l *memLog) add(e store.Entry) {
-	op := -1
-	for i, o := range l.ops {
-		if o.revision == e.Operation.Revision {
-			op = i
-			break
-		}
-	}
-	if op < 0 {
-		op = len(l.ops)
-		l.ops = append(l.ops, memEntryOp{revision: strings.Clone(e.Operation.Revision), digest: e.TermsDigest,
-			summary: unique.Make(e.Operation.Summary), expiresAt: nanos(e.Operation.ExpiresAt)})
-	}
-	note := e.Reason
-	if e.By != "" {
-		note = e.By
-	}
-	a := e.Approval
-	ref := a.Reference
-	if n := len(l.entries); n > 0 && l.entries[n-1].reference == ref {
-		ref = l.entries[n-1].reference // the same approval's: shared
-	} else {
-		ref = strings.Clone(ref)
-	}
-	// Grown one at a time: most logs hold three entries, and at most
-	// MaxEntriesPerOperation.
-	l.entries = slices.Grow(l.entries[:len(l.entries):len(l.entries)], 1)
-	l.entries = append(l.entries, memEntry{
-		id: rand.Uint64(), reference: ref,
-		at: nanos(e.At), approvedAt: nanos(a.ApprovedAt), recordedAt: nanos(a.RecordedAt), usedAt: nanos(a.UsedAt),
-		what: uint8(slices.Index(entryWhats[:], e.What)), op: uint8(op),
-		approver: unique.Make(string(a.Approver)), inputType: unique.Make(a.InputType),
-		session: unique.Make(e.Session), kind: unique.Make(e.Kind), instance: unique.Make(e.Instance), note: unique.Make(note),
-	})
-}
-
-// entry is the i-th entry of the log of operation id.
-func (l *memLog) entry(id string, i int) store.Entry {
-	me, op := l.entries[i], l.ops[l.entries[i].op]
-	e := store.Entry{
-		ID: id + "." + strconv.FormatUint(me.id, 36), What: entryWhats[me.what], At: fromNanos(me.at), Instance: me.instance.Value(), Owner: l.owner,
-		Session: me.session.Value(), Kind: me.kind.Value(), TermsDigest: op.digest,
-		Operation: store.Operation{ID: id, Revision: op.revision, Summary: op.summary.Value(), ExpiresAt: fromNanos(op.expiresAt)},
-		Approval: store.Approval{OperationID: id, Revision: op.revision, Approver: store.Approver(me.approver.Value()),
-			ApprovedAt: fromNanos(me.approvedAt), InputType: me.inputType.Value(), Reference: me.reference,
-			RecordedAt: fromNanos(me.recordedAt), UsedAt: fromNanos(me.usedAt)},
-	}
-	if e.What == storekit.EntryResolved || e.What == storekit.EntryResolvedNotDo {
-		e.By = me.note.Value()
-	} else {
-		e.Reason = me.note.Value()
-	}
-	return e
 }
 
 // endEntry is what the entry of a claim's end says.
@@ -1400,40 +1341,66 @@ func (m *memory) auditRetention() time.Duration {
 	return storekit.DefaultAuditRetention
 }
 
-// liveLog returns the audit log of (slot, id), nil when there is none or
-// it is forgotten by now.
-func (m *memory) liveLog(k memKey, now time.Time) *memLog {
-	l, _ := m.logs.get(k)
-	if l == nil || now.After(l.timer.until) {
-		return nil
+// auditLog is op's audit log; ok is false when it has none.
+func (op *memOperation) auditLog() (l memLog, ok bool) {
+	return memLog{data: op.logData, until: op.logUntil, n: op.logN}, op.logData != ""
+}
+
+// setLog makes l op's audit log (memLog{}: none).
+func (op *memOperation) setLog(l memLog) { op.logData, op.logUntil, op.logN = l.data, l.until, l.n }
+
+// logOf returns the audit log of (slot, id): its operation's, or one
+// that outlived it; ok is false when there is none or it is forgotten by
+// now.
+func (m *memory) logOf(k memKey, now time.Time) (l memLog, ok bool) {
+	if op, _ := m.ops.get(k); op != nil && op.logData != "" {
+		l, ok = op.auditLog()
+	} else if o, _ := m.logs.get(k); o != nil {
+		l, ok = o.memLog, true
 	}
-	return l
+	return l, ok && !l.forgottenAt(now)
+}
+
+// dropLog forgets the log that outlived its operation whose timer is t.
+func (m *memory) dropLog(t *memTimer) {
+	if o, _ := m.logs.get(t.key); o != nil && &o.timer == t {
+		m.logs.del(t.key)
+		m.nlogs--
+	}
 }
 
 // logFull says whether the operation's audit log holds as many entries
 // as a decline or a claim may find (storekit.EntriesBeforeRefusal).
 func (m *memory) logFull(slot, id string, now time.Time) bool {
-	l := m.liveLog(memKey{slot, id}, now)
-	return l != nil && len(l.entries) >= storekit.EntriesBeforeRefusal
+	l, ok := m.logOf(memKey{slot, id}, now)
+	return ok && int(l.n) >= storekit.EntriesBeforeRefusal
 }
 
-// log appends e to its operation's audit log, in the step that commits
-// it, and keeps the log for the audit retention after e, and at least
-// until opUntil (while the operation is remembered).
-func (m *memory) log(slot string, e store.Entry, opUntil time.Time) {
-	k := memKey{slot, e.Operation.ID}
-	l := m.liveLog(k, e.At)
-	if l == nil {
-		if old, ok := m.logs.get(k); ok { // forgotten, not swept yet
-			m.expiry.remove(&old.timer)
+// log appends e to the audit log of op, in the step that commits it, and
+// keeps the log for the audit retention after e, and at least as long as
+// op is remembered. A log that outlived an earlier operation of the same
+// id and is still kept becomes op's.
+func (m *memory) log(op *memOperation, e store.Entry) {
+	l, ok := op.auditLog()
+	if k := op.timer.key; !ok {
+		if o, _ := m.logs.get(k); o != nil {
+			m.logs.del(k)
+			m.expiry.remove(&o.timer)
+			l, ok = o.memLog, true
 		}
-		l = &memLog{timer: memTimer{kind: memKindLog, key: k}, owner: cloneOwner(e.Owner)}
-		m.logs.put(k, l)
-		m.expiry.add(&l.timer)
+	}
+	if ok && l.forgottenAt(e.At) { // forgotten by now
+		l, ok = memLog{}, false
+		m.nlogs--
+	}
+	if !ok {
+		l = memLog{until: math.MinInt64}
+		m.nlogs++
 	}
 	l.add(e)
-	m.expiry.extend(&l.timer, e.At.Add(m.auditRetention()))
-	m.expiry.extend(&l.timer, opUntil)
+	l.keep(e.At.Add(m.auditRetention()))
+	l.until = max(l.until, op.timer.until)
+	op.setLog(l)
 }
 
 // Entries implements Store. It reads one shard of the logs at a time
@@ -1449,15 +1416,17 @@ func (m *memory) Entries(ctx context.Context, operationID string, from, to time.
 			}
 			m.mu.Lock()
 			var out []store.Entry
-			for k, l := range m.logs.shards[i].m {
-				if (operationID != "" && k.id != operationID) || to.After(l.timer.until) {
-					continue
+			add := func(id string, l memLog, ok bool) {
+				if ok && (operationID == "" || id == operationID) && !l.forgottenAt(to) {
+					out = append(out, l.entries(id, from, to)...)
 				}
-				for i, me := range l.entries {
-					if at := fromNanos(me.at); !at.Before(from) && at.Before(to) {
-						out = append(out, l.entry(k.id, i))
-					}
-				}
+			}
+			for k, op := range m.ops.shards[i].m {
+				l, ok := op.auditLog()
+				add(k.id, l, ok)
+			}
+			for k, o := range m.logs.shards[i].m {
+				add(k.id, o.memLog, true)
 			}
 			m.mu.Unlock()
 			for _, e := range out {

@@ -67,7 +67,7 @@ const (
 	DefaultMaxOpenPerAgent   = 10000
 	// DefaultMaxOpen and DefaultMaxReplayMarkers are the overall caps, of
 	// open operations and of single-use markers (a JWT's jti), across every
-	// agent: about 230 MB (with their audit logs) and 136 MB of Redis when
+	// agent: about 100 MB (with their audit logs) and 136 MB of Redis when
 	// full (webkit/DEPLOYING.md).
 	DefaultMaxOpen          = 100_000
 	DefaultMaxReplayMarkers = 1_000_000

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -18,18 +19,485 @@ import (
 	"github.com/opsgate/opsgate/store"
 )
 
-// The audit log (store.Entry): each operation's entries are a list,
-// "<prefix>{<slot>}:log:<operation_id>", in the operation's slot, which
-// the step that commits a change appends to in the same script (lib.lua
-// audit). An element is the caller's half of the entry (entryHead, JSON:
-// what the web server knows before the step) and the script's half
-// (entryTail, JSON: what only the step knows, such as which approval it
-// used), separated by a newline. The list lives for the audit retention
-// after its latest entry, and at least as long as the operation is
-// remembered at that step.
+// The audit log (store.Entry): each operation's entries are one string,
+// "<prefix>{<slot>}:lg:<operation_id>", in the operation's slot, which the
+// step that commits a change rewrites in the same script (lib.lua
+// log_write). Its first line is "1:" and the log's keep-until (Unix ns);
+// then one line per entry, in the order written, of up to 8 fields
+// separated by tabs (lib.lua names them; some are groups of strings
+// separated by \x1f). A field is "" when it says what the entry before
+// says, `\` when it is "" after one that was not, and the fields "" ends a
+// line with are left out: what an operation's entries share (its owner,
+// revision, summary, expires_at, terms digest and approval, the Session,
+// kind and web server) is kept once, and a performed operation's three
+// entries take about 250 bytes where each entry as JSON took about 500.
+// A string holding a backslash, a tab, a newline or \x1f is kept with
+// them escaped (appendField), byte for byte, so that no field holds a tab,
+// a newline or \x1f. The caller composes an entry's first
+// fields (entryHeadOf), the step the rest.
+//
+// Its entries' IDs are not stored: the i-th is "<operation_id>.<its
+// first entry's at, base 36>.<i>". A log is begun anew only once its
+// keep-until has passed by the step's clock, whose at is then later than
+// every at of the log before: no two logs of one operation_id name their
+// entries alike.
+//
+// A version of the kit before this format kept each operation's entries
+// as a list, "<prefix>{<slot>}:log:<operation_id>", one JSON element per
+// entry (legacyHead, legacyTail); Entries reads those too, so that what
+// servers of that version wrote during a rolling deploy is not lost. Such
+// a server reads none of the new logs.
 
-// entryHead is the caller's half of a stored entry.
-type entryHead struct {
+// entryCodes are the values of field 1, what an entry says happened.
+var entryCodes = map[string]string{
+	storekit.EntryRecorded:      "r",
+	storekit.EntryDeclined:      "d",
+	storekit.EntryClaimed:       "c",
+	storekit.EntryReleased:      "l", // take.lua makes it from a claim's head
+	storekit.EntryPerformed:     "p",
+	storekit.EntryNotPerformed:  "n",
+	storekit.EntryUnknown:       "u",
+	storekit.EntryResolved:      "P",
+	storekit.EntryResolvedNotDo: "N",
+}
+
+// entryWhats are entryCodes the other way round.
+var entryWhats = func() map[string]string {
+	m := make(map[string]string, len(entryCodes))
+	for what, code := range entryCodes {
+		m[code] = what
+	}
+	return m
+}()
+
+// The fields of an entry's line, counted from 0 (lib.lua counts from 1).
+const (
+	fWhat     = iota
+	fAt       // Unix ns
+	fUsed     // the approval's used-at; "=": at
+	fContext  // kind, Session, note (Reason, or By of a resolution)
+	fOwner    // web server, agent, user, account
+	fRevision // revision, summary, expires_at ("-": the revision's seconds)
+	fDigest   // the terms digest; "=" or "!" and the terms (digestOfField)
+	fApproval // approvalField, its recorded_at left out when it is at
+	nFields
+)
+
+// groupSep separates the strings of a field that holds several.
+const groupSep = "\x1f"
+
+// auditArgs are the three arguments every script that may write an entry
+// takes: the entry's head, the terms' digest ("" when the caller doesn't
+// know the terms) and now plus the audit retention.
+func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) []any {
+	head, digest := entryHeadOf(ctx, what, owner, note, terms, now)
+	return []any{head, digest, ns(now.Add(s.auditRetention))}
+}
+
+// entryHeadOf is the head of an entry, what its caller knows (fields
+// 0-4 of its line, fUsed left ""), and the terms' digest ("" when terms
+// are nil: the caller doesn't know them).
+func entryHeadOf(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) (head string, digest string) {
+	e := storedriver.EntryOf(ctx)
+	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
+		note = e.By
+	}
+	code, ok := entryCodes[what]
+	if !ok {
+		code = escapeField(what) // not one of the kit's: kept as it is
+	}
+	b := make([]byte, 0, 40+len(e.Kind)+len(e.Session)+len(e.Instance)+len(note)+len(owner.Agent)+len(owner.User)+len(owner.Account))
+	b = append(b, code...)
+	b = strconv.AppendInt(append(b, '\t'), now.UnixNano(), 10)
+	b = append(b, '\t', '\t')
+	for i, f := range [...]string{e.Kind, e.Session, note, e.Instance, owner.Agent, owner.User, owner.Account} {
+		switch i {
+		case 0:
+		case 3:
+			b = append(b, '\t')
+		default:
+			b = append(b, groupSep...)
+		}
+		b = appendField(b, f)
+	}
+	if terms != nil {
+		digest = termsDigest(terms)
+	}
+	return string(b), digest
+}
+
+// firstLine is the line of a log's first entry (lib.lua log_write from
+// no entry before): its head (entryHeadOf), the revision rev, its summary
+// and expires_at x, the terms digest ("": terms), and the stored approval
+// (JSON).
+func firstLine(head, rev, summary string, x time.Time, digest string, terms []byte, approvalJSON string) string {
+	if digest == "" && terms != nil {
+		digest = termsField(terms)
+	}
+	what, rest, _ := strings.Cut(head, "\t")
+	at, rest, _ := strings.Cut(rest, "\t")
+	ctx, owner, _ := strings.Cut(strings.TrimPrefix(rest, "\t"), "\t")
+	xs := ns(x)
+	if revisionSeconds(rev)+"000000000" == xs {
+		xs = "-"
+	}
+	ap := approvalField(approvalJSON)
+	if (strings.HasPrefix(ap, "u") || strings.HasPrefix(ap, "a")) && strings.HasSuffix(ap, ",t"+at) {
+		ap = ap[:len(ap)-len(at)-2]
+	}
+	w := []string{what, at, "", ctx, owner, escapeField(rev) + groupSep + escapeField(summary) + groupSep + xs, digest, ap}
+	for len(w) > 1 && w[len(w)-1] == "" {
+		w = w[:len(w)-1]
+	}
+	return strings.Join(w, "\t") + "\n"
+}
+
+// fieldEscapes escape the bytes a string of a log's line may not hold
+// as they are (lib.lua esc): a backslash, a tab, a newline and \x1f.
+var fieldEscapes = strings.NewReplacer(`\`, `\\`, "\t", `\t`, "\n", `\n`, "\x1f", `\s`)
+
+// appendField appends s as a string of a log's line: itself, or with
+// each backslash, tab, newline and \x1f escaped (\\, \t, \n, \s), as
+// lib.lua esc writes it.
+func appendField(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, "\\\t\n\x1f") {
+		return append(b, s...)
+	}
+	return append(b, fieldEscapes.Replace(s)...)
+}
+
+func escapeField(s string) string { return string(appendField(nil, s)) }
+
+// unescapeField reads a string as appendField (or lib.lua esc) wrote it,
+// byte for byte; ok is false for an escape that none of them writes.
+func unescapeField(f string) (string, bool) {
+	if !strings.ContainsRune(f, '\\') {
+		return f, true
+	}
+	b := make([]byte, 0, len(f))
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c == '\\' {
+			if i++; i == len(f) {
+				return "", false
+			}
+			switch f[i] {
+			case '\\':
+			case 't':
+				c = '\t'
+			case 'n':
+				c = '\n'
+			case 's':
+				c = 0x1f
+			default:
+				return "", false
+			}
+		}
+		b = append(b, c)
+	}
+	return string(b), true
+}
+
+// termsDigest is store.Entry.TermsDigest of canonical terms.
+func termsDigest(terms []byte) string {
+	sum := sha256.Sum256(terms)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// termsField is terms where a log keeps a terms digest that the step
+// doesn't know, as lib.lua terms_field makes it.
+func termsField(t []byte) string {
+	if !bytes.ContainsAny(t, "\t\n") {
+		return "=" + string(t)
+	}
+	return "!" + escapeField(string(t))
+}
+
+// digestOfField reads field fDigest: a digest, or terms the step knew
+// without their digest ("=" and them, or "!" and them escaped:
+// termsField), of which it is the digest.
+func digestOfField(f string) (string, bool) {
+	switch {
+	case f == "":
+		return "", true
+	case f[0] == '=':
+		return termsDigest([]byte(f[1:])), true
+	case f[0] == '!':
+		t, ok := unescapeField(f[1:])
+		return termsDigest([]byte(t)), ok
+	}
+	return f, true
+}
+
+// resolveLine resolves one line of a log against the fields of the line
+// before (st, changed in place), as lib.lua log_read does.
+func resolveLine(line string, st *[nFields]string) {
+	for f := 0; f < nFields && line != ""; f++ {
+		v, rest, _ := strings.Cut(line, "\t")
+		line = rest
+		switch {
+		case v == "":
+			continue
+		case v == `\`:
+			v = ""
+		case f == fUsed && v == "=":
+			v = st[fAt]
+		case f == fApproval && (v[0] == 'u' || v[0] == 'a') && !hasRecordedAt(v):
+			v += ",t" + st[fAt]
+		}
+		st[f] = v
+	}
+}
+
+// revisionSeconds is what a revision's name starts with before its first
+// "-" after at least one digit, as lib.lua matches '^(%-?%d+)%-'; "" when
+// it does not start so.
+func revisionSeconds(rev string) string {
+	i := 0
+	if strings.HasPrefix(rev, "-") {
+		i = 1
+	}
+	j := i
+	for j < len(rev) && rev[j] >= '0' && rev[j] <= '9' {
+		j++
+	}
+	if j == i || j >= len(rev) || rev[j] != '-' {
+		return ""
+	}
+	return rev[:j]
+}
+
+// hasRecordedAt says whether an approval field ends with its recorded_at
+// (",t" and an integer), as lib.lua finds ',t%-?%d+$'.
+func hasRecordedAt(v string) bool {
+	j := len(v)
+	for j > 0 && v[j-1] >= '0' && v[j-1] <= '9' {
+		j--
+	}
+	if j == len(v) {
+		return false
+	}
+	if j > 0 && v[j-1] == '-' {
+		j--
+	}
+	return j >= 2 && v[j-2:j] == ",t"
+}
+
+// decodeLog reads the log of operation opID (the string of its key): its
+// entries, in the order written, and its keep-until; ok is false for a
+// value that is no log of this format. A line that doesn't decode is left
+// out; the lines after it still resolve against what it says.
+func decodeLog(opID, v string) (entries []store.Entry, keep time.Time, ok bool) {
+	first, rest, found := strings.Cut(v, "\n")
+	k, isLog := strings.CutPrefix(first, "1:")
+	if !found || !isLog {
+		return nil, time.Time{}, false
+	}
+	if keep, ok = parseTime(k); !ok {
+		return nil, time.Time{}, false
+	}
+	var st [nFields]string
+	var names string // "<operation_id>.<first entry's at, base 36>."
+	for i := 0; rest != ""; i++ {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
+		resolveLine(line, &st)
+		if i == 0 {
+			at, err := strconv.ParseInt(st[fAt], 10, 64)
+			if err != nil {
+				return nil, keep, true // the entries can't be named
+			}
+			names = opID + "." + strconv.FormatInt(at, 36) + "."
+		}
+		if e, ok := entryOfFields(opID, &st); ok {
+			e.ID = names + strconv.Itoa(i)
+			entries = append(entries, e)
+		}
+	}
+	return entries, keep, true
+}
+
+// group splits field f, a group of n strings, and unescapes them.
+func group(f string, n int) ([]string, bool) {
+	parts := strings.Split(f, groupSep)
+	if len(parts) != n {
+		return nil, false
+	}
+	for i, p := range parts {
+		var ok bool
+		if parts[i], ok = unescapeField(p); !ok {
+			return nil, false
+		}
+	}
+	return parts, true
+}
+
+// entryOfFields is the entry the resolved fields of a line say.
+func entryOfFields(opID string, st *[nFields]string) (store.Entry, bool) {
+	what, ok := entryWhats[st[fWhat]]
+	if !ok {
+		if what, ok = unescapeField(st[fWhat]); !ok {
+			return store.Entry{}, false
+		}
+	}
+	c, ok1 := group(st[fContext], 3)
+	o, ok2 := group(st[fOwner], 4)
+	r, ok3 := group(st[fRevision], 3)
+	at, ok4 := parseTime(st[fAt])
+	digest, ok5 := digestOfField(st[fDigest])
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return store.Entry{}, false
+	}
+	rev, x := r[0], r[2]
+	if x == "-" {
+		x = revisionSeconds(rev) + "000000000"
+	}
+	e := store.Entry{What: what, At: at, Instance: o[0],
+		Owner:   store.Owner{Agent: o[1], User: o[2], Account: o[3]},
+		Session: c[1], Kind: c[0], TermsDigest: digest,
+		Operation: store.Operation{ID: opID, Revision: rev, Summary: r[1]}}
+	if x, ok := parseTime(x); ok {
+		e.Operation.ExpiresAt = x
+	}
+	e.Approval = approvalOfField(st[fApproval], opID, rev)
+	if what == storekit.EntryDeclined { // recorded nowhere
+		e.Approval.RecordedAt = time.Time{}
+	}
+	if st[fUsed] != "" {
+		e.Approval.UsedAt, _ = parseTime(st[fUsed])
+	}
+	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
+		e.By = c[2]
+	} else {
+		e.Reason = c[2]
+	}
+	return e, true
+}
+
+// approvalField is a stored approval (encodeApproval's JSON) as a log
+// keeps it, as lib.lua approval_field makes it: "u" or "a" for its
+// approver, then ",p" approved_at, ",i" input_type, ",r" reference and
+// ",t" recorded_at as the JSON has them (a member's name can't be inside
+// a JSON string, whose quotes are escaped); the JSON itself when it has
+// another shape.
+func approvalField(j string) string {
+	var c string
+	var i int
+	switch {
+	case strings.HasPrefix(j, `{"approver":"user"`):
+		c, i = "u", len(`{"approver":"user"`)
+	case strings.HasPrefix(j, `{"approver":"agent"`):
+		c, i = "a", len(`{"approver":"agent"`)
+	default:
+		return j
+	}
+	if !strings.HasSuffix(j, "}") {
+		return j
+	}
+	for _, m := range [...][2]string{{`,"approved_at":`, ",p"}, {`,"input_type":`, ",i"}, {`,"reference":`, ",r"}} {
+		if strings.HasPrefix(j[i:], m[0]) {
+			v := i + len(m[0])
+			next := strings.Index(j[v:], `,"`)
+			if next < 0 {
+				next = len(j) - 1 - v
+			}
+			c, i = c+m[1]+j[v:v+next], v+next
+		}
+	}
+	rec, ok := strings.CutPrefix(j[i:], `,"recorded_at":`)
+	if !ok {
+		return j
+	}
+	rec = rec[:len(rec)-1]
+	if digits := strings.TrimPrefix(rec, "-"); digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return j // as lib.lua matches '^%-?%d+$'
+	}
+	return c + ",t" + rec
+}
+
+// approvalOfField reads an approval field (approvalField, its recorded_at
+// resolved); a malformed one leaves fields zero, as decodeApproval does.
+func approvalOfField(f, opID, rev string) store.Approval {
+	if f == "" || f[0] == '{' {
+		return decodeApproval(f, opID, rev)
+	}
+	var sa storedApproval
+	switch f[0] {
+	case 'u':
+		sa.Approver = string(store.ApproverUser)
+	case 'a':
+		sa.Approver = string(store.ApproverAgent)
+	}
+	bad := func() store.Approval { return store.Approval{OperationID: opID, Revision: rev} }
+	for rest := f[1:]; rest != ""; {
+		if len(rest) < 2 || rest[0] != ',' {
+			return bad()
+		}
+		name, v := rest[1], rest[2:]
+		switch name {
+		case 'p', 't':
+			end := strings.IndexByte(v, ',')
+			if end < 0 {
+				end = len(v)
+			}
+			n, err := strconv.ParseInt(v[:end], 10, 64)
+			if err != nil {
+				return bad()
+			}
+			if name == 'p' {
+				sa.ApprovedAt = n
+			} else {
+				sa.RecordedAt = n
+			}
+			rest = v[end:]
+		case 'i', 'r':
+			end := jsonStringEnd(v)
+			var s string
+			if end < 0 || json.Unmarshal([]byte(v[:end]), &s) != nil {
+				return bad()
+			}
+			if name == 'i' {
+				sa.InputType = s
+			} else {
+				sa.Reference = s
+			}
+			rest = v[end:]
+		default:
+			return bad()
+		}
+	}
+	a := store.Approval{OperationID: opID, Revision: rev, Approver: store.Approver(sa.Approver), InputType: sa.InputType, Reference: sa.Reference}
+	if sa.ApprovedAt != 0 {
+		a.ApprovedAt = time.Unix(0, sa.ApprovedAt).UTC()
+	}
+	if sa.RecordedAt != 0 {
+		a.RecordedAt = time.Unix(0, sa.RecordedAt).UTC()
+	}
+	return a
+}
+
+// jsonStringEnd is the length of the JSON string v starts with, up to and
+// including its closing quote; -1 when v starts with none.
+func jsonStringEnd(v string) int {
+	if v == "" || v[0] != '"' {
+		return -1
+	}
+	for i := 1; i < len(v); i++ {
+		switch v[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// legacyEntry is an entry as a version of the kit before this format
+// kept it, one element of the list "<prefix>{<slot>}:log:<operation_id>":
+// the caller's half (legacyHead, JSON) and the script's (legacyTail,
+// JSON), separated by a newline.
+type legacyHead struct {
 	ID       string `json:"id"`
 	What     string `json:"w"`
 	At       int64  `json:"at"`
@@ -42,84 +510,7 @@ type entryHead struct {
 	Note     string `json:"n,omitempty"` // Reason, or By of a resolution
 }
 
-// entryTail is the script's half (what the caller may know, entryKnown,
-// then the rest): the operation's revision, its summary
-// and expires_at, the terms' digest (d, the caller's) or the terms (t,
-// when only the store knows them), the stored approval, when it was used
-// up, and the log's keep-until (Unix ns).
-type entryTail struct {
-	entryKnown
-	Keep    string `json:"k"`
-	Account string `json:"ac"` // the operation's, when the caller didn't know it
-}
-
-// auditArgs are the three arguments every script that may write an entry
-// takes: the entry's head, the terms' digest ("" when the caller doesn't
-// know the terms) and now plus the audit retention.
-func (s *rstore) auditArgs(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) []any {
-	head, digest := entryHeadOf(ctx, what, owner, note, terms, now)
-	return []any{head, digest, ns(now.Add(s.auditRetention))}
-}
-
-// entryHeadOf is the head of an entry (entryHead, JSON) and the terms'
-// digest ("" when terms are nil: the caller doesn't know them).
-func entryHeadOf(ctx context.Context, what string, owner store.Owner, note string, terms []byte, now time.Time) (head []byte, digest string) {
-	e := storedriver.EntryOf(ctx)
-	if what == storekit.EntryResolved || what == storekit.EntryResolvedNotDo {
-		note = e.By
-	}
-	h := entryHead{ID: storekit.NewToken(), What: what, At: now.UnixNano(), Instance: e.Instance,
-		Agent: owner.Agent, User: owner.User, Account: owner.Account, Session: e.Session, Kind: e.Kind, Note: note}
-	head = h.encode()
-	if terms != nil {
-		digest = termsDigest(terms)
-	}
-	return head, digest
-}
-
-// encode is json.Marshal(h), byte for byte, without reflection: a head is
-// composed for every Take (a claim's entry), Record and Finish.
-func (h entryHead) encode() []byte {
-	b := make([]byte, 0, 80+len(h.ID)+len(h.What)+len(h.Instance)+len(h.Agent)+len(h.User)+len(h.Account)+len(h.Session)+len(h.Kind)+len(h.Note))
-	b = appendJSONString(append(b, `{"id":`...), h.ID)
-	b = appendJSONString(append(b, `,"w":`...), h.What)
-	b = strconv.AppendInt(append(b, `,"at":`...), h.At, 10)
-	b = appendJSONField(b, `,"i":`, h.Instance, true)
-	b = appendJSONField(b, `,"ag":`, h.Agent, false)
-	b = appendJSONField(b, `,"us":`, h.User, false)
-	b = appendJSONField(b, `,"ac":`, h.Account, true)
-	b = appendJSONField(b, `,"sid":`, h.Session, true)
-	b = appendJSONField(b, `,"kd":`, h.Kind, true)
-	b = appendJSONField(b, `,"n":`, h.Note, true)
-	return append(b, '}')
-}
-
-// appendJSONField appends name and v, unless omitEmpty and v is "".
-func appendJSONField(b []byte, name, v string, omitEmpty bool) []byte {
-	if omitEmpty && v == "" {
-		return b
-	}
-	return appendJSONString(append(b, name...), v)
-}
-
-// appendJSONString appends s as encoding/json writes it: as it is between
-// quotes when it is printable ASCII that json escapes nothing of (the
-// common case: ids, URLs, kinds), else as json.Marshal writes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string: never fails
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// entryKnown is entryTail up to its keep-until: what a step's caller may
-// know of an entry before the step.
-type entryKnown struct {
+type legacyTail struct {
 	Op       string `json:"o"`
 	Revision string `json:"v"`
 	Summary  string `json:"s"`
@@ -128,43 +519,16 @@ type entryKnown struct {
 	Terms    string `json:"t"`
 	Approval string `json:"a"`
 	Used     string `json:"u"`
+	Keep     string `json:"k"`
+	Account  string `json:"ac"` // the operation's, when the caller didn't know it
 }
 
-// tailOf is an entry's tail (entryTail) composed by the caller, where it
-// costs Redis nothing (no cjson.encode in the step): what the caller
-// knows, then the keep-until, last, so that a step that keeps the log
-// longer can put its own there (lib.lua log_known).
-func tailOf(t entryKnown, keep time.Time) string {
-	b := make([]byte, 0, 64+len(t.Op)+len(t.Revision)+len(t.Summary)+len(t.Expires)+len(t.Digest)+len(t.Terms)+len(t.Approval)+len(t.Used))
-	b = t.appendJSON(b)
-	b = append(b[:len(b)-1], `,"k":"`...)
-	return string(append(strconv.AppendInt(b, keep.UnixNano(), 10), `"}`...))
-}
-
-// appendJSON appends json.Marshal(t), byte for byte, without reflection.
-func (t entryKnown) appendJSON(b []byte) []byte {
-	b = appendJSONField(b, `{"o":`, t.Op, false)
-	b = appendJSONField(b, `,"v":`, t.Revision, false)
-	b = appendJSONField(b, `,"s":`, t.Summary, false)
-	b = appendJSONField(b, `,"x":`, t.Expires, false)
-	b = appendJSONField(b, `,"d":`, t.Digest, false)
-	b = appendJSONField(b, `,"t":`, t.Terms, false)
-	b = appendJSONField(b, `,"a":`, t.Approval, false)
-	b = appendJSONField(b, `,"u":`, t.Used, false)
-	return append(b, '}')
-}
-
-// termsDigest is store.Entry.TermsDigest of canonical terms.
-func termsDigest(terms []byte) string {
-	sum := sha256.Sum256(terms)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
-}
-
-// decodeEntry reads a stored entry; ok is false for a malformed one.
-func decodeEntry(v string) (e store.Entry, keep time.Time, ok bool) {
+// decodeLegacyEntry reads an element of a list an earlier version kept;
+// ok is false for a malformed one.
+func decodeLegacyEntry(v string) (e store.Entry, keep time.Time, ok bool) {
 	headJSON, tailJSON, found := strings.Cut(v, "\n")
-	var h entryHead
-	var t entryTail
+	var h legacyHead
+	var t legacyTail
 	if !found || json.Unmarshal([]byte(headJSON), &h) != nil || json.Unmarshal([]byte(tailJSON), &t) != nil {
 		return store.Entry{}, time.Time{}, false
 	}
@@ -201,9 +565,10 @@ func decodeEntry(v string) (e store.Entry, keep time.Time, ok bool) {
 
 // Entries implements store.Store. It SCANs every master (each Cluster node
 // in turn) for the store's audit logs, a batch at a time, and reads each
-// batch with one pipelined LRANGE per log: O(keys) in total, in short
-// steps, none holding Redis longer than a small command does. An
-// operation's entries are in one list, read in one command.
+// batch with one pipelined GET per log (LRANGE for an earlier version's):
+// O(keys) in total, in short steps, none holding Redis longer than a
+// small command does. An operation's entries are in one key, read in one
+// command.
 func (s *rstore) Entries(ctx context.Context, operationID string, from, to time.Time) iter.Seq2[store.Entry, error] {
 	return func(yield func(store.Entry, error) bool) {
 		fail := func(err error) { yield(store.Entry{}, fmt.Errorf("redisstore: entries: %w", err)) }
@@ -219,7 +584,9 @@ func (s *rstore) Entries(ctx context.Context, operationID string, from, to time.
 		if operationID != "" {
 			id = operationID
 		}
-		match := globEscape(s.prefix) + "{*}:log:" + id
+		// "lg:" and an earlier version's "log:" (both start with l,
+		// which no other key of an owner's does).
+		match := globEscape(s.prefix) + "{*}:l*:" + id
 		for _, node := range nodes {
 			var cursor uint64
 			for {
@@ -246,6 +613,24 @@ func (s *rstore) Entries(ctx context.Context, operationID string, from, to time.
 	}
 }
 
+// logKeyKind is what an audit log key found by SCAN is: its operation_id
+// and whether it is an earlier version's list (legacy); ok is false for a
+// key of another kind.
+func logKeyKind(key string) (opID string, legacy, ok bool) {
+	i := strings.LastIndex(key, "}:")
+	if i < 0 {
+		return "", false, false
+	}
+	rest := key[i+2:]
+	if id, found := strings.CutPrefix(rest, "lg:"); found {
+		return id, false, true
+	}
+	if id, found := strings.CutPrefix(rest, "log:"); found {
+		return id, true, true
+	}
+	return "", false, false
+}
+
 // readLogs reads the logs named by keys and returns their entries in
 // [from, to) of those not forgotten by to.
 func readLogs(ctx context.Context, node redis.Cmdable, keys []string, from, to time.Time) ([]store.Entry, error) {
@@ -253,29 +638,55 @@ func readLogs(ctx context.Context, node redis.Cmdable, keys []string, from, to t
 		return nil, nil
 	}
 	pipe := node.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(keys))
+	cmds := make([]redis.Cmder, len(keys))
+	ids := make([]string, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.LRange(ctx, k, 0, -1)
+		id, legacy, ok := logKeyKind(k)
+		switch {
+		case !ok:
+			continue
+		case legacy:
+			cmds[i] = pipe.LRange(ctx, k, 0, -1)
+		default:
+			cmds[i] = pipe.Get(ctx, k)
+		}
+		ids[i] = id
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
 	var out []store.Entry
-	for _, c := range cmds {
+	for i, c := range cmds {
 		var log []store.Entry
 		var keep time.Time
-		for _, v := range c.Val() {
-			e, k, ok := decodeEntry(v)
-			if !ok {
+		switch c := c.(type) {
+		case *redis.StringCmd:
+			v, err := c.Result()
+			if err != nil {
+				continue // gone since the SCAN
+			}
+			var ok bool
+			if log, keep, ok = decodeLog(ids[i], v); !ok {
 				continue
 			}
-			keep = later(keep, k)
-			if !e.At.Before(from) && e.At.Before(to) {
+		case *redis.StringSliceCmd:
+			for _, v := range c.Val() {
+				e, k, ok := decodeLegacyEntry(v)
+				if !ok {
+					continue
+				}
+				keep = later(keep, k)
 				log = append(log, e)
 			}
+		default:
+			continue
 		}
 		if !to.After(keep) { // forgotten past its keep-until, swept or not
-			out = append(out, log...)
+			for _, e := range log {
+				if !e.At.Before(from) && e.At.Before(to) {
+					out = append(out, e)
+				}
+			}
 		}
 	}
 	return out, nil

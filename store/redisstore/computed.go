@@ -202,14 +202,14 @@ func (s *rstore) lookupComputed(ctx context.Context, owner store.Owner, ref stri
 
 // recordComputed runs record.lua for a computed ref: keys and args as
 // Record made them, then what storing the operation needs, and the audit
-// entry of an approval that stores it with its log's TTL ("" for an
+// log of an approval that stores it (firstLine) with its TTL ("" for an
 // approval that would not: record.lua approve). The agent's
 // count is kept in the same step on a single Redis; on a Cluster it is
 // counted first, in a step of its own, so that an approval over the cap
 // records nothing (counting an operation already counted changes nothing).
-func (s *rstore) recordComputed(ctx context.Context, owner store.Owner, c computed.Op, opID string, keys []string, args []any, entry, entryTTL string, now time.Time) ([]string, error) {
+func (s *rstore) recordComputed(ctx context.Context, owner store.Owner, c computed.Op, opID string, keys []string, args []any, line, lineTTL string, now time.Time) ([]string, error) {
 	args = append(args, "c", c.Account, c.Terms, c.Summary, ns(c.Expires), owner.Agent, owner.User, s.maxOpenOwner, ttlMs(c.Expires, now), ns(c.Minted),
-		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now), entry, entryTTL)
+		ns(c.Expires.Add(s.retention)), ttlMs(c.Expires.Add(s.retention), now), line, lineTTL)
 	// The overall cap first: an approval past it stores nothing.
 	if full, err := s.open.full(ctx, s.client, now); err != nil {
 		return nil, fmt.Errorf("open operations: %w", err)

@@ -172,8 +172,9 @@
 //
 // # Keys
 //
-// Every key of one agent and User is "<prefix>{<slot>}:…" (op:, act:, tok:
-// and open), so each script touches one Cluster slot; an agent's count of
+// Every key of one agent and User is "<prefix>{<slot>}:…" (op:, act:, tok:,
+// lg: an operation's audit log, and open), so each script touches one
+// Cluster slot; an agent's count of
 // open operations is "<prefix>agent:{…}", UseOnce's markers
 // "<prefix>jti:{…}", and the seal's secret "<prefix>seal". Times are the
 // caller's clock, compared exactly; Redis's own clock only runs the TTLs

@@ -8,37 +8,34 @@
 --       TTL in ms that keeps a key until 4, 6 base ("<prefix>{<slot>}:"),
 --       7 the claimed revision ('' when not known), 8 the account (to
 --       resolve), 9 random suffix of a fresh revision ('' unless
---       'notdone'), 10-12 the audit entry's head ('' when 14 holds it),
---       terms digest and now + audit retention (lib.lua audit), 13 the
---       TTL in ms that keeps a key until 12, 14 the entry as the caller
---       knows it, kept until 12 (lib.lua log_known; '' when the caller
---       doesn't know it all), 15-18 what 14 says of the claimed revision
---       (its summary, expires_at, approval and used-at, checked against
---       what is stored), and with the agent's count: 19 its members'
---       prefix ("<slot> ").
+--       'notdone'), 10-12 the audit entry's head, terms digest ('' when
+--       the caller doesn't know the terms) and now + audit retention
+--       (lib.lua audit), 13 the TTL in ms that keeps a key until 12, and
+--       with the agent's count: 14 its members' prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 --
--- Cost (lib.lua): the caller names the keys it knows, the claimed
--- revision (read with the operation, in one HMGET, with only the fields
--- the outcome needs) and the audit entry, so that the common Finish
--- composes nothing.
+-- Cost (lib.lua): the caller names the keys it knows and the claimed
+-- revision, read with the operation, in one HMGET, with only the fields
+-- the outcome needs, and what its entry says of it.
 local op, idx, log = KEYS[1], KEYS[2], KEYS[3]
 local token, outcome, now, retained, base, rev = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7]
 local opID = string.sub(op, #base + 4)
 -- f: 1 state, 2 claim, 3 ap, 4 akey, 5 k, 6 cur, 7 acct, 8 order, 9 ka,
--- 10 pa, 11 c, 12 st, then the claimed revision's s, x, a and u when it
--- is named, then al and fu (from j) unless it is performed (neither is
--- needed then).
-local f, j = nil, 17
+-- 10 pa, 11 c, 12 st, 13-17 what the claim's (or an unknown outcome's)
+-- entry said (lib.lua log_prev), then the claimed revision's s, x, a and
+-- u when it is named, then al and fu (from j) unless it is performed
+-- (neither is needed then).
+local f, j = nil, 22
 if rev == '' then
-  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st', 'al', 'fu')
-  j = 13
+  f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
+    'll', 'lh', 'ld', 'la', 'lu', 'al', 'fu')
+  j = 18
 elseif outcome == 'done' then
   f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
-    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
+    'll', 'lh', 'ld', 'la', 'lu', 's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev)
 else
   f = redis.call('HMGET', op, 'state', 'claim', 'ap', 'akey', 'k', 'cur', 'acct', 'order', 'ka', 'pa', 'c', 'st',
-    's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev, 'al', 'fu')
+    'll', 'lh', 'ld', 'la', 'lu', 's:' .. rev, 'x:' .. rev, 'a:' .. rev, 'u:' .. rev, 'al', 'fu')
 end
 local k = f[5]
 if f[1] ~= 'performing' or gone(k, now) then
@@ -50,21 +47,18 @@ elseif f[2] ~= token then
   return 0
 end
 local ap, cur, al, fu = f[3], f[6], f[j], f[j + 1]
--- The entry's: the claimed revision and its approval, read before they go.
--- An unknown outcome reported again changes nothing and writes none.
--- The caller's entry is written when what it says of the revision is
--- what is stored (a retried Finish's claim knows none of it); else it is
--- composed here (audit).
-local e, mine = nil, false
+-- The entry's: the claimed revision and its approval, read before they go,
+-- as stored (whatever the caller's claim says of them). An unknown
+-- outcome reported again changes nothing and writes none.
+local e = nil
 if ap and not (outcome == 'unknown' and fu) then
   if ap == rev then
-    e = {f[13], f[14], f[15], f[16]}
-    mine = ARGV[14] ~= '' and e[1] == ARGV[15] and e[2] == ARGV[16] and e[3] == ARGV[17] and e[4] == ARGV[18]
+    e = {f[18], f[19], f[20], f[21]}
   else
     e = redis.call('HMGET', op, 's:' .. ap, 'x:' .. ap, 'a:' .. ap, 'u:' .. ap)
   end
   -- Its terms, when the caller sent no digest of them.
-  if not mine and ARGV[11] == '' then e[5] = redis.call('HGET', op, 't:' .. ap) end
+  if ARGV[11] == '' then e[5] = redis.call('HGET', op, 't:' .. ap) end
 end
 if outcome == 'done' then
   -- Remembered until the approved revision's expires_at (k is at least
@@ -113,12 +107,12 @@ if outcome == 'done' then
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- (one that made no start mark, st) did not.
   if not f[12] then redis.call('ZREM', base .. 'open', opID) end
-  if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[19] .. opID) end
+  if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[14] .. opID) end
   redis.call('ZREM', idx, op)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
   redis.call('HSET', op, 'state', 'open')
-  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st')
+  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'fu', 'st', 'll', 'lh', 'ld', 'la', 'lu')
   redis.call('ZREM', idx, op)
   -- W90, W122: the used-up revision can't be approved again, so the
   -- operation offers the same terms under a fresh revision with the same
@@ -132,7 +126,7 @@ elseif outcome == 'notdone' then
   end
   -- Open again, it counts among its owner's (and agent's) open
   -- operations until k.
-  reopen(base, opID, k, now, KEYS[4], ARGV[19])
+  reopen(base, opID, k, now, KEYS[4], ARGV[14])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no
@@ -148,9 +142,14 @@ else
   end
   k = kk
 end
-if mine then
-  log_known(log, ARGV[14], ARGV[12], ARGV[13], k, now)
-elseif e then
-  audit(base, opID, {head_of(ARGV[10], ARGV[14]), ARGV[11], ARGV[12]}, ap, e[1], e[2], e[5], e[3], e[4], k, now)
+if e then
+  -- The latest entry is most often the claim's (or an unknown outcome's),
+  -- which the operation kept: the log needn't be read line by line.
+  local ok, ll, lh, ld = log_write(log, entry_of(ARGV[10], e[4], ap, e[1], e[2], ARGV[11], e[5], e[3]), ARGV[12], ARGV[13], k,
+    now, false, nil, false, log_prev(f, 13, f[10]))
+  if outcome == 'unknown' then
+    -- Still performing: what this entry said, for the next (log_prev).
+    redis.call('HSET', op, 'll', ll, 'lh', lh, 'ld', ld, 'la', now, 'lu', e[4] or '')
+  end
 end
 return 1

@@ -245,7 +245,7 @@ end
 -- later claims nothing).
 local function unclaim(base, op, opID, claimTok, ap, k, now, idx, tokTTL, tokUntil, agentKey, agentMember)
   redis.call('HSET', op, 'state', 'open')
-  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'st', 'u:' .. ap)
+  redis.call('HDEL', op, 'claim', 'ap', 'pa', 'st', 'u:' .. ap, 'll', 'lh', 'ld', 'la', 'lu')
   reopen(base, opID, k, now, agentKey, agentMember)
   if idx then redis.call('ZREM', idx, op) end
   if claimTok then redis.call('SET', base .. 'tok:' .. claimTok, 'r ' .. tokUntil, 'PX', tokTTL) end
@@ -491,101 +491,287 @@ local function request(KEYS, ARGV)
   }
 end
 
--- The audit log (store.Entry, audit.go): each operation's entries are a
--- list "<base>log:<operation_id>" in its slot, appended to by the step
--- that commits what an entry records, in the same script. A decline or a
--- claim is refused once the log holds AUDIT_REFUSE entries
+-- The audit log (store.Entry, audit.go): each operation's entries are one
+-- string, "<base>lg:<operation_id>" in its slot, which the step that
+-- commits what an entry records rewrites in the same script (GET, then
+-- SET: Redis keeps a string that APPEND grew at up to twice its size).
+-- Its first line is '1:' and the log's keep-until, then one line per
+-- entry, in the order written, of 8 fields separated by tabs:
+--   1 what (audit.go entryCodes)
+--   2 at
+--   3 the approval's used-at ('=': at)
+--   4 kind, Session and note (reason or by), separated by \31
+--   5 web server, agent, user and account, separated by \31
+--   6 revision, summary and expires_at, separated by \31; expires_at '-'
+--     when it is the seconds the revision's name starts with
+--     (revision_name)
+--   7 terms digest (terms_field while the step knows only the terms:
+--     the claim, which knows their digest, puts it in their place)
+--   8 the approval (approval_field; its recorded_at left out when it is at)
+-- A field is '' when it says what the entry before says, '\' when it is
+-- '' after one that was not, and the fields '' ends a line with are left
+-- out: what an operation's entries share is kept once. A string holding
+-- a backslash, a tab, a newline or \31 is kept with them escaped (esc),
+-- so that no field holds a tab, a newline or \31. A decline
+-- or a claim is refused once the log holds AUDIT_REFUSE entries
 -- (storekit.EntriesBeforeRefusal), which leaves room for all that may
 -- follow within 64 (webkit/RULES.md "Bounded work").
+--
+-- Cost: a step's entry is a GET and a SET (with the log's TTL when it is
+-- kept longer), and Lua work, measured in instructions (callgrind on
+-- redis-server): each string function call costs about a thousand, a
+-- character class scanned over a string about 150 a character, so the
+-- code below calls few and scans with plain finds; Record's caller
+-- composes the first line of a computed operation's log (audit.go
+-- firstLine), and a claim keeps in its operation what its entry said, so
+-- that Finish doesn't read the log line by line (log_prev).
 local AUDIT_REFUSE = 44
 
--- audit appends an entry to operation opID's log: au is the caller's
--- three arguments (the entry's head, JSON; the terms' digest, '' when the
--- caller doesn't know the terms; now plus the audit retention), the rest
--- what the step knows: the revision, its summary, expires_at and terms
--- (kept only when the caller sent no digest), the stored approval, when
--- it was used up, and k, the operation's keep-until. The log is kept
--- until the later of au[3] and k. With refuse (a decline, a claim) it
--- writes nothing and returns false when the log is full: call it before
--- the step's writes.
-local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct)
-  local keep = later(au[3], k)
-  local tail = {o = opID, v = rev or '', s = summary or '', x = x or '', d = au[2], t = '',
-    a = approval or '', u = used or '', k = keep, ac = acct}
-  if au[2] == '' then tail.t = terms or '' end
-  local log = base .. 'log:' .. opID
-  local n = redis.call('RPUSH', log, au[1] .. '\n' .. cjson.encode(tail))
-  if refuse and n > AUDIT_REFUSE then
-    redis.call('RPOP', log)
-    return false
+-- esc is s as a string of the log: itself, or, when it holds a backslash,
+-- a tab, a newline or \31, with each of them escaped (\\, \t, \n, \s),
+-- byte for byte (audit.go escapeField, unescapeField).
+local ESCAPES = {['\\'] = '\\\\', ['\t'] = '\\t', ['\n'] = '\\n', ['\31'] = '\\s'}
+local function esc(s)
+  if not s then return '' end
+  if not (string.find(s, '\\', 1, true) or string.find(s, '\t', 1, true) or string.find(s, '\n', 1, true) or
+      string.find(s, '\31', 1, true)) then
+    return s
   end
-  if n == 1 then
-    redis.call('PEXPIRE', log, ttl(keep, now))
+  return (string.gsub(s, '[\\\t\n\31]', ESCAPES))
+end
+
+-- terms_field is terms t where the log keeps a terms digest that the step
+-- doesn't know (audit.go digestOfField): '=' and t, or, when t holds a
+-- tab or a newline (canonical terms don't), '!' and t escaped (esc).
+local function terms_field(t)
+  if not (string.find(t, '\t', 1, true) or string.find(t, '\n', 1, true)) then return '=' .. t end
+  return '!' .. esc(t)
+end
+
+-- approval_field is a stored approval (redisstore.go encodeApproval's
+-- JSON) as the log keeps it: 'u' or 'a' for its approver, then ',p'
+-- approved_at, ',i' input_type, ',r' reference and ',t' recorded_at, as
+-- the JSON has them (a member's name can't be inside a JSON string, whose
+-- quotes are escaped); the JSON itself when it has another shape.
+-- audit.go approvalField makes the same.
+local APPROVAL_MEMBERS = {{',"approved_at":', ',p'}, {',"input_type":', ',i'}, {',"reference":', ',r'}}
+local function approval_field(j)
+  if not j or j == '' then return '' end
+  local c, i
+  if string.sub(j, 1, 18) == '{"approver":"user"' then
+    c, i = 'u', 19
+  elseif string.sub(j, 1, 19) == '{"approver":"agent"' then
+    c, i = 'a', 20
   else
-    redis.call('PEXPIRE', log, ttl(keep, now), 'GT')
+    return j
   end
-  return true
-end
-
--- log_entry appends entry to the audit log key log, as audit does, for a
--- step whose caller composed the whole entry (audit.go): the log is then
--- kept at least ttlMs more.
-local function log_entry(log, entry, ttlMs)
-  if redis.call('RPUSH', log, entry) == 1 then
-    redis.call('PEXPIRE', log, ttlMs)
-  else
-    redis.call('PEXPIRE', log, ttlMs, 'GT')
+  if string.sub(j, -1) ~= '}' then return j end
+  if string.sub(j, i, i + 14) ~= ',"recorded_at":' then
+    for _, m in ipairs(APPROVAL_MEMBERS) do
+      if string.sub(j, i, i + #m[1] - 1) == m[1] then
+        -- Up to the next member (its value has no ,": quotes in a string
+        -- are escaped).
+        local v = i + #m[1]
+        local nxt = string.find(j, ',"', v, true) or #j
+        c, i = c .. m[2] .. string.sub(j, v, nxt - 1), nxt
+      end
+    end
+    if string.sub(j, i, i + 14) ~= ',"recorded_at":' then return j end
   end
+  local rec = string.sub(j, i + 15, #j - 1)
+  if not string.find(rec, '^%-?%d+$') then return j end
+  return c .. ',t' .. rec
 end
 
--- log_known appends entry, composed by the caller (audit.go) with its
--- keep-until keepAu (now plus the audit retention; keepTTL is its TTL in
--- ms): kept until the later of keepAu and k, as audit keeps it, so the
--- entry says k instead when k is later.
-local function log_known(log, entry, keepAu, keepTTL, k, now)
-  if cmp(k, keepAu) <= 0 then
-    log_entry(log, entry, keepTTL)
-  else
-    log_entry(log, string.sub(entry, 1, #entry - #keepAu - 2) .. k .. '"}', ttl(k, now))
+-- LOG_NONE is the fields nothing says yet, before a log's first entry.
+local LOG_NONE = {'', '', '', '', '', '', '', ''}
+
+-- log_read reads a log's string s: its keep-until, where its entries
+-- start (its first newline), how many it holds, the fields of the latest
+-- as the lines before resolve them (audit.go resolveLine), and where the
+-- terms digest field the latest says was written. nil when s is no log
+-- of this format.
+local function log_read(s)
+  local nl = string.find(s, '\n', 1, true)
+  if not nl or string.sub(s, 1, 2) ~= '1:' then return nil end
+  local st = {'', '', '', '', '', '', '', ''}
+  local n, d1, d2, i, len = 0, nil, nil, nl + 1, #s
+  while i <= len do
+    local e = string.find(s, '\n', i, true) or len + 1
+    local j, f = i, 1
+    while f <= 8 and j < e do
+      local t = string.find(s, '\t', j, true)
+      if not t or t > e then t = e end
+      if t > j then
+        local v = string.sub(s, j, t - 1)
+        if v == '\\' then
+          v = ''
+        elseif f == 3 then
+          if v == '=' then v = st[2] end
+        elseif f == 7 then
+          d1, d2 = j, t - 1
+        elseif f == 8 then
+          local b = string.byte(v)
+          if (b == 117 or b == 97) and not string.find(v, ',t%-?%d+$') then v = v .. ',t' .. st[2] end
+        end
+        st[f] = v
+      end
+      j, f = t + 1, f + 1
+    end
+    n, i = n + 1, e + 1
   end
+  return string.sub(s, 3, nl - 1), nl, n, st, d1, d2
 end
 
--- head_of is an entry's head: head, or when the caller sent it inside its
--- whole entry instead ('' for head), that entry's up to its newline.
-local function head_of(head, entry)
-  if head ~= '' then return head end
-  return string.sub(entry, 1, string.find(entry, '\n', 1, true) - 1)
-end
-
--- audit_claim appends a claim's entry to operation opID's log, as audit
--- does with refuse: the caller's head, terms digest, and audit keep-until
--- with its TTL in ms; the claimed revision rev, its summary s, expires_at
--- x and stored approval ap, used up now; k the operation's keep-until.
--- Its tail is written field by field rather than as a table: each stored
--- value goes through cjson.encode as it would inside the table, and what
--- the caller sent (the digest, now: base64url and digits) as it is, so it
--- decodes to the entry audit writes, for about half the server's work.
--- Returns false, writing nothing, when the log is full.
-local function audit_claim(base, opID, head, digest, auditKeep, keepTTL, rev, s, x, ap, now, k)
-  local keep = later(auditKeep, k)
-  -- The TTL that keeps the log until keep: the caller's for its
-  -- keep-until (computed where it costs nothing), else computed here.
+-- log_write appends an entry to the log key log, in the same step as what
+-- it records, and keeps the log until the later of keepAu (now plus the
+-- audit retention; keepTTL is its TTL in ms, or nil) and k (the
+-- operation's keep-until at this step), and no less long than it was
+-- kept. A log forgotten by now (whether or not its TTL has fired) is begun
+-- anew. The entry is e: the caller's head (audit.go entryHeadOf: fields
+-- 1, 2, '' and 4-5 as a line has them) and what the step knows (e.u the
+-- approval's used-at, e.rev, e.s and e.x the revision, its summary and
+-- expires_at, e.d the terms digest field, e.ap the stored approval, e.acct
+-- the operation's account, '' or nil when the head says it). alias, when
+-- given, is {terms_field(terms), their digest}: a digest field that holds
+-- those terms becomes the digest. With refuse (a decline, a claim) it
+-- writes nothing and returns false when the log holds AUDIT_REFUSE
+-- entries: call it before the step's writes. With none, the caller knows
+-- there is no log yet (record.lua's EXISTS), and it is not read. prev,
+-- when given, is what the log's latest entry says as the operation's hash
+-- keeps it (log_prev): when the log is as long as then, it is not read
+-- line by line. It returns true, the log's new length, and its entry's
+-- fields 4-5 and 7 as log_prev keeps them.
+local function log_write(log, e, keepAu, keepTTL, k, now, refuse, alias, none, prev)
+  local s = nil
+  if not none then s = redis.call('GET', log) end
+  local keep, body, n, st, d1, d2, stco
+  local same = false -- the revision and approval are the latest entry's
+  if s and prev and prev.len == tostring(#s) and string.sub(s, 1, 2) == '1:' then
+    body = string.find(s, '\n', 1, true)
+    keep, n, stco, same = string.sub(s, 3, body - 1), 1, prev.co, true
+    st = {'', prev.at, prev.used, nil, nil, nil, prev.d, nil}
+  elseif s then
+    keep, body, n, st, d1, d2 = log_read(s)
+    if keep then stco = st[4] .. '\t' .. st[5] end
+  end
+  if not keep or cmp(now, keep) > 0 then
+    s, n, st, stco, same = nil, 0, LOG_NONE, '\t', false
+  end
+  if refuse and n >= AUDIT_REFUSE then return false end
+  if alias and d1 and st[7] == alias[1] then
+    s = string.sub(s, 1, d1 - 1) .. alias[2] .. string.sub(s, d2 + 1)
+    st = {st[1], st[2], st[3], st[4], st[5], st[6], alias[2], st[8]}
+  end
+  -- The fields (the head's in one piece, then the step's), and what the
+  -- line says of each (w).
+  local head = e.head
+  local a = string.find(head, '\t', 1, true)
+  local b = string.find(head, '\t', a + 1, true)
+  local at = string.sub(head, a + 1, b - 1)
+  local w = {string.sub(head, 1, a - 1), '', '', '', '', '', '', ''}
+  if at ~= st[2] then w[2] = at end
+  local u = e.u or ''
+  if u ~= st[3] then
+    if u == '' then w[3] = '\\' elseif u == at then w[3] = '=' else w[3] = u end
+  end
+  -- Context and owner: the head's, in one piece when neither changed.
+  local co = string.sub(head, b + 2)
+  if e.acct or co ~= stco then
+    local c = string.find(co, '\t', 1, true)
+    local ctx, owner = string.sub(co, 1, c - 1), string.sub(co, c + 1)
+    if e.acct and e.acct ~= '' then
+      local i = #owner
+      while i > 0 and string.byte(owner, i) ~= 31 do i = i - 1 end
+      owner = string.sub(owner, 1, i) .. esc(e.acct)
+      co = ctx .. '\t' .. owner
+    end
+    local pc = string.find(stco, '\t', 1, true)
+    if ctx ~= string.sub(stco, 1, pc - 1) then w[4] = ctx end
+    if owner ~= string.sub(stco, pc + 1) then w[5] = owner end
+  end
+  -- The revision: its name, summary and expires_at, escaped only when
+  -- they are not the entry before's (strings with no backslash equal to
+  -- their field are as they were, escaped or not).
+  local rev, sum, x = e.rev or '', e.s or '', e.x or ''
+  if not same then
+    if (string.match(rev, '^(%-?%d+)%-') or '') .. '000000000' == x then x = '-' end
+    local r = rev .. '\31' .. sum .. '\31' .. x
+    if r ~= st[6] or string.find(sum, '\\', 1, true) or string.find(rev, '\\', 1, true) then
+      r = esc(rev) .. '\31' .. esc(sum) .. '\31' .. x
+      if r ~= st[6] then w[6] = r end
+    end
+  end
+  local d = e.d or ''
+  if d ~= st[7] then
+    if d == '' then w[7] = '\\' else w[7] = d end
+  end
+  local ap = ''
+  if not same then ap = approval_field(e.ap) end
+  if not same and ap ~= st[8] then
+    local c = string.byte(ap)
+    if ap == '' then
+      w[8] = '\\'
+    elseif (c == 117 or c == 97) and string.sub(ap, -#at - 2) == ',t' .. at then
+      w[8] = string.sub(ap, 1, #ap - #at - 2)
+    else
+      w[8] = ap
+    end
+  end
+  local last = 8
+  while last > 1 and w[last] == '' do last = last - 1 end
+  local line = table.concat(w, '\t', 1, last) .. '\n'
+  local want = later(keepAu, k)
   local t = keepTTL
-  if keep ~= auditKeep then t = ttl(keep, now) end
-  local log = base .. 'log:' .. opID
-  local enc = cjson.encode
-  local n = redis.call('RPUSH', log, head .. '\n{"o":' .. enc(opID) .. ',"v":' .. enc(rev) .. ',"s":' .. enc(s or '') ..
-    ',"x":' .. enc(x) .. ',"d":"' .. digest .. '","t":"","a":' .. enc(ap) .. ',"u":"' .. now .. '","k":' .. enc(keep) .. '}')
-  if n > AUDIT_REFUSE then
-    redis.call('RPOP', log)
-    return false
-  end
-  if n == 1 then
-    redis.call('PEXPIRE', log, t)
+  if want ~= keepAu or not t then t = ttl(want, now) end
+  local v
+  if not s then
+    v = '1:' .. want .. '\n' .. line
+    redis.call('SET', log, v, 'PX', t)
+  elseif cmp(want, keep) > 0 then
+    -- Kept longer: its TTL is set anew for the later keep-until (one
+    -- record's, which only grows: within the minute of grace, GRACE_MS,
+    -- whichever web server's clock set the TTL before).
+    v = '1:' .. want .. string.sub(s, body) .. line
+    redis.call('SET', log, v, 'PX', t)
   else
-    redis.call('PEXPIRE', log, t, 'GT')
+    v = '1:' .. keep .. string.sub(s, body) .. line
+    redis.call('SET', log, v, 'KEEPTTL')
   end
-  return true
+  return true, #v, co, d
+end
+
+-- log_prev is log_write's prev as an operation's hash keeps it while it
+-- is performing: a claim and an unknown outcome keep there what their
+-- entry said, the log's length after it ('ll'), its fields 4-5 ('lh')
+-- and 7 ('ld'), and its at and used-at ('la', 'lu'; a claim's are its
+-- claimed-at, 'pa'); its revision and approval are the claimed ones.
+-- They go with the claim (unclaim, finish.lua). f holds them in that
+-- order from i; nil when they are not kept.
+local function log_prev(f, i, pa)
+  if not f[i] or not f[i + 1] or not f[i + 2] then return nil end
+  return {len = f[i], co = f[i + 1], d = f[i + 2], at = f[i + 3] or pa, used = f[i + 4] or pa}
+end
+
+-- entry_of is an entry for log_write: the caller's head, and what the
+-- step knows: the approval's used-at u, the revision rev, its summary s
+-- and expires_at x, the terms digest d ('' when the caller doesn't know
+-- the terms: then terms_field of the terms t), the stored approval ap,
+-- and the operation's account acct ('' or nil when the caller's head
+-- says it).
+local function entry_of(head, u, rev, s, x, d, t, ap, acct)
+  if d == '' and t then d = terms_field(t) end
+  return {head = head, u = u, rev = rev, s = s, x = x, d = d, ap = ap, acct = acct}
+end
+
+-- audit appends an entry to operation opID's log (log_write): au is the
+-- caller's three arguments (the entry's head; the terms' digest, '' when
+-- the caller doesn't know the terms; now plus the audit retention), then
+-- what the step knows (entry_of), k the operation's keep-until, and refuse
+-- and none as log_write's.
+local function audit(base, opID, au, rev, summary, x, terms, approval, used, k, now, refuse, acct, none)
+  return log_write(base .. 'lg:' .. opID, entry_of(au[1], used, rev, summary, x, au[2], terms, approval, acct),
+    au[3], nil, k, now, refuse, nil, none)
 end
 
 -- audit_unclaim writes the entry of a claim undone: by its holder

@@ -1,7 +1,7 @@
 -- record.lua (after lib.lua): Store.Record, checks 1-3 of §6 "What the
 -- Company checks", answered in that order (W111).
 -- KEYS: 1 the operation key ("<base>op:<operation_id>", the ref's), 2 its
---       audit log ("<base>log:<operation_id>", lib.lua audit); for a
+--       audit log ("<base>lg:<operation_id>", lib.lua log_write); for a
 --       computed ref (ARGV[15]), 3 its action key and 4-5 its neighbours'
 --       operation keys (lib.lua neighbour_allows); then the request's
 --       single-use key when ARGV[9] is set; and on a single Redis, for a
@@ -11,25 +11,25 @@
 --       and the decline's audit entry when they pass) or '0', 7 random
 --       suffix of a fresh revision (see W122 below), 8 the ref's revision,
 --       9 the single-use key's until ('' for none), 10 the TTL in ms that
---       keeps a key until then, 11-13 the audit entry's (lib.lua audit;
---       11 '' when 27 holds it),
+--       keeps a key until then, 11-13 the audit entry's (lib.lua audit),
 --       14 base ("<prefix>{<slot>}:"), and for a computed ref
 --       (computed.go): 15 'c', 16 its account, 17 terms, 18 summary, 19
 --       expires_at, 20 agent, 21 user, 22 the owner's cap of open
 --       operations, 23 the TTL in ms that keeps a key until 19, 24 when
 --       it was minted, 25 19 plus the retention (kt: see below), 26 the
---       TTL in ms that keeps a key until 25, 27 the audit entry of the
---       approval that stores it (lib.lua log_entry; '' when
---       this request's approval would not: see approve below), 28 the TTL
---       in ms that keeps its log, and with the agent's count: 29 the
+--       TTL in ms that keeps a key until 25, 27 the audit log's first
+--       line as the caller composed it for the approval that stores the
+--       operation (audit.go firstLine; '' when this request's approval
+--       would not: see approve below), 28 the TTL in ms that keeps the log
+--       until the later of 13 and 19, and with the agent's count: 29 the
 --       agent's cap, 30 its members' prefix ("<slot> ").
 -- Returns {code} or {code, opID, revision, summary, terms, expires}, and
 -- {'recorded'} alone for the approval that stores a computed operation
 -- (the caller knows the rest).
 --
 -- Cost (lib.lua): the caller names the keys it knows, and composes the
--- audit entry of the approval that stores a computed operation.
-local op, log, base = KEYS[1], KEYS[2], ARGV[14]
+-- audit log of the approval that stores a computed operation.
+local op, base = KEYS[1], ARGV[14]
 local acct, apOp, apRev, now, approval, checkOnly = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local opID = string.sub(op, #base + 4)
 local computed = ARGV[15] == 'c'
@@ -58,9 +58,10 @@ if computed then
   local actKey, rev, terms, summary, x = KEYS[3], ARGV[8], ARGV[17], ARGV[18], ARGV[19]
   local agentKey = ARGV[29] and KEYS[#KEYS]
   -- Most often nothing of the action is kept at all: not the operation,
-  -- not its action key, not its neighbours. One EXISTS says so, and the
-  -- reads below that would each find nothing are skipped.
-  local nothing = redis.call('EXISTS', op, actKey, KEYS[4], KEYS[5]) == 0
+  -- not its audit log, not its action key, not its neighbours. One EXISTS
+  -- says so, and the reads below that would each find nothing are
+  -- skipped.
+  local nothing = redis.call('EXISTS', op, KEYS[2], actKey, KEYS[4], KEYS[5]) == 0
   local g, cur, prev = {}, nil, ''
   if not nothing then
     g = redis.call('HMGET', op, 'state', 'k', 'order', 'al', 'cur')
@@ -123,12 +124,12 @@ if computed then
       return {'limited'}
     end
     if approve then
-      -- Its entry, which the caller composed (it knows all of it), or
-      -- composed here.
-      if ARGV[27] ~= '' then
-        log_entry(log, ARGV[27], ARGV[28])
+      if nothing and ARGV[27] ~= '' then
+        -- No log yet: the one the caller composed, kept until the later of
+        -- now plus the audit retention and x (lib.lua log_write).
+        redis.call('SET', KEYS[2], '1:' .. later(au[3], x) .. '\n' .. ARGV[27], 'PX', ARGV[28])
       else
-        audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now)
+        audit(base, opID, au, rev, summary, x, terms, approval, nil, x, now, false, nil, nothing)
       end
       return {'recorded'}
     end
@@ -200,7 +201,6 @@ if #al >= MAX_APPROVALS then
 end
 if checkOnly == 'd' then
   -- §6 "Declining": the decline's entry, and nothing recorded (W134).
-  au[1] = head_of(au[1], ARGV[27] or '')
   if not audit(base, opID, au, apRev, s, x, t, approval, nil, k, now, true) then return {'limited'} end
   return reply
 end
@@ -210,7 +210,6 @@ end
 -- First recorded first (W95): the approved revisions in the order recorded.
 al[#al + 1] = apRev
 redis.call('HSET', op, 'a:' .. apRev, approval, 'al', table.concat(al, ' '))
-au[1] = head_of(au[1], ARGV[27] or '')
 audit(base, opID, au, apRev, s, x, t, approval, nil, k, now)
 -- An operation is kept at least until each revision's expires_at (k), so
 -- the approved one's (W102) needs nothing more.

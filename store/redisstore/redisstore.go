@@ -639,7 +639,7 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 	if opts.CheckOnly {
 		checkOnly = "1"
 	}
-	keys, once, onceTTL := []string{base + "op:" + opID, base + "log:" + opID}, "", ""
+	keys, once, onceTTL := []string{base + "op:" + opID, base + "lg:" + opID}, "", ""
 	if c != nil {
 		before, after := k.Neighbours(base, *c)
 		keys = append(keys, base+"act:"+c.Action, base+"op:"+before, base+"op:"+after)
@@ -679,22 +679,16 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		v, err = s.run(ctx, s.client, recordStep, keys, args...).StringSlice()
 	} else {
 		// The approval of the ref's own revision by the operation's account
-		// stores it with the approval (record.lua approve): its entry is
-		// composed here, where all of it is known, and the step answers
-		// "recorded" alone.
-		entry, entryTTL := "", ""
+		// stores it with the approval (record.lua approve), and the step
+		// answers "recorded" alone. Its entry is the first of the log,
+		// composed here, where all of it is known.
 		approves := c.Account == owner.Account && approval.OperationID == opID && approval.Revision == refRev && checkOnly == "0"
+		line, lineTTL := "", ""
 		if approves {
-			known := entryKnown{Op: opID, Revision: refRev, Summary: c.Summary, Expires: ns(c.Expires), Digest: args[11].(string), Approval: string(approvalJSON)}
-			if known.Digest == "" {
-				known.Terms = string(c.Terms)
-			}
-			keep := later(now.Add(s.auditRetention), c.Expires)
-			// The head goes in it, not apart.
-			entry, entryTTL = string(args[10].([]byte))+"\n"+tailOf(known, keep), ttlMs(keep, now)
-			args[10] = ""
+			line = firstLine(args[10].(string), refRev, c.Summary, c.Expires, args[11].(string), c.Terms, string(approvalJSON))
+			lineTTL = ttlMs(later(now.Add(s.auditRetention), c.Expires), now)
 		}
-		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, entry, entryTTL, now)
+		v, err = s.recordComputed(ctx, owner, *c, opID, keys, args, line, lineTTL, now)
 		if approves && err == nil && len(v) == 1 && v[0] == "recorded" {
 			v = []string{"recorded", opID, refRev, c.Summary, string(c.Terms), ns(c.Expires)}
 		}
@@ -760,21 +754,6 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 	base := s.base(claim.Owner.Agent, claim.Owner.User)
 	what := map[store.Outcome]string{store.OutcomePerformed: storekit.EntryPerformed, store.OutcomeNotPerformed: storekit.EntryNotPerformed, store.OutcomeUnknown: storekit.EntryUnknown}[outcome]
 	keys, args := s.finishArgs(ctx, base, claim.Owner, claim.Operation.ID, claim.Token, o, what, claim.Operation.Revision, claim.Operation.Terms, now)
-	// The entry as the claim knows it: the step writes it when what it
-	// says of the claimed revision is what is stored (a retried Finish's
-	// claim, slimmed, knows none of it).
-	digest := args[10].(string)
-	if c := claim; digest != "" && c.Approval.Revision == c.Operation.Revision && !c.Operation.ExpiresAt.IsZero() &&
-		!c.Approval.RecordedAt.IsZero() && !c.Approval.UsedAt.IsZero() {
-		known := entryKnown{Op: c.Operation.ID, Revision: c.Operation.Revision, Summary: c.Operation.Summary,
-			Expires: ns(c.Operation.ExpiresAt), Digest: digest, Approval: string(encodeApproval(c.Approval, c.Approval.RecordedAt)),
-			Used: ns(c.Approval.UsedAt)}
-		// Kept until now plus the audit retention, which the step changes
-		// to the operation's keep-until when that is later (lib.lua
-		// log_known); the head goes in it, not apart.
-		entry := string(args[9].([]byte)) + "\n" + tailOf(known, now.Add(s.auditRetention))
-		args[9], args[13], args[14], args[15], args[16], args[17] = "", entry, known.Summary, known.Expires, known.Approval, known.Used
-	}
 	n, err := s.finish(ctx, claim.Owner, claim.Operation.ID, keys, args, o, false)
 	if err != nil {
 		s.failed(err)
@@ -800,10 +779,9 @@ func (s *rstore) Finish(ctx context.Context, claim store.Claim, outcome store.Ou
 // finishArgs are finish.lua's keys and arguments for operation opID of
 // owner (its keys start with base), claimed with token ("" to resolve),
 // with outcome o and an audit entry what, of claimed revision rev and
-// terms, when the caller knows them ("" and nil when it doesn't); the
-// entry as the caller knows it is left "", for Finish to fill in.
+// terms, when the caller knows them ("" and nil when it doesn't).
 func (s *rstore) finishArgs(ctx context.Context, base string, owner store.Owner, opID, token, o, what, rev string, terms []byte, now time.Time) ([]string, []any) {
-	keys := []string{base + "op:" + opID, s.indexKeyOfBase(base), base + "log:" + opID}
+	keys := []string{base + "op:" + opID, s.indexKeyOfBase(base), base + "lg:" + opID}
 	retained := now.Add(s.retention)
 	suffix, account := "", ""
 	if o == "notdone" {
@@ -815,7 +793,7 @@ func (s *rstore) finishArgs(ctx context.Context, base string, owner store.Owner,
 	head, digest := entryHeadOf(ctx, what, owner, "", terms, now)
 	keep := now.Add(s.auditRetention)
 	return keys, []any{token, o, ns(now), ns(retained), ttlMs(retained, now), base, rev, account, suffix,
-		head, digest, ns(keep), ttlMs(keep, now), "", "", "", "", ""}
+		head, digest, ns(keep), ttlMs(keep, now)}
 }
 
 // maxTokenLength bounds a caller's claim token, which becomes part of a key.

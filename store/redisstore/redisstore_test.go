@@ -237,9 +237,9 @@ func TestCallsPerStep(t *testing.T) {
 			t.Fatalf("Take: ref %s, want the first one's %s", again.Ref, is.Ref)
 		}
 	})
-	// Each step that commits writes its audit entry (lib.lua audit): an
-	// RPUSH and a PEXPIRE. (Finish reads the claimed revision with the
-	// operation, in its one HMGET.)
+	// Each step that commits writes its audit entry (lib.lua log_write):
+	// a GET and a SET (with the log's TTL when it is kept longer). (Finish
+	// reads the claimed revision with the operation, in its one HMGET.)
 	step("Record", 4, func() { recordOK(t, st, is, at(2*time.Second)) })
 	var claim store.Claim
 	// 15: the claim's 7, its entry in its slot's index of performing
@@ -250,7 +250,7 @@ func TestCallsPerStep(t *testing.T) {
 	// 9 or 10: the operation and its claimed revision (HMGET), its action
 	// key (GET), the old hash and the token's key dropped (DEL), the
 	// performed hash (HSET) and its TTL, its ZREM from the index, and its
-	// audit entry's RPUSH and PEXPIRE; no ZREM from its owner's count,
+	// audit entry's GET and SET; no ZREM from its owner's count,
 	// which its claim left (a claim made before the start mark did not:
 	// finish.lua). A stored operation's action key stays, naming it while
 	// it is remembered (ka, lib.lua issue), so Finish extends it (lib.lua
@@ -280,14 +280,14 @@ func TestCallsPerStep(t *testing.T) {
 
 	// Computed (the default): the 403 step one EXISTS; the first approval
 	// stores the operation (with one EXISTS for all it would otherwise
-	// read); the claim reads that EXISTS first, and makes no PEXPIRE of
+	// read, its audit log included: its entry is one SET); the claim reads that EXISTS first, and makes no PEXPIRE of
 	// the operation's key (kt), only of its action key's.
 	if _, err := storedriver.Steps(st).Take(ctx, owner, action("seal", `{}`, time.Hour), at(5*time.Second)); err != nil {
 		t.Fatal(err) // reads (or makes) the seal key, outside the steps
 	}
 	a = action("c", `{"v":1}`, time.Hour)
 	step("the 403 step, computed", 1, func() { is = takeIssued(t, st, a, at(6*time.Second)) })
-	step("Record storing a computed operation", 9, func() { recordOK(t, st, is, at(7*time.Second)) })
+	step("Record storing a computed operation", 8, func() { recordOK(t, st, is, at(7*time.Second)) })
 	step("the Take that claims a computed operation", 15, func() { claim = takeClaim(t, st, a, at(8*time.Second)) })
 	// Its action key goes with its old hash and token key, in the one DEL.
 	step("Finish of a computed operation", 8, func() {

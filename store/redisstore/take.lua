@@ -12,8 +12,8 @@
 --       retention, 6 the TTL in ms that keeps a key until then, 7 the
 --       token key's TTL in ms, 8 now + that TTL (when the token is
 --       forgotten), 9-11 the audit entry of a claim (lib.lua audit: its
---       head, the terms' digest, now + the audit retention), 12 the TTL
---       in ms that keeps a key until that, 13 what only issuing needs, as
+--       head, audit.go entryHeadOf; the terms' digest; now + the audit
+--       retention), 12 the TTL in ms that keeps a key until that, 13 what only issuing needs, as
 --       one JSON array of strings (redisstore.go jsonStrings), read only
 --       there: issue.lua's ARGV 3-6 and 8-12 (summary, fixed expires_at,
 --       a fresh revision's expires_at, the least a reused one may have,
@@ -109,10 +109,9 @@ if opID then
       if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
         return {'busy'}
       end
-      -- Its entry says released, made for this request (the caller's
+      -- Its entry says released (l), made for this request (the caller's
       -- head for a claim, renamed; the undone revision's own terms).
-      local rel = string.gsub(string.gsub(ARGV[9], '"w":"claimed"', '"w":"released"', 1), '"id":"', '"id":"u', 1)
-      audit_unclaim(base, op, opID, p[5], f[3], now, {rel, '', ARGV[11]})
+      audit_unclaim(base, op, opID, p[5], f[3], now, {'l' .. string.sub(ARGV[9], 2), '', ARGV[11]})
       unclaim(base, op, opID, p[4], p[5], f[3], now, KEYS[3], ARGV[7], ARGV[8], agentKey, agentMember)
       f[1] = 'open'
       -- The hinted revision's used-at was read before the undo.
@@ -140,13 +139,17 @@ if opID then
         if t == terms and x and ap and not used and cmp(now, x) <= 0 then
           local retained, retainedTTL = ARGV[5], ARGV[6]
           local k = later(retained, f[3]) -- W138
-          -- The claim's entry first: a full log refuses the claim (lib.lua
-          -- audit_claim).
-          if not audit_claim(base, opID, ARGV[9], ARGV[10], ARGV[11], ARGV[12], r, s, x, ap, now, k) then
+          -- The claim's entry first: a full log refuses the claim. It
+          -- knows the terms' digest, which then takes the place of terms
+          -- an earlier entry had to keep (lib.lua log_write).
+          local ok, ll, lh, ld = log_write(base .. 'lg:' .. opID, entry_of(ARGV[9], now, r, s, x, ARGV[10], nil, ap), ARGV[11], ARGV[12],
+            k, now, true, {terms_field(terms), ARGV[10]})
+          if not ok then
             return {'limited'}
           end
+          -- What its entry said, for Finish's (lib.lua log_prev).
           redis.call('HSET', op, 'state', 'performing', 'claim', token, 'ap', r, 'u:' .. r, now,
-            'pa', now, 'k', k, 'st', '0')
+            'pa', now, 'k', k, 'st', '0', 'll', ll, 'lh', lh, 'ld', ld)
           -- Listed by Performing through its slot's index, not a SCAN.
           local idx = KEYS[3]
           redis.call('ZADD', idx, index_score(now), op)
