@@ -16,11 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/computed"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
-
-	"github.com/opsgate/opsgate/internal/computed"
 )
 
 // New returns a store for a website that runs as one process. Every method is one critical section under one
