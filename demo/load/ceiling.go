@@ -126,14 +126,16 @@ func runCeiling(ctx context.Context, c ceilingConfig) (ceilingResult, error) {
 	// durable mode adds an fsync or a replica's round trip per claim).
 	st := redisstore.New(client, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
 		// The ceiling measures the store's steps, not its caps: its Users
-		// open far more operations than the default cap of open ones.
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, Pipelines: c.pipelines})
+		// open far more operations than the default caps of open ones (the
+		// overall ones too: -ops alone is 100,000, the default MaxOpen);
+		// the overall counts are still kept, out of reach.
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, MaxOpen: 1 << 30, MaxReplayMarkers: 1 << 30, Pipelines: c.pipelines})
 	// The same with the agent's cap on (as by default; its cap set out of
 	// reach): an operation stored is counted in the same step on a single
 	// Redis; a computed 403 stores, and counts, nothing. Its 64 agents
 	// have a prefix of their own.
 	capped := redisstore.New(client, redisstore.Options{Prefix: prefix[:len(prefix)-1] + "c:", Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, Pipelines: c.pipelines})
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: 1 << 30, MaxOpen: 1 << 30, MaxReplayMarkers: 1 << 30, Pipelines: c.pipelines})
 	pipes := "Options.Pipelines default"
 	if c.pipelines != 0 {
 		pipes = fmt.Sprintf("Options.Pipelines %d", c.pipelines)

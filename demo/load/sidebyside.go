@@ -157,7 +157,7 @@ func runSideBySide(ctx context.Context, c sideConfig) (sideResult, error) {
 
 	prefix := fmt.Sprintf("sb%06x:", time.Now().UnixNano()&0xffffff)
 	rs := redisstore.New(kitClient, redisstore.Options{Prefix: prefix, Retention: 15 * time.Minute, Durability: redisstore.DurableNone,
-		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1})
+		MaxOpenPerOwner: 1 << 30, MaxOpenPerAgent: -1, MaxOpen: 1 << 30, MaxReplayMarkers: 1 << 30})
 	if err := rs.Load(ctx); err != nil {
 		return res, err
 	}
