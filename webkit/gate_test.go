@@ -968,7 +968,7 @@ func TestContinueNotRepeatable(t *testing.T) {
 	t.Run("foreign Referer links home", func(t *testing.T) {
 		r := httptest.NewRequest("PUT", "/x", nil)
 		r.Header.Set("Referer", "https://evil.example/phish")
-		if c := continueOf(r, nil); c.Back != "/" || c.Method != "" {
+		if c := continueOf(r, nil, ""); c.Back != "/" || c.Method != "" {
 			t.Errorf("%+v", c)
 		}
 	})
@@ -1082,7 +1082,7 @@ func TestStatusRoute(t *testing.T) {
 			if code, st := ask(statusURL, &sesIn); code != 200 || st != "performed" { // W108
 				t.Errorf("after Continue: %d %s", code, st)
 			}
-			for _, f := range []string{"waiting.js", "fetch.js", "opsgate.css"} {
+			for _, f := range []string{"waiting.js", "fetch.js", "card.js", "opsgate.css"} {
 				r := httptest.NewRequest("GET", defaultBasePath+f, nil)
 				rec := httptest.NewRecorder()
 				status.ServeHTTP(rec, r)
