@@ -109,8 +109,13 @@
     byXHR.set(d.xhr, rec);
     if (current && current.source === d.elt) { current.xhr = d.xhr; }
   });
-  on("htmx:confirm", function (e) { // a repeat is not asked again: the person approved it in the agent
-    if (current && e.detail && e.detail.elt === current.source) { e.preventDefault(); e.detail.issueRequest(true); }
+  on("htmx:confirm", function (e) {
+    // htmx 2 fires it for every request; hx-confirm's question is not
+    // asked again for a repeat: the person approved it in the agent.
+    var d = e.detail;
+    if (!current || !d || d.elt !== current.source || !d.question || !d.issueRequest || d.ctx) return;
+    e.preventDefault();
+    current.inner = d.issueRequest(true);
   });
   on("htmx:configRequest", function (e) {
     if (!current || current.htmx !== 2 || e.detail.elt !== current.source || current.configured) return;
@@ -277,6 +282,7 @@
     } else {
       current = r;
       try { done = htmx.ajax(rec.verb, rec.path, opts); } finally { current = null; }
+      if (r.inner) done = r.inner;
     }
     Promise.resolve(done).then(function () { settle(card, r); }, function () { settle(card, r); });
   }

@@ -150,6 +150,7 @@ type Agent struct {
 	refs      []*Reference        // accepted references, in arrival order
 	ignored   []string            // why headers were ignored (A09–A11)
 	responses []Response          // the browser's responses, for outcomes
+	sent      []sentRequest       // the browser's requests, latest last (at most maxSent)
 	approvals []*sentApproval     // approvals recorded by the endpoint (204)
 	declined  map[string]bool     // operation_id|revision|approver of declined approvals (A42)
 	cautious  map[string]string   // action → why a user must decide (A26, A43)
