@@ -90,7 +90,12 @@ type feSite struct {
 	fw     feFramework
 	tok    feToken
 	noCard bool // the layout does not load card.js (TestCardWithoutItsScript)
-	lib    []byte
+	// htmxAttrs replaces the htmx form's hx-target with other attributes
+	// (TestHtmxSwaps); headersOnForm puts hx-headers on the form itself
+	// rather than the body.
+	htmxAttrs     template.HTMLAttr
+	headersOnForm bool
+	lib           []byte
 
 	mu        sync.Mutex
 	runs      int      // every run of the gated handler, counted at the handler
@@ -149,16 +154,17 @@ var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 <script src="/static/lib.js"></script>
 {{if .Card}}<script src="/_opsgate/card.js" defer></script>{{end}}
 </head>
-{{if eq .HTMX 2}}<body hx-headers='{{.Headers}}'>{{else if eq .HTMX 4}}<body hx-headers:inherited='{{.Headers}}'>{{else}}<body>{{end}}
+{{if .OnForm}}<body>{{else if eq .HTMX 2}}<body hx-headers='{{.Headers}}'>{{else if eq .HTMX 4}}<body hx-headers:inherited='{{.Headers}}'>{{else}}<body>{{end}}
 <header id="masthead">Ridge shop</header>
 <main id="cart">
 <h1>Order {{.Order}}</h1>
 {{if .HTMX}}
-<form id="exchange" hx-post="/orders/{{.Order}}/exchange" hx-target="#result">
+<form id="exchange" hx-post="/orders/{{.Order}}/exchange" {{if .Attrs}}{{.Attrs}}{{else}}hx-target="#result"{{end}}{{if .OnForm}} hx-headers='{{.Headers}}'{{end}}>
 {{if .Field}}<input type="hidden" name="{{.Field}}" value="{{.Token}}">{{end}}
 <label>Size <select name="size"><option>M</option><option selected>L</option></select></label>
 <button type="submit">Exchange</button>
 </form>
+<div id="notice"></div>
 <div id="result">Nothing exchanged yet.</div>
 {{else}}
 {{if .Frame}}<turbo-frame id="exchange-frame">{{end}}
@@ -180,7 +186,7 @@ func (s *feSite) shop(w http.ResponseWriter, r *http.Request) {
 	token := s.tok.prot.token(r)
 	data := map[string]any{
 		"Order": feOrder, "Token": token, "HTMX": s.fw.htmx, "Frame": s.fw.frame, "Card": !s.noCard,
-		"Done": r.URL.Query().Get("done"),
+		"Done": r.URL.Query().Get("done"), "Attrs": s.htmxAttrs, "OnForm": s.headersOnForm,
 		// The header-only token: htmx sends it from hx-headers (htmx 4
 		// inherits it only when it says so), Turbo from the csrf-token
 		// meta; the form has no field.
@@ -502,5 +508,70 @@ func TestCardWithoutItsScript(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "pressed Continue on the waiting card in the page, once") {
 		t.Errorf("A41: the agent did not press the card's Continue:\n%s", log)
+	}
+}
+
+// TestHtmxSwaps: where htmx would put the answer decides where the card
+// goes, and the repeat answers there. The token is only in a header,
+// here on the form itself (not inherited), so that a repeat that lost the
+// element's own attributes would be refused (W62).
+func TestHtmxSwaps(t *testing.T) {
+	needBrowser(t)
+	var tok feToken
+	for _, x := range feTokens() {
+		if x.header {
+			tok = x
+		}
+	}
+	cases := []struct {
+		name   string
+		attrs  template.HTMLAttr
+		cardAt string // where the card shows
+		done   string // where the handler's answer shows; "" for nowhere (hx-swap none)
+	}{
+		// The card takes the form's place; the form has left the page,
+		// so card.js repeats from the card, with the form's headers, and
+		// the answer replaces the card.
+		{"outerHTML", `hx-target="this" hx-swap="outerHTML"`, "#cart > " + cardSel, "#cart > #done"},
+		// A swap that shows nothing: the card goes over the page.
+		{"none", `hx-target="#result" hx-swap="none"`, "body > .opsgate-overlay > " + cardSel, ""},
+		// The site names where cards go.
+		{"data-opsgate-target", `hx-target="#result" data-opsgate-target="#notice"`, "#notice > " + cardSel, "#result > #done"},
+	}
+	for _, fw := range feFrameworks[:2] {
+		for _, c := range cases {
+			t.Run(fw.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				s := newFeSite(t, fw, tok, false)
+				s.htmxAttrs, s.headersOnForm = c.attrs, true
+				log := newAgentLog(t)
+				a, tab := feAgent(t, s, log)
+				in(t, tab, chromedp.Click(chromedp.CSS("#exchange button"), chromedp.NodeVisible))
+				in(t, tab, chromedp.WaitVisible(chromedp.CSS(cardSel+" .opsgate-state")))
+				if n := eval[int](t, tab, `document.querySelectorAll(`+jsString(c.cardAt)+`).length`); n != 1 {
+					t.Fatalf("the card is not at %s:\n%s", c.cardAt, eval[string](t, tab, `document.body.outerHTML`))
+				}
+				out, err := a.Approve(ctxTimeout(t, 60*time.Second), &mxApprover{})
+				if err != nil || out.Result != refagent.Performed {
+					_, _, refusals := s.counts()
+					t.Fatalf("approve: %q %v (refused: %q)", out.Result, err, refusals)
+				}
+				if c.done != "" {
+					waitText(t, tab, c.done, "Exchanged order "+feOrder+" for size L")
+				}
+				time.Sleep(500 * time.Millisecond)
+				if runs, performed, refusals := s.counts(); runs != 1 || len(refusals) != 0 {
+					t.Errorf("W32, W62: the handler ran %d times (%q); refused %q", runs, performed, refusals)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for eval[int](t, tab, `document.querySelectorAll('.opsgate-card').length`) != 0 {
+					if time.Now().After(deadline) {
+						t.Errorf("the card stayed after the repeat was answered")
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
 	}
 }

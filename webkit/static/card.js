@@ -118,7 +118,7 @@
     current.inner = d.issueRequest(true);
   });
   on("htmx:configRequest", function (e) {
-    if (!current || current.htmx !== 2 || e.detail.elt !== current.source || current.configured) return;
+    if (!current || current.rec.htmx !== 2 || e.detail.elt !== current.source || current.configured) return;
     current.configured = true;
     e.detail.path = current.rec.path;
     e.detail.verb = current.rec.verb;
