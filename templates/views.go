@@ -62,8 +62,8 @@ func reason(why string) string {
 func htmxAttrs(c view.Continue) templ.Attributes {
 	a := templ.Attributes{
 		"hx-" + strings.ToLower(c.Method): c.Action,
-		"hx-target":                      "closest .opsgate-card",
-		"hx-swap":                        "outerHTML",
+		"hx-target":                       "closest .opsgate-card",
+		"hx-swap":                         "outerHTML",
 	}
 	if c.Multipart {
 		a["hx-encoding"] = "multipart/form-data"

@@ -177,7 +177,8 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		}
 
 		restart := false
-		var sentAt time.Time // when the approval went: a page's repeat comes after it
+		// sentAt is when the approval went: a page's repeat comes after it.
+		var sentAt time.Time
 		for op != nil && !restart { // decide and send; again when check 3 returns a new revision
 			q := a.question(r, *op)
 			out.Asked = append(out.Asked, q)
