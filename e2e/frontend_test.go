@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"image/png"
@@ -95,13 +96,17 @@ type feSite struct {
 	// rather than the body.
 	htmxAttrs     template.HTMLAttr
 	headersOnForm bool
-	lib           []byte
+	// goth: the shop of issue 35: its own login (a cookie /shop needs)
+	// and a fetch-driven widget beside the htmx form (TestGOTHShop).
+	goth bool
+	lib  []byte
 
-	mu        sync.Mutex
-	runs      int      // every run of the gated handler, counted at the handler
-	performed []string // what each run performed
-	refusals  []string // why the CSRF library refused a request
-	refused   chan string
+	mu         sync.Mutex
+	runs       int      // every run of the gated handler, counted at the handler
+	performed  []string // what each run performed
+	deliveries []string // the fetch widget's runs (TestGOTHShop)
+	refusals   []string // why the CSRF library refused a request
+	refused    chan string
 }
 
 func newFeSite(t *testing.T, fw feFramework, tok feToken, noCard bool) *feSite {
@@ -140,6 +145,24 @@ func newFeSite(t *testing.T, fw feFramework, tok feToken, noCard bool) *feSite {
 		w.Write(s.lib)
 	})
 	mux.HandleFunc("GET /shop", s.shop)
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Sign in</title><form id="login" method="post" action="/login"><input type="hidden" name="%s" value="%s"><input name="email" value="ann@example.com"><input type="password" name="password" value="hunter2"><button>Sign in</button></form>`,
+			template.HTMLEscapeString(tok.prot.field), template.HTMLEscapeString(tok.prot.token(r)))
+	})
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		if r.PostFormValue("password") != "hunter2" {
+			http.Error(w, "wrong password", http.StatusUnauthorized)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "shop_login", Value: rand.Text(), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+		http.Redirect(w, r, "/shop", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /app.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		fmt.Fprint(w, feWidgetJS)
+	})
+	mux.Handle("POST /api/orders/{order}/delivery", s.kit.Gate(s.describeDelivery)(http.HandlerFunc(s.delivery)))
 	mux.Handle("POST /orders/{order}/exchange", s.kit.Gate(s.describe)(http.HandlerFunc(s.exchange)))
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: m.Handler(tok.prot.protect(refused)(mux))}}
 	srv.Start()
@@ -153,6 +176,7 @@ var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 <style>body { background: #c9d3e3; font-family: sans-serif; margin: 0; } header, footer { padding: 1rem; background: #123; color: #fff; } main { padding: 1rem; }</style>
 <script src="/static/lib.js"></script>
 {{if .Card}}<script src="/_opsgate/card.js" defer></script>{{end}}
+{{if .Widget}}<meta name="csrf-header" content="{{.Header}}"><meta name="csrf-token" content="{{.Token}}"><script src="/_opsgate/fetch.js"></script><script src="/app.js" defer></script>{{end}}
 </head>
 {{if .OnForm}}<body>{{else if eq .HTMX 2}}<body hx-headers='{{.Headers}}'>{{else if eq .HTMX 4}}<body hx-headers:inherited='{{.Headers}}'>{{else}}<body>{{end}}
 <header id="masthead">Ridge shop</header>
@@ -166,6 +190,7 @@ var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 </form>
 <div id="notice"></div>
 <div id="result">Nothing exchanged yet.</div>
+{{if .Widget}}<p><button id="deliver" type="button" data-order="{{.Order}}">Deliver on 2030-04-17</button> <span id="status">Ready</span></p>{{end}}
 {{else}}
 {{if .Frame}}<turbo-frame id="exchange-frame">{{end}}
 <form id="exchange" method="post" action="/orders/{{.Order}}/exchange">
@@ -183,10 +208,15 @@ var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 const feOrder = "ord_3Gk7"
 
 func (s *feSite) shop(w http.ResponseWriter, r *http.Request) {
+	if _, err := r.Cookie("shop_login"); s.goth && err != nil {
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return
+	}
 	token := s.tok.prot.token(r)
 	data := map[string]any{
 		"Order": feOrder, "Token": token, "HTMX": s.fw.htmx, "Frame": s.fw.frame, "Card": !s.noCard,
 		"Done": r.URL.Query().Get("done"), "Attrs": s.htmxAttrs, "OnForm": s.headersOnForm,
+		"Widget": s.goth, "Header": s.tok.prot.header,
 		// The header-only token: htmx sends it from hx-headers (htmx 4
 		// inherits it only when it says so), Turbo from the csrf-token
 		// meta; the form has no field.
@@ -574,4 +604,82 @@ func TestHtmxSwaps(t *testing.T) {
 			})
 		}
 	}
+}
+
+// feWidgetJS is the shop's fetch-driven widget (README "For single-page
+// apps"): opsgate.fetch, the CSRF token from the meta in its header.
+const feWidgetJS = `document.getElementById("deliver").addEventListener("click", async function () {
+  var status = document.getElementById("status");
+  var headers = { "Content-Type": "application/json", Accept: "application/json" };
+  headers[document.querySelector('meta[name="csrf-header"]').content] = document.querySelector('meta[name="csrf-token"]').content;
+  var res = await opsgate.fetch("/api/orders/" + this.dataset.order + "/delivery", { method: "POST", headers: headers, body: JSON.stringify({ date: "2030-04-17" }) },
+    { onWaiting: function () { status.textContent = "Waiting for approval"; } });
+  status.textContent = (res.ok ? "Done: " : "Failed " + res.status + ": ") + await res.text();
+});`
+
+func (s *feSite) describeDelivery(r *http.Request) (webkit.Action, error) {
+	var d mxDelivery
+	if err := json.NewDecoder(r.Body).Decode(&d); err != nil || d.Date == "" {
+		return webkit.Action{}, fmt.Errorf("a JSON body with a date: required")
+	}
+	o := r.PathValue("order")
+	return webkit.Action{Key: "delivery:" + o, Kind: "delivery", Terms: map[string]any{"order_id": o, "date": d.Date}, Summary: "Deliver order " + o + " on " + d.Date + "."}, nil
+}
+
+func (s *feSite) delivery(w http.ResponseWriter, r *http.Request) {
+	var d mxDelivery
+	json.NewDecoder(r.Body).Decode(&d)
+	s.mu.Lock()
+	s.deliveries = append(s.deliveries, r.PathValue("order")+" "+d.Date)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"date": d.Date})
+}
+
+// TestGOTHShop is issue 35's shop, as its "Done when" asks: net/http, htmx
+// 4, gorilla/csrf with its token in a <meta> and only in hx-headers, the
+// shop's own login, and a fetch-driven widget; opsgate added from the
+// README (the Gate on two handlers, the Mount, card.js and fetch.js in
+// the layout). The person signs in, the agent's browser presses the htmx
+// button, the reference agent approves, the page repeats: once; then the
+// widget, through opsgate.fetch: once.
+func TestGOTHShop(t *testing.T) {
+	needBrowser(t)
+	var tok feToken
+	for _, x := range feTokens() {
+		if x.header {
+			tok = x
+		}
+	}
+	s := newFeSite(t, feFrameworks[1], tok, false)
+	s.goth = true
+	log := newAgentLog(t)
+	a, tab := feAgent(t, s, log) // lands on /shop: the login page
+	in(t, tab, chromedp.Click(chromedp.CSS("#login button"), chromedp.NodeVisible))
+	waitPath(t, tab, "/shop")
+	in(t, tab, chromedp.Click(chromedp.CSS("#exchange button"), chromedp.NodeVisible))
+	checkCardInPage(t, s, tab, "goth")
+	out, err := a.Approve(ctxTimeout(t, 60*time.Second), &mxApprover{})
+	if err != nil || out.Result != refagent.Performed {
+		_, _, refusals := s.counts()
+		t.Fatalf("approve the exchange: %q %v (refused: %q)", out.Result, err, refusals)
+	}
+	waitText(t, tab, "#result #done", "Exchanged order "+feOrder+" for size L")
+
+	in(t, tab, chromedp.Click(chromedp.CSS("#deliver"), chromedp.NodeVisible))
+	waitText(t, tab, "#status", "Waiting for approval")
+	out, err = a.Approve(ctxTimeout(t, 60*time.Second), &mxApprover{})
+	if err != nil || out.Result != refagent.Performed {
+		t.Fatalf("approve the delivery: %q %v", out.Result, err)
+	}
+	waitText(t, tab, "#status", `Done: {"date":"2030-04-17"}`)
+	time.Sleep(500 * time.Millisecond)
+	runs, performed, refusals := s.counts()
+	s.mu.Lock()
+	deliveries := slices.Clone(s.deliveries)
+	s.mu.Unlock()
+	if runs != 1 || len(deliveries) != 1 || len(refusals) != 0 {
+		t.Errorf("W32: the exchange ran %d times (%q), the delivery %d times (%q); refused %q", runs, performed, len(deliveries), deliveries, refusals)
+	}
+	t.Logf("GOTH shop: exchange handler runs %d, delivery handler runs %d", runs, len(deliveries))
 }
