@@ -28,7 +28,13 @@ import (
 // methods and JSON bodies (a script's request: opsgate.fetch repeats
 // those), and fields a browser would change on the way (see formSafe).
 // Gating an action whose request can't be repeated, such as a file
-// upload, is unsuited to operations on the website (§4 W63).
+// upload, is unsuited to operations on the website (§4 W63). A request
+// that carried its CSRF token in a header (tokenHeader) is not offered as
+// a form either: a form would post without it, and the website's CSRF
+// protection would refuse it. An htmx or Turbo request's card is repeated
+// by the framework (the kit's card.js), with the page's headers: its
+// Continue keeps the method (htmx sends PUT, PATCH and DELETE too) and the
+// fields.
 
 // continueOf returns the Continue control for r, whose body is body.
 // framework is the front-end framework that sent r (respond.Framework):
