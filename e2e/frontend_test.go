@@ -43,6 +43,8 @@ import (
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/testenv"
+	"github.com/opsgate/opsgate/pages"
+	"github.com/opsgate/opsgate/templates"
 	"github.com/opsgate/opsgate/webkit"
 )
 
@@ -603,6 +605,64 @@ func TestHtmxSwaps(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestHtmxOwnRefused: a site's own Kit.Refused answers htmx with the
+// card inside a fragment of its own (README "htmx and Turbo": the card
+// alone is templates.WaitingCard, for your own fragment) and names where
+// it goes with HX-Retarget. htmx 2 swaps it all the same (card.js knows a
+// 403 with Poppy-Operation and HTML for a card, whatever wraps it), the
+// card binds to the request, and the repeat performs once, with the
+// header-only token from the form's own hx-headers (W62, W65).
+func TestHtmxOwnRefused(t *testing.T) {
+	needBrowser(t)
+	var tok feToken
+	for _, x := range feTokens() {
+		if x.header {
+			tok = x
+		}
+	}
+	for _, fw := range feFrameworks[:2] {
+		t.Run(fw.name, func(t *testing.T) {
+			t.Parallel()
+			s := newFeSite(t, fw, tok, false)
+			s.headersOnForm = true
+			s.kit.Refused = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				v, ok := pages.WaitingOf(r)
+				if !ok || r.Header.Get("HX-Request") != "true" {
+					s.kit.Refuse(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.Header().Set("HX-Retarget", "#notice")
+				w.Header().Set("HX-Reswap", "innerHTML")
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprint(w, `<div class="site-notice"><p>Your agent asks you first.</p>`)
+				templates.WaitingCard(v).Render(r.Context(), w)
+				fmt.Fprint(w, `</div>`)
+			})
+			log := newAgentLog(t)
+			a, tab := feAgent(t, s, log)
+			in(t, tab, chromedp.Click(chromedp.CSS("#exchange button"), chromedp.NodeVisible))
+			in(t, tab, chromedp.WaitVisible(chromedp.CSS("#notice > .site-notice > "+cardSel+" .opsgate-state")))
+			if got := eval[string](t, tab, `document.querySelector('#result').textContent`); got != "Nothing exchanged yet." {
+				t.Errorf("the site's fragment went elsewhere: #result is %q", got)
+			}
+			out, err := a.Approve(ctxTimeout(t, 60*time.Second), &mxApprover{})
+			if err != nil || out.Result != refagent.Performed {
+				_, _, refusals := s.counts()
+				t.Fatalf("approve: %q %v (refused: %q)", out.Result, err, refusals)
+			}
+			waitText(t, tab, "#result > #done", "Exchanged order "+feOrder+" for size L")
+			time.Sleep(500 * time.Millisecond)
+			if runs, performed, refusals := s.counts(); runs != 1 || len(refusals) != 0 {
+				t.Errorf("W32, W62: the handler ran %d times (%q); refused %q", runs, performed, refusals)
+			}
+			if !strings.Contains(log.String(), "the page repeated POST "+s.url+"/orders/"+feOrder+"/exchange itself") {
+				t.Errorf("W93: the page did not repeat the request itself; the agent's steps:\n%s", log)
+			}
+		})
 	}
 }
 

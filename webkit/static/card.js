@@ -43,10 +43,18 @@
 
   function on(name, fn, capture) { document.addEventListener(name, fn, !!capture); }
 
-  // A kit card in an error answer: the waiting card (Poppy-Operation) or a
-  // notice ("try again shortly"), both a <section class="opsgate-card">.
-  function kitCard(status, text) {
-    return status >= 400 && typeof text === "string" && /^\s*<section class="opsgate-card/.test(text);
+  // A kit card in an error answer: the waiting card (Poppy-Operation and
+  // HTML: the kit's, or a site's own Kit.Refused with the card in its own
+  // fragment) or a notice ("try again shortly"), a
+  // <section class="opsgate-card">.
+  function kitCard(status, text, operation, type) {
+    if (status < 400 || typeof text !== "string") return false;
+    return /^\s*<section class="opsgate-card/.test(text) || (status === 403 && !!operation && /html/i.test(type || ""));
+  }
+
+  function remember(rec) {
+    answered.push(rec);
+    if (answered.length > 20) answered.shift(); // cards the page never showed
   }
 
   function entries(body) {
@@ -126,12 +134,12 @@
   });
   on("htmx:beforeSwap", function (e) {
     var d = e.detail, xhr = d && d.xhr;
-    if (!xhr || !kitCard(xhr.status, xhr.responseText)) return;
+    if (!xhr || !kitCard(xhr.status, xhr.responseText, xhr.getResponseHeader(OPERATION), xhr.getResponseHeader("Content-Type"))) return;
     d.shouldSwap = true;
     d.isError = false;
     var rec = byXHR.get(xhr) || {};
     rec.status = xhr.getResponseHeader(STATUS) || "";
-    if (xhr.getResponseHeader(OPERATION)) answered.push(rec);
+    if (xhr.getResponseHeader(OPERATION)) remember(rec);
     var p = placement(rec.source || d.elt, d.target, d.swapOverride || rec.swap);
     if (p) { d.target = p.target; d.swapOverride = p.swap; rec.overlay = p.overlay; }
   });
@@ -161,10 +169,10 @@
   });
   on("htmx:after:request", function (e) {
     var ctx = e.detail && e.detail.ctx;
-    if (!ctx || !ctx.response || !kitCard(ctx.response.status, ctx.text)) return;
+    if (!ctx || !ctx.response || !kitCard(ctx.response.status, ctx.text, ctx.response.headers.get(OPERATION), ctx.response.headers.get("Content-Type"))) return;
     var rec = ctx.opsgateRecord || {};
     rec.status = ctx.response.headers.get(STATUS) || "";
-    if (ctx.response.headers.get(OPERATION)) answered.push(rec);
+    if (ctx.response.headers.get(OPERATION)) remember(rec);
     var p = placement(ctx.sourceElement, ctx.target, ctx.swap);
     if (p) { ctx.target = p.target; ctx.swap = p.swap; rec.overlay = p.overlay; }
   });
@@ -176,7 +184,7 @@
     if (!res || res.status !== 403 || !res.headers.get(OPERATION)) return;
     // The stream puts the card in the request's frame, or over the page:
     // Turbo submits the card's own Continue form.
-    answered.push({ turbo: true, status: res.headers.get(STATUS) || "" });
+    remember({ turbo: true, status: res.headers.get(STATUS) || "" });
   });
 
   // --- The cards ---
