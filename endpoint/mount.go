@@ -29,11 +29,10 @@ import (
 
 	"github.com/opsgate/opsgate/internal/discovery"
 	"github.com/opsgate/opsgate/internal/join"
-	"github.com/opsgate/opsgate/internal/respond"
-	"github.com/opsgate/opsgate/internal/storewrap"
-
 	"github.com/opsgate/opsgate/internal/opsendpoint"
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
