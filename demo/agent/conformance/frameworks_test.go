@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -211,5 +212,86 @@ func TestListShowsHtmxRequests(t *testing.T) {
 	}
 	if m, refused := s.counts(); len(m) != 0 || refused != 0 {
 		t.Errorf("-list submitted forms: %v, refused %d", m, refused)
+	}
+}
+
+// The crawl takes every request htmx sends with an effect (hx-post,
+// hx-put, hx-patch, hx-delete; never hx-get) and, on a page that loads
+// Turbo, its forms (never one with data-turbo="false"); and a browser
+// given the site's own cookie (Config.Cookies, -cookie) sees the pages
+// behind the site's login. List submits none of them.
+func TestListFindsHtmxVerbsAndTurboFormsWithTheSiteCookie(t *testing.T) {
+	t.Parallel()
+	var sent int
+	var mu sync.Mutex
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie("shop_session"); err != nil || c.Value != "s3cret-session" {
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		fmt.Fprint(w, `<!doctype html><html><head><script src="/static/htmx.min.js"></script></head><body hx-headers='{"X-CSRF-Token": "tok"}'>
+<button hx-put="/items/it_1" hx-vals='{"qty": "2"}'>Set</button>
+<div data-hx-patch="/items/it_2" hx-vals='{"note": "gift"}'>Note</div>
+<button hx-delete="/items/it_3">Remove</button>
+<button hx-get="/items">Reload</button>
+<a href="/turbo">Turbo</a></body></html>`)
+	})
+	mux.HandleFunc("GET /turbo", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<!doctype html><html><head><meta name="csrf-token" content="tok"><script src="/static/turbo.es2017-umd.js"></script></head><body>
+<form method="post" action="/orders/ord_9/cancel"><button>Cancel</button></form>
+<form method="post" action="/orders/ord_9/plain" data-turbo="false"><button>Plain</button></form></body></html>`)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			mu.Lock()
+			sent++
+			mu.Unlock()
+		}
+		http.NotFound(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	list := func(cookies []*http.Cookie) map[string]conformance.Form {
+		l, err := conformance.List(t.Context(), conformance.Config{Site: srv.URL, Cookies: cookies})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]conformance.Form{}
+		for _, f := range l.Forms {
+			got[f.Method+" "+strings.TrimPrefix(f.URL, srv.URL)] = f
+		}
+		return got
+	}
+	if got := list(nil); len(got) != 0 {
+		t.Errorf("without the site's cookie the crawl saw behind its login: %v", got)
+	}
+	got := list([]*http.Cookie{{Name: "shop_session", Value: "s3cret-session"}})
+	for key, want := range map[string]struct{ via, fields string }{
+		"PUT /items/it_1":           {"htmx", "qty=2"},
+		"PATCH /items/it_2":         {"htmx", "note=gift"},
+		"DELETE /items/it_3":        {"htmx", ""},
+		"POST /orders/ord_9/cancel": {"turbo", ""},
+		"POST /orders/ord_9/plain":  {"", ""},
+	} {
+		f, ok := got[key]
+		if !ok || f.Via != want.via || f.Fields != want.fields {
+			t.Errorf("%s: %+v (found %t), want via %q fields %q", key, f, ok, want.via, want.fields)
+		}
+	}
+	if f := got["PUT /items/it_1"]; !slices.Contains(f.Headers, "X-Csrf-Token") {
+		t.Errorf("the htmx PUT goes without its hx-headers: %v", f.Headers)
+	}
+	if f := got["POST /orders/ord_9/cancel"]; !slices.Contains(f.Headers, "X-Csrf-Token") {
+		t.Errorf("the Turbo form goes without Turbo's X-CSRF-Token: %v", f.Headers)
+	}
+	if _, ok := got["GET /items"]; ok || len(got) != 5 {
+		t.Errorf("the crawl took %d requests (an hx-get?): %v", len(got), got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent != 0 {
+		t.Errorf("List sent %d requests with an effect", sent)
 	}
 }
