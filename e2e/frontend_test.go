@@ -41,6 +41,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
+	"github.com/opsgate/opsgate/e2e/internal/gothshop"
 	"github.com/opsgate/opsgate/endpoint"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/pages"
@@ -98,8 +99,9 @@ type feSite struct {
 	// rather than the body.
 	htmxAttrs     template.HTMLAttr
 	headersOnForm bool
-	// goth: the shop of issue 35: its own login (a cookie /shop needs)
-	// and a fetch-driven widget beside the htmx form (TestGOTHShop).
+	// goth: the shop of issue 35: its templ pages (gothshop), its own
+	// login (a cookie /shop needs) and a fetch-driven widget beside the
+	// htmx form (TestGOTHShop).
 	goth bool
 	lib  []byte
 
@@ -146,6 +148,10 @@ func newFeSite(t *testing.T, fw feFramework, tok feToken, noCard bool) *feSite {
 		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 		w.Write(s.lib)
 	})
+	mux.HandleFunc("GET /static/shop.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		fmt.Fprint(w, feShopCSS)
+	})
 	mux.HandleFunc("GET /shop", s.shop)
 	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -175,7 +181,7 @@ func newFeSite(t *testing.T, fw feFramework, tok feToken, noCard bool) *feSite {
 var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Ridge shop</title>
 {{if .Meta}}<meta name="csrf-token" content="{{.Token}}">{{end}}
-<style>body { background: #c9d3e3; font-family: sans-serif; margin: 0; } header, footer { padding: 1rem; background: #123; color: #fff; } main { padding: 1rem; }</style>
+<link rel="stylesheet" href="/static/shop.css">
 <script src="/static/lib.js"></script>
 {{if .Card}}<script src="/_opsgate/card.js" defer></script>{{end}}
 {{if .Widget}}<meta name="csrf-header" content="{{.Header}}"><meta name="csrf-token" content="{{.Token}}"><script src="/_opsgate/fetch.js"></script><script src="/app.js" defer></script>{{end}}
@@ -209,12 +215,19 @@ var feShopT = template.Must(template.New("shop").Parse(`<!doctype html>
 
 const feOrder = "ord_3Gk7"
 
+const feShopCSS = `body { background: #c9d3e3; font-family: sans-serif; margin: 0; } header, footer { padding: 1rem; background: #123; color: #fff; } main { padding: 1rem; }`
+
 func (s *feSite) shop(w http.ResponseWriter, r *http.Request) {
 	if _, err := r.Cookie("shop_login"); s.goth && err != nil {
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return
 	}
 	token := s.tok.prot.token(r)
+	if s.goth { // the GOTH shop's own templ pages
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		gothshop.Page(gothshop.Shop{Order: feOrder, Header: s.tok.prot.header, Token: token}).Render(r.Context(), w)
+		return
+	}
 	data := map[string]any{
 		"Order": feOrder, "Token": token, "HTMX": s.fw.htmx, "Frame": s.fw.frame, "Card": !s.noCard,
 		"Done": r.URL.Query().Get("done"), "Attrs": s.htmxAttrs, "OnForm": s.headersOnForm,
@@ -255,6 +268,9 @@ func (s *feSite) exchange(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	done := "Exchanged order " + o + " for size " + size
 	switch {
+	case r.Header.Get("HX-Request") == "true" && s.goth:
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		gothshop.Exchanged(done).Render(r.Context(), w)
 	case r.Header.Get("HX-Request") == "true":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<p id="done">%s</p>`, template.HTMLEscapeString(done))
@@ -696,8 +712,8 @@ func (s *feSite) delivery(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"date": d.Date})
 }
 
-// TestGOTHShop is issue 35's shop, as its "Done when" asks: net/http, htmx
-// 4, gorilla/csrf with its token in a <meta> and only in hx-headers, the
+// TestGOTHShop is issue 35's shop, as its "Done when" asks: net/http, templ
+// pages (e2e/internal/gothshop), htmx 4, gorilla/csrf with its token in a <meta> and only in hx-headers, the
 // shop's own login, and a fetch-driven widget; opsgate added from the
 // README (the Gate on two handlers, the Mount, card.js and fetch.js in
 // the layout). The person signs in, the agent's browser presses the htmx
