@@ -9,7 +9,9 @@
 // (a fragment of the page; for Turbo in a Turbo Stream) instead of the
 // handler's answer. This script:
 //
-//   - makes htmx 2 swap it (htmx 2 swaps no 4xx by itself; htmx 4 does):
+//   - makes htmx 2 swap it, or a site's own fragment holding it (any 403
+//     with Poppy-Operation and HTML; htmx 2 swaps no 4xx by itself, htmx 4
+//     does):
 //     where htmx would have swapped the answer, in the element or under
 //     the selector the element (or an ancestor) names in
 //     data-opsgate-target, or over the page when the request's swap
