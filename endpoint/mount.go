@@ -104,7 +104,7 @@ type Config struct {
 // Mount serves a website's whole part of the protocol from one origin: the
 // operations endpoint (this package), the kit's browser join (§2 step 2),
 // the Kit's browser-facing routes (Kit.ServeHTTP: waiting.js, fetch.js,
-// opsgate.css, status) and poppy.json. Build it with NewMount; it is an http.Handler that serves
+// card.js, opsgate.css, status) and poppy.json. Build it with NewMount; it is an http.Handler that serves
 // those routes only, and [Mount.Handler] puts them in front of the website's
 // own router, whichever it is:
 //
@@ -113,7 +113,7 @@ type Config struct {
 //
 // Its routes are at fixed paths: the endpoint at /poppy/operations, the join
 // at /poppy/join, poppy.json at /.well-known/poppy.json, and the kit's
-// browser-facing routes under /_opsgate/ (waiting.js, fetch.js, opsgate.css,
+// browser-facing routes under /_opsgate/ (waiting.js, fetch.js, card.js, opsgate.css,
 // status). A router that registers each route itself registers those (the
 // last as a prefix: "/_opsgate/*" on chi, PathPrefix on gorilla/mux);
 // Mount.Handler needs none of this.

@@ -1,5 +1,13 @@
 package templates
 
+import (
+	"strings"
+
+	"github.com/a-h/templ"
+
+	"github.com/opsgate/opsgate/internal/view"
+)
+
 // The kit's pages are rendered from their views (internal/view): the kit
 // fills them, the components (layout.templ, waiting.templ, notice.templ)
 // only render them, and templ escapes every value they print.
@@ -45,4 +53,20 @@ func reason(why string) string {
 		return ""
 	}
 	return " (" + why + ")"
+}
+
+// htmxAttrs are the attributes of an htmx card's Continue form: the
+// request's method and URL, and the card as the target its answer
+// replaces. card.js, when the page loads it, sends the original request
+// instead (from its element, to its target).
+func htmxAttrs(c view.Continue) templ.Attributes {
+	a := templ.Attributes{
+		"hx-" + strings.ToLower(c.Method): c.Action,
+		"hx-target":                       "closest .opsgate-card",
+		"hx-swap":                         "outerHTML",
+	}
+	if c.Multipart {
+		a["hx-encoding"] = "multipart/form-data"
+	}
+	return a
 }

@@ -274,7 +274,7 @@ func TestSentBodyFromParsedForm(t *testing.T) {
 	if string(body) != "order=ord_7&size=L&size=M" || r.ContentLength != int64(len(body)) {
 		t.Errorf("body %q, ContentLength %d", body, r.ContentLength)
 	}
-	c := continueOf(r, body)
+	c := continueOf(r, body, "")
 	if c.Method != "POST" || fmt.Sprint(c.Fields) != "[{order ord_7} {size L} {size M}]" {
 		t.Errorf("Continue %+v", c)
 	}
@@ -305,7 +305,7 @@ func TestSentBodyFromParsedForm(t *testing.T) {
 			t.Fatal(err)
 		}
 		// W63: the page can't send a file again; the handler still gets it.
-		if c := continueOf(r, body); c.Method != "" || c.Why != "it sent files" {
+		if c := continueOf(r, body, ""); c.Method != "" || c.Why != "it sent files" {
 			t.Errorf("Continue %+v", c)
 		}
 		r2 := httptest.NewRequest("POST", "/exchange", bytes.NewReader(body))

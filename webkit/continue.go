@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/view"
 )
 
@@ -27,23 +28,49 @@ import (
 // methods and JSON bodies (a script's request: opsgate.fetch repeats
 // those), and fields a browser would change on the way (see formSafe).
 // Gating an action whose request can't be repeated, such as a file
-// upload, is unsuited to operations on the website (§4 W63).
+// upload, is unsuited to operations on the website (§4 W63). A request
+// that carried its CSRF token in a header (tokenHeader) is not offered as
+// a form either: a form would post without it, and the website's CSRF
+// protection would refuse it. An htmx or Turbo request's card is repeated
+// by the framework (the kit's card.js), with the page's headers: its
+// Continue keeps the method (htmx sends PUT, PATCH and DELETE too) and the
+// fields.
 
 // continueOf returns the Continue control for r, whose body is body.
-func continueOf(r *http.Request, body []byte) view.Continue {
+// framework is the front-end framework that sent r (respond.Framework):
+// its card's Continue is that framework's request, so htmx's other
+// methods and a CSRF token in a header are repeated too. A page of its
+// own (framework "") never offers a plain form for a request whose CSRF
+// token was in a header: the form would lose it (W62).
+func continueOf(r *http.Request, body []byte, framework string) view.Continue {
 	action := requestTarget(r)
-	c := view.Continue{Action: action, Back: backOf(r)}
+	c := view.Continue{Action: action, Back: backOf(r), TokenHeader: tokenHeader(r.Header)}
+	if c.TokenHeader != "" && framework == "" {
+		c.Why = "it carried its CSRF token in the " + c.TokenHeader + " header, which a form can't send"
+		return c
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		c.Method = http.MethodGet
 		return c
 	case http.MethodPost:
+	case http.MethodPut, http.MethodPatch, http.MethodDelete:
+		if framework != respond.HTMX {
+			c.Why = "it was sent by a script"
+			return c
+		}
+		if len(body) == 0 { // htmx sends a DELETE's values in its query
+			c.Method = r.Method
+			return c
+		}
 	default:
 		c.Why = "it was sent by a script"
 		return c
 	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
+	case len(body) == 0 && framework != "":
+		c.Method = r.Method // a framework's request with no values
 	case err != nil:
 		c.Why = "its form could not be read"
 	case mt == "application/x-www-form-urlencoded":
@@ -60,7 +87,7 @@ func continueOf(r *http.Request, body []byte) view.Continue {
 			c.Why = why
 			return c
 		}
-		c.Method, c.Fields = http.MethodPost, fields
+		c.Method, c.Fields = r.Method, fields
 	case mt == "multipart/form-data":
 		fields, why := multipartFields(body, params["boundary"])
 		if why == "" {
@@ -73,11 +100,30 @@ func continueOf(r *http.Request, body []byte) view.Continue {
 			c.Why = why
 			return c
 		}
-		c.Method, c.Fields, c.Multipart = http.MethodPost, fields, true
+		c.Method, c.Fields, c.Multipart = r.Method, fields, true
 	default:
 		c.Why = "it was sent by a script"
 	}
 	return c
+}
+
+// tokenHeader returns the name of a header of h that carries a CSRF
+// token, which an HTML form can't send (W62): X-CSRF-Token (Rails,
+// gorilla/csrf, nosurf, Turbo), X-XSRF-Token (Angular, Laravel, Spring),
+// X-CSRFToken (Django), RequestVerificationToken (ASP.NET), X-WP-Nonce
+// (WordPress), and any other whose name says csrf or xsrf. "" for none.
+func tokenHeader(h http.Header) string {
+	name := ""
+	for k := range h {
+		l := strings.ToLower(k)
+		if strings.Contains(l, "csrf") || strings.Contains(l, "xsrf") || l == "requestverificationtoken" ||
+			l == "x-requestverificationtoken" || l == "x-wp-nonce" {
+			if name == "" || k < name { // the same name whatever the map's order
+				name = k
+			}
+		}
+	}
+	return name
 }
 
 // requestTarget is r's path and query, as a relative reference that stays

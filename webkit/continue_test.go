@@ -226,7 +226,7 @@ func TestContinueNotRepeatable(t *testing.T) {
 	t.Run("foreign Referer links home", func(t *testing.T) {
 		r := httptest.NewRequest("PUT", "/x", nil)
 		r.Header.Set("Referer", "https://evil.example/phish")
-		if c := continueOf(r, nil); c.Back != "/" || c.Method != "" {
+		if c := continueOf(r, nil, ""); c.Back != "/" || c.Method != "" {
 			t.Errorf("%+v", c)
 		}
 	})

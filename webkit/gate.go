@@ -449,25 +449,37 @@ func (k *Kit) askApproval(w http.ResponseWriter, r *http.Request, s Session, iss
 		prefix = base + "status?w="
 	}
 	status := k.seal.sealAfter(prefix, page, k.now())
-	if respond.WantsJSON(r) {
-		// A script's request (opsgate.fetch) gets the status route the
-		// waiting page names (W93), in a header: its sealed handle carries
-		// the terms, so the route also says "approved" for an approval of
-		// a newer revision of these terms, which the repeated request
-		// takes (§6 check 3). status?ref= knows only the ref's revision:
-		// it would say "waiting" until the operation expired.
-		if status != "" {
-			w.Header().Set(statusHeader, status)
-		}
-		if k.Refused == nil {
-			// {"error":"approval_required"} (W66): no Continue form to build.
-			k.refuse(w, r, ErrApprovalRequired, nil)
-			return
-		}
+	framework := respond.Framework(r)
+	wantsJSON := framework == "" && respond.WantsJSON(r)
+	if (wantsJSON || framework != "") && status != "" {
+		// A script's request (opsgate.fetch), or a framework's whose
+		// card the kit's card.js finds by it, gets the status route the
+		// waiting page names (W93), in a header: its sealed handle
+		// carries the terms, so the route also says "approved" for an
+		// approval of a newer revision of these terms, which the
+		// repeated request takes (§6 check 3). status?ref= knows only
+		// the ref's revision: it would say "waiting" until the operation
+		// expired.
+		w.Header().Set(statusHeader, status)
+	}
+	if wantsJSON && k.Refused == nil {
+		// {"error":"approval_required"} (W66): no Continue form to build.
+		k.refuse(w, r, ErrApprovalRequired, nil)
+		return
 	}
 	v := view.Waiting{
-		Continue:  continueOf(r, body),
+		Continue:  continueOf(r, body, framework),
 		StatusURL: status,
+		Framework: framework,
+	}
+	if framework == respond.Turbo {
+		v.Frame = respond.TurboFrame(r)
+	}
+	if h := v.Continue.TokenHeader; h != "" && framework == "" && !wantsJSON {
+		// W62: the page can't repeat it; say how the website can.
+		k.logger().LogAttrs(r.Context(), slog.LevelWarn, "opsgate: a gated request carried its CSRF token in a header, which the waiting page's Continue form can't send, so the page says the request can't be repeated from it; "+
+			"have the page's script repeat it: opsgate.fetch (/_opsgate/fetch.js, Accept: application/json), or htmx or Turbo with /_opsgate/card.js in the layout; or put the token in the form's fields",
+			slog.String("path", r.URL.Path), slog.String("header", h))
 	}
 	k.refuse(w, r, ErrApprovalRequired, &v)
 }

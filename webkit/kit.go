@@ -27,7 +27,7 @@ const (
 	// Action doesn't say: minutes to read and decide (W39).
 	defaultLifetime = 10 * time.Minute
 	// defaultBasePath is where the Mount serves the kit's browser-facing
-	// routes (waiting.js, fetch.js, opsgate.css, status).
+	// routes (waiting.js, fetch.js, card.js, opsgate.css, status).
 	defaultBasePath = respond.BasePath
 	// defaultRetryAfter is the Retry-After of a 503 or a 429 (§7 W143).
 	defaultRetryAfter = 5 * time.Second

@@ -89,7 +89,7 @@ func (k *Kit) refuseFor(w http.ResponseWriter, r *http.Request, reason error, v 
 	if k.ExplainRefusals {
 		n.Why = refusalWhy(reason)
 	}
-	if errors.Is(reason, ErrExtensionRequired) && respond.WantsJSON(r) {
+	if errors.Is(reason, ErrExtensionRequired) && respond.Framework(r) == "" && respond.WantsJSON(r) {
 		// A script gets the code and the extension (§2 W12; RULES.md
 		// choice 5); a page load the page, never JSON shown as a page.
 		respond.ExtensionRequired(w, n.Why)

@@ -15,12 +15,13 @@ import (
 	"github.com/opsgate/opsgate/internal/storekit"
 )
 
-//go:embed static/waiting.js static/fetch.js static/opsgate.css
+//go:embed static/waiting.js static/fetch.js static/card.js static/opsgate.css
 var static embed.FS
 
 var staticTypes = map[string]string{
 	"waiting.js":  "text/javascript; charset=utf-8",
 	"fetch.js":    "text/javascript; charset=utf-8",
+	"card.js":     "text/javascript; charset=utf-8",
 	"opsgate.css": "text/css; charset=utf-8",
 }
 
@@ -37,6 +38,9 @@ const statusHeader = "X-Opsgate-Status"
 // Routes:
 //   - GET waiting.js: the waiting page's auto-continue (§6 W93).
 //   - GET fetch.js: opsgate.fetch, for fetch-driven pages.
+//   - GET card.js: the waiting card on htmx and Turbo pages: it shows
+//     the card the Gate answers their requests with and repeats the
+//     request the framework's way once it is approved (W62, W93).
 //   - GET opsgate.css: the waiting page's style.
 //   - GET status?w=<handle> or status?ref=<ref>: {"status": …} of an
 //     operation this browser's Session can approve (§3), one of waiting,

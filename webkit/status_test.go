@@ -123,7 +123,7 @@ func TestStatusRoute(t *testing.T) {
 			if code, st := ask(statusURL, &sesIn); code != 200 || st != "performed" { // W108
 				t.Errorf("after Continue: %d %s", code, st)
 			}
-			for _, f := range []string{"waiting.js", "fetch.js", "opsgate.css"} {
+			for _, f := range []string{"waiting.js", "fetch.js", "card.js", "opsgate.css"} {
 				r := httptest.NewRequest("GET", defaultBasePath+f, nil)
 				rec := httptest.NewRecorder()
 				status.ServeHTTP(rec, r)

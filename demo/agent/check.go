@@ -19,10 +19,11 @@ import (
 func check(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-token-url URL] [-action 'POST /path body' [-header 'Name: value']...] [-list] [-v] [-json]")
+		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-token-url URL] [-action 'POST /path body' [-header 'Name: value']...] [-login '/path field=value&…' | -cookie 'name=value'...] [-list] [-v] [-json]")
 		fs.PrintDefaults()
 	}
 	var headers headerFlag
+	var cookies cookieFlag
 	site := fs.String("site", "", "the site's origin (required)")
 	tokenURL := fs.String("token-url", "", "a token endpoint like the demo's /demo/token (POST client_id, account): also checks signed-in Sessions")
 	account := fs.String("account", "acct_demo", "the account to ask -token-url for")
@@ -35,6 +36,8 @@ func check(args []string) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	verbose := fs.Bool("v", false, "print each step, and the body (its first 2 KiB, tokens blanked out) of each answer a case did not expect")
 	list := fs.Bool("list", false, "crawl, print the forms the check would submit and those it never submits, and exit 0, submitting none")
+	login := fs.String("login", "", "`'/path field=value&field=value'`: sign every browser in through the site's own login form first (the first POST form on that page with those fields; its CSRF field kept); values never shown")
+	fs.Var(&cookies, "cookie", "`'name=value'`: a cookie of the site's own (its login session, say) every browser starts with (repeatable); values never shown")
 	fs.Var(&headers, "header", "`'Name: value'` sent with each request of -action, such as a CSRF header a page script adds to a JSON body (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -53,6 +56,7 @@ func check(args []string) int {
 	cfg := conformance.Config{
 		Site: strings.TrimRight(*site, "/"), TokenURL: *tokenURL, Account: *account, Action: *action, StartPath: *start,
 		Listen: *listen, AgentURL: *agentURL, Concurrency: *concurrency, Timeout: *timeout, Header: headers.h,
+		Login: *login, Cookies: cookies.c,
 	}
 	if *verbose {
 		cfg.Log = os.Stderr
@@ -116,5 +120,28 @@ func (f *headerFlag) Set(v string) error {
 		f.h = http.Header{}
 	}
 	f.h.Add(name, value)
+	return nil
+}
+
+// cookieFlag is -cookie 'name=value', repeatable.
+type cookieFlag struct{ c []*http.Cookie }
+
+func (f *cookieFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	names := make([]string, 0, len(f.c))
+	for _, c := range f.c {
+		names = append(names, c.Name+"=…") // a session: never shown
+	}
+	return strings.Join(names, ", ")
+}
+
+func (f *cookieFlag) Set(v string) error {
+	cs, err := http.ParseCookie(strings.TrimSpace(v))
+	if err != nil || len(cs) == 0 {
+		return fmt.Errorf("write -cookie 'name=value', such as -cookie 'session=…'")
+	}
+	f.c = append(f.c, cs...)
 	return nil
 }

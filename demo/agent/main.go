@@ -26,6 +26,17 @@
 //
 //	go run ./demo/agent -shop https://shop.example -agent-url https://agent.example/poppy -user alice
 //
+// Any website, not only the demo: -start is the page the joined browser
+// lands on and -press the control (a CSS selector) the browser presses
+// there, a form's button or an htmx or Turbo control. The agent then
+// approves (asking you, or under -approve), and the request is repeated:
+// by the waiting page's Continue, by the page's own script (opsgate.fetch,
+// the kit's card.js on an htmx or Turbo page), or, when nothing on the
+// page repeats it, by the agent pressing the waiting card's Continue (or
+// -press again), once:
+//
+//	go run ./demo/agent -shop http://localhost:3000 -start /orders/ord_1 -press '#exchange button'
+//
 // A standing instruction -approve 'kind<=amountCURRENCY' approves, as the
 // agent, an action of that kind whose amounts of money (a price
 // difference, a refund, a fee: every amount in the terms) are all at most
@@ -142,6 +153,7 @@ const userListen = "127.0.0.1:8079"
 type options struct {
 	shop, listen, user, chromium   string
 	do, order, item, sku, delivery string
+	start, press                   string
 	date, approver                 string
 	agentURL, keys                 string
 	standing                       rules
@@ -163,7 +175,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\n"+exitHelp)
 	}
-	fs.StringVar(&o.shop, "shop", "http://localhost:8080", "the demo shop's origin")
+	fs.StringVar(&o.shop, "shop", "http://localhost:8080", "the shop's origin: the demo's, or any website's with -start and -press")
+	fs.StringVar(&o.start, "start", "", "any website: the page the joined browser lands on, a path on -shop such as /orders/ord_1 (default /)")
+	fs.StringVar(&o.press, "press", "", "any website: the control the browser presses on -start, a CSS selector such as '#exchange button' (a form's button, an htmx or Turbo control); replaces -do")
 	fs.StringVar(&o.listen, "listen", "", "where the agent serves its metadata document and JWKS (loopback); the address is in its client_id. Default 127.0.0.1:0 (any free port), or "+userListen+" with -user")
 	fs.StringVar(&o.user, "user", "", "the agent's pairwise User ID at the shop (the Sessions' sub), such as alice; default a new random one each run. The demo keeps one copy of its data per agent and User, so the same -user (and -listen) sees its earlier runs' changes; the agent's key is kept in -keys, so a rerun joins at once")
 	fs.StringVar(&o.agentURL, "agent-url", "", "the public URL of the agent's documents, such as https://agent.example/poppy: client_id is <url>/agent.json, jwks_uri <url>/jwks.json. "+
@@ -191,6 +205,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags only; the checker is `agent check`)", fs.Arg(0))
+	}
+	if o.start != "" {
+		u, err := url.Parse(o.start)
+		if err != nil || !strings.HasPrefix(u.Path, "/") || (u.Host != "" && u.Scheme+"://"+u.Host != strings.TrimRight(o.shop, "/")) {
+			return nil, fmt.Errorf("-start %q: write a path on -shop, such as /orders/ord_1", o.start)
+		}
+		o.start = u.RequestURI()
+	}
+	if o.press != "" && o.approver == "agent" {
+		return nil, errors.New("-press with -approver agent: give the standing instruction with -approve 'kind<=amountCURRENCY' (the kind is a word of the request's path)")
 	}
 	if o.approver != "user" && o.approver != "agent" {
 		return nil, fmt.Errorf("-approver %q: choose user or agent", o.approver)
@@ -279,7 +303,8 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 		}
 	}
 
-	_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
+	join := refagent.JoinOptions{SignedIn: o.signedIn, ReturnTo: o.start}
+	_, err = a.Join(ctx, join)
 	// A shop that has this client_id's keys of an earlier run without a
 	// key file (new keys each run) loads them again at most every 30 s:
 	// when it says when (the demo explains its refusals), wait that long
@@ -295,7 +320,7 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 				return "", ctx.Err()
 			case <-time.After(wait):
 			}
-			_, err = a.Join(ctx, refagent.JoinOptions{SignedIn: o.signedIn})
+			_, err = a.Join(ctx, join)
 		}
 	}
 	if err != nil {
@@ -303,14 +328,19 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	}
 
 	origin := a.Origin()
-	fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", o.do, origin)
 	dctx, cancelAction := context.WithTimeout(tab, o.timeout)
-	switch o.do {
-	case "exchange":
+	switch {
+	case o.press != "":
+		fmt.Fprintf(stdout, "agent: the browser presses %s on %s%s\n", o.press, origin, o.start)
+		err = chromedp.Do(dctx, chromedp.Click(chromedp.CSS(o.press), chromedp.NodeVisible))
+	case o.do == "exchange":
+		fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", o.do, origin)
 		err = refagent.ExchangeItem(dctx, origin, o.order, o.item, o.sku)
-	case "delivery":
+	case o.do == "delivery":
+		fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", o.do, origin)
 		err = refagent.ChangeDeliveryDate(dctx, origin, o.delivery, o.date)
-	case "cancel":
+	case o.do == "cancel":
+		fmt.Fprintf(stdout, "agent: the browser does %q on %s\n", o.do, origin)
 		err = refagent.CancelSubscription(dctx, origin)
 	}
 	cancelAction()
@@ -318,6 +348,9 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 		return "", fmt.Errorf("-do %s: %w", o.do, err)
 	}
 	if err != nil {
+		if o.press != "" {
+			return "", fmt.Errorf("the browser could not press %s on %s%s within %s: %w", o.press, origin, o.start, o.timeout, err)
+		}
 		return "", fmt.Errorf("the browser could not do %q on %s within %s: %w", o.do, origin, o.timeout, err)
 	}
 
@@ -334,6 +367,9 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	var aopts []refagent.Option
 	if o.waitPage {
 		aopts = append(aopts, refagent.LeaveRepeatToPage())
+	}
+	if o.press != "" {
+		aopts = append(aopts, refagent.PressAgain(o.press))
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()

@@ -252,7 +252,7 @@ func (c *Control) Repeats(method, target, contentType string, body []byte) error
 	if want, got := sameURL(target), sameURL(c.URL); want != got {
 		e.Differences = append(e.Differences, fmt.Sprintf("the request went to %s, Continue goes to %s", want, got))
 	}
-	if method == http.MethodPost && c.Method == http.MethodPost {
+	if method == c.Method && (method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch) { // htmx sends PUT and PATCH with a body
 		sent, enc, err := decodeBody(contentType, body)
 		switch {
 		case err != nil:

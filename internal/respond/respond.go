@@ -185,3 +185,51 @@ func WaitingOf(r *http.Request) (view.Waiting, bool) {
 // (Kit.ServeHTTP: its scripts, stylesheet and status route), by
 // endpoint.Mount.
 const BasePath = "/_opsgate/"
+
+// The front-end frameworks whose requests get the kit's answer in their own
+// terms (Framework).
+const (
+	// HTMX is a request htmx sent (HX-Request: true): it swaps the
+	// answer's HTML into the page, so the answer is a fragment (the
+	// waiting card), not a page.
+	HTMX = "htmx"
+	// Turbo is a request Turbo (Hotwire) sent for a form's submission
+	// (Accept names text/vnd.turbo-stream.html) or for a frame
+	// (Turbo-Frame): the answer is a Turbo Stream that puts the card in
+	// the frame, or over the page.
+	Turbo = "turbo"
+)
+
+// turboStream is the media type of a Turbo Stream.
+const turboStream = "text/vnd.turbo-stream.html"
+
+// Framework names the front-end framework that sent r and shows the
+// answer in its own terms: HTMX, Turbo, or "" for a page load, a form's
+// own submission or a script's fetch (a page, or JSON, per WantsJSON).
+// htmx wins over Turbo on a page that has both: its header names the
+// request's sender.
+func Framework(r *http.Request) string {
+	h := r.Header
+	if v := h["Hx-Request"]; len(v) > 0 && v[0] == "true" {
+		return HTMX
+	}
+	if len(h["Turbo-Frame"]) > 0 {
+		return Turbo
+	}
+	for _, line := range h["Accept"] {
+		for item := range strings.SplitSeq(line, ",") {
+			mt, _, _ := strings.Cut(item, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), turboStream) {
+				return Turbo
+			}
+		}
+	}
+	return ""
+}
+
+// TurboFrame is the id of the Turbo frame r came from (Turbo-Frame), or
+// "" for none.
+func TurboFrame(r *http.Request) string { return strings.TrimSpace(r.Header.Get("Turbo-Frame")) }
+
+// TurboStreamType is the Content-Type of the kit's Turbo Stream answers.
+const TurboStreamType = turboStream + "; charset=utf-8"

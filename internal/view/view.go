@@ -18,12 +18,24 @@ type Waiting struct {
 	StatusURL string
 	// Continue is the control that makes the original request again.
 	Continue Continue
+	// Framework is the front-end framework whose page shows the card, as
+	// internal/respond.Framework names it: "htmx" or "turbo", or "" for a
+	// page of its own (a page load, a form's own submission). A
+	// framework's card is a fragment of the website's page: its Continue
+	// is that framework's request, which the kit's card.js (or the
+	// framework itself) sends with the page's headers, never a plain form.
+	Framework string
+	// Frame is the Turbo frame the request came from (Turbo-Frame): the
+	// card replaces the frame's content. "" for none: a Turbo card goes
+	// over the page.
+	Frame string
 }
 
 // Continue is the control that makes the original request again (§4 W62).
 type Continue struct {
 	// Method is "GET" (a link) or "POST" (a form); "" when the request
-	// can't be repeated from the page.
+	// can't be repeated from the page. On an htmx card it may also be
+	// PUT, PATCH or DELETE: htmx sends those.
 	Method string
 	// Action is the request's path and query on this website.
 	Action string
@@ -37,6 +49,10 @@ type Continue struct {
 	Back string
 	// Why says why the request can't be repeated; "" when it can.
 	Why string
+	// TokenHeader names the header that carried the request's CSRF token
+	// (such as X-CSRF-Token), which a plain form can't send: only a
+	// script repeats such a request (W62). "" for none.
+	TokenHeader string
 }
 
 // Field is one name=value pair of a form, in the order it was sent.
@@ -60,4 +76,8 @@ type Notice struct {
 	// its refusals (webkit.Kit.ExplainRefusals): shown on the page, and a
 	// script's JSON carries it as error_description. "" for none.
 	Why string
+	// Framework, when "htmx" or "turbo", makes the notice a card in the
+	// website's page rather than a page (package pages sets it from the
+	// request).
+	Framework string
 }

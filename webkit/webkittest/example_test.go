@@ -206,6 +206,33 @@ func Example_json() {
 	// bad input: 400 ref given: false
 }
 
+// An htmx page's request: Browser.Header carries what htmx adds
+// (HX-Request, and the page's hx-headers, such as a CSRF token header).
+// The Gate answers with the waiting card, a fragment htmx swaps into the
+// page; the page's script (/_opsgate/card.js) repeats the request itself
+// once the agent approved, with the same headers and values, as Again
+// does. Continue, a browser's own form submission, can't: it would send
+// no header.
+func Example_htmx() {
+	exchanges.Store(0)
+	site := newShop(nil)
+	session := site.NewAgent().Session("usr_1")
+	browser, _ := session.Join()
+	browser.Header = http.Header{"HX-Request": {"true"}, "X-CSRF-Token": {"the page's token"}}
+
+	res := browser.PostForm("/orders/ord_7/exchange", url.Values{"size": {"S"}})
+	fmt.Println(res.StatusCode, "ref given:", res.Ref != "", "card:", bytes.HasPrefix(res.Body, []byte(`<section class="opsgate-card`)))
+	fmt.Println("continue is the script's:", res.Continue().Err != nil)
+	fmt.Println("approve:", session.Approve(res.Ref).StatusCode)
+	again := browser.Again() // what card.js sends: htmx's request again
+	fmt.Println(again.StatusCode, string(again.Body), "performed:", exchanges.Load())
+	// Output:
+	// 403 ref given: true card: true
+	// continue is the script's: true
+	// approve: 204
+	// 200 exchanged for size S performed: 1
+}
+
 // A website wired with endpoint.NewMount gives the harness's Resolver and
 // access tokens to the Mount; the rest of the test is the same.
 func Example_mount() {

@@ -30,9 +30,14 @@
 // action and fields, after checking that they make the original request
 // again, so that a Continue which lost the request's fields (a CSRF
 // library or another middleware read the body before the Gate) fails the
-// test instead of passing it. A page script's JSON 403 has no page: the
-// script repeats its request itself (opsgate.fetch), which Browser.Again
-// does.
+// test instead of passing it. Like a browser's own form submission it
+// sends the cookies and the form's fields, never Browser.Header: a site
+// whose CSRF token is only in a header fails here as it does in a
+// browser. A page script's JSON 403 has no page: the script repeats its
+// request itself (opsgate.fetch), which Browser.Again does. An htmx
+// request is Browser.Header with HX-Request: true: its answer is the
+// waiting card, which the page's script (/_opsgate/card.js) repeats with
+// the page's headers, as Browser.Again does (Example_htmx).
 //
 // The Mount verifies with the harness's agents through Resolver:
 // site.Resolver() and AccessTokens: site.AccessTokens(). A website that
@@ -66,6 +71,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -295,12 +301,15 @@ func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
 // Browser is a browser with its own cookies: ordinary (Site.Browser) or
 // joined to a Session (Session.Join).
 type Browser struct {
-	// Header is added to every request the browser sends: what a real
-	// page's request carries and the site checks, such as a CSRF token
-	// header. Set it before sending. Its fields replace those the browser
-	// sets itself: on a form submission or a script's request, Origin (the
-	// site's) and Sec-Fetch-Site: same-origin, as a page on the site sends
-	// them.
+	// Header is added to every request the browser sends for a page's
+	// script (PostForm, Post, PostJSON, Get, Again): what a real page's
+	// request carries and the site checks, such as a CSRF token header, or
+	// HX-Request: true for an htmx request (the Gate then answers with the
+	// waiting card, and Again is htmx's repeat). Set it before sending. Its
+	// fields replace those the browser sets itself: on a form submission
+	// or a script's request, Origin (the site's) and Sec-Fetch-Site:
+	// same-origin, as a page on the site sends them. Response.Continue, a
+	// browser's own form submission, never sends it.
 	Header http.Header
 
 	session *Session // the Session it is joined to; nil for an ordinary browser
@@ -314,6 +323,10 @@ type request struct {
 	method, url, contentType, accept string
 	body                             []byte
 	header                           http.Header // set by the browser; Browser.Header replaces them
+	// own is the browser's own submission of a page's form or link
+	// (Continue): it carries the cookies and the form's fields, never
+	// Browser.Header, which only a page's script adds.
+	own bool
 }
 
 // Response is the site's answer: to a browser's request (Browser's
@@ -432,6 +445,10 @@ func (r *Response) continueControl() (*continueform.Control, error) {
 	switch {
 	case r.StatusCode == http.StatusForbidden && len(r.Header.Values("Poppy-Operation")) > 0 && mt == "application/json":
 		return nil, fmt.Errorf("%w: the answer is a script's JSON 403, which has no Continue: a page script repeats its request (opsgate.fetch), as Browser.Again does", errNotWaitingPage)
+	case r.StatusCode == http.StatusForbidden && len(r.Header.Values("Poppy-Operation")) > 0 &&
+		(mt == "text/vnd.turbo-stream.html" || bytes.Contains(r.Body, []byte(" data-opsgate-via="))):
+		return nil, fmt.Errorf("%w: the answer is the waiting card of an htmx or Turbo page (the request carried HX-Request, or asked for a Turbo Stream), "+
+			"whose Continue the page's script (/_opsgate/card.js) or the framework sends with the page's headers: repeat the request with Browser.Again, as card.js does", errNotWaitingPage)
 	case r.StatusCode != http.StatusForbidden || len(r.Header.Values("Poppy-Operation")) == 0 || mt != "text/html":
 		op := "no Poppy-Operation"
 		if len(r.Header.Values("Poppy-Operation")) > 0 {
@@ -450,7 +467,17 @@ func (r *Response) continueControl() (*continueform.Control, error) {
 // page's auto-continue) does once the agent has approved: it submits the
 // page's Continue form, its method, action and fields in document order
 // encoded per its enctype, or follows its link, with the browser's
-// cookies and the headers a browser sends (Referer: the page).
+// cookies and the headers a browser sends itself (Referer: the page). It
+// never sends Browser.Header: a browser's own form submission can't send
+// a header a page's script adds, such as a CSRF token header, so a site
+// whose token is only in a header fails here as it does in a browser
+// (the kit's page then says the request can't be repeated from it:
+// ErrNotRepeatable).
+//
+// An htmx or Turbo request's answer is the waiting card of the page, not
+// a page: the page's script (/_opsgate/card.js) repeats it with the
+// page's headers, as Browser.Again does, and Continue returns an error
+// saying so.
 //
 // It first checks that the control makes the request that got the page
 // again: the same method and URL, and for a POST the same fields encoded
@@ -475,7 +502,7 @@ func (r *Response) Continue() *Response {
 		h.Del("Origin") // a navigation's GET carries none
 	}
 	h.Set("Referer", r.url)
-	return r.browser.send(&request{method: c.Method, url: c.URL, contentType: ct, accept: "text/html", body: body, header: h})
+	return r.browser.send(&request{method: c.Method, url: c.URL, contentType: ct, accept: "text/html", body: body, header: h, own: true})
 }
 
 // ContinueConcurrently presses the page's Continue n times at once, as
@@ -502,8 +529,10 @@ func (b *Browser) send(r *request) *Response {
 	for k, v := range r.header {
 		req.Header[k] = v
 	}
-	for k, v := range b.Header {
-		req.Header[k] = v
+	if !r.own {
+		for k, v := range b.Header {
+			req.Header[k] = v
+		}
 	}
 	if r.contentType != "" {
 		req.Header.Set("Content-Type", r.contentType)
@@ -641,7 +670,11 @@ func serve(h http.Handler, req *http.Request) (res *http.Response, err error) {
 	// As a server receives it: TLS set for https (httptest does), the
 	// browser's cookies and headers, a documentation address as the peer.
 	sr := httptest.NewRequestWithContext(req.Context(), req.Method, req.URL.String(), bytes.NewReader(body))
-	sr.Header = req.Header.Clone()
+	sr.Header = make(http.Header, len(req.Header))
+	for k, v := range req.Header { // as a server reads them: canonical names
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		sr.Header[ck] = append(sr.Header[ck], v...)
+	}
 	sr.Host = req.URL.Host
 	sr.RemoteAddr = "192.0.2.1:4711"
 	w := httptest.NewRecorder()

@@ -32,6 +32,10 @@ type browser struct {
 
 func (c *checker) newBrowser() *browser {
 	jar, _ := cookiejar.New(nil)
+	if cs := c.siteCookies(); len(cs) > 0 { // the site's own login (Config.Cookies, Config.Login)
+		u, _ := url.Parse(c.origin + "/")
+		jar.SetCookies(u, cs)
+	}
 	return &browser{c: c, jar: jar}
 }
 
@@ -259,8 +263,14 @@ type action struct {
 	choice string
 	others []string
 	// header goes with each request of the action (Config.Header, for
-	// Config.Action): what a page script adds, such as a CSRF header.
+	// Config.Action): what a page script adds, such as a CSRF header; for
+	// an htmx element its hx-headers, for a Turbo form Turbo's
+	// X-CSRF-Token.
 	header http.Header
+	// framework is the front-end framework that sends the request
+	// ("htmx", "turbo"), or "" for a form's own submission; frame is the
+	// Turbo frame it is sent for.
+	framework, frame string
 }
 
 // String is the action in a line. The value of a field named like a CSRF
@@ -268,9 +278,14 @@ type action struct {
 func (a *action) String() string {
 	s := a.method + " " + a.url
 	if a.json != nil {
-		return s + " " + string(a.json)
+		s += " " + string(a.json)
+	} else {
+		s += " " + redactedFields(a.fields)
 	}
-	return s + " " + redactedFields(a.fields)
+	if a.framework != "" {
+		s += " (" + a.framework + ")"
+	}
+	return s
 }
 
 // redactedFields is fields encoded, each token-like field's value
@@ -297,7 +312,7 @@ func (a *action) request(v, accept string) request {
 		if accept == "" {
 			accept = "application/json"
 		}
-		return request{method: a.method, url: a.url, body: a.json, ctype: "application/json", accept: accept, header: h}
+		return a.frameworkRequest(request{method: a.method, url: a.url, body: a.json, ctype: "application/json", accept: accept, header: h})
 	}
 	f := url.Values{}
 	for k, vs := range a.fields {
@@ -306,7 +321,7 @@ func (a *action) request(v, accept string) request {
 	if v != "" && a.choice != "" {
 		f.Set(a.choice, v)
 	}
-	return request{method: a.method, url: a.url, body: []byte(f.Encode()), ctype: "application/x-www-form-urlencoded", accept: accept, header: h}
+	return a.frameworkRequest(request{method: a.method, url: a.url, body: []byte(f.Encode()), ctype: "application/x-www-form-urlencoded", accept: accept, header: h})
 }
 
 // --- the waiting page's Continue ---
@@ -317,12 +332,14 @@ type waiting struct {
 	req request
 }
 
-// script reports whether the answer is a page script's: a JSON request or
-// a JSON answer. It has no page; the script repeats its request itself
-// (opsgate.fetch), as the checker then does.
+// script reports whether the page's script repeats the request: a JSON
+// request or a JSON answer (opsgate.fetch), an htmx or Turbo request (the
+// kit's card.js, the framework), or a request whose CSRF token was in a
+// header a form can't send. The checker then sends it again, as the
+// script does.
 func (w waiting) script() bool {
 	mt, _, _ := mime.ParseMediaType(w.p.first().header.Get("Content-Type"))
-	return w.req.ctype == "application/json" || mt == "application/json"
+	return scriptRepeats(w.req) || mt == "application/json"
 }
 
 // continueOf is the request the browser makes once the agent approved:
@@ -335,6 +352,9 @@ func (w waiting) script() bool {
 // (*continueform.DiffError, which never shows a token's value).
 func continueOf(w waiting) (request, error) {
 	if w.script() {
+		if err := cardRepeats(w); err != nil {
+			return request{}, err
+		}
 		return w.req, nil
 	}
 	c, err := continueform.Parse(w.p.url, w.p.body)
@@ -432,7 +452,7 @@ func (b *browser) crawlAll(ctx context.Context) (forms, skipped []*action) {
 		links, found := parseHTML(p.url, p.body)
 		for _, f := range found {
 			fu, err := url.Parse(f.url)
-			if err != nil || fu.Scheme+"://"+fu.Host != c.origin || f.method != http.MethodPost {
+			if err != nil || fu.Scheme+"://"+fu.Host != c.origin || !sendsEffect(f) {
 				continue
 			}
 			low := strings.ToLower(fu.Path)
@@ -469,7 +489,20 @@ func (b *browser) crawlAll(ctx context.Context) (forms, skipped []*action) {
 	return forms, skipped
 }
 
-// parseHTML returns a page's links and its forms.
+// sendsEffect reports whether the crawl takes f for an action that may
+// be gated: a POST form, or a PUT, PATCH or DELETE that htmx sends.
+func sendsEffect(f *action) bool {
+	switch f.method {
+	case http.MethodPost:
+		return true
+	case http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return f.framework == viaHTMX
+	}
+	return false
+}
+
+// parseHTML returns a page's links and its forms, and the requests htmx
+// and Turbo send from it (frameworkActions).
 func parseHTML(base string, body []byte) (links []string, forms []*action) {
 	doc, err := html.Parse(bytes.NewReader(body))
 	if err != nil {
@@ -491,6 +524,7 @@ func parseHTML(base string, body []byte) (links []string, forms []*action) {
 		}
 		return u.String()
 	}
+	formOf := map[*html.Node]*action{}
 	var walk func(n *html.Node, f *action, choices map[string][]string)
 	walk = func(n *html.Node, f *action, choices map[string][]string) {
 		if n.Type == html.ElementNode {
@@ -503,6 +537,7 @@ func parseHTML(base string, body []byte) (links []string, forms []*action) {
 				method, _ := attr(n, "method")
 				act, _ := attr(n, "action")
 				nf := &action{method: strings.ToUpper(method), url: resolve(act), page: base, fields: url.Values{}}
+				formOf[n] = nf
 				if nf.method == "" {
 					nf.method = http.MethodGet
 				}
@@ -609,5 +644,6 @@ func parseHTML(base string, body []byte) (links []string, forms []*action) {
 		}
 	}
 	walk(doc, nil, nil)
+	forms = append(forms, frameworkActions(doc, base, formOf)...)
 	return links, forms
 }

@@ -39,6 +39,19 @@ func (c *checker) run(ctx context.Context) {
 	if !c.checkDiscovery(ctx) {
 		return
 	}
+	if c.cfg.Login != "" {
+		k := c.begin("sign in through the site's login form (Login)")
+		cs, err := c.signIn(ctx)
+		if k.check(err == nil, "%v", err) {
+			c.mu.Lock()
+			c.cookies = append(slices.Clone(c.cookies), cs...)
+			c.mu.Unlock()
+		}
+		k.end()
+		if err != nil {
+			return
+		}
+	}
 	fl := &flow{c: c}
 	if !fl.setUp(ctx) {
 		return
@@ -209,7 +222,7 @@ func (f *flow) setUp(ctx context.Context) bool {
 		}
 	}
 	if f.main == nil {
-		what := fmt.Sprintf("none of the %d POST forms found from %s answered a joined browser with 403 and Poppy-Operation", len(candidates), c.cfg.StartPath)
+		what := fmt.Sprintf("none of the %d POST forms and htmx or Turbo requests found from %s answered a joined browser with 403 and Poppy-Operation", len(candidates), c.cfg.StartPath)
 		if c.cfg.Action != "" {
 			what = fmt.Sprintf("%s did not answer a joined browser with 403 and Poppy-Operation", c.cfg.Action)
 		}
@@ -364,7 +377,15 @@ func (f *flow) pageAndJSON(ctx context.Context) {
 		// Continue control are for page loads and form submissions.
 		k.note("W62 W65 not checked: the action is a script's JSON request")
 	} else {
-		k.check(strings.HasPrefix(p.first().header.Get("Content-Type"), "text/html"), "W65: the form submission's 403 has Content-Type %q, want a page", p.first().header.Get("Content-Type"))
+		ct := p.first().header.Get("Content-Type")
+		switch f.main.framework {
+		case "":
+			k.check(strings.HasPrefix(ct, "text/html"), "W65: the form submission's 403 has Content-Type %q, want a page", ct)
+		case viaTurbo:
+			k.check(strings.HasPrefix(ct, "text/html") || strings.HasPrefix(ct, "text/vnd.turbo-stream.html"), "W65: Turbo's 403 has Content-Type %q, want a Turbo Stream or a page", ct)
+		default:
+			k.check(strings.HasPrefix(ct, "text/html"), "W65: htmx's 403 has Content-Type %q, want HTML htmx swaps", ct)
+		}
 		if _, err := continueOf(f.wait); err != nil {
 			k.fail("W62: %s", continueFailure(f.main, err))
 		}

@@ -38,6 +38,16 @@ type Config struct {
 	// headers): what the site's page script adds, such as a CSRF header
 	// for a JSON body. Its values are never printed.
 	Header http.Header
+	// Cookies are the site's own cookies that every browser of the
+	// checker starts with, such as the session of the site's own login
+	// (-cookie). Login signs in through the site's login form first
+	// instead (-login): "/path field=value&field=value", the first POST
+	// form on that page with those fields, its other fields (a CSRF
+	// token) kept; every browser starts with the cookies it got. Their
+	// values are never printed. A site whose Kit.OwnLogin sees that login
+	// gives such a browser its own approval flow, not an operation (W56).
+	Cookies []*http.Cookie
+	Login   string
 	// StartPath is where the crawl for gated forms starts; "" is "/".
 	StartPath string
 	// MaxPages bounds the crawl; 0 is 40.
@@ -232,7 +242,12 @@ func newChecker(cfg Config) (*checker, error) {
 	if cfg.StartPath == "" {
 		cfg.StartPath = "/"
 	}
-	return &checker{cfg: cfg, origin: u.Scheme + "://" + u.Host}, nil
+	if cfg.Login != "" {
+		if path, _, _ := strings.Cut(strings.TrimSpace(cfg.Login), " "); !strings.HasPrefix(path, "/") {
+			return nil, fmt.Errorf("%w: Login %q: write '/path field=value&field=value'", ErrConfig, path)
+		}
+	}
+	return &checker{cfg: cfg, origin: u.Scheme + "://" + u.Host, cookies: cfg.Cookies}, nil
 }
 
 // checker is one run.
@@ -251,6 +266,15 @@ type checker struct {
 	results   []Result
 
 	main *action // the signed-out gated action the flow uses
+
+	cookies []*http.Cookie // every browser's first cookies: Config.Cookies and Login's
+}
+
+// siteCookies are the cookies every new browser starts with.
+func (c *checker) siteCookies() []*http.Cookie {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cookies
 }
 
 // seen is one response of the site.

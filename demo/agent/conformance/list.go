@@ -31,6 +31,16 @@ type Form struct {
 	// Skipped says why the checker never submits this form (a sign-in or
 	// sign-out form, a search, the join); "" for one it submits.
 	Skipped string `json:"skipped,omitempty"`
+	// Via is the front-end framework that sends the request, as the
+	// checker then sends it: "htmx" (an element with hx-post, hx-put,
+	// hx-patch or hx-delete: HX-Request and its hx-headers) or "turbo" (a
+	// form on a page that loads Turbo: Turbo's Accept, its X-CSRF-Token
+	// from the csrf-token meta, Turbo-Frame); "" for a form's own
+	// submission.
+	Via string `json:"via,omitempty"`
+	// Headers names the headers the checker adds (their values, which may
+	// be tokens, are never shown).
+	Headers []string `json:"headers,omitempty"`
 }
 
 // Listing is what List found.
@@ -67,11 +77,22 @@ func List(ctx context.Context, cfg Config) (Listing, error) {
 		return Listing{}, err
 	}
 	defer c.stopAgents()
-	b := c.newBrowser()
 	if !c.checkDiscovery(ctx) {
 		l.Notes = append(l.Notes, "poppy.json lists no operations endpoint or join: crawling as a browser joined to nothing")
-	} else if err := b.join(ctx, c.a.session(false), joinOpts{declare: true}); err != nil {
-		l.Notes = append(l.Notes, fmt.Sprintf("the join failed (%v): crawling as a browser joined to nothing", err))
+	} else if c.cfg.Login != "" {
+		// Signing in submits the login form, and only it.
+		cs, err := c.signIn(ctx)
+		if err != nil {
+			return l, err
+		}
+		c.cookies = append(slices.Clone(c.cookies), cs...)
+		l.Notes = append(l.Notes, "signed in through the login form (Login): the only form submitted")
+	}
+	b := c.newBrowser()
+	if c.disc.join != "" {
+		if err := b.join(ctx, c.a.session(false), joinOpts{declare: true}); err != nil {
+			l.Notes = append(l.Notes, fmt.Sprintf("the join failed (%v): crawling as a browser joined to nothing", err))
+		}
 	}
 	forms, skipped := b.crawlAll(ctx)
 	slices.SortStableFunc(forms, func(x, y *action) int { return boolRank(x.choice == "") - boolRank(y.choice == "") })
@@ -115,13 +136,17 @@ func List(ctx context.Context, cfg Config) (Listing, error) {
 		l.Forms = append(l.Forms, formOf(f, why))
 	}
 	if len(forms) == 0 {
-		l.Notes = append(l.Notes, fmt.Sprintf("no POST form found from %s: name the action with -action", c.cfg.StartPath))
+		l.Notes = append(l.Notes, fmt.Sprintf("no POST form and no htmx or Turbo request found from %s: name the action with -action", c.cfg.StartPath))
 	}
 	return l, nil
 }
 
 func formOf(a *action, skipped string) Form {
-	f := Form{Method: a.method, URL: a.url, Page: a.page, Choice: a.choice, Others: a.others, Skipped: skipped}
+	f := Form{Method: a.method, URL: a.url, Page: a.page, Choice: a.choice, Others: a.others, Skipped: skipped, Via: a.framework}
+	for k := range a.request("", "").header {
+		f.Headers = append(f.Headers, k)
+	}
+	slices.Sort(f.Headers)
 	if a.json != nil {
 		f.Fields = string(a.json)
 	} else {
@@ -150,6 +175,12 @@ func (l Listing) WriteText(w io.Writer) {
 		}
 		if f.SignedIn {
 			more = append(more, "submitted signed in only")
+		}
+		if f.Via != "" {
+			more = append(more, "sent as "+f.Via+" sends it")
+		}
+		if len(f.Headers) > 0 {
+			more = append(more, "with the headers "+strings.Join(f.Headers, ", ")+" (values not shown)")
 		}
 		if len(more) > 0 {
 			fmt.Fprintf(w, "     %s\n", strings.Join(more, "; "))

@@ -25,8 +25,11 @@
 //     other (A27, A28), and asks a Decider: the user at the terminal, a
 //     standing instruction, or a test;
 //   - sends the approval to the endpoint only (A31–A40), has the browser
-//     repeat the request (A41), and on a new reference looks up the earlier
-//     one first (A47–A51).
+//     repeat the request (A41): it presses the waiting page's Continue, or,
+//     for a page script's request (fetch, htmx, Turbo), leaves the page's
+//     script to repeat it and, when none does, presses the waiting card's
+//     Continue in the page once; and on a new reference looks up the
+//     earlier one first (A47–A51).
 //
 // It prints each step to Config.Log. It never prints the Poppy-Session
 // header, an access token, a join assertion or a cookie.
@@ -150,6 +153,7 @@ type Agent struct {
 	refs      []*Reference        // accepted references, in arrival order
 	ignored   []string            // why headers were ignored (A09–A11)
 	responses []Response          // the browser's responses, for outcomes
+	sent      []sentRequest       // the browser's requests, latest last (at most maxSent)
 	approvals []*sentApproval     // approvals recorded by the endpoint (204)
 	declined  map[string]bool     // operation_id|revision|approver of declined approvals (A42)
 	cautious  map[string]string   // action → why a user must decide (A26, A43)

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/chromedp/cdproto/network"
+
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )
@@ -54,7 +56,10 @@ type Outcome struct {
 // Repeat modes of Approve (A41).
 type Option func(*approveOptions)
 
-type approveOptions struct{ mode int }
+type approveOptions struct {
+	mode  int
+	again string // PressAgain's selector
+}
 
 const (
 	repeatClick = iota // press Continue on the waiting page
@@ -70,6 +75,13 @@ func LeaveRepeatToPage() Option { return func(o *approveOptions) { o.mode = repe
 // NoRepeat makes Approve return Approved once the approval is recorded:
 // the caller has the browser repeat the request.
 func NoRepeat() Option { return func(o *approveOptions) { o.mode = repeatNone } }
+
+// PressAgain names the control (a CSS selector) that made a page
+// script's request, such as an htmx button: when, once the approval is
+// recorded, no page script repeats the request and no waiting card is on
+// the page, Approve presses it again, once (A41). The agent that acts on
+// any website (demo/agent -press) uses it.
+func PressAgain(selector string) Option { return func(o *approveOptions) { o.again = selector } }
 
 type sentApproval struct {
 	ref, action string
@@ -165,6 +177,8 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		}
 
 		restart := false
+		// sentAt is when the approval went: a page's repeat comes after it.
+		var sentAt time.Time
 		for op != nil && !restart { // decide and send; again when check 3 returns a new revision
 			q := a.question(r, *op)
 			out.Asked = append(out.Asked, q)
@@ -198,6 +212,7 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 				return out, nil
 			}
 			out.Approver = ap.Approver
+			sentAt = time.Now()
 			ans, err := a.sendApproval(ctx, r.Ref, s, ap)
 			if err != nil {
 				return out, err
@@ -246,11 +261,17 @@ func (a *Agent) Approve(ctx context.Context, d Decider, opts ...Option) (Outcome
 		case repeatPage:
 			a.step("%s: not pressing anything: the page repeats the request itself once the approval is recorded", r.tab.name)
 		default:
-			if err := a.Repeat(ctx, r); err != nil {
+			if sentAt.IsZero() { // approved before (another Session): from now
+				sentAt = since
+			}
+			if err := a.repeat(ctx, r, sentAt, o.again); err != nil {
 				return out, err
 			}
 		}
-		result, next, err := a.awaitOutcome(ctx, r, s, since, o.mode == repeatClick)
+		// A48 presses the waiting page's Continue again when the approval
+		// stays unused; a page script's request is pressed at most once.
+		page := r.Resource == "" || r.Resource == string(network.ResourceTypeDocument)
+		result, next, err := a.awaitOutcome(ctx, r, s, since, o.mode == repeatClick && page)
 		if err != nil {
 			return out, err
 		}

@@ -2,6 +2,7 @@ package refagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -121,6 +122,13 @@ func (a *Agent) onEvent(t *tab, ev any) {
 			body = append(body, e.Bytes...)
 		}
 		t.reqs[ev.RequestID] = request{method: ev.Request.Method, url: ev.Request.URL, body: body}
+		if ev.RedirectResponse == nil {
+			a.sent = append(a.sent, sentRequest{action: ev.Request.Method + " " + ev.Request.URL, at: time.Now(), tab: t})
+			if len(a.sent) > maxSent {
+				a.sent = append(a.sent[:0], a.sent[len(a.sent)-maxSent/2:]...)
+			}
+			a.notifyLocked()
+		}
 	case *network.EventResponseReceived:
 		req, ok := t.reqs[ev.RequestID]
 		if !ok {
@@ -307,18 +315,118 @@ func (a *Agent) newReferenceSince(since time.Time, action string) *Reference {
 	return nil
 }
 
+// sentRequest is a request the agent's browser sent: "METHOD URL".
+type sentRequest struct {
+	action string
+	at     time.Time
+	tab    *tab
+}
+
+// maxSent bounds the requests the agent remembers.
+const maxSent = 512
+
+// sentSince reports whether the browser sent action again after since.
+func (a *Agent) sentSince(since time.Time, action string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.sent) - 1; i >= 0 && a.sent[i].at.After(since); i-- {
+		if a.sent[i].action == action {
+			return true
+		}
+	}
+	return false
+}
+
+// pageRepeatWait is how long the agent leaves a page's script to repeat
+// its own request once the approval is recorded (opsgate.fetch, the kit's
+// card.js on an htmx or Turbo page: W93) before it presses the waiting
+// card's Continue itself.
+const pageRepeatWait = 5 * time.Second
+
 // Repeat has the browser make the reference's request again (A15, A41,
 // A48): on a waiting page it presses the page's Continue control (a form
-// that sends the same method, URL and body, or a link). A page script's
-// request (fetch) is repeated by the script itself (opsgate.fetch), so the
-// agent only waits for it.
+// that sends the same method, URL and body, or a link).
+//
+// A page script's request (fetch or XHR: opsgate.fetch, htmx, Turbo) is
+// the page's to repeat: the agent waits up to pageRepeatWait for the
+// browser to send it again. When nothing did, it presses the Continue of
+// the waiting card in the page (the kit's card on an htmx or Turbo page,
+// whose Continue is the framework's own request, with the page's
+// headers), once; with none, the control PressAgain names; else it keeps
+// waiting for the page's script.
 func (a *Agent) Repeat(ctx context.Context, r *Reference) error {
-	if r.Resource != "" && r.Resource != string(network.ResourceTypeDocument) {
-		a.step("%s: the page's script (%s) repeats %s itself once the approval is recorded; waiting", r.tab.name, r.Resource, r.Action())
+	return a.repeat(ctx, r, time.Now(), "")
+}
+
+func (a *Agent) repeat(ctx context.Context, r *Reference, since time.Time, again string) error {
+	if r.Resource == "" || r.Resource == string(network.ResourceTypeDocument) {
+		a.step("%s: pressing Continue on the waiting page to repeat %s (A41)", r.tab.name, r.Action())
+		return clickContinue(ctx, r.tab.ctx, continueWithin)
+	}
+	a.step("%s: the page's script (%s) sent %s: leaving it %s to repeat it (W93)", r.tab.name, r.Resource, r.Action(), pageRepeatWait)
+	wctx, cancel := context.WithTimeout(ctx, pageRepeatWait)
+	for !a.sentSince(since, r.Action()) {
+		wake := a.waitChange()
+		select {
+		case <-wctx.Done():
+		case <-wake:
+			continue
+		}
+		break
+	}
+	cancel()
+	if a.sentSince(since, r.Action()) {
+		a.step("%s: the page repeated %s itself", r.tab.name, r.Action())
 		return nil
 	}
-	a.step("%s: pressing Continue on the waiting page to repeat %s (A41)", r.tab.name, r.Action())
-	return clickContinue(ctx, r.tab.ctx, continueWithin)
+	pressed, err := pressCard(ctx, r.tab.ctx)
+	switch {
+	case err != nil:
+		return err
+	case pressed:
+		a.step("%s: no page script repeated it: pressed Continue on the waiting card in the page, once (A41)", r.tab.name)
+	case again != "":
+		a.step("%s: no page script repeated it and no waiting card is on the page: pressing %s again, once (A41)", r.tab.name, again)
+		pctx, cancel := context.WithTimeout(r.tab.ctx, continueWithin)
+		defer cancel()
+		if err := chromedp.Do(pctx, chromedp.Click(chromedp.CSS(again), chromedp.NodeVisible)); err != nil {
+			return fmt.Errorf("refagent: pressing %s again: %w", again, err)
+		}
+	default:
+		a.step("%s: no waiting card on the page: waiting for the page's script (opsgate.fetch) to repeat it", r.tab.name)
+	}
+	return nil
+}
+
+// cardContinue is the Continue of a waiting card in a page (an htmx or
+// Turbo page, package templates' WaitingCard) that has not been pressed:
+// a form's submit button, or a link.
+const cardContinue = `.opsgate-card[data-opsgate-via]:not([data-opsgate-done]) form[data-opsgate-continue] button, .opsgate-card[data-opsgate-via]:not([data-opsgate-done]) a[data-opsgate-continue]`
+
+// pressCard clicks the Continue of the waiting card in tab, if there is
+// one: a real click, as the person's. It reports whether it pressed.
+func pressCard(ctx, tab context.Context) (bool, error) {
+	qctx, cancel := context.WithTimeout(tab, 5*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(qctx, chromedp.Evaluate[int](`document.querySelectorAll(`+jsQuote(cardContinue)+`).length`))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, nil // a page being replaced: nothing to press
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := chromedp.Do(qctx, chromedp.Click(chromedp.CSS(cardContinue), chromedp.NodeVisible)); err != nil {
+		return false, nil // it went (answered) meanwhile
+	}
+	return true, nil
+}
+
+func jsQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // continueWithin bounds the search for the waiting page's Continue control.
