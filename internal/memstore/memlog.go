@@ -207,7 +207,8 @@ func appendEntry(b []byte, prev, f *logFields) []byte {
 		case lfRevision:
 			// store.NewRevision's names start with their expires_at's
 			// seconds: 0 and the rest; else its length plus one.
-			if rest, ok := strings.CutPrefix(f.revision, revisionSeconds(f.expires)); ok && f.expires%1e9 == 0 {
+			var buf [24]byte
+			if rest, ok := strings.CutPrefix(f.revision, string(appendRevisionSeconds(buf[:0], f.expires))); ok && f.expires%1e9 == 0 {
 				b = binary.AppendUvarint(append(b, 0), uint64(len(rest)))
 				b = append(b, rest...)
 			} else {
@@ -215,8 +216,8 @@ func appendEntry(b []byte, prev, f *logFields) []byte {
 				b = append(b, f.revision...)
 			}
 		case lfDigest:
-			if raw, err := base64.RawURLEncoding.DecodeString(f.digest); err == nil && len(raw) == 32 && base64.RawURLEncoding.EncodeToString(raw) == f.digest {
-				b = append(append(b, 0), raw...)
+			if raw, ok := digestBytes(f.digest); ok {
+				b = append(append(b, 0), raw[:]...)
 			} else {
 				b = binary.AppendUvarint(b, uint64(len(f.digest))+1)
 				b = append(b, f.digest...)
@@ -243,9 +244,28 @@ func appendEntry(b []byte, prev, f *logFields) []byte {
 	return b
 }
 
-// revisionSeconds is how a revision named by store.NewRevision for
-// expires_at x (Unix ns, whole seconds) starts: its seconds and "-".
-func revisionSeconds(x int64) string { return strconv.FormatInt(x/1e9, 10) + "-" }
+// appendRevisionSeconds appends how a revision named by store.NewRevision
+// for expires_at x (Unix ns, whole seconds) starts: its seconds and "-".
+func appendRevisionSeconds(b []byte, x int64) []byte {
+	return append(strconv.AppendInt(b, x/1e9, 10), '-')
+}
+
+// digestBytes is the 32 bytes a terms digest (storedriver.TermsDigest:
+// unpadded base64url) encodes, when it is one and encodes them exactly;
+// with no allocation, as every audit entry a store writes passes here.
+func digestBytes(digest string) (raw [32]byte, ok bool) {
+	const n = 43 // base64.RawURLEncoding.EncodedLen(32)
+	if len(digest) != n {
+		return raw, false
+	}
+	var src, again [n]byte
+	copy(src[:], digest)
+	if k, err := base64.RawURLEncoding.Decode(raw[:], src[:]); err != nil || k != 32 {
+		return raw, false
+	}
+	base64.RawURLEncoding.Encode(again[:], raw[:])
+	return raw, string(again[:]) == digest
+}
 
 // each calls f with each entry of l in order, as its fields resolve (f
 // must not keep the pointer). A log is only ever written by add, so it
@@ -311,7 +331,8 @@ func (l *memLog) each(yield func(i int, f *logFields)) {
 					if n, ok = uvarint(); ok {
 						rest, ok = str(n)
 					}
-					f.revision = revisionSeconds(f.expires) + rest
+					var buf [64]byte
+					f.revision = string(append(appendRevisionSeconds(buf[:0], f.expires), rest...))
 				} else if ok {
 					f.revision, ok = str(n - 1)
 				}
@@ -320,7 +341,9 @@ func (l *memLog) each(yield func(i int, f *logFields)) {
 				if n, ok = uvarint(); ok && n == 0 {
 					var raw string
 					raw, ok = str(32)
-					f.digest = base64.RawURLEncoding.EncodeToString([]byte(raw))
+					var enc [43]byte
+					base64.RawURLEncoding.Encode(enc[:], []byte(raw))
+					f.digest = string(enc[:])
 				} else if ok {
 					f.digest, ok = str(n - 1)
 				}
