@@ -22,7 +22,7 @@ type sideTarget struct {
 }
 
 // sideTargets are the targets issue 28 set, on this machine, durability
-// none on both sides (PERFORMANCE.md "Side by side").
+// none on both sides (PERFORMANCE.md "Targets today").
 var sideTargets = []sideTarget{
 	{"403/hand", "kit on Redis, 403 / hand-rolled 403", func(r sideResult) float64 { return r.r403 }, 0.9, false},
 	{"repeat/hand", "kit on Redis, approved repeat / hand-rolled repeat", func(r sideResult) float64 { return r.rRepeat }, 0.7, false},
