@@ -82,6 +82,13 @@ type logFields struct {
 	agent, user, account                      string
 	revision, summary, digest                 string
 	approver, inputType, reference            string
+	// As an append decodes the entry before (memLog.decode with raw):
+	// revisionRest says revision is only what follows its expires_at's
+	// seconds and "-", and digestRaw that digest is its 32 bytes, both
+	// slices of the log, so that comparing them allocates nothing;
+	// revisionOf is the expires_at whose seconds it follows.
+	revisionRest, digestRaw bool
+	revisionOf              int64
 }
 
 // The fields of an entry, in the order they are encoded.
@@ -163,22 +170,44 @@ func (f *logFields) times() [lfCount]*int64 {
 // add appends e after the entries of l, which the last of says prev.
 func (l *memLog) add(e store.Entry) {
 	var prev logFields
-	l.each(func(_ int, f *logFields) { prev = *f })
+	l.decode(&prev, true, nil)
 	f := fieldsOf(e)
-	b := make([]byte, 0, len(l.data)+16)
-	b = append(b, l.data...)
-	b = appendEntry(b, &prev, &f)
-	l.data = string(b)
+	var buf [256]byte
+	enc := appendEntry(buf[:0], &prev, &f)
+	var b strings.Builder
+	b.Grow(len(l.data) + len(enc))
+	b.WriteString(l.data)
+	b.Write(enc)
+	l.data = b.String()
 	l.n++
+}
+
+// sameAs says whether field i of f is what it is in prev, which may be
+// decoded raw (logFields.revisionRest, digestRaw).
+func (f *logFields) sameAs(prev *logFields, i int) bool {
+	switch {
+	case i == lfRevision && prev.revisionRest:
+		var buf [24]byte
+		p := appendRevisionSeconds(buf[:0], prev.revisionOf)
+		return len(f.revision) == len(p)+len(prev.revision) && f.revision[:len(p)] == string(p) && f.revision[len(p):] == prev.revision
+	case i == lfDigest && prev.digestRaw:
+		raw, ok := digestBytes(f.digest)
+		return ok && string(raw[:]) == prev.digest
+	}
+	fs, ps := f.strings(), prev.strings()
+	if fs[i] != nil {
+		return *fs[i] == *ps[i]
+	}
+	ft, pt := f.times(), prev.times()
+	return *ft[i] == *pt[i]
 }
 
 // appendEntry appends the entry f says after one that prev says.
 func appendEntry(b []byte, prev, f *logFields) []byte {
-	ps, fs := prev.strings(), f.strings()
-	pt, ft := prev.times(), f.times()
+	fs, ft := f.strings(), f.times()
 	var mask uint64
 	for i := range lfCount {
-		if (fs[i] != nil && *fs[i] != *ps[i]) || (ft[i] != nil && *ft[i] != *pt[i]) {
+		if !f.sameAs(prev, i) {
 			mask |= 1 << i
 		}
 	}
@@ -267,11 +296,12 @@ func digestBytes(digest string) (raw [32]byte, ok bool) {
 	return raw, string(again[:]) == digest
 }
 
-// each calls f with each entry of l in order, as its fields resolve (f
-// must not keep the pointer). A log is only ever written by add, so it
-// decodes; should it not, the entries after the fault are left out.
-func (l *memLog) each(yield func(i int, f *logFields)) {
-	var f logFields
+// decode decodes l's entries into f in order, calling yield (when not
+// nil) after each; f is then its last. With raw, a revision and a digest
+// stay as the log keeps them (logFields.revisionRest, digestRaw), for
+// comparing only. A log is only ever written by add, so it decodes;
+// should it not, the entries after the fault are left out.
+func (l *memLog) decode(f *logFields, raw bool, yield func(i int)) {
 	d := l.data
 	// uvarint and varint read a number off d.
 	uvarint := func() (uint64, bool) {
@@ -331,20 +361,30 @@ func (l *memLog) each(yield func(i int, f *logFields)) {
 					if n, ok = uvarint(); ok {
 						rest, ok = str(n)
 					}
-					var buf [64]byte
-					f.revision = string(append(appendRevisionSeconds(buf[:0], f.expires), rest...))
+					if f.revisionRest = raw; raw {
+						f.revision, f.revisionOf = rest, f.expires
+					} else {
+						var buf [64]byte
+						f.revision = string(append(appendRevisionSeconds(buf[:0], f.expires), rest...))
+					}
 				} else if ok {
+					f.revisionRest = false
 					f.revision, ok = str(n - 1)
 				}
 			case lfDigest:
 				var n uint64
 				if n, ok = uvarint(); ok && n == 0 {
-					var raw string
-					raw, ok = str(32)
-					var enc [43]byte
-					base64.RawURLEncoding.Encode(enc[:], []byte(raw))
-					f.digest = string(enc[:])
+					var b string
+					b, ok = str(32)
+					if f.digestRaw = raw; raw {
+						f.digest = b
+					} else {
+						var enc [43]byte
+						base64.RawURLEncoding.Encode(enc[:], []byte(b))
+						f.digest = string(enc[:])
+					}
 				} else if ok {
+					f.digestRaw = false
 					f.digest, ok = str(n - 1)
 				}
 			case lfApprover:
@@ -374,7 +414,9 @@ func (l *memLog) each(yield func(i int, f *logFields)) {
 				return
 			}
 		}
-		yield(i, &f)
+		if yield != nil {
+			yield(i)
+		}
 	}
 }
 
@@ -405,7 +447,8 @@ func (f *logFields) entry(id string, at0 int64, i int) store.Entry {
 func (l *memLog) entries(id string, from, to time.Time) []store.Entry {
 	var out []store.Entry
 	var at0 int64
-	l.each(func(i int, f *logFields) {
+	var f logFields
+	l.decode(&f, false, func(i int) {
 		if i == 0 {
 			at0 = f.at
 		}

@@ -94,6 +94,10 @@ func TestMemLogRoundTrip(t *testing.T) {
 				if r.IntN(3) == 0 {
 					e.TermsDigest = digests[r.IntN(len(digests))]
 				}
+			} else if r.IntN(3) == 0 {
+				// expires_at alone moves: the revision, named from the
+				// one before, no longer starts with its seconds.
+				e.Operation.ExpiresAt = tm(at)
 			}
 			if change() {
 				e.Approval = store.Approval{OperationID: "op_1", Revision: e.Operation.Revision, Approver: store.Approver(str()),
@@ -144,4 +148,34 @@ func sameEntry(a, b store.Entry) bool {
 			b.Approval.Reference, b.Reason, b.By) &&
 		same(a.At, b.At) && same(a.Operation.ExpiresAt, b.Operation.ExpiresAt) && same(a.Approval.ApprovedAt, b.Approval.ApprovedAt) &&
 		same(a.Approval.RecordedAt, b.Approval.RecordedAt) && same(a.Approval.UsedAt, b.Approval.UsedAt)
+}
+
+// A revision the log keeps as what follows its expires_at's seconds is
+// compared, on the next append, with the seconds it followed, not with
+// the expires_at of a later entry that moved it alone.
+func TestMemLogRevisionAfterExpiresMoved(t *testing.T) {
+	at := time.Unix(1796052877, 0)
+	e1, e2 := at.Add(10*time.Minute), at.Add(20*time.Minute)
+	rev := func(x time.Time) string { return strconv.FormatInt(x.Unix(), 10) + "-abc" }
+	var l memLog
+	var want []store.Entry
+	for i, op := range []store.Operation{
+		{ID: "op_1", Revision: rev(e1), ExpiresAt: e1},
+		{ID: "op_1", Revision: rev(e1), ExpiresAt: e2}, // expires_at alone moved
+		{ID: "op_1", Revision: rev(e2), ExpiresAt: e2}, // the same rest after e2's seconds
+	} {
+		e := store.Entry{What: storekit.EntryRecorded, At: at.Add(time.Duration(i) * time.Second), Operation: op,
+			Approval: store.Approval{OperationID: "op_1", Revision: op.Revision}}
+		l.add(e)
+		want = append(want, e)
+	}
+	got := l.entries("op_1", at, at.Add(time.Hour))
+	if len(got) != len(want) {
+		t.Fatalf("%d entries back, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Operation.Revision != want[i].Operation.Revision {
+			t.Errorf("entry %d: revision %q, want %q", i, got[i].Operation.Revision, want[i].Operation.Revision)
+		}
+	}
 }
