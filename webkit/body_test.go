@@ -19,10 +19,9 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/continueform"
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/storedriver"
-
-	"github.com/opsgate/opsgate/internal/headers"
 )
 
 // A middleware in front of the Gate that reads the form spends r.Body. The

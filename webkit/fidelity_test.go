@@ -15,13 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/memstore"
-	"github.com/opsgate/opsgate/internal/storetest"
-
 	"golang.org/x/net/html"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 )
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/storedriver"
-
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )

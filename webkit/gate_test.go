@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/pages"
-
 	"golang.org/x/net/html"
 
 	"github.com/opsgate/opsgate/internal/headers"
@@ -30,6 +28,7 @@ import (
 	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/internal/storewrap"
 	"github.com/opsgate/opsgate/internal/testclock"
+	"github.com/opsgate/opsgate/pages"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )

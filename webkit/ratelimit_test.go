@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
-
-	"github.com/opsgate/opsgate/internal/memstore"
-
 	"github.com/opsgate/opsgate/store"
 )
 

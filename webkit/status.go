@@ -9,11 +9,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opsgate/opsgate/internal/storedriver"
-	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/opsgate/opsgate/internal/respond"
 	"github.com/opsgate/opsgate/internal/spans"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 )
 
 //go:embed static/waiting.js static/fetch.js static/opsgate.css

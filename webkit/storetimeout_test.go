@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/memstore"
-	"github.com/opsgate/opsgate/internal/storetest"
-
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )

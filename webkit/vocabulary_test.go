@@ -3,9 +3,9 @@ package webkit
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/opsgate/opsgate/internal/headers"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
 )
 

@@ -31,18 +31,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	kitjoin "github.com/opsgate/opsgate/internal/join"
-	"github.com/opsgate/opsgate/internal/storedriver"
-
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
+	kitjoin "github.com/opsgate/opsgate/internal/join"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"

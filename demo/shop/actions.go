@@ -11,10 +11,9 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
 	"github.com/opsgate/opsgate/demo/shop/views"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/webkit"
 )
 

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/opsgate/opsgate/demo/shop/views"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 

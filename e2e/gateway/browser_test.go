@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/endpoint/gateway"
-
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
 	"github.com/opsgate/opsgate/e2e/internal/browsertest"
+	"github.com/opsgate/opsgate/endpoint/gateway"
 	"github.com/opsgate/opsgate/internal/testenv"
 	"github.com/opsgate/opsgate/store"
 )

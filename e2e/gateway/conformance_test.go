@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/endpoint/gateway"
-
 	"github.com/opsgate/opsgate/demo/agent/conformance"
+	"github.com/opsgate/opsgate/endpoint/gateway"
 	"github.com/opsgate/opsgate/internal/agentside"
 )
 

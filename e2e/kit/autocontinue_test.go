@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storedriver"
-	"github.com/opsgate/opsgate/internal/testclock"
-
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/e2e/internal/browsertest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storetest"
+	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit"
 )
 

@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/memstore"
-	"github.com/opsgate/opsgate/webkit"
-
-	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/identity"
 )
 

@@ -18,11 +18,10 @@ import (
 	"time"
 	"unique"
 
+	"github.com/opsgate/opsgate/internal/computed"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
-
-	"github.com/opsgate/opsgate/internal/computed"
 )
 
 // New returns a store for a website that runs as one process. Every method is one critical section under one

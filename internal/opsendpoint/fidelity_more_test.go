@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/join"
-	"github.com/opsgate/opsgate/internal/storedriver"
-
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 	"github.com/opsgate/opsgate/webkit/webkittest"

@@ -23,16 +23,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/join"
-	"github.com/opsgate/opsgate/internal/storedriver"
-
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/headers"
+	"github.com/opsgate/opsgate/internal/join"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/siteverify"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"

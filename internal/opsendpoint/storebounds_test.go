@@ -9,7 +9,6 @@ import (
 	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/webkit"
 )

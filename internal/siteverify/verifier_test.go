@@ -10,7 +10,6 @@ import (
 	"github.com/opsgate/opsgate/internal/agentside"
 	"github.com/opsgate/opsgate/internal/agenttest"
 	"github.com/opsgate/opsgate/internal/storedriver"
-
 	"github.com/opsgate/opsgate/internal/testclock"
 	"github.com/opsgate/opsgate/webkit/identity"
 )

@@ -15,7 +15,6 @@ import (
 
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/opsgate/opsgate/store"
 )
 

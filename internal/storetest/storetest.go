@@ -20,7 +20,6 @@ import (
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/internal/storewrap"
-
 	"github.com/opsgate/opsgate/store"
 )
 

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storedriver"
-	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 

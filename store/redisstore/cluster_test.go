@@ -10,10 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
-
-	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storetest"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/redistest"
 	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storetest"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 )

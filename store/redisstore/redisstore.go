@@ -15,12 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/opsgate/opsgate/internal/storedriver"
-	"github.com/opsgate/opsgate/internal/storekit"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/opsgate/opsgate/internal/computed"
+	"github.com/opsgate/opsgate/internal/storedriver"
+	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 )
 

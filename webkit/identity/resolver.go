@@ -17,10 +17,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/opsgate/opsgate/internal/discovery"
-
 	"golang.org/x/sync/singleflight"
 
+	"github.com/opsgate/opsgate/internal/discovery"
 	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/jose"
 	"github.com/opsgate/opsgate/internal/spans"
