@@ -561,10 +561,7 @@ func (s *Session) Send(ref string, a store.Approval) *Response {
 
 func (s *Session) send(ref, approval string) *Response {
 	site := s.agent.site
-	jwt, err := s.agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.user, AccessToken: s.accessToken})
-	if err != nil {
-		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
-	}
+	jwt := s.sessionJWT()
 	body, _ := json.Marshal(map[string]string{"ref": ref})
 	req, err := http.NewRequest(http.MethodPost, site.endpointURL(), bytes.NewReader(body))
 	if err != nil {
@@ -580,13 +577,18 @@ func (s *Session) send(ref, approval string) *Response {
 	if approval != "" {
 		req.Header.Set(headers.Approval, approval)
 	}
-	res, err := (&http.Client{Transport: siteTransport{site}}).Do(req)
+	return s.do(req)
+}
+
+// do sends the agent's own request to the site and reads its JSON answer.
+func (s *Session) do(req *http.Request) *Response {
+	res, err := (&http.Client{Transport: siteTransport{s.agent.site}}).Do(req)
 	if err != nil {
 		return &Response{Err: err}
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.endpointURL()}
+	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: req.URL.String()}
 	var v struct {
 		Error     string           `json:"error"`
 		Operation *store.Operation `json:"operation"`
@@ -602,6 +604,70 @@ func (s *Session) send(ref, approval string) *Response {
 		}
 	}
 	return ans
+}
+
+// Call sends req to the site as an API call of the Session (§4, §6
+// "APIs"): the request carries the Session itself, a joined browser's
+// cookie plays no part (RULES.md choice 7). The harness adds what the
+// agent adds to each of its API requests, unless req sets it already: a
+// new Session JWT in Poppy-Session (single-use), Poppy-Version: 1.0,
+// Poppy-Extensions declaring operations v3, and a signed-in Session's
+// access token (Authorization: Bearer); and approval, when not nil, in
+// Poppy-Approval (§6 "APIs": the same request again, with the approval).
+// A path in req.URL is the site's. A header req sets is sent as it is,
+// and one it sets to no values (req.Header["Poppy-Extensions"] = nil) is
+// not sent: to test what the site answers a request without it.
+//
+// The answer's Error, Operation, OperationStatus and Decline are read
+// from its JSON body, as the endpoint's are: approval_required with the
+// operation (P44, P45), approval_declined with its members (P81), the
+// status of a performing operation (503, P96).
+func (s *Session) Call(req *http.Request, approval *store.Approval) *Response {
+	site := s.agent.site
+	if req.URL.Host == "" {
+		u, err := url.Parse(site.Origin + req.URL.RequestURI())
+		if err != nil {
+			return &Response{Err: err}
+		}
+		req.URL, req.Host = u, u.Host
+	}
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	set := func(name, value string) {
+		if _, ok := req.Header[name]; !ok {
+			req.Header.Set(name, value)
+		}
+	}
+	set(headers.Session, s.sessionJWT())
+	set(headers.Version, "1.0")
+	set(headers.Extensions, declared)
+	if s.accessToken != "" {
+		set("Authorization", "Bearer "+s.accessToken)
+	}
+	if approval != nil {
+		h, err := headers.FormatApproval(*approval)
+		if err != nil {
+			return &Response{Err: err}
+		}
+		req.Header.Set(headers.Approval, h)
+	}
+	for name, v := range req.Header {
+		if len(v) == 0 {
+			delete(req.Header, name)
+		}
+	}
+	return s.do(req)
+}
+
+// sessionJWT signs a new Session JWT for one request (RULES.md choice 1).
+func (s *Session) sessionJWT() string {
+	site := s.agent.site
+	jwt, err := s.agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.user, AccessToken: s.accessToken})
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
+	}
+	return jwt
 }
 
 // ErrNotRepeatable is Continue's error, for errors.Is, when the waiting
