@@ -117,6 +117,21 @@ func newAPISite(t *testing.T, o apiOptions) *apiSite {
 	mux.Handle("POST /orders/{order}/exchange", kit.Gate(describe)(perform))
 	mux.Handle("POST /api/ping", kit.Gate(func(*http.Request) (webkit.Action, error) { return webkit.Action{}, webkit.ErrNotGated })(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "pong") })))
+	// One interface only: describe sees the request, and a request that
+	// carries Poppy-Session on itself is an API call (RULES.md choice 7).
+	isAPICall := func(r *http.Request) bool { _, ok := r.Header["Poppy-Session"]; return ok }
+	mux.Handle("POST /orders/{order}/gift-wrap", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+		if isAPICall(r) {
+			return webkit.Action{}, errors.New("gift wrapping is offered on the website only")
+		}
+		return webkit.Action{Key: "wrap:" + r.PathValue("order"), Terms: map[string]string{"order_id": r.PathValue("order")}, Summary: "Gift-wrap order " + r.PathValue("order") + "."}, nil
+	})(perform))
+	mux.Handle("POST /api/orders/{order}/refunds", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+		if !isAPICall(r) {
+			return webkit.Action{}, errors.New("refunds are offered on the API only")
+		}
+		return webkit.Action{Key: "refund:" + r.PathValue("order"), Terms: map[string]string{"order_id": r.PathValue("order")}, Summary: "Refund order " + r.PathValue("order") + "."}, nil
+	})(perform))
 	cfg := endpoint.Config{Origin: a.site.Origin, Kit: kit, Resolver: a.site.Resolver(), AccessTokens: a.site.AccessTokens()}
 	if a.decline != nil {
 		cfg.Decline = func(_ context.Context, d endpoint.DeclineRequest) *webkit.Decline { return a.decline(d) }
@@ -725,6 +740,26 @@ func TestOneRecordAcrossInterfaces(t *testing.T) {
 					t.Fatalf("the API's approval at the API: %d %s", res.StatusCode, res.Body)
 				}
 			})
+			t.Run("P34 W145 one action approved on both interfaces is performed once", func(t *testing.T) {
+				before := a.performed.Load()
+				op := a.ask(t, s, exchange("ord_3", "m"))
+				page := b.PostForm("/orders/ord_3/exchange", form)
+				if page.Ref == "" {
+					t.Fatalf("%d %s", page.StatusCode, page.Body)
+				}
+				if res := s.Approve(page.Ref); res.StatusCode != http.StatusNoContent {
+					t.Fatalf("approval at the endpoint: %d %s", res.StatusCode, res.Body)
+				}
+				if res := s.Call(exchange("ord_3", "m"), approvalOf(op, store.ApproverUser)); res.StatusCode != http.StatusCreated {
+					t.Fatalf("the API's approval at the API: %d %s", res.StatusCode, res.Body)
+				}
+				if res := page.Continue(); res.StatusCode == http.StatusCreated || a.performed.Load() != before+1 {
+					t.Fatalf("the website performed it again: %d %s", res.StatusCode, res.Body)
+				}
+				if look := s.Lookup(page.Ref); look.OperationStatus != "performed" {
+					t.Errorf("the website's ref after the API performed: %d %s", look.StatusCode, look.Body)
+				}
+			})
 		})
 	}
 }
@@ -750,4 +785,36 @@ func TestAPIAtMostOnceOnRedis(t *testing.T) {
 			t.Fatalf("performed %d times", n)
 		}
 	})
+}
+
+// TestAPIRouteOneInterface keeps a gated route to one interface: its
+// describe refuses a request of the other, and nothing is performed.
+func TestAPIRouteOneInterface(t *testing.T) {
+	a := newAPISite(t, apiOptions{})
+	s := a.site.NewAgent().Session("usr_1")
+	b, err := s.Join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("website only: the API call is refused, the joined browser gets its operation", func(t *testing.T) {
+		r, _ := http.NewRequest(http.MethodPost, "/orders/ord_1/gift-wrap", nil)
+		if res := s.Call(r, nil); res.StatusCode != http.StatusBadRequest || res.Operation != nil {
+			t.Fatalf("API call: %d %s", res.StatusCode, res.Body)
+		}
+		if page := b.PostForm("/orders/ord_1/gift-wrap", url.Values{}); page.StatusCode != http.StatusForbidden || page.Ref == "" {
+			t.Fatalf("browser: %d %s", page.StatusCode, page.Body)
+		}
+	})
+	t.Run("API only: the joined browser is refused, the API call gets its operation", func(t *testing.T) {
+		if page := b.PostForm("/api/orders/ord_1/refunds", url.Values{}); page.StatusCode != http.StatusBadRequest || page.Ref != "" {
+			t.Fatalf("browser: %d %s", page.StatusCode, page.Body)
+		}
+		r, _ := http.NewRequest(http.MethodPost, "/api/orders/ord_1/refunds", nil)
+		if res := s.Call(r, nil); res.StatusCode != http.StatusForbidden || res.Operation == nil {
+			t.Fatalf("API call: %d %s", res.StatusCode, res.Body)
+		}
+	})
+	if n := a.performed.Load(); n != 0 {
+		t.Fatalf("performed %d times", n)
+	}
 }
