@@ -82,6 +82,9 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 		return
 	}
 	sa.Via, sa.ClaimToken = storekit.ViaAPI, storekit.NewToken()
+	if c.Via == storekit.ViaMCP { // a tool call (endpoint/mcpgate): the MCP server's revisions
+		sa.Via = c.Via
+	}
 	approval, why := apigate.ApprovalOfHeader(r.Header.Values(headers.Approval))
 	if why != nil {
 		// P51, P52: not an approval; the request is handled without one.

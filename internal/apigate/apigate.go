@@ -43,6 +43,10 @@ type Caller struct {
 	// Extensions are what its own Poppy-Extensions declares (§2), by name
 	// and version.
 	Extensions map[string]string
+	// Via is the interface the request came through: "" an API
+	// (storekit.ViaAPI), storekit.ViaMCP a tool call of an MCP server
+	// (endpoint/mcpgate), whose revisions are its own (§6; M61, M62).
+	Via string
 }
 
 // Owner is whose operations the Caller can approve (§3).

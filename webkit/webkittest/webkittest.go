@@ -72,6 +72,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/apigate"
 	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
@@ -593,8 +594,18 @@ func (s *Session) do(req *http.Request) *Response {
 		Error     string           `json:"error"`
 		Operation *store.Operation `json:"operation"`
 		Status    string           `json:"status"`
+		// An MCP tool call's answer: the operation, or the decline, is in
+		// its result's structuredContent (§4, §6 "MCP").
+		Result *struct {
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		} `json:"result"`
 	}
-	if json.Unmarshal(raw, &v) == nil {
+	if json.Unmarshal(raw, &v) == nil && v.Result != nil {
+		if raw = v.Result.StructuredContent; json.Unmarshal(raw, &v) != nil {
+			raw = nil
+		}
+	}
+	if raw != nil && json.Unmarshal(raw, &v) == nil {
 		ans.Error, ans.Operation, ans.OperationStatus = v.Error, v.Operation, v.Status
 		if v.Error == "approval_declined" {
 			var d webkit.Decline
@@ -614,6 +625,14 @@ func (s *Session) do(req *http.Request) *Response {
 // Poppy-Extensions declaring operations v3, and a signed-in Session's
 // access token (Authorization: Bearer); and approval, when not nil, in
 // Poppy-Approval (§6 "APIs": the same request again, with the approval).
+//
+// A req whose body is an MCP tools/call (a JSON-RPC request to the site's
+// MCP server over Streamable HTTP, RULES.md choice 8) is sent as that
+// HTTP request of an MCP session: approval then goes in params._meta
+// under personalagentprotocol.org/approval (§6 "MCP"), and the answer's
+// Operation, Error and Decline are read from the tool result's
+// structuredContent (M46, M81); StatusCode is the HTTP status (503 while
+// the operation is performing, M96).
 // A path in req.URL is the site's. A header req sets is sent as it is,
 // and one it sets to no values (req.Header["Poppy-Extensions"] = nil) is
 // not sent: to test what the site answers a request without it.
@@ -645,7 +664,15 @@ func (s *Session) Call(req *http.Request, approval *store.Approval) *Response {
 	if s.accessToken != "" {
 		set("Authorization", "Bearer "+s.accessToken)
 	}
-	if approval != nil {
+	body, isMCP, err := toolCall(req, approval)
+	switch {
+	case err != nil:
+		return &Response{Err: err}
+	case isMCP:
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		set("Content-Type", "application/json")
+		set("Accept", "application/json, text/event-stream")
+	case approval != nil:
 		h, err := headers.FormatApproval(*approval)
 		if err != nil {
 			return &Response{Err: err}
@@ -658,6 +685,54 @@ func (s *Session) Call(req *http.Request, approval *store.Approval) *Response {
 		}
 	}
 	return s.do(req)
+}
+
+// toolCall reads req's body: when it is an MCP tools/call (a JSON-RPC
+// request), it returns the body with approval, when not nil, as a JSON
+// object in params._meta under personalagentprotocol.org/approval (§6
+// "MCP"), and true.
+func toolCall(req *http.Request, approval *store.Approval) ([]byte, bool, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, false, err
+	}
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	var rpc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&rpc) != nil || rpc["jsonrpc"] != "2.0" || rpc["method"] != "tools/call" {
+		return body, false, nil
+	}
+	if approval == nil {
+		return body, true, nil
+	}
+	params, _ := rpc["params"].(map[string]any)
+	if params == nil {
+		params = map[string]any{}
+		rpc["params"] = params
+	}
+	meta, _ := params["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		params["_meta"] = meta
+	}
+	a := map[string]any{"operation_id": approval.OperationID, "revision": approval.Revision, "approver": string(approval.Approver)}
+	if !approval.ApprovedAt.IsZero() {
+		a["approved_at"] = approval.ApprovedAt.Unix()
+	}
+	if approval.InputType != "" && approval.Approver == store.ApproverUser {
+		a["input_type"] = approval.InputType
+	}
+	if approval.Reference != "" {
+		a["reference"] = approval.Reference
+	}
+	meta[apigate.MetaKey] = a
+	body, err = json.Marshal(rpc)
+	return body, true, err
 }
 
 // sessionJWT signs a new Session JWT for one request (RULES.md choice 1).
