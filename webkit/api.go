@@ -21,12 +21,13 @@ import (
 // verified by endpoint.Mount.Handler's verifier (internal/apigate); a
 // joined browser's cookie plays no part in it.
 //
-//   - describe says which action it asks for; ErrNotGated passes it
-//     through, whatever it declares (P05, P06).
 //   - Its Session and access token are verified first: a request that
 //     fails gets their error and never an operation (P63, P64). One that
 //     reached the Gate without the Mount's Handler, which verifies them,
 //     is refused: never handled as an ordinary request.
+//   - describe says which action it asks for, with the verified Session
+//     in SessionOf(r.Context()); ErrNotGated passes it through, whatever
+//     it declares (P05, P06).
 //   - Without "operations";v="3" in its own Poppy-Extensions it gets
 //     extension_required, approval or not (P08, P09, P11).
 //   - The approval it carries in Poppy-Approval is checked on the request
@@ -41,10 +42,6 @@ import (
 //
 // Its answers are the kit's JSON, never Kit.Refused's pages.
 func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe, next http.Handler) {
-	act, _, ok := k.described(w, r, describe, next)
-	if !ok {
-		return
-	}
 	v := apigate.VerifierOf(r.Context())
 	if v == nil {
 		// Fail closed: the Session it carries can't be verified here, and
@@ -52,14 +49,21 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 		k.logger().LogAttrs(r.Context(), slog.LevelError,
 			"opsgate: a request carrying Poppy-Session reached the Gate without endpoint.Mount.Handler, which verifies its Session: refused, nothing performed. Serve this route behind Mount.Handler",
 			slog.String("path", r.URL.Path))
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "misconfigured", Reason: "api", Kind: act.kind()})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "misconfigured", Reason: "api"})
 		writeAPI(w, http.StatusInternalServerError, map[string]string{"error": "server_error",
 			"error_description": "this website can't verify the Poppy-Session header on this route; nothing was done"})
 		return
 	}
 	c, ok := v.Verify(w, r)
 	if !ok {
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unauthenticated", Reason: "api", Kind: act.kind()})
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "unauthenticated", Reason: "api"})
+		return
+	}
+	s := Session{ID: c.SID, Agent: c.Agent, User: c.User, Account: c.Account, Extensions: c.Extensions}
+	// describe and the handler see the verified Session (SessionOf).
+	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
+	act, _, ok := k.described(w, r, describe, next)
+	if !ok {
 		return
 	}
 	explain := v.Explain()
@@ -91,7 +95,6 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: ignored a Poppy-Approval that is not an approval",
 			slog.String("path", r.URL.Path), slog.String("reason", why.Error()))
 	}
-	s := Session{ID: c.SID, Agent: c.Agent, User: c.User, Account: c.Account, Extensions: c.Extensions}
 	owner := s.Owner()
 	// The store's audit entries of this request's steps carry its
 	// Session's sid and the action's kind (§8.1).
@@ -246,4 +249,18 @@ func keepAnswer(p *performing) []byte {
 		return nil
 	}
 	return apigate.EncodeAnswer(p.sw.status, p.sw.ResponseWriter.Header(), p.kept)
+}
+
+// sessionKey is the context value that carries the Session of an API
+// call or an MCP tool call, once verified.
+type sessionKey struct{}
+
+// SessionOf returns the Session of the API call or MCP tool call that the
+// Gate is handling (RULES.md choices 7 and 8), from describe on: the one
+// the request carries on itself, verified, with its account when signed
+// in. describe and the handler use it to know whose action it is. false
+// outside one, such as for a browser's request (see Kit.Sessions).
+func SessionOf(ctx context.Context) (Session, bool) {
+	s, ok := ctx.Value(sessionKey{}).(Session)
+	return s, ok
 }

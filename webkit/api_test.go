@@ -75,6 +75,10 @@ func newAPISite(t *testing.T, o apiOptions) *apiSite {
 	describe := func(r *http.Request) (webkit.Action, error) {
 		item, sku := "", ""
 		if strings.HasPrefix(r.URL.Path, "/api/") {
+			// The API call's verified Session, before any operation.
+			if s, ok := webkit.SessionOf(r.Context()); !ok || s.Agent == "" || s.User == "" {
+				return webkit.Action{}, errors.New("describe: no verified Session for an API call")
+			}
 			var body struct {
 				ItemID         string `json:"item_id"`
 				ReplacementSKU string `json:"replacement_sku"`

@@ -190,7 +190,9 @@ func Tool[In any](kit *webkit.Kit, describe func(ctx context.Context, req *mcp.C
 			w.Write(b)
 		})
 		rec := newRecorder()
-		kit.Gate(func(*http.Request) (webkit.Action, error) { return describe(ctx, req, in) })(perform).ServeHTTP(rec, r)
+		// describe and h get the Gate's context, with the call's Session
+		// (webkit.SessionOf).
+		kit.Gate(func(r *http.Request) (webkit.Action, error) { return describe(r.Context(), req, in) })(perform).ServeHTTP(rec, r)
 		return result(rec, st)
 	}
 }

@@ -65,7 +65,10 @@ func newShop(t *testing.T, st store.Store, decline func(endpoint.DeclineRequest)
 	s.kit = kit
 
 	server := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
-	describe := func(_ context.Context, _ *mcp.CallToolRequest, in exchangeArgs) (webkit.Action, error) {
+	describe := func(ctx context.Context, _ *mcp.CallToolRequest, in exchangeArgs) (webkit.Action, error) {
+		if _, ok := webkit.SessionOf(ctx); !ok {
+			return webkit.Action{}, errors.New("no verified Session")
+		}
 		if in.OrderID == "" || in.ItemID == "" || in.ReplacementSKU == "" {
 			return webkit.Action{}, errors.New("order_id, item_id and replacement_sku are required")
 		}

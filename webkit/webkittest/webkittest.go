@@ -260,12 +260,12 @@ const declared = `"operations";v="3"`
 // Join joins a new browser to the Session through the site's join,
 // declaring the operations extension (version 3). It returns an error when
 // the site refuses the join.
-func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(declared) }
+func (s *Session) Join() (*Browser, error) { return s.joinDeclaring(declared) }
 
-// JoinDeclaring joins a new browser declaring extensions (a
+// joinDeclaring joins a new browser declaring extensions (a
 // Poppy-Extensions value; "" declares none), to test what the site does
 // for a Session without the operations extension (W11, W12).
-func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
+func (s *Session) joinDeclaring(extensions string) (*Browser, error) {
 	site := s.agent.site
 	assertion, err := s.agent.delegation().BrowserAssertion(agentside.BrowserClaims{
 		SessionClaims: agentside.SessionClaims{Audience: site.joinURL(), SID: s.SID, User: s.user, AccessToken: s.accessToken, Lifetime: 30 * time.Second},
