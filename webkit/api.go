@@ -60,13 +60,42 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 		return
 	}
 	s := Session{ID: c.SID, Agent: c.Agent, User: c.User, Account: c.Account, Extensions: c.Extensions}
+	via := storekit.ViaAPI
+	if c.Via == storekit.ViaMCP { // a tool call (endpoint/mcpgate): the MCP server's revisions
+		via = c.Via
+	}
+	approval, why := apigate.ApprovalOfHeader(r.Header.Values(headers.Approval))
+	if why != nil {
+		// P51, P52: not an approval; the request is handled without one.
+		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: ignored a Poppy-Approval that is not an approval",
+			slog.String("path", r.URL.Path), slog.String("reason", why.Error()))
+	}
+	explain := v.Explain()
+	if approval != nil && headers.DeclaresOperations(c.Extensions) && storekit.RevisionVia(approval.Revision) == via {
+		// Checks 1 and 2 come before check 3 (P65), and so before describe,
+		// which may no longer describe the action once it is performed: a
+		// retry with the approval of an operation performed, or being
+		// performed, gets the first answer, or 503 (§7 P90, P96).
+		reply, err := k.store().Record(r.Context(), s.Owner(), storekit.MakeRef(approval.OperationID, approval.Revision), *approval, k.now(), storedriver.RecordOptions{CheckOnly: true})
+		switch {
+		case err != nil:
+			k.storeFailed(r, "api", err)
+			k.answerAPI(w, r, next, apigate.Result{Do: apigate.Unavailable, Err: err}, "", explain)
+			return
+		case reply.Result == storedriver.AlreadyPerformed:
+			k.answerAPI(w, r, next, apigate.Result{Do: apigate.Performed, Answer: reply.Answer, OperationID: approval.OperationID, Check: "check2"}, "", explain)
+			return
+		case reply.Result == storedriver.BeingPerformed:
+			k.answerAPI(w, r, next, apigate.Result{Do: apigate.Busy, OperationID: approval.OperationID, Check: "check2"}, "", explain)
+			return
+		}
+	}
 	// describe and the handler see the verified Session (SessionOf).
 	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
 	act, _, ok := k.described(w, r, describe, next)
 	if !ok {
 		return
 	}
-	explain := v.Explain()
 	if !headers.DeclaresOperations(c.Extensions) {
 		// §2 P08, P09, P11: no operation, and the handler never runs.
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "extension_required", Reason: "api", Kind: act.kind()})
@@ -85,16 +114,7 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 		respond.BadRequest(w, err.Error())
 		return
 	}
-	sa.Via, sa.ClaimToken = storekit.ViaAPI, storekit.NewToken()
-	if c.Via == storekit.ViaMCP { // a tool call (endpoint/mcpgate): the MCP server's revisions
-		sa.Via = c.Via
-	}
-	approval, why := apigate.ApprovalOfHeader(r.Header.Values(headers.Approval))
-	if why != nil {
-		// P51, P52: not an approval; the request is handled without one.
-		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: ignored a Poppy-Approval that is not an approval",
-			slog.String("path", r.URL.Path), slog.String("reason", why.Error()))
-	}
+	sa.Via, sa.ClaimToken = via, storekit.NewToken()
 	owner := s.Owner()
 	// The store's audit entries of this request's steps carry its
 	// Session's sid and the action's kind (§8.1).

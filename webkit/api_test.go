@@ -42,6 +42,9 @@ type apiSite struct {
 	// is waited on before it answers.
 	status atomic.Int64
 	block  atomic.Pointer[chan struct{}]
+	// gone, when set, has describe refuse every exchange, as a shop's
+	// does once the item is exchanged and no longer offers it.
+	gone atomic.Bool
 	// decline, when set, is the website's decline hook.
 	decline func(endpoint.DeclineRequest) *webkit.Decline
 }
@@ -92,6 +95,9 @@ func newAPISite(t *testing.T, o apiOptions) *apiSite {
 		}
 		if item == "" || sku == "" {
 			return webkit.Action{}, errors.New("item_id and replacement_sku are required")
+		}
+		if a.gone.Load() {
+			return webkit.Action{}, errors.New("the item can't be exchanged")
 		}
 		order := r.PathValue("order")
 		return webkit.Action{
@@ -821,4 +827,37 @@ func TestAPIRouteOneInterface(t *testing.T) {
 	if n := a.performed.Load(); n != 0 {
 		t.Fatalf("performed %d times", n)
 	}
+}
+
+// TestAPIChecksBeforeDescribe: checks 1 and 2 come before check 3 (P65),
+// so a retry of a performed approval gets the first answer even when
+// describe no longer describes the action (P90); and an approval naming
+// the real revision with a made-up operation_id is never answered with
+// that revision (P76).
+func TestAPIChecksBeforeDescribe(t *testing.T) {
+	a := newAPISite(t, apiOptions{})
+	s := a.site.NewAgent().Session("usr_1")
+	op := a.ask(t, s, exchange("ord_1", "m"))
+	t.Run("P68 P76 the real revision with a made-up operation_id: another revision", func(t *testing.T) {
+		bad := approvalOf(op, store.ApproverUser)
+		bad.OperationID = "op_madeUp0000000000000"
+		res := s.Call(exchange("ord_1", "m"), bad)
+		if res.StatusCode != http.StatusForbidden || res.Operation == nil || res.Operation.Revision == op.Revision || a.performed.Load() != 0 {
+			t.Fatalf("%d %s", res.StatusCode, res.Body)
+		}
+	})
+	first := s.Call(exchange("ord_1", "m"), approvalOf(op, store.ApproverUser))
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("%d %s", first.StatusCode, first.Body)
+	}
+	a.gone.Store(true)
+	t.Run("P65 P90 a retry once describe refuses the action: the first answer", func(t *testing.T) {
+		res := s.Call(exchange("ord_1", "m"), approvalOf(op, store.ApproverUser))
+		if res.StatusCode != first.StatusCode || !bytes.Equal(res.Body, first.Body) || a.performed.Load() != 1 {
+			t.Fatalf("%d %s, first %d %s", res.StatusCode, res.Body, first.StatusCode, first.Body)
+		}
+		if res := s.Call(exchange("ord_1", "m"), nil); res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("without the approval: %d %s", res.StatusCode, res.Body)
+		}
+	})
 }

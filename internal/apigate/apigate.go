@@ -202,7 +202,14 @@ func Decide(ctx context.Context, st storedriver.Store, q Request) Result {
 	case t.Ref == "":
 		return Result{Do: Unavailable, Err: errors.New("apigate: Take returned neither claim, operation nor busy"), Release: true}
 	case q.Approval != nil && t.Operation.Revision == q.Approval.Revision:
-		return Result{Do: Unavailable, Err: errOwnRevision}
+		// The approval named this revision with another operation_id:
+		// never answered with the revision it names (P76, M76), so the
+		// same terms get a new revision (a different expires_at, P22).
+		take.ExpiresAt = t.Operation.ExpiresAt.Add(time.Second)
+		t, err = st.Take(ctx, q.Owner, take, q.Now)
+		if err != nil || t.Ref == "" || t.Operation.Revision == q.Approval.Revision {
+			return Result{Do: Unavailable, Err: errors.Join(errOwnRevision, err), Release: err != nil}
+		}
 	}
 	return Result{Do: Ask, Operation: t.Operation, Check: check}
 }
