@@ -38,6 +38,8 @@ type callCase struct {
 	args         json.RawMessage
 	// mcp: the server's URL, from poppy.json (mcp.url).
 	mcpURL string
+	// idemKey, when set, is the API request's Idempotency-Key (P59).
+	idemKey string
 }
 
 // callAnswer is the site's answer to one call: the HTTP status, and the
@@ -125,6 +127,9 @@ func (cc *callCase) send(ctx context.Context, s *session, extensions string, app
 	if cc.via == "api" {
 		if approval != nil {
 			h.Set(headers.Approval, approvalHeader(approval))
+		}
+		if cc.idemKey != "" {
+			h.Set("Idempotency-Key", cc.idemKey)
 		}
 		return cc.post(ctx, cc.method, c.origin+cc.path, h, cc.body)
 	}
@@ -288,7 +293,10 @@ func (c *checker) runCalls(ctx context.Context) {
 
 	// §4: the operation.
 	k = c.begin("the call is refused with the operation", cc.rows("P12 P13 P14 P19 P20 P30 P43 P44 P45 P46", "M13 M14 M15 M20 M21 M31 M44 M45 M46 M47 M49")...)
+	firstKey := "conformance-" + randomID(12) // P59: sent again with the approval
+	cc.idemKey = firstKey
 	first := cc.send(ctx, a, declares, nil, "")
+	cc.idemKey = ""
 	op, hasOp := first.operation()
 	if cc.via == "api" {
 		k.check(first.status == http.StatusForbidden && first.str("error") == "approval_required", "P44: %s, want 403 approval_required", first)
@@ -343,11 +351,16 @@ func (c *checker) runCalls(ctx context.Context) {
 	noneYet(k, "another agent")
 	k.end()
 
+	if c.cfg.TokenURL != "" {
+		c.callSignedIn(ctx, cc, first, count, before)
+	}
+
 	// Approved: performed once, and retries get the first answer.
-	k = c.begin("the same call with the approval is performed, once", cc.rows("P03 P04 P49 P53 P74", "M03 M04 M50 M54 M74")...)
+	k = c.begin("the same call with the approval, under another Session of the agent, is performed once", cc.rows("P03 P04 P37 P49 P50 P53 P54 P59 P74", "M03 M04 M38 M50 M51 M54 M55 M74")...)
 	appr := userApproval(op)
 	appr["sig"] = "AAAA" // P53, M54: a member it doesn't know is ignored
 	var perf callAnswer
+	cc.idemKey = firstKey // P59: the first request's key doesn't carry over its 403
 	for range 20 {
 		perf = cc.send(ctx, c.a.session(false), declares, appr, "")
 		if perf.status != http.StatusServiceUnavailable {
@@ -355,6 +368,7 @@ func (c *checker) runCalls(ctx context.Context) {
 		}
 		time.Sleep(time.Second)
 	}
+	cc.idemKey = ""
 	k.check(perf.performed(), "%s, want the action's own answer", perf)
 	if n, ok := count(); ok {
 		k.check(n == before+1, "performed %d time(s)", n-before)
@@ -449,4 +463,26 @@ func (c *checker) callDiscovery(ctx context.Context) (*callCase, bool) {
 		cc.tool, cc.args = tool, json.RawMessage(strings.TrimSpace(args))
 	}
 	return cc, v3 && len(k.fails) == 0
+}
+
+// callSignedIn: an account's operation, returned to a signed-in Session,
+// and its approval sent signed out (P39–P41, P47; M40–M42, M49).
+func (c *checker) callSignedIn(ctx context.Context, cc *callCase, signedOut callAnswer, count func() (int, bool), before int) {
+	k := c.begin("an account's operation: the same answer signed in, the sign-in challenge signed out", cc.rows("P39 P40 P41 P47", "M40 M41 M42 M49")...)
+	defer k.end()
+	in := c.a.session(true)
+	ans := cc.send(ctx, in, declares, nil, "")
+	op, has := ans.operation()
+	if ans.err != nil && strings.Contains(ans.err.Error(), "token") {
+		k.skip("no access token: %v", ans.err)
+		return
+	}
+	if !k.check(has && ans.status == signedOut.status, "P47 M49: signed in: %s, signed out: %s; want the same answer with an operation", ans, signedOut) {
+		return
+	}
+	out := cc.send(ctx, c.a.session(false), declares, userApproval(op), "")
+	k.check(out.status == http.StatusUnauthorized && strings.Contains(out.header.Get("WWW-Authenticate"), "sign_in_required"), "P41 M42: the account's approval sent signed out: %s, want 401 with the sign-in challenge", out)
+	if n, ok := count(); ok {
+		k.check(n == before, "performed %d time(s)", n-before)
+	}
 }
