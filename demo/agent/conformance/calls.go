@@ -236,7 +236,7 @@ func approvalHeader(a map[string]any) string {
 }
 
 func userApproval(op store.Operation) map[string]any {
-	return map[string]any{"operation_id": op.ID, "revision": op.Revision, "approver": "user", "approved_at": time.Now().Add(-time.Minute).Unix(), "input_type": "tap"}
+	return map[string]any{"operation_id": op.ID, "revision": op.Revision, "approver": "user", "approved_at": time.Now().Add(-time.Hour).Unix(), "input_type": "tap"}
 }
 
 const declares = `"operations";v="3"`
