@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,13 @@ func newShop(t *testing.T, st store.Store, decline func(endpoint.DeclineRequest)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"exchange_id":"exc_%d"}`, n)
+	})))
+	// The website's form for the same action.
+	mux.Handle("POST /orders/{order}/items/{item}/exchange", kit.Gate(func(r *http.Request) (webkit.Action, error) {
+		return action(r.PathValue("order"), r.PathValue("item"), r.FormValue("replacement_sku")), nil
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.performed.Add(1)
+		w.WriteHeader(http.StatusCreated)
 	})))
 	cfg := endpoint.Config{Origin: s.site.Origin, Kit: kit, Resolver: s.site.Resolver(), AccessTokens: s.site.AccessTokens()}
 	if decline != nil {
@@ -469,4 +477,49 @@ func TestOneRecordAcrossAPIAndMCP(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestOneRecordAcrossWebsiteAndMCP: an approval recorded at the website's
+// endpoint is refused at the MCP server, the MCP server's is refused at
+// the endpoint (§6; M61, W87, W88), and what one performed is not
+// performed again through the other (§7).
+func TestOneRecordAcrossWebsiteAndMCP(t *testing.T) {
+	s := newShop(t, nil, nil)
+	se := s.site.NewAgent().Session("usr_1")
+	b, err := se.Join()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpOp := s.ask(t, se, exchangeCall("ord_1", "m"))
+	form := url.Values{"replacement_sku": {"m"}}
+	page := b.PostForm("/orders/ord_1/items/itm_4Qa/exchange", form)
+	look := se.Lookup(page.Ref)
+	if page.StatusCode != http.StatusForbidden || look.Operation == nil {
+		t.Fatalf("%d %s / %s", page.StatusCode, page.Body, look.Body)
+	}
+	if mcpOp.ID != look.Operation.ID || mcpOp.Revision == look.Operation.Revision {
+		t.Fatalf("one action: one operation, a revision per interface: %v %v", look.Operation, mcpOp)
+	}
+	t.Run("M61 the website's approval, recorded at the endpoint, is refused at the MCP server", func(t *testing.T) {
+		if res := se.Approve(page.Ref); res.StatusCode != http.StatusNoContent {
+			t.Fatalf("%d %s", res.StatusCode, res.Body)
+		}
+		res := se.Call(exchangeCall("ord_1", "m"), approvalOf(look.Operation))
+		if res.Operation == nil || res.Operation.Revision == look.Operation.Revision || s.performed.Load() != 0 {
+			t.Fatalf("%s", res.Body)
+		}
+	})
+	t.Run("W88 the MCP server's approval is not recorded at the endpoint", func(t *testing.T) {
+		if res := se.Send(page.Ref, *approvalOf(mcpOp)); res.StatusCode == http.StatusNoContent {
+			t.Fatalf("%d %s", res.StatusCode, res.Body)
+		}
+	})
+	t.Run("M35 W145 performed through the MCP server, the website's approval performs nothing", func(t *testing.T) {
+		if tr := resultOf(t, se.Call(exchangeCall("ord_1", "m"), approvalOf(mcpOp))); tr.IsError || s.performed.Load() != 1 {
+			t.Fatalf("%v", tr)
+		}
+		if res := page.Continue(); res.StatusCode == http.StatusCreated || s.performed.Load() != 1 {
+			t.Fatalf("the browser's repeat: %d %s", res.StatusCode, res.Body)
+		}
+	})
 }
