@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/endpoint"
+	"github.com/opsgate/opsgate/internal/memstore"
 	"github.com/opsgate/opsgate/internal/redistest"
+	"github.com/opsgate/opsgate/internal/storedriver"
 	"github.com/opsgate/opsgate/internal/storekit"
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
@@ -860,4 +862,43 @@ func TestAPIChecksBeforeDescribe(t *testing.T) {
 			t.Fatalf("without the approval: %d %s", res.StatusCode, res.Body)
 		}
 	})
+}
+
+// downStore fails Take while down is set, as a store that is briefly
+// unreachable does.
+type downStore struct {
+	storedriver.Store
+	down atomic.Bool
+}
+
+func (d *downStore) Take(ctx context.Context, o store.Owner, a storedriver.TakeRequest, now time.Time) (storedriver.TakeResult, error) {
+	if d.down.Load() {
+		return storedriver.TakeResult{}, errors.New("the store is unreachable")
+	}
+	return d.Store.Take(ctx, o, a, now)
+}
+
+// TestAPIStoreDown: while the store can't be reached, the request with
+// the approval gets 503 with Retry-After and nothing is performed; the
+// approval still applies once it is back, and performs once (§7 P95,
+// P96; W144 at the API).
+func TestAPIStoreDown(t *testing.T) {
+	st := &downStore{Store: storedriver.Steps(memstore.New(memstore.Config{}))}
+	a := newAPISite(t, apiOptions{store: storedriver.AsStore(st)})
+	s := a.site.NewAgent().Session("usr_1")
+	op := a.ask(t, s, exchange("ord_1", "m"))
+	st.down.Store(true)
+	res := s.Call(exchange("ord_1", "m"), approvalOf(op, store.ApproverUser))
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || a.performed.Load() != 0 {
+		t.Fatalf("store down: %d %s", res.StatusCode, res.Body)
+	}
+	st.down.Store(false)
+	for range 2 {
+		if res := s.Call(exchange("ord_1", "m"), approvalOf(op, store.ApproverUser)); res.StatusCode != http.StatusCreated {
+			t.Fatalf("store back: %d %s", res.StatusCode, res.Body)
+		}
+	}
+	if n := a.performed.Load(); n != 1 {
+		t.Fatalf("performed %d times", n)
+	}
 }
