@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/apigate"
 	"github.com/opsgate/opsgate/internal/discovery"
 	"github.com/opsgate/opsgate/internal/join"
 	"github.com/opsgate/opsgate/internal/opsendpoint"
@@ -244,11 +245,26 @@ func (m *Mount) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Handler returns site with the Mount's routes in front of it: a request
 // for one of them is the Mount's, any other is site's. It is middleware
 // (func(http.Handler) http.Handler), so chi's r.Use(m.Handler) works too.
+//
+// A request that carries Poppy-Session on itself is an API call (or an
+// HTTP request of an MCP session): its Session, account and extensions
+// come from its own headers, never a joined browser's cookie
+// (RULES.md choices 7 and 8). The Mount verifies them as its endpoint
+// does, for the Gate (webkit.Kit.Gate) and the MCP adapter
+// (endpoint/mcpgate) of every route behind Handler: a request with
+// Poppy-Session that reaches either any other way is refused, never
+// handled as an ordinary request. Put Handler in front of every route
+// that serves agents, gated or not, so that its gated routes can verify
+// the Session their requests carry.
 func (m *Mount) Handler(site http.Handler) http.Handler {
+	calls := m.endpoint.Calls()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h := m.route(r); h != nil {
 			h.ServeHTTP(w, r)
 			return
+		}
+		if apigate.IsCall(r) {
+			r = r.WithContext(apigate.WithVerifier(r.Context(), calls))
 		}
 		site.ServeHTTP(w, r)
 	})

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/apigate"
 	"github.com/opsgate/opsgate/internal/explain"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/internal/respond"
@@ -106,6 +107,10 @@ func (k *Kit) Gate(describe Describe) func(http.Handler) http.Handler {
 			// its children.
 			r, sp := spans.Begin(r, k.Observer, "opsgate.gate", spans.Labels{Route: routeGate})
 			defer sp.End(spans.Labels{}, nil)
+			if apigate.IsCall(r) { // an API call: its own Session, never a cookie's (api.go)
+				k.serveAPI(w, r, describe, next)
+				return
+			}
 			s, unbound, st := k.bindingOf(r)
 			switch {
 			case st == bindNone: // an ordinary browser: no store, no body read (W07)
@@ -492,6 +497,12 @@ type performing struct {
 	claim   store.Claim
 	outcome atomic.Int32 // store.Outcome set by SetOutcome; 0 for none
 	sw      statusWriter // the handler's writer, in the same allocation
+	// api: an API request's claim (api.go), whose answer is kept for a
+	// retry with the same approval (§7 P90): kept is its body while it
+	// fits (storekit.MaxAnswer), keptOver once it doesn't.
+	api      bool
+	kept     []byte
+	keptOver bool
 }
 
 func (p *performing) Value(key any) any {
@@ -541,7 +552,14 @@ const finishTimeout = 10 * time.Second
 // way and logged; a panic after the response began goes on up, so that the
 // server aborts the half-written response.
 func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, kind string) {
-	p := &performing{Context: r.Context(), claim: *claim}
+	k.performFor(w, r, next, claim, kind, false)
+}
+
+// performFor is perform, for an API request's claim when api (api.go): its
+// answer is kept with the performed operation, and the answer to an
+// unknown outcome is the API's JSON.
+func (k *Kit) performFor(w http.ResponseWriter, r *http.Request, next http.Handler, claim *store.Claim, kind string, api bool) {
+	p := &performing{Context: r.Context(), claim: *claim, api: api}
 	r = r.WithContext(p)
 	sw := &p.sw
 	sw.ResponseWriter, sw.p = w, p
@@ -569,7 +587,12 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 		} else {
 			hsp.End(spans.Labels{Outcome: outcomeName(outcome)}, nil)
 		}
-		k.finish(r, p.claim, outcome, kind)
+		fr := r
+		if api && outcome == store.OutcomePerformed {
+			// §7 P90: the answer a retry with the same approval gets.
+			fr = r.WithContext(storedriver.WithAnswer(r.Context(), keepAnswer(p)))
+		}
+		k.finish(fr, p.claim, outcome, kind)
 		switch {
 		case panicked && (sw.wrote || rec == http.ErrAbortHandler):
 			panic(rec) // the response began: let the server abort it
@@ -577,14 +600,26 @@ func (k *Kit) perform(w http.ResponseWriter, r *http.Request, next http.Handler,
 			k.logger().LogAttrs(r.Context(), slog.LevelError, "opsgate: the handler panicked while performing; its outcome is unknown",
 				slog.String("path", r.URL.Path), slog.String("panic", fmt.Sprint(rec)), slog.String("stack", string(debug.Stack())))
 			sw.restoreHeader()
-			k.refuse(w, r, ErrOutcomeUnknown, nil)
+			k.refuseUnknown(w, r, api)
 		case sw.held:
 			sw.restoreHeader()
-			k.refuse(w, r, ErrOutcomeUnknown, nil)
+			k.refuseUnknown(w, r, api)
 		}
 	}()
 	next.ServeHTTP(sw, hr)
 	panicked = false
+}
+
+// refuseUnknown answers a performance whose outcome is unknown: 503 with
+// Retry-After, never as if it failed (§7 W142, W143; P95, P96 for an API
+// request).
+func (k *Kit) refuseUnknown(w http.ResponseWriter, r *http.Request, api bool) {
+	if api {
+		respond.NoStore(w.Header())
+		writeUnavailable(w, k, k.ExplainRefusals, ErrOutcomeUnknown)
+		return
+	}
+	k.refuse(w, r, ErrOutcomeUnknown, nil)
 }
 
 // errHandlerPanicked ends the handler's span when it panicked.
@@ -680,6 +715,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	}
 	if w.held {
 		return len(b), nil
+	}
+	if p := w.p; p.api && !p.keptOver {
+		if len(p.kept)+len(b) > storekit.MaxAnswer {
+			p.kept, p.keptOver = nil, true
+		} else {
+			p.kept = append(p.kept, b...)
+		}
 	}
 	w.wrote = true
 	return w.ResponseWriter.Write(b)

@@ -23,7 +23,7 @@ func TestRulesExplainEveryCitedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	explained := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\| ([WA][0-9]{2,3}) \|`).FindAllStringSubmatch(string(rules), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\| ((?:[WA][0-9]{2,3}|[PM][0-9]{2})) \|`).FindAllStringSubmatch(string(rules), -1) {
 		explained[m[1]] = true
 	}
 	if len(explained) < 200 {
@@ -46,8 +46,9 @@ func TestRulesExplainEveryCitedID(t *testing.T) {
 	}
 }
 
-// ruleID is a rule's ID as the code cites it (W64, A07).
-var ruleID = regexp.MustCompile(`\b[WA][0-9]{2,3}\b`)
+// ruleID is a rule's ID as the code cites it (W64, A07, P44, M46; P256
+// and P384 are curves).
+var ruleID = regexp.MustCompile(`\b(?:[WA][0-9]{2,3}|[PM][0-9]{2})\b`)
 
 // citations maps each rule ID to the files under root that cite it, as
 // slash-separated paths relative to root: the code (Go, Lua, JavaScript
@@ -173,7 +174,7 @@ func TestRulesListTheFilesThatCiteThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	built, proven := citations(t, "..")
-	row := regexp.MustCompile(`^\| ([WA][0-9]{2,3}) \|`)
+	row := regexp.MustCompile(`^\| ((?:[WA][0-9]{2,3}|[PM][0-9]{2})) \|`)
 	lines := strings.Split(string(rules), "\n")
 	changed := 0
 	for i, line := range lines {

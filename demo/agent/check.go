@@ -19,7 +19,7 @@ import (
 func check(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-token-url URL] [-action 'POST /path body' [-header 'Name: value']...] [-login '/path field=value&…' | -cookie 'name=value'...] [-list] [-v] [-json]")
+		fmt.Fprintln(fs.Output(), "usage: go run ./demo/agent check -site https://shop.example [-via web|api|mcp] [-token-url URL] [-action 'POST /path body' [-header 'Name: value']...] [-login '/path field=value&…' | -cookie 'name=value'...] [-list] [-v] [-json]")
 		fs.PrintDefaults()
 	}
 	var headers headerFlag
@@ -27,7 +27,8 @@ func check(args []string) int {
 	site := fs.String("site", "", "the site's origin (required)")
 	tokenURL := fs.String("token-url", "", "a token endpoint like the demo's /demo/token (POST client_id, account): also checks signed-in Sessions")
 	account := fs.String("account", "acct_demo", "the account to ask -token-url for")
-	action := fs.String("action", "", "the gated action to check instead of crawling for one: 'METHOD /path [form or JSON body]'")
+	action := fs.String("action", "", "the gated action to check instead of crawling for one: 'METHOD /path [form or JSON body]'; with -via mcp, 'tool {json arguments}'")
+	via := fs.String("via", "web", "the interface to check: web (the website, its endpoint and a joined browser: W rows), api (the JSON API at api.base_url: P rows; -action 'METHOD /path {json}') or mcp (the MCP server at mcp.url: M rows; -action 'tool {json}')")
 	start := fs.String("start", "/", "where the crawl for gated forms starts")
 	listen := fs.String("listen", "127.0.0.1:0", "where the checker serves its agents' metadata and keys (the site fetches them)")
 	agentURL := fs.String("agent-url", "", "the URL the site reaches -listen at, if not http://<listen>")
@@ -55,7 +56,7 @@ func check(args []string) int {
 	}
 	cfg := conformance.Config{
 		Site: strings.TrimRight(*site, "/"), TokenURL: *tokenURL, Account: *account, Action: *action, StartPath: *start,
-		Listen: *listen, AgentURL: *agentURL, Concurrency: *concurrency, Timeout: *timeout, Header: headers.h,
+		Listen: *listen, AgentURL: *agentURL, Concurrency: *concurrency, Timeout: *timeout, Header: headers.h, Via: *via,
 		Login: *login, Cookies: cookies.c,
 	}
 	if *verbose {

@@ -64,6 +64,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -154,7 +155,7 @@ type options struct {
 	shop, listen, user, chromium   string
 	do, order, item, sku, delivery string
 	start, press                   string
-	date, approver                 string
+	date, approver, via            string
 	agentURL, keys                 string
 	standing                       rules
 	signedIn, waitPage, show       bool
@@ -192,6 +193,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.date, "date", "", "delivery: the new date, YYYY-MM-DD: the demo offers tomorrow to 30 days from today, not the delivery's current date; default: 10 days from today, or 11 when the delivery is on that day already")
 	fs.Var(&o.standing, "approve", "a standing instruction, repeatable: kind<=amountCURRENCY, e.g. 'exchange<=100USD' approves, as the agent, any exchange whose amounts (price difference, refund, fee) are all at most 100 USD; a kind alone approves any amount. "+
 		"The kind is a word of the path of the browser's request, singular or plural: exchange, delivery (POST /api/deliveries/…), cancel")
+	fs.StringVar(&o.via, "via", "web", "the interface the agent acts through: web (its browser, joined to a Session), api (the shop's JSON API, api.base_url in poppy.json) or mcp (its MCP server, mcp.url); api and mcp need no browser, and -do cancel is offered on the web only")
 	fs.StringVar(&o.approver, "approver", "user", "who approves the -do action: user (you, at the terminal) or agent (the agent itself, on your instruction given by this flag; the shop may decline it)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long each step may wait for the shop or the browser")
 	fs.BoolVar(&o.waitPage, "no-continue", false, "don't press Continue after the approval: let the waiting page repeat the request itself")
@@ -218,6 +220,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.approver != "user" && o.approver != "agent" {
 		return nil, fmt.Errorf("-approver %q: choose user or agent", o.approver)
+	}
+	switch o.via {
+	case "web", "api", "mcp":
+	default:
+		return nil, fmt.Errorf("-via %q: choose web, api or mcp", o.via)
+	}
+	if o.via != "web" && o.do == "cancel" {
+		return nil, errors.New("-do cancel is offered on the shop's website only: use -via web")
 	}
 	switch o.do {
 	case "exchange", "delivery":
@@ -260,6 +270,9 @@ func run(args []string, stdout, stderr io.Writer) (string, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.via != "web" {
+		return runDirect(ctx, o, stdout)
+	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.Flag("disable-gpu", true))
 	if o.show {
@@ -432,4 +445,56 @@ func writeDocuments(a *refagent.Agent, dir, user string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "agent: to host them yourself: %s.agent.json at %s, %s.jwks.json at its jwks_uri\n", base, a.ClientID(), base)
 	return nil
+}
+
+// runDirect is the agent acting through the shop's JSON API or its MCP
+// server (-via api|mcp): no browser, a Session on each request
+// (webkit/RULES.md choices 7 and 8), the approval on the same request
+// made again (§6).
+func runDirect(ctx context.Context, o *options, stdout io.Writer) (string, error) {
+	cfg := refagent.Config{Shop: strings.TrimRight(o.shop, "/"), Listen: o.listen, User: o.user, AgentURL: o.agentURL, Log: stdout, StepTimeout: o.timeout}
+	if o.user != "" && o.keys != "" {
+		cfg.KeyFile = filepath.Join(o.keys, url.PathEscape(o.user)+".pem")
+	}
+	a, err := refagent.New(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer a.Close()
+	if !a.Discovery().Operations {
+		return "", errors.New("the shop doesn't support operations v3: the agent would use it without the extension (A03); nothing to show")
+	}
+	var c refagent.Call
+	switch o.do {
+	case "exchange":
+		sku := o.sku
+		if sku == "" {
+			sku = "stormline-insulated-m"
+		}
+		c = refagent.Call{Method: http.MethodPost, Path: "/api/orders/" + url.PathEscape(o.order) + "/items/" + url.PathEscape(o.item) + "/exchanges", Body: map[string]string{"replacement_sku": sku},
+			Tool: "exchange_item", Args: map[string]string{"order_id": o.order, "item_id": o.item, "replacement_sku": sku}}
+	case "delivery":
+		date := o.date
+		if date == "" {
+			date = time.Now().AddDate(0, 0, 10).Format("2006-01-02")
+		}
+		c = refagent.Call{Method: http.MethodPost, Path: "/api/deliveries/" + url.PathEscape(o.delivery), Body: map[string]string{"date": date},
+			Tool: "reschedule_delivery", Args: map[string]string{"delivery_id": o.delivery, "date": date}}
+	}
+	var decider refagent.Decider = &refagent.Prompt{In: os.Stdin, Out: stdout}
+	if o.approver == "agent" {
+		o.standing = append(o.standing, refagent.Rule{Kind: o.do, Text: "-do " + o.do + " -approver agent"})
+	}
+	if len(o.standing) > 0 {
+		decider = &refagent.Standing{Rules: o.standing, Ask: decider, Log: stdout}
+	}
+	fmt.Fprintf(stdout, "agent: %q through the shop's %s\n", o.do, map[string]string{"api": "JSON API", "mcp": "MCP server"}[o.via])
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	out, err := a.CallThrough(wctx, o.via, c, o.signedIn, decider)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(stdout, "\nagent: result: %s (operation %s, revision %s, approver %q; exit status %d)\n", out.Result, out.OperationID, out.Revision, out.Approver, exitStatus(out.Result, nil))
+	return out.Result, nil
 }

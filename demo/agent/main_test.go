@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/opsgate/opsgate/demo/agent/refagent"
+	"github.com/opsgate/opsgate/demo/shop"
 )
 
 // The exit status of `agent check`: 0 only when nothing fails, 1 when a
@@ -175,6 +178,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-listen", "nowhere"}, `-listen "nowhere": write host:port`},
 		{[]string{"-approve", "exchange<100USD"}, "write kind<=amountCURRENCY"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-via", "fax"}, `-via "fax": choose web, api or mcp`},
+		{[]string{"-via", "api", "-do", "cancel", "-signed-in"}, "-do cancel is offered on the shop's website only"},
 	} {
 		var stderr strings.Builder
 		if got := agent(tc.args, io.Discard, &stderr); got != 1 {
@@ -207,6 +212,36 @@ func TestUserFlag(t *testing.T) {
 		}
 		if o.user != tc.user || o.listen != tc.listen || o.sameClientID != tc.same {
 			t.Errorf("%v: user %q listen %q same client_id %v; want %q %q %v", tc.args, o.user, o.listen, o.sameClientID, tc.user, tc.listen, tc.same)
+		}
+	}
+}
+
+// -via api and -via mcp: the agent performs the exchange and the delivery
+// change through the demo shop's JSON API and MCP server, without a
+// browser, each once (P03, M03).
+func TestViaAPIAndMCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	s, err := shop.NewServer(shop.Config{BaseURL: base, AllowLocal: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: s.Handler()}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for _, via := range []string{"api", "mcp"} {
+		for _, do := range []string{"exchange", "delivery"} {
+			var out strings.Builder
+			result, err := run([]string{"-shop", base, "-via", via, "-do", do, "-approver", "agent"}, &out, io.Discard)
+			if err != nil || result != refagent.Performed {
+				t.Fatalf("-via %s -do %s: %q, %v\n%s", via, do, result, err, out.String())
+			}
+			if !strings.Contains(out.String(), "_"+via+",") && !strings.Contains(out.String(), "_"+via+" ") {
+				t.Errorf("-via %s -do %s: the approved revision is not the %s's:\n%s", via, do, via, out.String())
+			}
 		}
 	}
 }

@@ -3,8 +3,10 @@
 // recorded, and every browser then repeats its approved request many times
 // at once across all the servers. It reports throughput and latency for
 // each phase and checks that every operation was performed exactly once
-// (§7). It only talks to servers it starts on loopback, and
-// stops by itself.
+// (§7). Then the same actions go through each server's JSON API and MCP
+// server on the same store (interfaces.go): each approved through both,
+// both repeated at once, and each action is still performed once. It only
+// talks to servers it starts on loopback, and stops by itself.
 //
 //	go run ./demo/load                      # embedded miniredis
 //	go run ./demo/load -redis redis://127.0.0.1:6379/0 -browsers 500
@@ -184,6 +186,9 @@ func run(ctx context.Context, c config) error {
 	var total atomic.Int32
 	urls := make([]string, len(stores))
 	var kits []*webkit.Kit
+	// The agents of the API and MCP phases (interfaces.go), whose
+	// Sessions every server's Mount verifies.
+	ifc := newInterfaces()
 	for i, st := range stores {
 		kit := webkit.New(keys...)
 		kit.Store = st
@@ -199,7 +204,11 @@ func run(ctx context.Context, c config) error {
 			}
 			io.WriteString(w, "exchanged\n")
 		})))
-		srv := httptest.NewUnstartedServer(mux)
+		handler, err := ifc.serve(kit, mux)
+		if err != nil {
+			return err
+		}
+		srv := httptest.NewUnstartedServer(handler)
 		if c.port > 0 {
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port+i)))
 			if err != nil {
@@ -290,7 +299,11 @@ func run(ctx context.Context, c config) error {
 		return errors.New("at most once, exactly once per approval: FAILED")
 	}
 	fmt.Println("at most once: ok")
-	return nil
+
+	// The same actions at the API and the MCP server, on the same store
+	// (interfaces.go).
+	fmt.Println()
+	return ifc.run(ctx, c, urls)
 }
 
 // storeName says which store the figures measure.

@@ -112,12 +112,29 @@ func exchangeSummary(p shopdb.ExchangePlan) string {
 }
 
 func (s *Server) planExchange(r *http.Request) (shopdb.ExchangePlan, error) {
-	if err := r.ParseForm(); err != nil {
-		return shopdb.ExchangePlan{}, fmt.Errorf("the form could not be read: %w", shopdb.ErrInvalid)
-	}
-	sku := r.PostForm.Get("replacement_sku")
-	if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
-		return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
+	var sku string
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
+		// The JSON API's request (PathAPIExchange, and the MCP tool's):
+		// {"replacement_sku": "…"}.
+		var req struct {
+			ReplacementSKU string `json:"replacement_sku"`
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+		if err != nil || len(body) > maxJSONBody || json.Unmarshal(body, &req) != nil {
+			return shopdb.ExchangePlan{}, fmt.Errorf(`the body must be a JSON object such as {"replacement_sku": "stormline-insulated-m"}: %w`, shopdb.ErrInvalid)
+		}
+		sku = req.ReplacementSKU
+		if sku == "" {
+			return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
+		}
+	} else {
+		if err := r.ParseForm(); err != nil {
+			return shopdb.ExchangePlan{}, fmt.Errorf("the form could not be read: %w", shopdb.ErrInvalid)
+		}
+		sku = r.PostForm.Get("replacement_sku")
+		if sku == "" || len(r.PostForm["replacement_sku"]) != 1 {
+			return shopdb.ExchangePlan{}, fmt.Errorf("choose one replacement: %w", shopdb.ErrInvalid)
+		}
 	}
 	db := s.dbOf(r)
 	plan, err := db.PlanExchange(s.viewerOf(r).Account, r.PathValue("order"), r.PathValue("item"), sku)
@@ -165,6 +182,44 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/orders/"+plan.OrderID+"?exchanged="+plan.ItemID+"#item-"+plan.ItemID, http.StatusSeeOther)
+}
+
+// exchangeResult is the JSON API's answer of a performed exchange.
+type exchangeResult struct {
+	OrderID        string `json:"order_id"`
+	ItemID         string `json:"item_id"`
+	ReplacementSKU string `json:"replacement_sku"`
+	Status         string `json:"status"`
+}
+
+// apiExchange is the exchange on the shop's JSON API (PathAPIExchange),
+// behind the same Gate and describe as the page's form: an agent calls it
+// with its Session on the request (§4, §6 "APIs"), a page script with its
+// joined browser's.
+func (s *Server) apiExchange(w http.ResponseWriter, r *http.Request) {
+	plan, err := s.planExchange(r)
+	if err == nil && s.anonymous(r) {
+		writeJSON(w, http.StatusForbidden, apiError{Error: "sign_in_required", Message: "Sign in to exchange an item, or let your personal agent do it in its own copy of the demo data. Nothing was changed."})
+		return
+	}
+	if err == nil && s.ownLogin(r) != "" {
+		writeJSON(w, http.StatusForbidden, apiError{Error: "forbidden", Message: "Exchange the item on its order page, where the shop asks for your confirmation. Nothing was changed."})
+		return
+	}
+	if err == nil {
+		err = s.mayPerform(r, exchangeTerms(plan))
+	}
+	if err == nil {
+		s.bench.performing(r)
+		_, err = s.dbOf(r).Exchange(s.viewerOf(r).Account, plan, s.now())
+	}
+	if err != nil {
+		status := statusOf(err)
+		code := map[int]string{http.StatusBadRequest: "invalid_request", http.StatusNotFound: "not_found", http.StatusConflict: "conflict", http.StatusForbidden: "forbidden"}[status]
+		writeJSON(w, status, apiError{Error: code, Message: sentence(err)})
+		return
+	}
+	writeJSON(w, http.StatusCreated, exchangeResult{OrderID: plan.OrderID, ItemID: plan.ItemID, ReplacementSKU: plan.To.ID, Status: "exchanged"})
 }
 
 // --- Cancel the subscription (an account's operation, §3) ---
@@ -417,7 +472,7 @@ func (s *Server) reschedule(w http.ResponseWriter, r *http.Request) {
 // W07) changes the data other visitors see (issue 37). A person signs in
 // and confirms each action (ownflow.go); an agent acts in its own copy.
 func (s *Server) anonymous(r *http.Request) bool {
-	if _, joined := s.kit.Sessions.SessionOf(r); joined {
+	if _, joined := s.sessionOf(r); joined {
 		return false
 	}
 	return s.ownLogin(r) == ""

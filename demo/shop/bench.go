@@ -160,7 +160,7 @@ func (b *bench) runLocked(sid string) *benchRun {
 
 // with runs f on the run of the joined browser of r, if any.
 func (b *bench) with(r *http.Request, f func(run *benchRun)) {
-	sess, joined := b.s.kit.Sessions.SessionOf(r)
+	sess, joined := b.s.sessionOf(r)
 	if !joined {
 		return
 	}
@@ -684,7 +684,7 @@ func (s *Server) benchPage(w http.ResponseWriter, r *http.Request) {
 // benchStart (POST PathBenchStart) starts a scenario for the joined browser's
 // Session, or stops it (scenario "").
 func (s *Server) benchStart(w http.ResponseWriter, r *http.Request) {
-	sess, joined := s.kit.Sessions.SessionOf(r)
+	sess, joined := s.sessionOf(r)
 	if !joined {
 		s.message(w, r, http.StatusForbidden, "Join your agent first", "A bench scenario is chosen for the Session your agent joined this browser to.", views.BackLink(PathBench, "Back to the bench"))
 		return

@@ -33,7 +33,7 @@ type viewer struct {
 
 func (s *Server) viewerOf(r *http.Request) viewer {
 	v := viewer{Account: shopdb.DemoAccount}
-	v.Session, v.Joined = s.kit.Sessions.SessionOf(r)
+	v.Session, v.Joined = s.sessionOf(r)
 	if acct := s.ownLogin(r); acct != "" {
 		v.Account, v.SignedIn, v.Login = acct, true, "shop"
 	} else if v.Joined && v.Session.Account != "" {
@@ -46,7 +46,7 @@ func (s *Server) viewerOf(r *http.Request) viewer {
 // Session (§4 W54–W56): joined, and no login of the shop's own. Such a
 // request performs an action only with a taken approval.
 func (s *Server) handledAsSession(r *http.Request) bool {
-	if _, joined := s.kit.Sessions.SessionOf(r); !joined {
+	if _, joined := s.sessionOf(r); !joined {
 		return false
 	}
 	return s.ownLogin(r) == ""
@@ -218,7 +218,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 // login, if any, stays. Unbind also leaves a marker in the kit's store, so
 // a copy of the old cookie replayed by hand is no binding either.
 func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
-	if sess, joined := s.kit.Sessions.SessionOf(r); joined {
+	if sess, joined := s.sessionOf(r); joined {
 		if err := s.kit.Sessions.Unbind(w, r); err != nil {
 			s.cfg.Logger.Error("demo shop: leave failed", "err", err)
 			http.Error(w, "the browser could not leave its Session", http.StatusInternalServerError)

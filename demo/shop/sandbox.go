@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/opsgate/opsgate/demo/shop/shopdb"
+	"github.com/opsgate/opsgate/webkit"
 )
 
 // Sandboxes: many agents share one running demo, and each must be able to
@@ -36,7 +37,7 @@ func sandboxAgent(key string) string {
 // sandboxKey is the key of the data r sees: its browser's Session's agent
 // and User when it is joined, the shared copy otherwise.
 func (s *Server) sandboxKey(r *http.Request) string {
-	if sess, joined := s.kit.Sessions.SessionOf(r); joined {
+	if sess, joined := s.sessionOf(r); joined {
 		return agentSandbox(sess.Agent, sess.User)
 	}
 	return publicSandbox
@@ -53,4 +54,15 @@ func (s *Server) dbOf(r *http.Request) *shopdb.DB {
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	s.sandboxes.ResetFrom(s.sandboxKey(r), s.sourceOf(r), s.now())
 	http.Redirect(w, r, "/account?reset=1", http.StatusSeeOther)
+}
+
+// sessionOf is the Session r is handled as: an API call's or an MCP tool
+// call's, which the Gate verified (webkit.SessionOf; RULES.md choices 7
+// and 8), or its browser's join. The same describe and handler serve every
+// interface: each sees the agent's own sandbox and account.
+func (s *Server) sessionOf(r *http.Request) (webkit.Session, bool) {
+	if sess, ok := webkit.SessionOf(r.Context()); ok {
+		return sess, true
+	}
+	return s.kit.Sessions.SessionOf(r)
 }

@@ -187,7 +187,7 @@ func (s *Server) senderOf(r *http.Request) (sender, bool) {
 		}
 		return sender{agent: c.Iss, user: c.Sub, sid: c.Sid, from: "join"}, true
 	}
-	sess, joined := s.kit.Sessions.SessionOf(r)
+	sess, joined := s.sessionOf(r)
 	if !joined {
 		return sender{}, false
 	}

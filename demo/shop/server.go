@@ -50,14 +50,20 @@ var staticFiles embed.FS
 
 // Paths of the protocol's routes.
 const (
-	PathPoppyJSON  = "/.well-known/poppy.json"
-	PathJoin       = "/poppy/join"       // web.browser_session_endpoint
-	PathOperations = "/poppy/operations" // the operations endpoint (§4, §6)
-	PathToken      = "/demo/token"       // the demo authorization server
-	PathReset      = "/demo/reset"       // restores the browser's sandbox
-	PathMetrics    = "/metrics"          // Prometheus metrics, with Config.Metrics
-	PathAdmin      = "/admin/operations" // the staff's page (Config.StaffCredential)
-	PathLeave      = "/leave"            // ends the browser's join (Sessions.Unbind)
+	PathPoppyJSON = "/.well-known/poppy.json"
+	// PathAPI is the base of the shop's JSON API, PathAPIExchange its
+	// exchange, PathMCP its MCP server (Streamable HTTP), as poppy.json
+	// lists them (RULES.md choice 9).
+	PathAPI         = "/api"
+	PathAPIExchange = "/api/orders/{order}/items/{item}/exchanges"
+	PathMCP         = "/mcp"
+	PathJoin        = "/poppy/join"       // web.browser_session_endpoint
+	PathOperations  = "/poppy/operations" // the operations endpoint (§4, §6)
+	PathToken       = "/demo/token"       // the demo authorization server
+	PathReset       = "/demo/reset"       // restores the browser's sandbox
+	PathMetrics     = "/metrics"          // Prometheus metrics, with Config.Metrics
+	PathAdmin       = "/admin/operations" // the staff's page (Config.StaffCredential)
+	PathLeave       = "/leave"            // ends the browser's join (Sessions.Unbind)
 )
 
 // Config configures a Server.
@@ -264,6 +270,11 @@ func NewServer(cfg Config) (*Server, error) {
 		AccessTokens: s.tokens,
 		Decline:      s.declineHook,
 		AllowLocal:   cfg.AllowLocal,
+		// RULES.md choice 9: where its API and MCP server are.
+		PoppyJSON: map[string]any{
+			"api": map[string]any{"base_url": s.origin + PathAPI},
+			"mcp": map[string]any{"url": s.origin + PathMCP},
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("shop: %w", err)
@@ -339,6 +350,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /account/subscription/cancel", gate(s.describeCancel)(http.HandlerFunc(s.cancel)))
 	mux.Handle("POST /account/subscription/resubscribe", gate(s.describeResubscribe)(http.HandlerFunc(s.resubscribe)))
 	mux.Handle("POST /api/deliveries/{id}", gate(s.describeReschedule)(http.HandlerFunc(s.reschedule)))
+	// The JSON API and the MCP server offer the same actions to agents
+	// that call them directly (§4, §6 "APIs" and "MCP"): the same Gate,
+	// describe and handlers, one record (§7).
+	mux.Handle("POST "+PathAPIExchange, gate(s.describeExchange)(http.HandlerFunc(s.apiExchange)))
+	mux.Handle(PathMCP, s.mcpHandler())
 
 	// The demo's own routes for agents.
 	mux.HandleFunc("POST "+PathToken, s.issueToken)

@@ -191,6 +191,10 @@ type memOperation struct {
 	// (stored by Take, its operation not computable: its action keeps
 	// naming it once it is performed, as redisstore's action key).
 	computed, ka bool
+	// answer is what the claim that performed it kept (storedriver.
+	// WithAnswer): the first answer of an API or MCP server, for a retry
+	// with the same approval (§7 P90, M90).
+	answer []byte
 
 	// logData, logUntil and logN are its audit log (memLog, memlog.go;
 	// logData "" while it has none), kept in the operation: no key, timer
@@ -571,7 +575,10 @@ func (m *memory) issue(owner store.Owner, ak memKey, action storedriver.TakeRequ
 			k := m.sealerLocked()
 			c.ID = k.ID(slot, c)
 			if !(op != nil && op.ka) && m.op(slot, c.ID, now) == nil {
-				if !computed.Crosses(now, c.Expires, m.retention()) {
+				// An API's or MCP server's revision is stored, under the
+				// operation_id computed now: its approval names it, not a
+				// ref (storedriver.TakeRequest.Via).
+				if action.Via == "" && !computed.Crosses(now, c.Expires, m.retention()) {
 					return computedIssued(k, slot, c), nil
 				}
 				storeAs = c.ID
@@ -609,7 +616,9 @@ func (m *memory) issue(owner store.Owner, ak memKey, action storedriver.TakeRequ
 		m.ops.put(k, op)
 		m.expiry.add(&op.timer)
 	}
-	if cur := op.revisions[op.current()]; cur != nil && reusable(cur, action, now) {
+	// The interface's latest revision: each revision is the one
+	// interface's that returned it (storedriver.TakeRequest.Via).
+	if cur := op.latest(action.Via); cur != nil && reusable(cur, action, now) {
 		return storedriver.TakeResult{Operation: cur.op, Ref: storekit.MakeRef(cur.op.ID, cur.op.Revision)}, nil
 	}
 	expiresAt := action.ExpiresAt
@@ -621,12 +630,19 @@ func (m *memory) issue(owner store.Owner, ak memKey, action storedriver.TakeRequ
 	expiresAt = time.Unix(expiresAt.Unix(), 0).UTC()
 	r := &memRevision{op: store.Operation{
 		ID:        a.current,
-		Revision:  storekit.NewRevision(expiresAt),
+		Revision:  storekit.ViaRevision(storekit.NewRevision(expiresAt), action.Via),
 		Summary:   action.Summary,
 		Terms:     bytes.Clone(action.Terms),
 		ExpiresAt: expiresAt,
 	}}
-	op.add(r)
+	if action.Via != "" && op.current() != "" && storekit.RevisionVia(op.current()) == "" {
+		// Another interface's revision never replaces the website's
+		// current one, which Lookup and Record answer a website's refs
+		// with (W72, W100).
+		op.addBefore(r)
+	} else {
+		op.add(r)
+	}
 	m.keep(op, expiresAt)
 	return storedriver.TakeResult{Operation: r.op, Ref: storekit.MakeRef(r.op.ID, r.op.Revision)}, nil
 }
@@ -655,6 +671,17 @@ func reusable(r *memRevision, action storedriver.TakeRequest, now time.Time) boo
 		return r.op.ExpiresAt.Unix() == action.ExpiresAt.Unix()
 	}
 	return r.op.ExpiresAt.Sub(now) >= action.Lifetime/2
+}
+
+// latest is the latest issued revision of interface via that the
+// operation keeps; nil for none.
+func (op *memOperation) latest(via string) *memRevision {
+	for i := len(op.order) - 1; i >= 0; i-- {
+		if storekit.RevisionVia(op.order[i]) == via {
+			return op.revisions[op.order[i]]
+		}
+	}
+	return nil
 }
 
 // add makes r the operation's current revision, dropping the oldest
@@ -736,6 +763,12 @@ func (m *memory) Take(ctx context.Context, owner store.Owner, action storedriver
 		k := keyOf(action.Terms)
 		m.pruneLive(slot, a, k, now) // W103: expired and performed ones go
 		for i, l := range a.live[k] {
+			// Only an approval of this interface's revisions, and at an
+			// API or MCP server only the one the request carries
+			// (storedriver.TakeRequest.Via, Approved).
+			if storekit.RevisionVia(l.revision) != action.Via || action.Via != "" && l.revision != action.Approved {
+				continue
+			}
 			op := m.op(slot, l.op, now)
 			r := op.revisions[l.revision]
 			if !bytes.Equal(r.op.Terms, action.Terms) { // §6 check 3
@@ -847,6 +880,11 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome st
 		// W137: remembered until the approved revision's expires_at, and for
 		// Retention at least.
 		op.state, op.token = memPerformed, ""
+		// What an API or MCP server answered, for a retry with the same
+		// approval (§7 P90, M90); none after Resolve.
+		if !resolved {
+			op.answer = bytes.Clone(storedriver.AnswerOf(ctx))
+		}
 		if r := op.revisions[op.claimed]; r != nil {
 			m.keep(op, r.op.ExpiresAt)
 		}
@@ -888,7 +926,7 @@ func (m *memory) end(ctx context.Context, k memKey, op *memOperation, outcome st
 		// still use, and the next request with these terms reuses it.
 		if r := op.revisions[op.claimed]; r != nil && op.current() == op.claimed && !now.After(r.op.ExpiresAt) {
 			fresh := r.op
-			fresh.Revision = storekit.NewRevision(fresh.ExpiresAt)
+			fresh.Revision = storekit.ViaRevision(storekit.NewRevision(fresh.ExpiresAt), storekit.RevisionVia(r.op.Revision))
 			op.add(&memRevision{op: fresh})
 		}
 	case store.OutcomeUnknown:
@@ -1052,7 +1090,7 @@ func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, appr
 	case memPerforming:
 		return storedriver.RecordReply{Result: storedriver.BeingPerformed}, nil
 	case memPerformed:
-		return storedriver.RecordReply{Result: storedriver.AlreadyPerformed}, nil
+		return storedriver.RecordReply{Result: storedriver.AlreadyPerformed, Answer: bytes.Clone(op.answer)}, nil
 	}
 	// Check 3: a revision returned for this operation (W114, W116), not
 	// expired (W115, W18: expires_at itself is still accepted), and not used
@@ -1070,7 +1108,7 @@ func (m *memory) Record(ctx context.Context, owner store.Owner, ref string, appr
 			// must still not name the approval's revision (W122), so the
 			// same terms get a fresh revision.
 			cur = &memRevision{op: cur.op}
-			cur.op.Revision = storekit.NewRevision(cur.op.ExpiresAt)
+			cur.op.Revision = storekit.ViaRevision(storekit.NewRevision(cur.op.ExpiresAt), storekit.RevisionVia(cur.op.Revision))
 			op.add(cur)
 		}
 		return storedriver.RecordReply{Result: storedriver.RevisionMismatch, Operation: cur.op}, nil // W100, W122
@@ -1179,7 +1217,7 @@ func (m *memory) storeComputed(owner store.Owner, slot, ref string, now time.Tim
 		// as expired (§6 check 3, W72, W101). It becomes the current one
 		// only if it lives at least as long as the current one.
 		if op.state == memOpen && op.revisions[rev] == nil && !now.After(c.Expires) {
-			if cur := op.revisions[op.current()]; cur != nil && cur.op.ExpiresAt.After(c.Expires) {
+			if cur := op.revisions[op.current()]; cur != nil && cur.op.ExpiresAt.After(c.Expires) && storekit.RevisionVia(cur.op.Revision) == "" {
 				op.addBefore(revision)
 			} else {
 				op.add(revision)

@@ -231,6 +231,17 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		replay.Key = storekit.OnceKey(owner.Agent, owner.User, replay.Key)
 	}
 
+	if _, rev, ok := storekit.SplitRef(ref); ok && storekit.RevisionVia(rev) != "" {
+		// W88: a ref whose revision an API or MCP server returned goes to
+		// no one, and this endpoint never issued it: as a made-up ref,
+		// with nothing recorded.
+		if !e.useReplay(w, r.Context(), replay) {
+			return
+		}
+		note(w, "not_found", "")
+		writeInvalidRequest(w, e.refWhy(ref, owner, nil, e.now()))
+		return
+	}
 	values := r.Header.Values(headers.Approval)
 	approval, ignored, err := headers.ParseApprovalReport(values)
 	if len(values) == 0 || err != nil {
@@ -409,6 +420,10 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 	// The request's single-use key is used up by the first Record, before
 	// its checks: a replay records nothing.
 	once := storedriver.RecordOptions{Once: replay.Key, OnceUntil: replay.Until}
+	if storekit.RevisionVia(a.Revision) != "" {
+		e.approveForeign(w, ctx, session, ref, a, once)
+		return
+	}
 	if e.Decline != nil {
 		// W124: the website declines only once checks 1–3 pass.
 		checks := once
@@ -436,6 +451,35 @@ func (e *Endpoint) approve(w http.ResponseWriter, ctx context.Context, session w
 	if err != nil {
 		e.storeDown(w, err)
 		return
+	}
+	e.answer(w, ctx, session, ref, a, reply)
+}
+
+// approveForeign answers an approval, sent to the endpoint, of a revision
+// that an API or MCP server returned: never recorded here (§6
+// "Websites"; W88). Checks 1 and 2 come first, in a step that records
+// nothing (W111); when they pass, check 3 fails, and the answer is the
+// ref's own operation, with the website's revision (W100, W122).
+func (e *Endpoint) approveForeign(w http.ResponseWriter, ctx context.Context, session webkit.Session, ref string, a store.Approval, once storedriver.RecordOptions) {
+	owner := session.Owner()
+	now := e.now()
+	once.CheckOnly = true
+	reply, err := e.store().Record(ctx, owner, ref, a, now, once)
+	if err != nil {
+		e.storeDown(w, err)
+		return
+	}
+	if reply.Result == storedriver.Recorded || reply.Result == storedriver.AlreadyRecorded {
+		rec, found, err := e.store().Lookup(ctx, owner, ref, now)
+		switch {
+		case err != nil:
+			e.storeDown(w, err)
+			return
+		case !found || rec.Expired:
+			reply = storedriver.RecordReply{Result: storedriver.NotFound}
+		default:
+			reply = storedriver.RecordReply{Result: storedriver.RevisionMismatch, Operation: rec.Current}
+		}
 	}
 	e.answer(w, ctx, session, ref, a, reply)
 }

@@ -244,7 +244,10 @@ func TestApprovalOnlyAtEndpoint(t *testing.T) {
 	if status, body, _ := a.call(t, s, r, agentRequest{sid: "ses_1", user: "usr_1"}); status != 200 || body["status"] != "performed" {
 		t.Fatalf("after the browser's repeat: %d %v", status, body)
 	}
-	if got := runs.Load() - before; got != 2 { // the API call as an ordinary request, then the approved repeat
+	// The API call is the API's (RULES.md choice 7): the website's
+	// approval fails its check 3 and it performs nothing (W87, P61); the
+	// joined browser's approved repeat performs, once.
+	if got := runs.Load() - before; got != 1 {
 		t.Fatalf("handler runs %d", got)
 	}
 }

@@ -147,6 +147,26 @@ type TakeRequest struct {
 	// the claim can then only be released through its Claim). Use a
 	// random one, at least 128 bits (the Gate makes one per request).
 	ClaimToken string
+	// Via is the interface the request came through (§4, §6): "" a
+	// browser joined to a Session, storekit.ViaAPI or storekit.ViaMCP. The
+	// action's operation is the same whichever interface asks (§3: its
+	// operation_id is the action's, so that at most once holds across
+	// them all, §7), but each revision is the interface's that returned
+	// it, named so (storekit.ViaRevision), and only a request through that
+	// interface claims an approval of it (§6 "Websites": no approval of a
+	// website's operation at an API or MCP server, nor the reverse; P61,
+	// M61). A revision Take issues through an API or MCP server is
+	// stored, never computed (its ref goes to no one: the approval names
+	// it), and it never replaces a website's current revision, which
+	// Lookup and Record answer for a website's refs.
+	Via string
+	// Approved, with Via set, is the revision the approval that the
+	// request itself carries names (§6 "APIs", "MCP": the repeat carries
+	// the approval), recorded by Record first: Take claims that revision's
+	// recorded approval and no other, when its terms are the request's
+	// (check 3); "" claims nothing, so that a request without an approval
+	// only ever gets the operation.
+	Approved string
 }
 
 // Found is an operation as Lookup finds it.
@@ -241,6 +261,10 @@ type RecordReply struct {
 	// RevisionMismatch (for the 403 answer), and for Recorded and
 	// AlreadyRecorded (the approved revision, for the decline hook).
 	Operation store.Operation
+	// Answer is, for AlreadyPerformed, what the claim that performed the
+	// operation kept with it (WithAnswer): the answer an API or MCP
+	// server gave the first time (§7 P90, M90); nil when none was kept.
+	Answer []byte
 }
 
 // TakeResult is Take's answer: Claim is set, or Ref (with Operation), or

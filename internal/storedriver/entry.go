@@ -86,3 +86,26 @@ func TermsDigest(terms []byte) string {
 	base64.RawURLEncoding.Encode(b[:], sum[:])
 	return string(b[:])
 }
+
+type answerKey struct{}
+
+// WithAnswer returns ctx carrying the answer a Finish with
+// store.OutcomePerformed keeps with the operation, for as long as it is
+// remembered: an API's response or an MCP tool's result, which a retry
+// with the same approval gets again (§7: "gets the response the Company
+// gave the first time"; P90, M90). A store keeps at most
+// storekit.MaxAnswer bytes of it, and none when it is longer; Record
+// returns it with AlreadyPerformed (RecordReply.Answer).
+func WithAnswer(ctx context.Context, answer []byte) context.Context {
+	return context.WithValue(ctx, answerKey{}, answer)
+}
+
+// AnswerOf returns what WithAnswer put in ctx, for a store's Finish: nil
+// for none, or one longer than storekit.MaxAnswer.
+func AnswerOf(ctx context.Context) []byte {
+	a, _ := ctx.Value(answerKey{}).([]byte)
+	if len(a) > storekit.MaxAnswer {
+		return nil
+	}
+	return a
+}

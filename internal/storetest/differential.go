@@ -93,7 +93,12 @@ type call struct {
 	once    string // record: a single-use key from a small pool ("" for none)
 	check   bool   // record: CheckOnly
 	fixed   bool   // take, issue: the action has a fixed expires_at (W25)
-	advance time.Duration
+	// take: the interface the request came through ("" the website,
+	// storekit.ViaAPI, ViaMCP), and the ref whose revision the approval
+	// it carries names (-1 none): one record across interfaces (§6).
+	via      string
+	approved int
+	advance  time.Duration
 }
 
 var (
@@ -120,11 +125,22 @@ func pick(r *rand.Rand, pool ...string) string {
 }
 
 func randomCall(r *rand.Rand, refs, claims int) call {
-	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))], other: -1}
+	c := call{owner: r.IntN(len(diffOwners)), key: diffKeys[r.IntN(len(diffKeys))], terms: diffTerms[r.IntN(len(diffTerms))], other: -1, approved: -1}
 	c.fixed = c.key == "k2" && r.IntN(3) == 0
 	switch n := r.IntN(100); {
 	case n < 33:
 		c.kind, c.token = "take", pick(r, "tok1", "tok2", "tok3")
+		// A third of the requests through an API or an MCP server, most
+		// carrying an approval of a revision seen (any interface's).
+		switch r.IntN(6) {
+		case 0:
+			c.via = storekit.ViaAPI
+		case 1:
+			c.via = storekit.ViaMCP
+		}
+		if c.via != "" && refs > 0 && r.IntN(4) > 0 {
+			c.approved = r.IntN(refs)
+		}
 	case n < 42:
 		c.kind = "issue"
 	case n < 66 && refs > 0:
@@ -160,7 +176,7 @@ func randomCall(r *rand.Rand, refs, claims int) call {
 func (c call) String() string {
 	switch c.kind {
 	case "take":
-		return fmt.Sprintf("take owner %d %s %s fixed %v token %q", c.owner, c.key, c.terms, c.fixed, c.token)
+		return fmt.Sprintf("take owner %d %s %s fixed %v token %q via %q approved ref %d", c.owner, c.key, c.terms, c.fixed, c.token, c.via, c.approved)
 	case "issue":
 		return fmt.Sprintf("issue owner %d %s %s fixed %v", c.owner, c.key, c.terms, c.fixed)
 	case "resolve":
@@ -252,7 +268,7 @@ func (w *world) ledger(t *testing.T, now time.Time) string {
 }
 
 func (w *world) op(op store.Operation) string {
-	return fmt.Sprintf("op %s rev %s expires %s", w.n(op.ID), w.n(op.Revision), op.ExpiresAt.Sub(base))
+	return fmt.Sprintf("op %s rev %s via %q expires %s", w.n(op.ID), w.n(op.Revision), storekit.RevisionVia(op.Revision), op.ExpiresAt.Sub(base))
 }
 
 // do makes the call and describes its answer in this world's numbering.
@@ -286,6 +302,10 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 			return "issued " + w.op(is.Operation)
 		}
 		a.ClaimToken = claimToken(c.token, who)
+		a.Via = c.via
+		if c.approved >= 0 {
+			_, a.Approved, _ = storekit.SplitRef(w.refs[c.approved])
+		}
 		res, err := st.Take(ctx, o, a, now)
 		switch {
 		case err != nil:
@@ -315,7 +335,7 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		if err != nil {
 			return errClass(t, err)
 		}
-		return fmt.Sprintf("record %v rev %s", rep.Result, w.n(rep.Operation.Revision))
+		return fmt.Sprintf("record %v rev %s answer %q", rep.Result, w.n(rep.Operation.Revision), rep.Answer)
 	case "release":
 		released, err := st.Release(ctx, o, claimToken(c.token, who), now)
 		if err != nil {
@@ -343,6 +363,11 @@ func (w *world) do(t *testing.T, c call, now time.Time) string {
 		return fmt.Sprint("performing ", stuck)
 	case "finish":
 		cl := w.claims[c.claim]
+		// A claim through an API or an MCP server keeps its answer (§7
+		// P90, M90).
+		if v := storekit.RevisionVia(cl.Operation.Revision); v != "" {
+			ctx = storedriver.WithAnswer(ctx, []byte(fmt.Sprintf("answer of claim %d via %s", c.claim, v)))
+		}
 		return "finish " + errClass(t, st.Finish(ctx, cl, c.outcome, now))
 	case "lookup":
 		rec, found, err := st.Lookup(ctx, o, w.refs[c.ref], now)

@@ -121,7 +121,9 @@ func (s *rstore) mayCompute(ctx context.Context, base string, owner store.Owner,
 	// or "!" and it when a revision of it could still be approved after the
 	// epoch's turn: the step then stores it under that id (computed.Crosses).
 	c.ID = k.ID(base, c)
-	if computed.Crosses(now, c.Expires, s.retention) {
+	// An API's or MCP server's revision is stored too, under that id: its
+	// approval names it, not a ref (storedriver.TakeRequest.Via).
+	if action.Via != "" || computed.Crosses(now, c.Expires, s.retention) {
 		f.seed += "!" + c.ID
 		return c, nil, nil
 	}

@@ -10,8 +10,11 @@
 --       resolve), 9 random suffix of a fresh revision ('' unless
 --       'notdone'), 10-12 the audit entry's head, terms digest ('' when
 --       the caller doesn't know the terms) and now + audit retention
---       (lib.lua audit), 13 the TTL in ms that keeps a key until 12, and
---       with the agent's count: 14 its members' prefix ("<slot> ").
+--       (lib.lua audit), 13 the TTL in ms that keeps a key until 12, 14
+--       the answer to keep with a performed operation
+--       (storedriver.WithAnswer: an API's or MCP server's first answer,
+--       §7; '' for none), and with the agent's count: 15 its members'
+--       prefix ("<slot> ").
 -- Returns 1, or 0 when the claim is no longer held (not performing).
 --
 -- Cost (lib.lua): the caller names the keys it knows and the claimed
@@ -69,10 +72,19 @@ if outcome == 'done' then
   -- any other is not, W74), k, and pa when it was computed. Its terms, summaries and approvals go,
   -- and the hash is written anew so that Redis keeps it compact.
   local fields = {'state', 'performed', 'acct', f[7] or '', 'cur', cur or '', 'k', k}
+  -- What an API or MCP server answered, for a retry with the same
+  -- approval (§7 P90, M90).
+  if ARGV[14] and ARGV[14] ~= '' then
+    fields[#fields + 1] = 'ans'
+    fields[#fields + 1] = ARGV[14]
+  end
   -- A computed one (c) keeps when it was claimed: a computed ref of its
   -- action handed out before then never stores a second operation (lib.lua
   -- neighbour_allows).
-  if f[11] and f[10] then fields[9] = 'pa'; fields[10] = f[10] end
+  if f[11] and f[10] then
+    fields[#fields + 1] = 'pa'
+    fields[#fields + 1] = f[10]
+  end
   if f[8] then
     for r in string.gmatch(f[8], '%S+') do
       fields[#fields + 1] = 't:' .. r
@@ -107,7 +119,7 @@ if outcome == 'done' then
   -- agent's on this server (take.lua); a claim made by an earlier version
   -- (one that made no start mark, st) did not.
   if not f[12] then redis.call('ZREM', base .. 'open', opID) end
-  if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[14] .. opID) end
+  if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[15] .. opID) end
   redis.call('ZREM', idx, op)
 elseif outcome == 'notdone' then
   -- W98: the operation waits again; its approval stays used up.
@@ -121,12 +133,12 @@ elseif outcome == 'notdone' then
   if ap and cur == ap then
     local r = redis.call('HMGET', op, 't:' .. ap, 's:' .. ap, 'x:' .. ap)
     if r[1] and r[3] and cmp(now, r[3]) <= 0 then
-      add_revision(op, opID, base, nil, f[8], al, revision_name(r[3], ARGV[9]), r[1], r[2] or '', r[3], k, now)
+      add_revision(op, opID, base, nil, f[8], al, revision_name(r[3], ARGV[9]) .. via_of(ap), r[1], r[2] or '', r[3], k, now)
     end
   end
   -- Open again, it counts among its owner's (and agent's) open
   -- operations until k.
-  reopen(base, opID, k, now, KEYS[4], ARGV[14])
+  reopen(base, opID, k, now, KEYS[4], ARGV[15])
 else
   -- W142, W138: still performing, and kept while it is; the claim stays
   -- held so that the outcome can be reported once known, but it can no

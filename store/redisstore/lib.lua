@@ -92,6 +92,36 @@ local function revision_name(x, suffix)
   return sec .. '-' .. suffix
 end
 
+-- via_of is the interface suffix of a revision's name ('_api', '_mcp';
+-- storekit.ViaRevision): '' for a website's, whose part after its '-' is
+-- exactly 16 characters. Each revision is the one interface's that
+-- returned it (storedriver.TakeRequest.Via).
+local function via_of(rev)
+  if not rev then return '' end
+  local d = string.find(rev, '-', 1, true)
+  if not d or #rev <= d + 17 or string.sub(rev, d + 17, d + 17) ~= '_' then return '' end
+  return string.sub(rev, d + 17)
+end
+
+-- seed_via is the interface a seed names ('~' and its name after the
+-- seed's random characters, before what computed_of reads), as via_of
+-- gives it: '' for the website.
+local function seed_via(seed)
+  local v = string.match(seed, '~(%w+)')
+  if not v then return '' end
+  return '_' .. v
+end
+
+-- latest_of_via is the name of the latest revision of interface via
+-- (via_of) in an operation's order; nil for none.
+local function latest_of_via(order, via)
+  local revs = words(order)
+  for i = #revs, 1, -1 do
+    if via_of(revs[i]) == via then return revs[i] end
+  end
+  return nil
+end
+
 -- revision_fields are the fields that make rev (terms t, summary s,
 -- expires_at x) the current revision of an operation whose revisions were
 -- order and whose approved ones al. Beyond MAX_REVISIONS the oldest
@@ -162,8 +192,12 @@ end
 -- k is the operation's keep-until before. actKey, when given, gets the new
 -- revision as its hint (prev kept); agentKey, when given (the agent's
 -- count on this server, new_operation), the operation's longer life.
-local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl, prev, agentKey, agentMember)
-  local fields, drop = revision_fields(order, al, rev, terms, summary, x)
+-- With before (another interface's revision, which never replaces a
+-- website's current one: lib.lua issue), rev is kept without becoming
+-- the current revision, and the action key's hint stays hint.
+local function add_revision(op, opID, base, actKey, order, al, rev, terms, summary, x, k, now, xttl, prev, agentKey, agentMember, before, hint)
+  local fields, drop = revision_fields(order, al, rev, terms, summary, x, before)
+  if before then rev = hint end
   if drop then redis.call('HDEL', op, unpack(drop)) end
   if not k or cmp(x, k) > 0 then
     -- Kept longer than before: the operation, its count among the owner's
@@ -378,8 +412,15 @@ local function issue(a)
   -- terms, which no approval can use while it performs (check 2): no second
   -- operation of the action is offered while the first may be taking
   -- effect (W145). Once performed, a new one (W141).
+  local via = seed_via(a.seed)
   if a.opID and (f[1] == 'open' or f[1] == 'performing') and f[2] == a.acct and not gone(f[3], now) then
     local cur = f[4]
+    -- The interface's latest revision: each revision is the one
+    -- interface's that returned it (storedriver.TakeRequest.Via).
+    if cur and via_of(cur) ~= via then
+      cur = latest_of_via(f[6], via)
+      c = cur and redis.call('HMGET', a.base .. 'op:' .. a.opID, 't:' .. cur, 's:' .. cur, 'x:' .. cur, 'a:' .. cur)
+    end
     local x = c and c[3]
     -- Reusable: same terms (W24), not expired, the same fixed expires_at
     -- (W25) or half its lifetime left (W39), and never approved, so that
@@ -389,8 +430,12 @@ local function issue(a)
         ((a.fixed == '' and cmp(x, a.half) >= 0) or (a.fixed ~= '' and x == a.fixed)) then
       return {a.opID, cur, c[2] or '', a.terms, x}
     end
-    local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
-    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev, a.agentKey, a.agentMember)
+    local rev = revision_name(a.x, string.sub(a.seed, 21, 36)) .. via
+    -- Another interface's revision never replaces the website's current
+    -- one, which Lookup and Record answer a website's refs with (W72,
+    -- W100).
+    local before = via ~= '' and f[4] and via_of(f[4]) == ''
+    add_revision(a.base .. 'op:' .. a.opID, a.opID, a.base, a.actKey, f[6], f[5], rev, a.terms, a.summary, a.x, f[3], now, a.xttl, prev, a.agentKey, a.agentMember, before, f[4])
     return {a.opID, rev, a.summary, a.terms, a.x}
   end
   -- Nothing is stored for a new operation (§3: a Company doesn't have to
@@ -418,7 +463,7 @@ local function issue(a)
       extra, opID = {'c', '1'}, a.compute
     end
   end
-  local rev = revision_name(a.x, string.sub(a.seed, 21, 36))
+  local rev = revision_name(a.x, string.sub(a.seed, 21, 36)) .. via
   if not new_operation(a.base, a.actKey, a.akey, opID, rev, a.acct, a.agent, a.user, a.terms, a.summary, a.x, now, a.maxOpen, prev, a.xttl, a.agentKey, a.maxAgent, a.agentMember, extra) then
     return nil
   end

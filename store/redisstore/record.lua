@@ -81,7 +81,7 @@ if computed then
         if r == rev then known = true end
       end
       local curX = not known and g[5] and redis.call('HGET', op, 'x:' .. g[5])
-      if not known and curX and cmp(curX, x) > 0 then
+      if not known and curX and cmp(curX, x) > 0 and via_of(g[5]) == '' then
         local fields, drop = revision_fields(g[3], g[4], rev, terms, summary, x, true)
         if drop then redis.call('HDEL', op, unpack(drop)) end
         redis.call('HSET', op, unpack(fields))
@@ -162,7 +162,11 @@ if owner ~= acct then
 end
 -- Check 2 (W113).
 if state == 'performing' then return {'performing'} end
-if state == 'performed' then return {'performed'} end
+if state == 'performed' then
+  -- With what an API or MCP server answered the first time, when it was
+  -- kept (finish.lua; §7 P90, M90).
+  return {'performed', redis.call('HGET', op, 'ans') or ''}
+end
 if state ~= 'open' then return {'notfound'} end
 -- Check 3: a revision returned for this very operation (W114, W116), not
 -- expired (W115; W18: expires_at itself is accepted), and not used up: a
@@ -183,7 +187,7 @@ if not t or not x or cmp(now, x) > 0 or f[12] then
     -- Only reachable with another operation's id (W116): the answer must
     -- still not name the approval's revision (W122), so the same terms get
     -- a fresh revision, named as store.NewRevision names one.
-    cur = revision_name(c[3], ARGV[7])
+    cur = revision_name(c[3], ARGV[7]) .. via_of(cur)
     add_revision(op, opID, base, nil, f[6], f[5], cur, c[1], c[2] or '', c[3], k, now)
   end
   return {'mismatch', opID, cur, c[2] or '', c[1], c[3]} -- W100, W122

@@ -342,8 +342,14 @@ func (s *rstore) issueArgs(base string, owner store.Owner, action storedriver.Ta
 	// W39: a revision is reused while at least half its lifetime is left.
 	half := now.Add(action.Lifetime / 2)
 	keys = []string{base + "act:" + digest}
+	sd := seed()
+	if action.Via != "" {
+		// The interface whose revisions the step issues (lib.lua
+		// seed_via).
+		sd += "~" + action.Via
+	}
 	f = issueFields{acct: owner.Account, terms: action.Terms, summary: action.Summary, fixed: fixed,
-		x: ns(expires), half: ns(half), now: ns(now), seed: seed(),
+		x: ns(expires), half: ns(half), now: ns(now), seed: sd,
 		agent: owner.Agent, user: owner.User, xttl: ttlMs(expires, now)}
 	return keys, f
 }
@@ -468,8 +474,17 @@ func (s *rstore) Take(ctx context.Context, owner store.Owner, action storedriver
 	au := s.auditArgs(ctx, storekit.EntryClaimed, owner, "", action.Terms, now)
 	// take.lua's arguments: what a claim needs, then what only issuing
 	// needs (issue.lua's 3-6 and 8-12) in one.
+	// Which approval a claim may use (take.lua ARGV[13]).
+	only := ""
+	if action.Via != "" {
+		only = "-"
+		// Only a revision of the request's own interface (§6).
+		if action.Approved != "" && storekit.RevisionVia(action.Approved) == action.Via {
+			only = action.Approved
+		}
+	}
 	args := []any{f.acct, f.terms, f.now, token, ns(retained), s.retainedTTL,
-		s.tokenTTL, tokUntil, au[0], au[1], au[2], s.auditTTL,
+		s.tokenTTL, tokUntil, au[0], au[1], au[2], s.auditTTL, only,
 		jsonStrings(f.summary, f.fixed, f.x, f.half, f.seed, f.agent, f.user, s.maxOpenStr, f.xttl, ns(now.Add(-unstartedFor))),
 	}
 	mark := startMark{key: keys[1], token: token, now: ns(now), till: tokUntil, at: now}
@@ -714,6 +729,9 @@ func (s *rstore) Record(ctx context.Context, owner store.Owner, ref string, appr
 		r.Result = storedriver.BeingPerformed
 	case "performed":
 		r.Result = storedriver.AlreadyPerformed
+		if len(v) > 1 && v[1] != "" {
+			r.Answer = []byte(v[1])
+		}
 	case "expired":
 		r.Result = storedriver.OperationExpired
 	case "limited":
@@ -791,8 +809,12 @@ func (s *rstore) finishArgs(ctx context.Context, base string, owner store.Owner,
 	}
 	head, digest := entryHeadOf(ctx, what, owner, "", terms, now)
 	keep := now.Add(s.auditRetention)
+	answer := ""
+	if o == "done" && token != "" {
+		answer = string(storedriver.AnswerOf(ctx))
+	}
 	return keys, []any{token, o, ns(now), ns(retained), ttlMs(retained, now), base, rev, account, suffix,
-		head, digest, ns(keep), ttlMs(keep, now)}
+		head, digest, ns(keep), ttlMs(keep, now), answer}
 }
 
 // maxTokenLength bounds a caller's claim token, which becomes part of a key.

@@ -13,14 +13,19 @@
 --       token key's TTL in ms, 8 now + that TTL (when the token is
 --       forgotten), 9-11 the audit entry of a claim (lib.lua audit: its
 --       head, audit.go entryHeadOf; the terms' digest; now + the audit
---       retention), 12 the TTL in ms that keeps a key until that, 13 what only issuing needs, as
---       one JSON array of strings (redisstore.go jsonStrings), read only
+--       retention), 12 the TTL in ms that keeps a key until that, 13 which
+--       approval a claim may use (storedriver.TakeRequest.Via, Approved):
+--       '' the first recorded of a website's revisions, '-' none (a request
+--       through an API or MCP server without an approval), else that
+--       revision's only (the one the request's approval names), 14 what
+--       only issuing needs, as one JSON array of strings (redisstore.go
+--       jsonStrings), read only
 --       there: issue.lua's ARGV 3-6 and 8-12 (summary, fixed expires_at,
 --       a fresh revision's expires_at, the least a reused one may have,
 --       seed, agent, user, the owner's cap, the TTL that keeps a key until
 --       that expires_at), then the instant before which a claim never
 --       marked started may be undone ('' never); and with the agent's
---       count: 14 the agent's cap, 15 its members'
+--       count: 15 the agent's cap, 16 its members'
 --       prefix ("<slot> "). (Each argument costs the server a Lua string,
 --       about 1.3 k instructions: the 403's step reads none of them.)
 -- The marker (KEYS[4]) is checked when it is not the action key.
@@ -83,7 +88,8 @@ if tk then
 end
 
 local opID, hint, prev = current_of(v[2])
-local agentKey, agentMember = KEYS[6], ARGV[15]
+local agentKey, agentMember = KEYS[6], ARGV[16]
+local only = ARGV[13]
 -- Being performed, or its outcome not known yet: nothing is claimed and
 -- nothing issued, since a new operation now would invite a second approval
 -- of an action that may be taking effect (W145, §7). That is the action's
@@ -104,7 +110,7 @@ if opID then
       -- A claim never marked started, made long enough ago, has no
       -- handler running and none to come (its start mark would now fail):
       -- undo it, and claim for this request instead. Any other is busy.
-      local unstartedBefore = cjson.decode(ARGV[13])[10]
+      local unstartedBefore = cjson.decode(ARGV[14])[10]
       local p = redis.call('HMGET', op, 'st', 'fu', 'pa', 'claim', 'ap')
       if p[1] ~= '0' or p[2] or not p[3] or not p[5] or unstartedBefore == '' or cmp(p[3], unstartedBefore) >= 0 then
         return {'busy'}
@@ -136,7 +142,10 @@ if opID then
         -- The first recorded one of these very terms (W117) that is
         -- neither used up (W96, W98) nor expired (W103): use it up, and
         -- only it.
-        if t == terms and x and ap and not used and cmp(now, x) <= 0 then
+        -- Only an approval of this interface's revisions, and through an
+        -- API or MCP server only the one the request carries (only).
+        if t == terms and x and ap and not used and cmp(now, x) <= 0 and
+            ((only == '' and via_of(r) == '') or (only ~= '' and only ~= '-' and r == only)) then
           local retained, retainedTTL = ARGV[5], ARGV[6]
           local k = later(retained, f[3]) -- W138
           -- The claim's entry first: a full log refuses the claim. It
@@ -177,7 +186,7 @@ if opID then
   end
 end
 -- Nothing to claim: the operation to answer with (lib.lua issue).
-local p = cjson.decode(ARGV[13])
+local p = cjson.decode(ARGV[14])
 local seed = p[5]
 -- The seed ends with '.' or '!' and the operation_id to compute ('' when
 -- it can't be; lib.lua computed_of).
@@ -187,7 +196,7 @@ local a = {
   acct = acct, terms = terms, summary = p[1], fixed = p[2],
   x = p[3], half = p[4], now = now, seed = seed, compute = compute, storeAs = storeAs,
   agent = p[6], user = p[7], maxOpen = p[8], xttl = p[9],
-  agentKey = agentKey, maxAgent = ARGV[14], agentMember = agentMember,
+  agentKey = agentKey, maxAgent = ARGV[15], agentMember = agentMember,
   opID = opID or false, hint = hint, prev = prev, f = f, c = c,
 }
 local r = issue(a)

@@ -12,7 +12,7 @@ import (
 )
 
 // Take sends what only issuing needs as one JSON array (take.lua's
-// ARGV[13]): a summary, agent and User with any bytes come back from the
+// ARGV[14]): a summary, agent and User with any bytes come back from the
 // stored operation exactly as they went in, on Redis as the functions
 // read them and as the scripts do.
 func TestTakeIssueFieldsAnyBytes(t *testing.T) {

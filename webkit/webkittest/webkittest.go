@@ -78,6 +78,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/agentside"
+	"github.com/opsgate/opsgate/internal/apigate"
 	"github.com/opsgate/opsgate/internal/continueform"
 	"github.com/opsgate/opsgate/internal/headers"
 	"github.com/opsgate/opsgate/store"
@@ -265,12 +266,12 @@ const declared = `"operations";v="3"`
 // Join joins a new browser to the Session through the site's join,
 // declaring the operations extension (version 3). It returns an error when
 // the site refuses the join.
-func (s *Session) Join() (*Browser, error) { return s.JoinDeclaring(declared) }
+func (s *Session) Join() (*Browser, error) { return s.joinDeclaring(declared) }
 
-// JoinDeclaring joins a new browser declaring extensions (a
+// joinDeclaring joins a new browser declaring extensions (a
 // Poppy-Extensions value; "" declares none), to test what the site does
 // for a Session without the operations extension (W11, W12).
-func (s *Session) JoinDeclaring(extensions string) (*Browser, error) {
+func (s *Session) joinDeclaring(extensions string) (*Browser, error) {
 	site := s.agent.site
 	assertion, err := s.agent.delegation().BrowserAssertion(agentside.BrowserClaims{
 		SessionClaims: agentside.SessionClaims{Audience: site.joinURL(), SID: s.SID, User: s.user, AccessToken: s.accessToken, Lifetime: 30 * time.Second},
@@ -590,10 +591,7 @@ func (s *Session) Send(ref string, a store.Approval) *Response {
 
 func (s *Session) send(ref, approval string) *Response {
 	site := s.agent.site
-	jwt, err := s.agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.user, AccessToken: s.accessToken})
-	if err != nil {
-		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
-	}
+	jwt := s.sessionJWT()
 	body, _ := json.Marshal(map[string]string{"ref": ref})
 	req, err := http.NewRequest(http.MethodPost, site.endpointURL(), bytes.NewReader(body))
 	if err != nil {
@@ -609,19 +607,34 @@ func (s *Session) send(ref, approval string) *Response {
 	if approval != "" {
 		req.Header.Set(headers.Approval, approval)
 	}
-	res, err := (&http.Client{Transport: siteTransport{site}}).Do(req)
+	return s.do(req)
+}
+
+// do sends the agent's own request to the site and reads its JSON answer.
+func (s *Session) do(req *http.Request) *Response {
+	res, err := (&http.Client{Transport: siteTransport{s.agent.site}}).Do(req)
 	if err != nil {
 		return &Response{Err: err}
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: site.endpointURL()}
+	ans := &Response{StatusCode: res.StatusCode, Header: res.Header, Body: raw, Err: err, url: req.URL.String()}
 	var v struct {
 		Error     string           `json:"error"`
 		Operation *store.Operation `json:"operation"`
 		Status    string           `json:"status"`
+		// An MCP tool call's answer: the operation, or the decline, is in
+		// its result's structuredContent (§4, §6 "MCP").
+		Result *struct {
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		} `json:"result"`
 	}
-	if json.Unmarshal(raw, &v) == nil {
+	if json.Unmarshal(raw, &v) == nil && v.Result != nil {
+		if raw = v.Result.StructuredContent; json.Unmarshal(raw, &v) != nil {
+			raw = nil
+		}
+	}
+	if raw != nil && json.Unmarshal(raw, &v) == nil {
 		ans.Error, ans.Operation, ans.OperationStatus = v.Error, v.Operation, v.Status
 		if v.Error == "approval_declined" {
 			var d webkit.Decline
@@ -631,6 +644,134 @@ func (s *Session) send(ref, approval string) *Response {
 		}
 	}
 	return ans
+}
+
+// Call sends req to the site as an API call of the Session (§4, §6
+// "APIs"): the request carries the Session itself, a joined browser's
+// cookie plays no part (RULES.md choice 7). The harness adds what the
+// agent adds to each of its API requests, unless req sets it already: a
+// new Session JWT in Poppy-Session (single-use), Poppy-Version: 1.0,
+// Poppy-Extensions declaring operations v3, and a signed-in Session's
+// access token (Authorization: Bearer); and approval, when not nil, in
+// Poppy-Approval (§6 "APIs": the same request again, with the approval).
+//
+// A req whose body is an MCP tools/call (a JSON-RPC request to the site's
+// MCP server over Streamable HTTP, RULES.md choice 8) is sent as that
+// HTTP request of an MCP session: approval then goes in params._meta
+// under personalagentprotocol.org/approval (§6 "MCP"), and the answer's
+// Operation, Error and Decline are read from the tool result's
+// structuredContent (M46, M81); StatusCode is the HTTP status (503 while
+// the operation is performing, M96).
+// A path in req.URL is the site's. A header req sets is sent as it is,
+// and one it sets to no values (req.Header["Poppy-Extensions"] = nil) is
+// not sent: to test what the site answers a request without it.
+//
+// The answer's Error, Operation, OperationStatus and Decline are read
+// from its JSON body, as the endpoint's are: approval_required with the
+// operation (P44, P45), approval_declined with its members (P81), the
+// status of a performing operation (503, P96).
+func (s *Session) Call(req *http.Request, approval *store.Approval) *Response {
+	site := s.agent.site
+	if req.URL.Host == "" {
+		u, err := url.Parse(site.Origin + req.URL.RequestURI())
+		if err != nil {
+			return &Response{Err: err}
+		}
+		req.URL, req.Host = u, u.Host
+	}
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	set := func(name, value string) {
+		if _, ok := req.Header[name]; !ok {
+			req.Header.Set(name, value)
+		}
+	}
+	set(headers.Session, s.sessionJWT())
+	set(headers.Version, "1.0")
+	set(headers.Extensions, declared)
+	if s.accessToken != "" {
+		set("Authorization", "Bearer "+s.accessToken)
+	}
+	body, isMCP, err := toolCall(req, approval)
+	switch {
+	case err != nil:
+		return &Response{Err: err}
+	case isMCP:
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		set("Content-Type", "application/json")
+		set("Accept", "application/json, text/event-stream")
+	case approval != nil:
+		h, err := headers.FormatApproval(*approval)
+		if err != nil {
+			return &Response{Err: err}
+		}
+		req.Header.Set(headers.Approval, h)
+	}
+	for name, v := range req.Header {
+		if len(v) == 0 {
+			delete(req.Header, name)
+		}
+	}
+	return s.do(req)
+}
+
+// toolCall reads req's body: when it is an MCP tools/call (a JSON-RPC
+// request), it returns the body with approval, when not nil, as a JSON
+// object in params._meta under personalagentprotocol.org/approval (§6
+// "MCP"), and true.
+func toolCall(req *http.Request, approval *store.Approval) ([]byte, bool, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, false, err
+	}
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	var rpc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&rpc) != nil || rpc["jsonrpc"] != "2.0" || rpc["method"] != "tools/call" {
+		return body, false, nil
+	}
+	if approval == nil {
+		return body, true, nil
+	}
+	params, _ := rpc["params"].(map[string]any)
+	if params == nil {
+		params = map[string]any{}
+		rpc["params"] = params
+	}
+	meta, _ := params["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		params["_meta"] = meta
+	}
+	a := map[string]any{"operation_id": approval.OperationID, "revision": approval.Revision, "approver": string(approval.Approver)}
+	if !approval.ApprovedAt.IsZero() {
+		a["approved_at"] = approval.ApprovedAt.Unix()
+	}
+	if approval.InputType != "" && approval.Approver == store.ApproverUser {
+		a["input_type"] = approval.InputType
+	}
+	if approval.Reference != "" {
+		a["reference"] = approval.Reference
+	}
+	meta[apigate.MetaKey] = a
+	body, err = json.Marshal(rpc)
+	return body, true, err
+}
+
+// sessionJWT signs a new Session JWT for one request (RULES.md choice 1).
+func (s *Session) sessionJWT() string {
+	site := s.agent.site
+	jwt, err := s.agent.delegation().SessionJWT(agentside.SessionClaims{Audience: site.Origin, SID: s.SID, User: s.user, AccessToken: s.accessToken})
+	if err != nil {
+		panic(fmt.Sprintf("webkittest: Session JWT: %v", err))
+	}
+	return jwt
 }
 
 // ErrNotRepeatable is Continue's error, for errors.Is, when the waiting

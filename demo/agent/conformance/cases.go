@@ -36,6 +36,10 @@ var (
 // when the site accepts agent approvals of the signed-in action, once
 // signed in).
 func (c *checker) run(ctx context.Context) {
+	if c.cfg.Via == "api" || c.cfg.Via == "mcp" {
+		c.runCalls(ctx) // calls.go
+		return
+	}
 	if !c.checkDiscovery(ctx) {
 		return
 	}

@@ -72,6 +72,11 @@ type Config struct {
 	// HTTPClient is the base client (its Transport is used); nil is
 	// http.DefaultTransport.
 	HTTPClient *http.Client
+	// Via is the interface checked: "" or "web" (the website, its
+	// endpoint and a joined browser), "api" (the JSON API: Action is
+	// `METHOD /path {json}`, P rows) or "mcp" (the MCP server at mcp.url:
+	// Action is `tool {json arguments}`, M rows).
+	Via string
 	// Log, when set, gets a line for each step and, for an answer a case
 	// did not expect, its body (the first 2 KiB, CSRF tokens and access
 	// tokens blanked out).
@@ -102,7 +107,9 @@ type Result struct {
 
 // Report is the outcome of a run.
 type Report struct {
-	Site    string   `json:"site"`
+	Site string `json:"site"`
+	// Via is the interface checked: "web", "api" or "mcp".
+	Via     string   `json:"via,omitempty"`
 	Action  string   `json:"action,omitempty"`
 	Results []Result `json:"results"`
 }
@@ -140,7 +147,7 @@ func (r Report) Counts() (pass, fail, skip int) {
 // WriteText writes the report for a person: one line per case, with its
 // reasons indented under it.
 func (r Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "conformance of %s to operations v3 (websites)\n", r.Site)
+	fmt.Fprintf(w, "conformance of %s to operations v3 (%s)\n", r.Site, map[string]string{"": "websites", "web": "websites", "api": "its API", "mcp": "its MCP server"}[r.Via])
 	if r.Action != "" {
 		fmt.Fprintf(w, "gated action: %s\n", r.Action)
 	}
@@ -201,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer c.stopAgents()
 	c.run(ctx)
-	rep := Report{Site: c.origin, Results: c.results}
+	rep := Report{Site: c.origin, Via: c.cfg.Via, Results: c.results}
 	if c.main != nil {
 		rep.Action = c.main.String()
 	}
@@ -214,7 +221,15 @@ func newChecker(cfg Config) (*checker, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: Site must be an origin such as https://shop.example, got %q", ErrConfig, cfg.Site)
 	}
-	if cfg.Action != "" {
+	switch cfg.Via {
+	case "", "web", "api", "mcp":
+	default:
+		return nil, fmt.Errorf("%w: Via %q: web, api or mcp", ErrConfig, cfg.Via)
+	}
+	if (cfg.Via == "api" || cfg.Via == "mcp") && cfg.Action == "" {
+		return nil, fmt.Errorf("%w: Via %s needs Action", ErrConfig, cfg.Via)
+	}
+	if cfg.Action != "" && cfg.Via != "mcp" {
 		if _, err := parseAction(cfg.Action); err != nil {
 			return nil, err
 		}

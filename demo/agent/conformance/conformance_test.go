@@ -176,6 +176,19 @@ func TestDemoPassesTwice(t *testing.T) {
 		if _, fail, skip := rep.Counts(); fail != 0 || skip != 0 {
 			t.Fatalf("run %d against the demo: %d failed, %d skipped:\n%s", run+1, fail, skip, report(rep))
 		}
+		// The API and MCP modes: the P and M rows they can observe.
+		for via, action := range map[string]string{
+			"api": `POST /api/orders/ord_7Hk2/items/itm_4Qa/exchanges {"replacement_sku":"stormline-insulated-m"}`,
+			"mcp": `exchange_item {"order_id":"ord_7Hk2","item_id":"itm_4Qa","replacement_sku":"stormline-insulated-m"}`,
+		} {
+			rep, err := conformance.Run(t.Context(), conformance.Config{Site: origin, Via: via, Action: action, TokenURL: origin + shop.PathToken})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pass, fail, skip := rep.Counts(); fail != 0 || skip != 0 || pass < 11 {
+				t.Fatalf("run %d of -via %s against the demo: %d passed, %d failed, %d skipped:\n%s", run+1, via, pass, fail, skip, report(rep))
+			}
+		}
 	}
 }
 

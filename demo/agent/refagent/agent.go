@@ -127,6 +127,10 @@ type Discovery struct {
 	Operations bool   // operations with version "3" is listed (A03, A04)
 	Endpoint   string // the operations endpoint
 	Join       string // web.browser_session_endpoint
+	// APIBase is api.base_url and MCP mcp.url: where the Company's JSON
+	// API and MCP server are (webkit/RULES.md choice 9); "" when it lists
+	// none.
+	APIBase, MCP string
 }
 
 // Agent is the reference Personal Agent. Its methods are safe for
@@ -173,8 +177,14 @@ var ErrNotSupported = errors.New("refagent: the Company does not support operati
 
 // New starts the agent: its keys, its server, the Company's poppy.json and
 // the watch on its browser's network events.
+//
+// An agent that acts only at the Company's API and MCP server
+// (CallThrough) has no browser: Config.Browser nil.
 func New(ctx context.Context, cfg Config) (*Agent, error) {
-	if cfg.Browser == nil || chromedp.FromContext(cfg.Browser) == nil {
+	if cfg.Browser == nil {
+		return start(ctx, cfg)
+	}
+	if chromedp.FromContext(cfg.Browser) == nil {
 		return nil, errors.New("refagent: Config.Browser must be a chromedp context")
 	}
 	a, err := start(ctx, cfg)
@@ -379,11 +389,17 @@ func (a *Agent) discover(ctx context.Context) error {
 		Web struct {
 			BrowserSessionEndpoint string `json:"browser_session_endpoint"`
 		} `json:"web"`
+		API struct {
+			BaseURL string `json:"base_url"`
+		} `json:"api"`
+		MCP struct {
+			URL string `json:"url"`
+		} `json:"mcp"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&doc); err != nil {
 		return fmt.Errorf("refagent: poppy.json: %w", err)
 	}
-	a.disc = Discovery{Name: doc.Name, Join: doc.Web.BrowserSessionEndpoint}
+	a.disc = Discovery{Name: doc.Name, Join: doc.Web.BrowserSessionEndpoint, APIBase: doc.API.BaseURL, MCP: doc.MCP.URL}
 	if a.disc.Name == "" {
 		a.disc.Name = a.origin
 	}
@@ -509,6 +525,9 @@ type JoinOptions struct {
 // access_token: never in a URL), the browser submits it to the Company's
 // browser_session_endpoint, which answers 303 to return_to.
 func (a *Agent) Join(ctx context.Context, opts JoinOptions) (*Session, error) {
+	if a.cfg.Browser == nil {
+		return nil, errors.New("refagent: Join needs a browser (Config.Browser)")
+	}
 	s, form, decl, err := a.joinForm(ctx, opts)
 	if err != nil {
 		return nil, err

@@ -172,6 +172,11 @@ func moneyIn(raw json.RawMessage) ([]money, bool) {
 // terms must be within the rule's limit and in its currency.
 func (r Rule) covers(q Question) (ok, sure bool, why string) {
 	u, err := url.Parse(strings.TrimPrefix(q.Action, strings.SplitN(q.Action, " ", 2)[0]+" "))
+	if f := strings.Fields(q.Action); len(f) >= 2 && f[0] == "tools/call" {
+		// An MCP tool (CallThrough): the words of its name are its path's,
+		// exchange_item → /exchange/item.
+		u, err = &url.URL{Path: "/" + strings.ReplaceAll(f[1], "_", "/")}, nil
+	}
 	if err != nil || !hasKind(u.Path, r.Kind) {
 		kinds := "none"
 		if err == nil && len(Kinds(u.Path)) > 0 {
