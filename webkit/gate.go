@@ -156,36 +156,53 @@ func (k *Kit) refuseGated(w http.ResponseWriter, r *http.Request, describe Descr
 // serves it) or it can't be read (400, 413); otherwise the body is
 // restored for the handler, and returned for Continue.
 func (k *Kit) described(w http.ResponseWriter, r *http.Request, describe Describe, next http.Handler) (Action, []byte, bool) {
-	body, err := k.sentBody(r)
-	if errors.Is(err, errBodySpent) {
-		k.bodySpent(w, r)
+	act, body, err, ok := k.describe(w, r, describe)
+	if !ok {
 		return Action{}, nil, false
 	}
-	if err != nil {
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
-		if errors.Is(err, errBodyTooLarge) {
-			respond.TooLarge(w)
-			return Action{}, nil, false
-		}
-		respond.BadRequest(w, "the request body could not be read")
-		return Action{}, nil, false
-	}
-	restoreBody(r, body)
-	act, err := describe(r)
-	restoreBody(r, body) // describe may have read it: the handler reads it again
 	if errors.Is(err, ErrNotGated) {
 		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_gated"})
 		next.ServeHTTP(w, r)
 		return Action{}, nil, false
 	}
 	if err != nil {
-		k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
-			slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
-		respond.BadRequest(w, err.Error())
+		k.describeRefused(w, r, err)
 		return Action{}, nil, false
 	}
 	return act, body, true
+}
+
+// describeRefused answers a request describe refused with an error other
+// than ErrNotGated.
+func (k *Kit) describeRefused(w http.ResponseWriter, r *http.Request, err error) {
+	k.logger().LogAttrs(r.Context(), slog.LevelInfo, "opsgate: describe refused the request",
+		slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
+	respond.BadRequest(w, err.Error())
+}
+
+// describe reads r's body (kept for the handler) and asks describe which
+// action r is: its error as describe returned it. ok is false when the
+// body could not be read, which is answered.
+func (k *Kit) describe(w http.ResponseWriter, r *http.Request, describe Describe) (act Action, body []byte, err error, ok bool) {
+	body, err = k.sentBody(r)
+	if errors.Is(err, errBodySpent) {
+		k.bodySpent(w, r)
+		return Action{}, nil, nil, false
+	}
+	if err != nil {
+		k.observe(r.Context(), Event{Route: routeGate, Outcome: "invalid_request"})
+		if errors.Is(err, errBodyTooLarge) {
+			respond.TooLarge(w)
+			return Action{}, nil, nil, false
+		}
+		respond.BadRequest(w, "the request body could not be read")
+		return Action{}, nil, nil, false
+	}
+	restoreBody(r, body)
+	act, err = describe(r)
+	restoreBody(r, body) // describe may have read it: the handler reads it again
+	return act, body, err, true
 }
 
 // serveSession handles a request from a browser handled as Session s (§4

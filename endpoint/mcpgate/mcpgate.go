@@ -157,9 +157,19 @@ func Tool[In any](kit *webkit.Kit, describe func(ctx context.Context, req *mcp.C
 		if err != nil {
 			return toolError("Nothing was done: " + err.Error()), nil, nil
 		}
+		// A tool describe doesn't gate (M05) answers as it would without
+		// the extension, its Go error the SDK's error result; it still
+		// runs through the Gate, for webkit.SessionOf.
+		_, derr := describe(ctx, req, in)
+		ungated := errors.Is(derr, webkit.ErrNotGated)
+		var ungatedErr error
 		perform := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			res, out, err := h(r.Context(), req, in)
 			switch {
+			case err != nil && ungated:
+				ungatedErr = err
+				w.WriteHeader(http.StatusOK)
+				return
 			case err != nil:
 				// Its outcome is not known: never a failure (M95); the Gate
 				// answers 503 and a retry is refused while it stays unknown.
@@ -193,6 +203,9 @@ func Tool[In any](kit *webkit.Kit, describe func(ctx context.Context, req *mcp.C
 		// describe and h get the Gate's context, with the call's Session
 		// (webkit.SessionOf).
 		kit.Gate(func(r *http.Request) (webkit.Action, error) { return describe(r.Context(), req, in) })(perform).ServeHTTP(rec, r)
+		if ungatedErr != nil {
+			return nil, nil, ungatedErr
+		}
 		return result(rec, st)
 	}
 }
@@ -214,9 +227,17 @@ func toolRequest(ctx context.Context, req *mcp.CallToolRequest, st *call) (*http
 	// handled as one without an approval.
 	if a, _ := apigate.ApprovalOfMeta(meta); a != nil {
 		h, err := headers.FormatApproval(*a)
-		if err == nil {
-			r.Header.Set(headers.Approval, h)
+		if err != nil {
+			// M59: an input_type or reference that a header can't carry
+			// (not printable ASCII) doesn't make the approval another
+			// one: kept as absent, as the store keeps one too long.
+			a.InputType, a.Reference = "", ""
+			h, err = headers.FormatApproval(*a)
 		}
+		if err != nil {
+			return nil, fmt.Errorf("the approval in _meta can't be used: %w", err)
+		}
+		r.Header.Set(headers.Approval, h)
 	}
 	return r, nil
 }
@@ -244,6 +265,7 @@ func result(rec *recorder, st *call) (*mcp.CallToolResult, any, error) {
 	var body struct {
 		Error       string          `json:"error"`
 		Description string          `json:"error_description"`
+		Detail      string          `json:"detail"` // respond.BadRequest's
 		Operation   json.RawMessage `json:"operation"`
 		Reason      string          `json:"reason"`
 		OperationID string          `json:"operation_id"`
@@ -284,6 +306,9 @@ func result(rec *recorder, st *call) (*mcp.CallToolResult, any, error) {
 		return &res, nil, nil
 	case rec.status == http.StatusBadRequest:
 		why := body.Description
+		if why == "" {
+			why = body.Detail
+		}
 		if why == "" {
 			why = "the call can't be described as an action"
 		}

@@ -235,13 +235,14 @@ func decideApproved(ctx context.Context, st storedriver.Store, q Request, a stor
 				reason = "(no reason given)"
 			}
 			// Its audit entry, and nothing recorded (P88, M88).
-			reply, err = st.Record(ctx, q.Owner, ref, a, q.Now, storedriver.RecordOptions{Decline: reason})
-			if err != nil {
+			if _, err = st.Record(ctx, q.Owner, ref, a, q.Now, storedriver.RecordOptions{Decline: reason}); err != nil {
 				return Result{Do: Unavailable, Err: err}, ""
 			}
-			if reply.Result == storedriver.Recorded {
-				return Result{Do: Declined, Decline: d}, ""
-			}
+			// Declined, whatever the store says of the approval: one this
+			// very approval left recorded before (its terms were another
+			// request's, check 3) is never used by a request the site
+			// declined (fail closed).
+			return Result{Do: Declined, Decline: d}, ""
 		} else {
 			reply, err = st.Record(ctx, q.Owner, ref, a, q.Now, storedriver.RecordOptions{})
 			if err != nil {
