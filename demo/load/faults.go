@@ -8,6 +8,12 @@ package main
 // handler runs twice is a double performance (§7), an approval recorded
 // but never performed is an approval lost.
 //
+// A quarter of the cycles ask through the JSON API and a quarter through
+// the MCP tool instead (interfaces.go, behind every server's Mount), on
+// the same stores: the agent sends its approval on the repeat itself, and
+// their performances are counted at the handler by operation ID with the
+// page's, in performed and doubles ("api/mcp performed N" says how many).
+//
 // Then it counts what is left performing once everything is answered
 // again, from the handler's side (which operation IDs it ran and returned
 // from) against the store's (Store.Performing and Lookup): a claim whose
@@ -25,6 +31,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +52,7 @@ import (
 	"github.com/opsgate/opsgate/store"
 	"github.com/opsgate/opsgate/store/redisstore"
 	"github.com/opsgate/opsgate/webkit"
+	"github.com/opsgate/opsgate/webkit/webkittest"
 )
 
 type faultsConfig struct {
@@ -62,6 +71,9 @@ type faultResult struct {
 	lost       int
 	stranded   int           // performing after recovery, the handler never ran
 	stuck      int           // performing 10 s after recovery, the handler returned
+	viaIfc     int           // performances through the API and the MCP tool (in performed)
+	ifcDoubles int           // operations of theirs performed more than once (in doubles)
+	noIfc      bool          // the scenario sends no API or MCP traffic
 	maxWait    time.Duration // the longest gated request
 	recovery   time.Duration // from the fault healed until gated requests are answered again
 	note       string
@@ -78,9 +90,11 @@ func (r faultResult) String() string {
 	}
 	s := fmt.Sprintf("%-62s performed %5d  doubles %3d  approvals lost %3d  stranded %3d  stuck %3d  max wait %7v  recovery %7s",
 		name, r.performed, r.doubles, r.lost, r.stranded, r.stuck, r.maxWait.Round(time.Millisecond), recovery)
-	if r.note != "" {
-		s += "  (" + r.note + ")"
+	ifc := fmt.Sprintf("api/mcp performed %d, %d doubles", r.viaIfc, r.ifcDoubles)
+	if r.noIfc {
+		ifc = "no api/mcp traffic"
 	}
+	s += "  (" + join(ifc, r.note) + ")"
 	return s
 }
 
@@ -242,12 +256,35 @@ type rig struct {
 	// fault can strike while handlers run.
 	delay atomic.Int64
 
-	mu       sync.Mutex
-	runs     map[string]int      // operation ID → handler runs (started)
-	returned map[string]int      // operation ID → handler runs that returned
-	approved map[string]approval // operation ID → its approval, confirmed or not
-	gated    []wait
+	// The agents' API and MCP traffic (interfaces.go): every server also
+	// serves the exchange on its JSON API and as an MCP tool behind its
+	// Mount; a quarter of the cycles ask through each instead of the
+	// browser, and send the approval on the repeat itself.
+	ifc       *interfaces
+	ifcRoutes *http.Transport       // the site's proxy to the server a request names
+	sessions  []*webkittest.Session // browser → its agent's Session, for API and MCP calls
+	noIfc     bool                  // the scenario sends no API or MCP traffic
+
+	mu          sync.Mutex
+	runs        map[string]int      // operation ID → handler runs (started), every interface
+	returned    map[string]int      // operation ID → handler runs that returned
+	approved    map[string]approval // operation ID → its approval, confirmed or not
+	ifcOps      map[string]bool     // operation IDs asked through the API or MCP
+	ifcApproved []ifcApproval       // the approvals the agents sent on API and MCP repeats
+	gated       []wait              // the website's gated requests
 }
+
+// ifcApproval is an approval an agent sent on an API or MCP repeat.
+type ifcApproval struct {
+	browser  int
+	order    string
+	via      string // "api" or "mcp"
+	approval *store.Approval
+}
+
+// serverKey is the context key of the server an API or MCP request of
+// the rig goes to (its index in urls).
+type serverKey struct{}
 
 // wait is one gated request: when it started, how long it took.
 type wait struct {
@@ -301,7 +338,19 @@ type approval struct {
 }
 
 func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
-	r := &rig{stores: stores, short: short, runs: map[string]int{}, returned: map[string]int{}, approved: map[string]approval{}}
+	r := &rig{stores: stores, short: short, runs: map[string]int{}, returned: map[string]int{}, approved: map[string]approval{}, ifcOps: map[string]bool{}}
+	r.ifc = newInterfaces()
+	r.ifc.handle = func(_ context.Context, id string) {
+		r.mu.Lock()
+		r.runs[id]++
+		r.mu.Unlock()
+		if d := time.Duration(r.delay.Load()); d > 0 {
+			time.Sleep(d)
+		}
+		r.mu.Lock()
+		r.returned[id]++
+		r.mu.Unlock()
+	}
 	for i, st := range stores {
 		kit := webkit.New(keys...)
 		kit.Store = st
@@ -330,11 +379,33 @@ func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
 				r.mu.Unlock()
 			}
 		})))
-		srv := httptest.NewServer(mux)
+		handler, err := r.ifc.serve(kit, mux)
+		if err != nil {
+			return nil, err
+		}
+		srv := httptest.NewServer(handler)
 		r.servers = append(r.servers, srv)
 		r.urls = append(r.urls, srv.URL)
 	}
 	r.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// The agents reach the site in process: a proxy to the server the
+	// request's context names, over loopback HTTP.
+	targets := make([]*url.URL, len(r.urls))
+	for i, u := range r.urls {
+		targets[i], _ = url.Parse(u)
+	}
+	r.ifcRoutes = &http.Transport{MaxIdleConnsPerHost: 64}
+	r.ifc.site.Handler = &httputil.ReverseProxy{
+		Transport: r.ifcRoutes,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			srv, _ := pr.In.Context().Value(serverKey{}).(int)
+			pr.SetURL(targets[srv])
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		},
+	}
+	agent := r.ifc.site.NewAgent()
 	for i := range browsers {
 		s := webkit.Session{ID: fmt.Sprintf("ses_%d", i), Agent: "https://agent.example/client", User: fmt.Sprintf("usr_%d", i), Extensions: map[string]string{"operations": "3"}}
 		rec := httptest.NewRecorder()
@@ -343,6 +414,7 @@ func newRig(stores []store.Store, browsers int, short bool) (*rig, error) {
 		}
 		r.cookies = append(r.cookies, rec.Result().Cookies()[0])
 		r.owners = append(r.owners, s.Owner())
+		r.sessions = append(r.sessions, agent.Session(fmt.Sprintf("usr_%d", i)))
 	}
 	return r, nil
 }
@@ -356,6 +428,56 @@ func (r *rig) Close() {
 		s.Close()
 	}
 	r.client.CloseIdleConnections()
+	r.ifcRoutes.CloseIdleConnections()
+}
+
+// call sends browser b's agent's request for order through via ("api" or
+// "mcp") to server srv, with approval when not nil (in Poppy-Approval, in
+// the tool call's _meta).
+func (r *rig) call(ctx context.Context, srv, b int, via, order string, approval *store.Approval) *webkittest.Response {
+	req := apiRequest(order)
+	if via == "mcp" {
+		req = toolRequest(order)
+	}
+	return r.sessions[b].Call(req.WithContext(context.WithValue(ctx, serverKey{}, srv)), approval)
+}
+
+// via says which interface cycle n of a browser asks through: "" for the
+// browser (the website), half of them; "api" or "mcp" a quarter each.
+func (r *rig) via(n int) string {
+	if r.noIfc {
+		return ""
+	}
+	return map[int]string{1: "api", 3: "mcp"}[n%4]
+}
+
+// ifcCycle is one cycle through the API or the MCP tool: ask without an
+// approval (an operation), then the same request with the agent's
+// approval on it, up to three times across the servers until it is
+// performed. A repeat after a 503 or a lost reply must never perform
+// twice.
+func (r *rig) ifcCycle(ctx, stop context.Context, b, n int, via, order string) {
+	res := r.call(ctx, n%len(r.urls), b, via, order, nil)
+	if res.Err != nil || res.Operation == nil {
+		pause(ctx, 20*time.Millisecond)
+		return
+	}
+	op := res.Operation
+	a := &store.Approval{OperationID: op.ID, Revision: op.Revision, Approver: store.ApproverUser}
+	r.mu.Lock()
+	r.ifcOps[op.ID] = true
+	r.ifcApproved = append(r.ifcApproved, ifcApproval{b, order, via, a})
+	r.mu.Unlock()
+	for k := range 3 {
+		if stop.Err() != nil {
+			return
+		}
+		r.call(ctx, (b+n+k)%len(r.urls), b, via, order, a)
+		if r.performedOnce(op.ID) {
+			return
+		}
+		pause(stop, 20*time.Millisecond)
+	}
 }
 
 // request posts browser b's request for order to server srv and returns
@@ -409,6 +531,10 @@ func (r *rig) cycles(ctx, stop context.Context, tag string) {
 		wg.Go(func() {
 			for n := 0; stop.Err() == nil && ctx.Err() == nil; n++ {
 				order := fmt.Sprintf("ord_%s_%d_%d", tag, b, n)
+				if via := r.via(n); via != "" {
+					r.ifcCycle(ctx, stop, b, n, via, order)
+					continue
+				}
 				status, ref, err := r.request(ctx, n%len(r.urls), b, order)
 				if err != nil || status != 403 || ref == "" {
 					pause(ctx, 20*time.Millisecond)
@@ -502,6 +628,31 @@ func (r *rig) drain(ctx context.Context) {
 			}
 		})
 	}
+	// The agents' approved API and MCP requests, the same way: each
+	// repeated with its approval twice on each server, and until it is
+	// performed.
+	r.mu.Lock()
+	ifcTodo := slices.Clone(r.ifcApproved)
+	r.mu.Unlock()
+	for _, a := range ifcTodo {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			start := time.Now()
+			for k := 0; ctx.Err() == nil; k++ {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				r.call(rctx, k%len(r.urls), a.browser, a.via, a.order, a.approval)
+				cancel()
+				done := r.performedOnce(a.approval.OperationID)
+				if k+1 >= 2*len(r.urls) && (done || time.Since(start) > patience) {
+					return
+				}
+				if !done && k+1 >= 2*len(r.urls) {
+					pause(ctx, 250*time.Millisecond)
+				}
+			}
+		})
+	}
 	wg.Wait()
 }
 
@@ -516,10 +667,16 @@ func (r *rig) performedOnce(id string) bool {
 func (r *rig) tally(res *faultResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.runs {
+	for id, n := range r.runs {
 		res.performed += n
 		if n > 1 {
 			res.doubles++
+		}
+		if r.ifcOps[id] {
+			res.viaIfc += n
+			if n > 1 {
+				res.ifcDoubles++
+			}
 		}
 	}
 	for id, a := range r.approved {
@@ -983,6 +1140,13 @@ func faultClusterKill(ctx context.Context, procs *redistest.Procs, c faultsConfi
 // faultWebServerKilled: a web server dies in the handler (it never
 // returns, and its store connection is gone). The operation stays
 // performing: its repeats on the other servers must not perform it again.
+//
+// It sends no API or MCP traffic: its one step is every browser's
+// approved request held in the doomed server's handler, which has no
+// cycles for a quarter of them to go through the agents' interfaces, and
+// the reconciliation it then runs settles what the website's handler
+// counted. The API's and the tool's repeats against a dead handler are
+// the same Take as the page's.
 func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsConfig) faultResult {
 	res := faultResult{name: "web server killed mid-handler", mode: "disk: appendfsync always", durable: true}
 	srv, err := redistest.StartArgs(procs, aofAlways...)
@@ -1002,6 +1166,7 @@ func faultWebServerKilled(ctx context.Context, procs *redistest.Procs, c faultsC
 		return failed(res, err)
 	}
 	defer r.Close()
+	r.noIfc, res.noIfc = true, true
 	doomed := len(stores) - 1
 	r.block = make(chan struct{})
 	r.blockOnly.Store(int32(doomed + 1))
@@ -1179,7 +1344,7 @@ func (r *rig) leftPerforming(ctx context.Context, st store.Store, deadline time.
 		}
 	}
 	for id := range listed {
-		if !looked[id] {
+		if !looked[id] && !r.isIfcOp(id) {
 			extra++ // performing, but no approval the rig knows of
 		}
 	}
@@ -1190,6 +1355,15 @@ func (r *rig) leftPerforming(ctx context.Context, st store.Store, deadline time.
 		left.note = join(left.note, fmt.Sprintf("%d approved operations unreadable at the count", unreadable))
 	}
 	return left
+}
+
+// isIfcOp reports whether operation id was asked through the API or MCP
+// (its approval is the agent's, on the repeat: Lookup of the website's
+// approvals does not see it).
+func (r *rig) isIfcOp(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ifcOps[id]
 }
 
 type handlerState int

@@ -35,6 +35,10 @@ type interfaces struct {
 	// performed counts performances by action key, and total all of them.
 	performed sync.Map // key → *atomic.Int32
 	total     atomic.Int32
+	// handle, when set, is what the API's handler and the tool do for an
+	// approved request instead of counting it here (the fault suite
+	// counts at its rig, by operation ID).
+	handle func(ctx context.Context, operationID string)
 }
 
 func newInterfaces() *interfaces {
@@ -71,6 +75,10 @@ type toolArgs struct {
 func (f *interfaces) serve(kit *webkit.Kit, mux *http.ServeMux) (http.Handler, error) {
 	count := func(ctx context.Context) {
 		if claim, ok := webkit.ClaimOf((&http.Request{}).WithContext(ctx)); ok {
+			if f.handle != nil {
+				f.handle(ctx, claim.Operation.ID)
+				return
+			}
 			n, _ := f.performed.LoadOrStore(claim.Operation.ID, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)
 			f.total.Add(1)

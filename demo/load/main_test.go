@@ -111,6 +111,11 @@ func TestFaultsShort(t *testing.T) {
 		if r.skipped == "" && r.performed == 0 && r.name != "web server killed mid-handler" {
 			t.Errorf("%s [%s]: nothing performed", r.name, r.mode)
 		}
+		// The agents' API and MCP traffic runs in every scenario that
+		// takes it, and is counted at the handler.
+		if r.skipped == "" && !r.noIfc && r.viaIfc == 0 {
+			t.Errorf("%s [%s]: nothing performed through the API or MCP", r.name, r.mode)
+		}
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, fmt.Sprintf("faults: %d scenarios, ", len(results))) {
