@@ -71,25 +71,16 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 			slog.String("path", r.URL.Path), slog.String("reason", why.Error()))
 	}
 	explain := v.Explain()
-	// describe and the handler see the verified Session (SessionOf).
-	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
-	act, _, derr, ok := k.describe(w, r, describe)
-	if !ok {
-		return
-	}
-	if errors.Is(derr, ErrNotGated) {
-		// P05: a route describe doesn't gate answers as usual, whatever
-		// approval the request carries: never another operation's answer.
-		k.observe(r.Context(), Event{Route: routeGate, Outcome: "passed", Reason: "not_gated"})
-		next.ServeHTTP(w, r)
-		return
-	}
 	if approval != nil && headers.DeclaresOperations(c.Extensions) && storekit.RevisionVia(approval.Revision) == via {
 		// Checks 1 and 2 come before check 3 (P65), and so before
-		// describe's refusal, which may no longer describe the action once
-		// it is performed: a retry with the approval of an operation
-		// performed, or being performed, gets the first answer, or 503
-		// (§7 P90, P96). A route describe doesn't gate never gets here.
+		// describe, which may no longer describe the action once it is
+		// performed (a site's describe often answers ErrNotGated for what
+		// its handler refuses, such as an item already exchanged): a retry
+		// with the approval of an operation performed, or being performed,
+		// gets the first answer, or 503 (§7 P90, P96), never the handler's
+		// refusal. So a request that carries such an approval gets that
+		// answer on any route behind the Gate, one describe doesn't gate
+		// included: nothing is performed either way.
 		reply, err := k.store().Record(r.Context(), s.Owner(), storekit.MakeRef(approval.OperationID, approval.Revision), *approval, k.now(), storedriver.RecordOptions{CheckOnly: true})
 		switch {
 		case err != nil:
@@ -104,8 +95,10 @@ func (k *Kit) serveAPI(w http.ResponseWriter, r *http.Request, describe Describe
 			return
 		}
 	}
-	if derr != nil {
-		k.describeRefused(w, r, derr)
+	// describe and the handler see the verified Session (SessionOf).
+	r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
+	act, _, ok := k.described(w, r, describe, next)
+	if !ok {
 		return
 	}
 	if !headers.DeclaresOperations(c.Extensions) {

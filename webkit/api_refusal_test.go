@@ -50,18 +50,3 @@ func TestAPIDeclineAfterAnApprovalWasRecorded(t *testing.T) {
 		})
 	}
 }
-
-// An ungated route answers as usual whatever approval the request
-// carries: never the answer of the operation the approval names (P05).
-func TestAPIUngatedRouteWithAnotherOperationsApproval(t *testing.T) {
-	a := newAPISite(t, apiOptions{})
-	s := a.site.NewAgent().Session("usr_1")
-	op := a.ask(t, s, exchange("ord_1", "m"))
-	if res := s.Call(exchange("ord_1", "m"), approvalOf(op, "user")); res.StatusCode != http.StatusCreated {
-		t.Fatalf("the exchange: %d %s", res.StatusCode, res.Body)
-	}
-	r, _ := http.NewRequest(http.MethodPost, "/api/ping", nil)
-	if res := s.Call(r, approvalOf(op, "user")); string(res.Body) != "pong" {
-		t.Errorf("P05: the ungated route with the exchange's approval answered %d %s, want its own pong", res.StatusCode, res.Body)
-	}
-}
