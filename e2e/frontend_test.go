@@ -6,8 +6,8 @@ package e2e_test
 // Turbo form in a frame, or a Turbo Drive form, with the CSRF token only
 // in a header (gorilla/csrf: the token in a <meta>, sent by htmx's
 // hx-headers or Turbo's own X-CSRF-Token) or in the form (justinas/nosurf).
-// The page loads /_opsgate/card.js once in its layout, as README "htmx and
-// Turbo" asks, and nothing else changes. In each cell the browser presses
+// The page loads /_opsgate/card.js once in its layout, as
+// webkit/FRONTENDS.md "htmx and Turbo" asks, and nothing else changes. In each cell the browser presses
 // the button (a real click), the Gate answers 403 with the waiting card,
 // which the page shows inside itself (W65) in the kit's style; the
 // reference agent approves; the page repeats the request itself the
@@ -257,7 +257,7 @@ func (s *feSite) describe(r *http.Request) (webkit.Action, error) {
 		Summary: "Exchange order " + o + " for size " + size + "."}, nil
 }
 
-// exchange answers as README "htmx and Turbo" advises: htmx gets the
+// exchange answers as webkit/FRONTENDS.md "htmx and Turbo" advises: htmx gets the
 // fragment it swaps, a Turbo frame its frame, anything else a redirect to
 // a page (so that a repeat from a page never lands on a bare fragment).
 func (s *feSite) exchange(w http.ResponseWriter, r *http.Request) {
@@ -625,7 +625,7 @@ func TestHtmxSwaps(t *testing.T) {
 }
 
 // TestHtmxOwnRefused: a site's own Kit.Refused answers htmx with the
-// card inside a fragment of its own (README "htmx and Turbo": the card
+// card inside a fragment of its own (webkit/FRONTENDS.md: the card
 // alone is templates.WaitingCard, for your own fragment) and names where
 // it goes with HX-Retarget. htmx 2 swaps it all the same (card.js knows a
 // 403 with Poppy-Operation and HTML for a card, whatever wraps it), the
@@ -682,8 +682,8 @@ func TestHtmxOwnRefused(t *testing.T) {
 	}
 }
 
-// feWidgetJS is the shop's fetch-driven widget (README "For single-page
-// apps"): opsgate.fetch, the CSRF token from the meta in its header.
+// feWidgetJS is the shop's fetch-driven widget (webkit/FRONTENDS.md
+// "Single-page apps and fetch-driven pages"): opsgate.fetch, the CSRF token from the meta in its header.
 const feWidgetJS = `document.getElementById("deliver").addEventListener("click", async function () {
   var status = document.getElementById("status");
   var headers = { "Content-Type": "application/json", Accept: "application/json" };
@@ -715,7 +715,7 @@ func (s *feSite) delivery(w http.ResponseWriter, r *http.Request) {
 // TestGOTHShop is issue 35's shop, as its "Done when" asks: net/http, templ
 // pages (e2e/internal/gothshop), htmx 4, gorilla/csrf with its token in a <meta> and only in hx-headers, the
 // shop's own login, and a fetch-driven widget; opsgate added from the
-// README (the Gate on two handlers, the Mount, card.js and fetch.js in
+// docs (the Gate on two handlers, the Mount, card.js and fetch.js in
 // the layout). The person signs in, the agent's browser presses the htmx
 // button, the reference agent approves, the page repeats: once; then the
 // widget, through opsgate.fetch: once.

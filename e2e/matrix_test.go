@@ -1,9 +1,10 @@
 package e2e_test
 
-// The README's wiring on every router and CSRF library it names, in a real
-// Chromium driven by the reference agent (issue 22, "A real-browser matrix
-// in CI"). Each site is built from the README alone ("For website teams",
-// "Any router", "CSRF", "For single-page apps"), not from the demo shop:
+// The documented wiring on every router and CSRF library it names, in a
+// real Chromium driven by the reference agent (issue 22, "A real-browser
+// matrix in CI"). Each site is built from the docs alone (README "For
+// website teams"; webkit/GUIDE.md "Any router", "CSRF"; webkit/FRONTENDS.md
+// "Single-page apps and fetch-driven pages"), not from the demo shop:
 // webkit.New, endpoint.NewMount, kit.Gate(describe)(handler), the site's
 // CSRF protection inside the Mount, a server-rendered form and a page whose
 // script calls opsgate.fetch. In each cell the browser submits the action
@@ -57,15 +58,15 @@ const (
 // mxTabs bounds the browser contexts open at once in the shared Chromium.
 const mxTabs = 4
 
-// mxRouter wires a site's routes on one router, the way README "Any
-// router" does, and puts the Mount and the CSRF protection around it as
-// README "CSRF" recommends: the protection inside the Mount.
+// mxRouter wires a site's routes on one router, the way webkit/GUIDE.md
+// "Any router" does, and puts the Mount and the CSRF protection around it
+// as webkit/GUIDE.md "CSRF" recommends: the protection inside the Mount.
 type mxRouter struct {
 	name  string
 	build func(m *endpoint.Mount, protect func(http.Handler) http.Handler, s *mxSite) http.Handler
 }
 
-// mxProtection is a CSRF library in the composition the README gives it.
+// mxProtection is a CSRF library in the composition webkit/GUIDE.md gives it.
 type mxProtection struct {
 	name string
 	// field and header are where a page puts the token; "" for a
@@ -116,7 +117,7 @@ var mxRouters = []mxRouter{
 		e := echo.New()
 		e.HideBanner, e.HidePort = true, true
 		// echo keeps path parameters in its own context: describe parses
-		// the path (README "Any router").
+		// the path (webkit/GUIDE.md "Any router").
 		param := orderInPath
 		e.GET("/orders/:order", echo.WrapHandler(s.orderPage(param)))
 		e.GET("/orders/:order/delivery", echo.WrapHandler(s.deliveryPage(param)))
@@ -281,7 +282,7 @@ var deliveryPageT = template.Must(template.New("delivery").Parse(`<!doctype html
 <script src="/app.js"></script>
 </body></html>`))
 
-// mxAppJS is the page's own script (README "For single-page apps"): the
+// mxAppJS is the page's own script (webkit/FRONTENDS.md): the
 // CSRF token goes in the library's header, the body is JSON.
 const mxAppJS = `document.getElementById("change").addEventListener("click", async function () {
   var b = this, status = document.getElementById("status");
@@ -351,7 +352,7 @@ func (s *mxSite) exchange(w http.ResponseWriter, r *http.Request) {
 		s.exchanges = append(s.exchanges, orderInPath(r)+" "+size)
 	}
 	s.mu.Unlock()
-	if size == "" { // the site's own validation (README "Where validation belongs")
+	if size == "" { // the site's own validation (webkit/GUIDE.md "Where validation belongs")
 		http.Error(w, "size: required", http.StatusBadRequest)
 		return
 	}
@@ -403,10 +404,10 @@ func (s *mxSite) counts() (exchanges, deliveries, notes, refusals []string, exch
 	return slices.Clone(s.exchanges), slices.Clone(s.deliveries), slices.Clone(s.notes), slices.Clone(s.refusals), s.exchangeRuns, s.deliverRuns
 }
 
-// TestREADMEMatrix: every router × CSRF library of the README, a form
+// TestREADMEMatrix: every router × CSRF library the docs name, a form
 // action and a fetch action each, performed once through the waiting
 // page's Continue in Chromium (issue 22 "Done when": a site built from the
-// README with nosurf or gorilla/csrf inside the Mount performs through
+// docs with nosurf or gorilla/csrf inside the Mount performs through
 // Continue on every router).
 func TestREADMEMatrix(t *testing.T) {
 	if testing.Short() {

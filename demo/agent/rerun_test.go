@@ -17,7 +17,7 @@ import (
 	"github.com/opsgate/opsgate/internal/testenv"
 )
 
-// The README's `go run ./demo/agent -user alice -approve
+// demo/agent/README.md's `go run ./demo/agent -user alice -approve
 // 'exchange<=100USD'`, run twice against one shop, in real Chromium: both
 // runs perform (the default SKU is the one the item is not), the second
 // joins at once (the key is kept, no wait on cached keys), and each run

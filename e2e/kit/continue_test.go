@@ -19,7 +19,7 @@ import (
 )
 
 // W62 Continue through a CSRF library that reads the body before the
-// Gate: justinas/nosurf inside the Mount, as the README says. The browser
+// Gate: justinas/nosurf inside the Mount, as webkit/GUIDE.md "CSRF" says. The browser
 // loads the form's page (nosurf's cookie and token), posts it, the agent
 // approves, and the waiting page's Continue, which must carry the token
 // and the fields, performs it once. Before the Gate kept the form nosurf

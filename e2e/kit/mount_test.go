@@ -220,7 +220,7 @@ func (s *mounted) wholeFlow() {
 	}
 }
 
-// The Mount on each router the README shows: the same flow, loading
+// The Mount on each router webkit/GUIDE.md shows: the same flow, loading
 // fetch.js through the router (chi's r.Handle("/_opsgate/") alone would
 // have answered 404 and left the agent waiting).
 func TestMountOnRouters(t *testing.T) {

@@ -27,7 +27,7 @@ import (
 // compared by the order in which each first appeared.
 //
 // OPSGATE_DIFFERENTIAL_SEEDS, when set, replaces seeds: a long campaign
-// outside CI (the README says how). OPSGATE_DIFFERENTIAL_FROM, when set,
+// outside CI (store/TESTING.md says how). OPSGATE_DIFFERENTIAL_FROM, when set,
 // is the first seed (0 otherwise), so that a campaign can go on where the
 // last one stopped rather than run the same sequences again. A value that
 // is not a whole number in range fails the test rather than quietly

@@ -50,7 +50,7 @@ func WithTimeout(s storedriver.Store, d time.Duration) storedriver.Store {
 	// ContextTimeoutEnabled) needs a goroutine to be abandoned at the
 	// deadline: calling them directly spares every store call two
 	// goroutine hand-offs (about 45 µs of an approval request's latency on
-	// the machine the README measures).
+	// the machine demo/load/PERFORMANCE.md measures).
 	if p, ok := s.(storekit.InProcess); ok && p.InProcess() {
 		t.how = inProcess
 	} else if b, ok := s.(storekit.ContextBound); ok && b.BoundByContext() {

@@ -297,7 +297,7 @@ func TestCallsPerStep(t *testing.T) {
 }
 
 // TestPerformedIsSmall: a performed operation is rewritten with only what
-// its status and §7 need, as one compact hash (README "Redis sizing"):
+// its status and §7 need, as one compact hash (webkit/DEPLOYING.md "Redis sizing"):
 // Redis's listpack encoding, under 320 bytes by MEMORY USAGE with the
 // default prefix, and its action and claim token keys gone.
 func TestPerformedIsSmall(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 // FCALL: one round trip and one atomic step either way (store package
 // doc). A function skips what a script does on every call before its own
 // code runs (defining lib.lua's functions, about 1.5 µs of server CPU per
-// step on the machine the README measures).
+// step on the machine demo/load/PERFORMANCE.md measures).
 var (
 	//go:embed lib.lua
 	libLua string

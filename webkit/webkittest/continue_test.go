@@ -26,7 +26,7 @@ import (
 // gatedSite is a website on the kit, mounted with endpoint.NewMount: one
 // gated form action that records what its handler received, and, when
 // wrap is set, the website's own middleware (a CSRF library) inside the
-// Mount, as the README says.
+// Mount, as webkit/GUIDE.md "CSRF" says.
 type gatedSite struct {
 	site *webkittest.Site
 	kit  *webkit.Kit

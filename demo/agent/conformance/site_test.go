@@ -87,7 +87,7 @@ const (
 
 // Not faults: websites wired another way, which must pass.
 const (
-	// nosurf inside the Mount, as the README says: it reads its token from
+	// nosurf inside the Mount, as webkit/GUIDE.md "CSRF" says: it reads its token from
 	// the form before the Gate runs (issue 22).
 	variantNosurf = "justinas/nosurf inside the Mount"
 	// A middleware inside the Mount that calls r.ParseForm (a logger, a

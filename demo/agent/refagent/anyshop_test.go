@@ -39,7 +39,7 @@ func shopAt(t *testing.T, host string, client *http.Client) (origin, loopback st
 	return origin, "http://" + ln.Addr().String()
 }
 
-// The README's break: the shop runs on localhost, the agent is given
+// demo/agent/README.md's break: the shop runs on localhost, the agent is given
 // -shop http://127.0.0.1:P. The join is refused at once (no retries, no
 // blame on cached keys), as an origin mismatch, naming the -shop to use.
 func TestJoinRefusedForOriginMismatch(t *testing.T) {

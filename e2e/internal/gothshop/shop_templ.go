@@ -7,7 +7,7 @@
 
 // <meta> and only in hx-headers, a fetch-driven widget, and opsgate added
 
-// as README "htmx and Turbo" and "For single-page apps" ask: card.js and
+// as webkit/FRONTENDS.md asks: card.js and
 
 // fetch.js in the layout, nothing else.
 
