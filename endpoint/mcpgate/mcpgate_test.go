@@ -57,9 +57,18 @@ func action(order, item, sku string) webkit.Action {
 
 func newShop(t *testing.T, st store.Store, decline func(endpoint.DeclineRequest) *webkit.Decline) *shop {
 	t.Helper()
+	return newShopAt(t, st, decline, nil)
+}
+
+// newShopAt is newShop with clock the time of its Kit and its agents
+// (nil: the real time).
+func newShopAt(t *testing.T, st store.Store, decline func(endpoint.DeclineRequest) *webkit.Decline, clock func() time.Time) *shop {
+	t.Helper()
 	s := &shop{site: webkittest.New("https://shop.example"), decline: decline}
+	s.site.Clock = clock
 	kit := webkit.New([]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210"))
 	kit.Logger = slog.New(slog.DiscardHandler)
+	kit.Clock = clock
 	if st != nil {
 		kit.Store = st
 	}
